@@ -1,0 +1,424 @@
+"""The kernel IR: one kernel launch, as the machine runs it and as HIP prints it.
+
+This is the single program representation shared by the simulator (``gpusim.simulate``)
+and the HIP backend (``codegen_hip``): what the simulator executes is exactly what the
+backend prints. It follows HIP semantics:
+
+- A launch has ``grid`` workgroups of ``block`` threads (both one-dimensional; kernels
+  that need 2-D tiles decompose ``block_id()`` with ``//`` and ``%``, as HIP code often
+  does with a linearised grid).
+- Every thread owns private scalar registers: ``Var`` values, typed ``f32`` or ``i32``.
+  f16 buffers are widened to f32 on load and narrowed on store, so f16 math accumulates
+  in f32 (what a HIP programmer writes with ``__half2float``).
+- Global buffers and LDS arrays are indexed by a flat element offset; their ``shape`` and
+  ``strides`` are metadata for harnesses, views and layout reasoning. A vector access of
+  width 1, 2 or 4 moves that many consecutive elements into (or out of) that many
+  registers, like ``float2``/``float4`` in HIP; the offset must be a multiple of the width.
+- ``lane()``, ``wave_id()``, ``thread_id()`` and ``block_id()`` are the hardware ids; the
+  wavefront size (64 on CDNA, 32 on RDNA) comes from the architecture at simulation time
+  and from ``warpSize`` in HIP.
+
+Expressions are immutable trees. Python operators build them (``i * 4 + lane()``);
+comparisons use ``<``, ``<=``, ``>``, ``>=`` and the methods ``eq``/``ne`` (``==`` stays
+identity so nodes can live in sets and dicts).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+DTYPES = ("f32", "f16", "i32")
+REG_DTYPES = ("f32", "i32")
+
+# ----------------------------------------------------------------------------- expressions
+
+#: binary operators: name -> (HIP spelling, kind). kind "arith" keeps the operand type,
+#: "cmp" yields i32 0/1, "int" requires i32 operands, "float" requires f32.
+BINARY_OPS = {
+    "add": "+", "sub": "-", "mul": "*", "div": "/",
+    "floordiv": "/", "mod": "%",  # integer only; operands are non-negative in our kernels
+    "min": "min", "max": "max", "pow": "powf",
+    "shl": "<<", "shr": ">>", "and": "&", "or": "|", "xor": "^",
+    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
+    "land": "&&", "lor": "||",
+}
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor")
+INT_ONLY = ("floordiv", "mod", "shl", "shr", "and", "or", "xor")
+#: unary float functions (f32 -> f32) and the integer-safe ones.
+UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "recip",
+             "sigmoid", "relu", "not")
+#: special ids every thread can read.
+SPECIALS = ("thread_id", "lane", "wave_id", "block_id", "wave_size")
+
+
+class Expr:
+    """Base of expression nodes; gives Python operators that build IR."""
+
+    dtype: str
+
+    def _bin(self, op, other, swap=False):
+        other = as_expr(other, self.dtype)
+        a, b = (other, self) if swap else (self, other)
+        return BinOp(op, a, b)
+
+    def __add__(self, o): return self._bin("add", o)
+    def __radd__(self, o): return self._bin("add", o, True)
+    def __sub__(self, o): return self._bin("sub", o)
+    def __rsub__(self, o): return self._bin("sub", o, True)
+    def __mul__(self, o): return self._bin("mul", o)
+    def __rmul__(self, o): return self._bin("mul", o, True)
+    def __truediv__(self, o): return self._bin("div", o)
+    def __rtruediv__(self, o): return self._bin("div", o, True)
+    def __floordiv__(self, o): return self._bin("floordiv", o)
+    def __rfloordiv__(self, o): return self._bin("floordiv", o, True)
+    def __mod__(self, o): return self._bin("mod", o)
+    def __rmod__(self, o): return self._bin("mod", o, True)
+    def __lshift__(self, o): return self._bin("shl", o)
+    def __rshift__(self, o): return self._bin("shr", o)
+    def __and__(self, o): return self._bin("and", o)
+    def __or__(self, o): return self._bin("or", o)
+    def __xor__(self, o): return self._bin("xor", o)
+    def __lt__(self, o): return self._bin("lt", o)
+    def __le__(self, o): return self._bin("le", o)
+    def __gt__(self, o): return self._bin("gt", o)
+    def __ge__(self, o): return self._bin("ge", o)
+    def __neg__(self): return UnOp("neg", self)
+    def eq(self, o): return self._bin("eq", o)
+    def ne(self, o): return self._bin("ne", o)
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: Union[int, float]
+    dtype: str = "i32"
+
+    def __post_init__(self):
+        if self.dtype not in REG_DTYPES:
+            raise TypeError(f"constant dtype must be one of {REG_DTYPES}, got {self.dtype!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """A per-thread register (or loop counter). Identity is the name within a kernel."""
+    name: str
+    dtype: str = "f32"
+
+    def __post_init__(self):
+        if self.dtype not in REG_DTYPES:
+            raise TypeError(f"register {self.name!r}: dtype must be f32 or i32, got {self.dtype!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Special(Expr):
+    """A hardware id: thread_id, lane, wave_id, block_id or wave_size (all i32)."""
+    name: str
+    dtype: str = "i32"
+
+    def __post_init__(self):
+        if self.name not in SPECIALS:
+            raise ValueError(f"unknown special id {self.name!r}; expected one of {SPECIALS}")
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarRef(Expr):
+    """Reads a scalar kernel parameter."""
+    name: str
+    dtype: str = "i32"
+
+
+@dataclass(frozen=True, eq=False)
+class BinOp(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str = field(init=False)
+
+    def __post_init__(self):
+        if self.op not in BINARY_OPS:
+            raise ValueError(f"unknown binary op {self.op!r}")
+        if self.op in COMPARISONS:
+            dt = "i32"
+        elif self.op in INT_ONLY:
+            if self.a.dtype != "i32" or self.b.dtype != "i32":
+                raise TypeError(f"{self.op} needs i32 operands, got {self.a.dtype}, {self.b.dtype}")
+            dt = "i32"
+        else:
+            if self.a.dtype != self.b.dtype:
+                raise TypeError(f"{self.op}: operand dtypes differ ({self.a.dtype} vs "
+                                f"{self.b.dtype}); insert a cast()")
+            if self.op == "pow" and self.a.dtype != "f32":
+                raise TypeError("pow needs f32 operands")
+            dt = self.a.dtype
+        object.__setattr__(self, "dtype", dt)
+
+
+@dataclass(frozen=True, eq=False)
+class UnOp(Expr):
+    op: str
+    a: Expr
+    dtype: str = field(init=False)
+
+    def __post_init__(self):
+        if self.op not in UNARY_OPS:
+            raise ValueError(f"unknown unary op {self.op!r}")
+        if self.op not in ("neg", "abs", "not", "relu") and self.a.dtype != "f32":
+            raise TypeError(f"{self.op} needs an f32 operand, got {self.a.dtype}")
+        object.__setattr__(self, "dtype", "i32" if self.op == "not" else self.a.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Fma(Expr):
+    """a * b + c in one VALU instruction (v_fma_f32)."""
+    a: Expr
+    b: Expr
+    c: Expr
+    dtype: str = "f32"
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    """cond ? a : b (v_cndmask); cond is an i32 truth value."""
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: str = field(init=False)
+
+    def __post_init__(self):
+        if self.a.dtype != self.b.dtype:
+            raise TypeError(f"select arms differ in dtype ({self.a.dtype} vs {self.b.dtype})")
+        object.__setattr__(self, "dtype", self.a.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    a: Expr
+    dtype: str = "f32"
+
+
+def as_expr(x, like: str = "i32") -> Expr:
+    """Wraps Python numbers; ints follow the other operand's dtype, floats are f32."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, bool):
+        return Const(int(x), "i32")
+    if isinstance(x, int):
+        return Const(float(x), "f32") if like == "f32" else Const(x, "i32")
+    if isinstance(x, float):
+        return Const(x, "f32")
+    raise TypeError(f"cannot use {type(x).__name__} in a kernel expression")
+
+
+# convenience constructors -----------------------------------------------------------------
+def thread_id() -> Special: return Special("thread_id")
+def lane() -> Special: return Special("lane")
+def wave_id() -> Special: return Special("wave_id")
+def block_id() -> Special: return Special("block_id")
+def wave_size() -> Special: return Special("wave_size")
+def f32(x: float) -> Const: return Const(float(x), "f32")
+def i32(x: int) -> Const: return Const(int(x), "i32")
+def cast(x, dtype: str) -> Cast: return Cast(as_expr(x), dtype)
+def select(c, a, b) -> Select:
+    a = as_expr(a); b = as_expr(b, a.dtype)
+    return Select(as_expr(c), a, b)
+def fma(a, b, c) -> Fma: return Fma(as_expr(a, "f32"), as_expr(b, "f32"), as_expr(c, "f32"))
+def maximum(a, b) -> BinOp: a = as_expr(a); return BinOp("max", a, as_expr(b, a.dtype))
+def minimum(a, b) -> BinOp: a = as_expr(a); return BinOp("min", a, as_expr(b, a.dtype))
+def power(a, b) -> BinOp: return BinOp("pow", as_expr(a, "f32"), as_expr(b, "f32"))
+def land(a, b) -> BinOp: return BinOp("land", as_expr(a), as_expr(b))
+def lor(a, b) -> BinOp: return BinOp("lor", as_expr(a), as_expr(b))
+
+
+def _unary(name):
+    def f(x):
+        return UnOp(name, as_expr(x, "f32"))
+    f.__name__ = name
+    return f
+
+
+neg, exp, log, sqrt, rsqrt, tanh, erf, fabs, recip, sigmoid, relu = (
+    _unary(n) for n in ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "recip",
+                        "sigmoid", "relu"))
+
+
+# ------------------------------------------------------------------------------ statements
+class Stmt:
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True, eq=False)
+class Assign(Stmt):
+    """dst = value; the register's dtype must equal the value's."""
+    dst: Var
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class For(Stmt):
+    """for (var = start; var < stop; var += step) body. ``unroll`` is a hint for hipcc."""
+    var: Var
+    start: Expr
+    stop: Expr
+    step: int
+    body: tuple
+    unroll: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class If(Stmt):
+    cond: Expr
+    then: tuple
+    orelse: tuple = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Stmt):
+    """Global load of ``len(dsts)`` consecutive elements (1, 2 or 4) at flat ``index``."""
+    dsts: tuple
+    buffer: str
+    index: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Store(Stmt):
+    """Global store of ``len(values)`` consecutive elements at flat ``index``."""
+    buffer: str
+    index: Expr
+    values: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class LdsLoad(Stmt):
+    dsts: tuple
+    array: str
+    index: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class LdsStore(Stmt):
+    array: str
+    index: Expr
+    values: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Barrier(Stmt):
+    """__syncthreads(): every wave of the workgroup waits here."""
+
+
+@dataclass(frozen=True, eq=False)
+class Shuffle(Stmt):
+    """dst = value from another lane of the wave: ``xor`` (lane ^ offset) or ``down``
+    (lane + offset; lanes past the end read their own value, as __shfl_down)."""
+    dst: Var
+    value: Expr
+    mode: str
+    offset: int
+
+
+@dataclass(frozen=True, eq=False)
+class WaveReduce(Stmt):
+    """dst = op over all active lanes of the wave, broadcast to every lane (sum/max/min)."""
+    dst: Var
+    value: Expr
+    op: str
+
+
+# --------------------------------------------------------------------------- declarations
+@dataclass(frozen=True)
+class Buffer:
+    """A global-memory kernel argument. ``intent`` is "in", "out" or "inout"."""
+    name: str
+    dtype: str
+    shape: tuple
+    intent: str = "in"
+    strides: tuple | None = None  # element strides; None = row-major contiguous
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= int(s)
+        return n
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar kernel argument, given a value at launch."""
+    name: str
+    dtype: str = "i32"
+
+
+@dataclass(frozen=True)
+class LdsArray:
+    """A ``__shared__`` array. ``shape`` includes any padding (e.g. (32, 33) for a 32x32
+    tile with +1 padding); ``padding`` records how many of the last dim are padding."""
+    name: str
+    dtype: str
+    shape: tuple
+    padding: int = 0
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= int(s)
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * DTYPE_BYTES[self.dtype]
+
+
+DTYPE_BYTES = {"f32": 4, "f16": 2, "i32": 4}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel launch: ``grid`` workgroups of ``block`` threads.
+
+    ``meta`` carries free-form facts for humans (schedule knobs, the dispatch it came
+    from); neither the simulator nor the validator reads it.
+    """
+    name: str
+    params: tuple  # Buffer | Scalar, in argument order
+    grid: int
+    block: int
+    body: tuple
+    lds: tuple = ()
+    meta: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def buffer(self, name: str) -> Buffer:
+        for p in self.params:
+            if isinstance(p, Buffer) and p.name == name:
+                return p
+        raise KeyError(f"kernel {self.name!r} has no buffer {name!r}")
+
+    def lds_array(self, name: str) -> LdsArray:
+        for a in self.lds:
+            if a.name == name:
+                return a
+        raise KeyError(f"kernel {self.name!r} has no LDS array {name!r}")
+
+    @property
+    def buffers(self) -> tuple:
+        return tuple(p for p in self.params if isinstance(p, Buffer))
+
+    @property
+    def scalars(self) -> tuple:
+        return tuple(p for p in self.params if isinstance(p, Scalar))
+
+    @property
+    def lds_bytes(self) -> int:
+        return sum(a.nbytes for a in self.lds)
+
+
+def walk(stmts):
+    """Yields every statement of a body, depth first, in program order."""
+    for s in stmts:
+        yield s
+        if isinstance(s, For):
+            yield from walk(s.body)
+        elif isinstance(s, If):
+            yield from walk(s.then)
+            yield from walk(s.orelse)
