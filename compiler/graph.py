@@ -1,0 +1,489 @@
+"""The tensor dataflow graph: primitive ops on a networkx.DiGraph.
+
+Nodes are ops; an edge ``producer -> consumer`` carries the producer's tensor. Every op
+has exactly one result. Each node stores an :class:`Op` under the ``"op"`` attribute;
+``Op.inputs`` keeps the operand order (``x * x`` has one edge but two operands).
+
+Tensors have a logical shape, a dtype (``f32`` or ``f16``) and a *layout*: the order of
+the dimensions in memory, outermost first. ``(0, 1, 2, 3)`` is row-major; a logical NHWC
+tensor stored as NCHW has layout ``(0, 3, 1, 2)``. Layouts decide coalescing later, so
+graph inputs and constants may declare any layout. Simplification: every computed tensor
+is produced row-major in its logical shape; a different memory order is written only by
+a graph input, a constant, or the compiler's own schedules.
+
+Shapes, dtypes and layouts are inferred when a node is added; a bad operation raises a
+:class:`GraphError` naming the node and the reason, before the graph changes.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+DTYPES = {"f32": np.float32, "f16": np.float16}
+DTYPE_BYTES = {"f32": 4, "f16": 2}
+
+UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "relu", "sigmoid", "reciprocal")
+BINARY = ("add", "sub", "mul", "div", "max", "min", "pow")
+REDUCE = ("reduce_sum", "reduce_max", "reduce_mean")
+VIEWS = ("transpose", "reshape", "broadcast")
+ELEMENTWISE = UNARY + BINARY + ("cast",)
+
+
+class GraphError(Exception):
+    """Any problem with a graph or its construction: the message names the node."""
+
+
+class ShapeError(GraphError):
+    """Operand shapes that do not fit the op."""
+
+
+class UnsupportedError(GraphError):
+    """An op, dtype or attribute this compiler does not handle."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple
+    dtype: str = "f32"
+    layout: tuple | None = None  # None means row-major
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if self.dtype not in DTYPES:
+            raise UnsupportedError(f"dtype {self.dtype!r} is not supported; use f32 or f16")
+        if any(s <= 0 for s in self.shape):
+            raise ShapeError(f"shape {self.shape} has a non-positive dimension")
+        if self.layout is not None:
+            lay = tuple(int(d) for d in self.layout)
+            if sorted(lay) != list(range(len(self.shape))):
+                raise ShapeError(f"layout {lay} is not a permutation of the {len(self.shape)} "
+                                 f"dimensions of shape {self.shape}")
+            object.__setattr__(self, "layout", None if lay == tuple(range(len(lay))) else lay)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def order(self) -> tuple:
+        """Dimension order in memory, outermost first."""
+        return self.layout if self.layout is not None else tuple(range(self.rank))
+
+    @property
+    def strides(self) -> tuple:
+        """Element strides of each logical dimension for this layout."""
+        strides = [0] * self.rank
+        step = 1
+        for d in reversed(self.order):
+            strides[d] = step
+            step *= self.shape[d]
+        return tuple(strides)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * DTYPE_BYTES[self.dtype]
+
+    @property
+    def is_row_major(self) -> bool:
+        return self.layout is None
+
+    def __str__(self):
+        lay = "" if self.layout is None else f" layout={list(self.layout)}"
+        return f"{self.dtype}[{'x'.join(map(str, self.shape))}]{lay}"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One primitive op: its kind, operand node names, attributes and result type."""
+    name: str
+    kind: str
+    inputs: tuple
+    attrs: dict = field(default_factory=dict, hash=False, compare=False)
+    type: TensorType = None
+
+    @property
+    def is_elementwise(self) -> bool:
+        return self.kind in ELEMENTWISE
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.kind in REDUCE
+
+    @property
+    def is_contraction(self) -> bool:
+        return self.kind in ("matmul", "conv2d")
+
+    @property
+    def is_view(self) -> bool:
+        return self.kind in VIEWS
+
+
+class Value:
+    """A handle on a node's result, so graphs read like numpy (``g.exp(x - m)``)."""
+
+    def __init__(self, graph: "Graph", name: str):
+        self.graph = graph
+        self.name = name
+
+    @property
+    def type(self) -> TensorType:
+        return self.graph.op(self.name).type
+
+    @property
+    def shape(self) -> tuple:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    def __add__(self, o): return self.graph.add(self, o)
+    def __radd__(self, o): return self.graph.add(o, self)
+    def __sub__(self, o): return self.graph.sub(self, o)
+    def __rsub__(self, o): return self.graph.sub(o, self)
+    def __mul__(self, o): return self.graph.mul(self, o)
+    def __rmul__(self, o): return self.graph.mul(o, self)
+    def __truediv__(self, o): return self.graph.div(self, o)
+    def __rtruediv__(self, o): return self.graph.div(o, self)
+    def __neg__(self): return self.graph.neg(self)
+    def __matmul__(self, o): return self.graph.matmul(self, o)
+
+    def __repr__(self):
+        return f"Value({self.name}: {self.type})"
+
+
+def broadcast_shapes(a: tuple, b: tuple, where: str) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise ShapeError(f"{where}: shapes {a} and {b} do not broadcast") from None
+
+
+class Graph:
+    """A tensor dataflow graph of primitive ops, with ordered outputs."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.g = nx.DiGraph()
+        self.outputs: list[str] = []
+        self._counter = itertools.count()
+        self._order: dict[str, int] = {}
+
+    # --------------------------------------------------------------------- structure
+    def op(self, name: str) -> Op:
+        return self.g.nodes[name]["op"]
+
+    @property
+    def ops(self) -> list[Op]:
+        return [self.op(n) for n in self.topo_order()]
+
+    def __len__(self):
+        return self.g.number_of_nodes()
+
+    def __contains__(self, name):
+        return name in self.g
+
+    @property
+    def inputs(self) -> list[str]:
+        return [n for n in self.topo_order() if self.op(n).kind == "input"]
+
+    def users(self, name: str) -> list[str]:
+        return sorted(self.g.successors(name), key=self._order.__getitem__)
+
+    def topo_order(self) -> list[str]:
+        """Deterministic topological order (insertion order breaks ties)."""
+        try:
+            return list(nx.lexicographical_topological_sort(self.g, key=self._order.__getitem__))
+        except nx.NetworkXUnfeasible:
+            cycle = nx.find_cycle(self.g)
+            raise GraphError(f"graph {self.name!r} has a cycle through "
+                             f"{' -> '.join(u for u, _ in cycle)}; dataflow graphs must be "
+                             f"acyclic") from None
+
+    def _fresh(self, base: str) -> str:
+        while True:
+            name = f"{base}_{next(self._counter)}"
+            if name not in self.g:
+                return name
+
+    def _name(self, v) -> str:
+        if isinstance(v, Value):
+            if v.graph is not self:
+                raise GraphError(f"value {v.name!r} belongs to another graph")
+            return v.name
+        if isinstance(v, str):
+            if v not in self.g:
+                raise GraphError(f"graph {self.name!r} has no node {v!r}")
+            return v
+        raise GraphError(f"expected a graph value, got {type(v).__name__}")
+
+    def add_op(self, kind: str, inputs, attrs=None, type: TensorType = None,
+               name: str | None = None) -> Value:
+        """Adds a node after inferring its type; nothing changes when inference fails."""
+        attrs = dict(attrs or {})
+        ins = tuple(self._name(i) for i in inputs)
+        name = name or self._fresh(kind)
+        if name in self.g:
+            raise GraphError(f"node name {name!r} is already used in graph {self.name!r}")
+        in_types = [self.op(i).type for i in ins]
+        if type is None:
+            type = infer_type(kind, in_types, attrs, name)
+        op = Op(name, kind, ins, attrs, type)
+        self.g.add_node(name, op=op)
+        self._order[name] = len(self._order)
+        for i in ins:
+            self.g.add_edge(i, name, tensor=self.op(i).type)
+        return Value(self, name)
+
+    def replace_uses(self, old: str, new: str) -> None:
+        """Points every user of ``old`` at ``new`` (used by graph rewrites)."""
+        for u in list(self.g.successors(old)):
+            op = self.op(u)
+            self.g.nodes[u]["op"] = Op(op.name, op.kind,
+                                       tuple(new if i == old else i for i in op.inputs),
+                                       op.attrs, op.type)
+            self.g.remove_edge(old, u)
+            self.g.add_edge(new, u, tensor=self.op(new).type)
+        self.outputs = [new if o == old else o for o in self.outputs]
+
+    # ------------------------------------------------------------------- leaves
+    def input(self, name: str, shape, dtype: str = "f32", layout=None) -> Value:
+        t = TensorType(shape, dtype, layout)
+        return self.add_op("input", (), {}, t, name=name)
+
+    def constant(self, value, name: str | None = None, dtype: str | None = None,
+                 layout=None) -> Value:
+        arr = np.asarray(value)
+        dtype = dtype or ("f16" if arr.dtype == np.float16 else "f32")
+        arr = np.ascontiguousarray(arr, dtype=DTYPES[dtype])
+        t = TensorType(arr.shape if arr.ndim else (1,), dtype, layout)
+        arr = arr.reshape(t.shape)
+        return self.add_op("constant", (), {"value": arr}, t, name=name or self._fresh("const"))
+
+    def output(self, *values) -> None:
+        for v in values:
+            n = self._name(v)
+            if n not in self.outputs:
+                self.outputs.append(n)
+
+    def _scalar_or_value(self, x, like: Value) -> Value:
+        if isinstance(x, (int, float)):
+            return self.constant(np.array([x], dtype=DTYPES[like.dtype]), dtype=like.dtype)
+        return x
+
+    # ---------------------------------------------------------------- elementwise
+    def unary(self, kind, x, name=None) -> Value:
+        return self.add_op(kind, (x,), name=name)
+
+    def binary(self, kind, a, b, name=None) -> Value:
+        if not isinstance(a, Value) and isinstance(b, Value):
+            a = self._scalar_or_value(a, b)
+        elif isinstance(a, Value):
+            b = self._scalar_or_value(b, a)
+        return self.add_op(kind, (a, b), name=name)
+
+    def neg(self, x, name=None): return self.unary("neg", x, name)
+    def exp(self, x, name=None): return self.unary("exp", x, name)
+    def log(self, x, name=None): return self.unary("log", x, name)
+    def sqrt(self, x, name=None): return self.unary("sqrt", x, name)
+    def rsqrt(self, x, name=None): return self.unary("rsqrt", x, name)
+    def tanh(self, x, name=None): return self.unary("tanh", x, name)
+    def erf(self, x, name=None): return self.unary("erf", x, name)
+    def relu(self, x, name=None): return self.unary("relu", x, name)
+    def sigmoid(self, x, name=None): return self.unary("sigmoid", x, name)
+    def reciprocal(self, x, name=None): return self.unary("reciprocal", x, name)
+    def add(self, a, b, name=None): return self.binary("add", a, b, name)
+    def sub(self, a, b, name=None): return self.binary("sub", a, b, name)
+    def mul(self, a, b, name=None): return self.binary("mul", a, b, name)
+    def div(self, a, b, name=None): return self.binary("div", a, b, name)
+    def max(self, a, b, name=None): return self.binary("max", a, b, name)
+    def min(self, a, b, name=None): return self.binary("min", a, b, name)
+    def pow(self, a, b, name=None): return self.binary("pow", a, b, name)
+
+    def cast(self, x, dtype: str, name=None) -> Value:
+        return self.add_op("cast", (x,), {"dtype": dtype}, name=name)
+
+    # ---------------------------------------------------------------- reductions
+    def reduce(self, kind, x, axes, keepdims=True, name=None) -> Value:
+        return self.add_op(kind, (x,), {"axes": axes, "keepdims": bool(keepdims)}, name=name)
+
+    def reduce_sum(self, x, axes=-1, keepdims=True, name=None):
+        return self.reduce("reduce_sum", x, axes, keepdims, name)
+
+    def reduce_max(self, x, axes=-1, keepdims=True, name=None):
+        return self.reduce("reduce_max", x, axes, keepdims, name)
+
+    def reduce_mean(self, x, axes=-1, keepdims=True, name=None):
+        return self.reduce("reduce_mean", x, axes, keepdims, name)
+
+    # ---------------------------------------------------------------- contractions
+    def matmul(self, a, b, name=None) -> Value:
+        return self.add_op("matmul", (a, b), name=name)
+
+    def conv2d(self, x, w, *, data_format="NCHW", stride=(1, 1), padding=(0, 0, 0, 0),
+               dilation=(1, 1), groups=1, name=None) -> Value:
+        """2-D convolution. NCHW: x (N,C,H,W), w (O,C/g,kH,kW). NHWC: x (N,H,W,C),
+        w (O,kH,kW,C/g) (KYXC, the filter layout of NHWC convolutions). padding is
+        (top, left, bottom, right)."""
+        attrs = {"data_format": data_format, "stride": tuple(stride), "padding": tuple(padding),
+                 "dilation": tuple(dilation), "groups": int(groups)}
+        return self.add_op("conv2d", (x, w), attrs, name=name)
+
+    # ---------------------------------------------------------------- views and copies
+    def transpose(self, x, perm, name=None) -> Value:
+        return self.add_op("transpose", (x,), {"perm": tuple(int(p) for p in perm)}, name=name)
+
+    def reshape(self, x, shape, name=None) -> Value:
+        return self.add_op("reshape", (x,), {"shape": tuple(int(s) for s in shape)}, name=name)
+
+    def broadcast(self, x, shape, name=None) -> Value:
+        return self.add_op("broadcast", (x,), {"shape": tuple(int(s) for s in shape)}, name=name)
+
+    # ---------------------------------------------------------------- checks
+    def validate(self) -> None:
+        """Raises GraphError for cycles, missing outputs or stale types."""
+        order = self.topo_order()
+        if not self.outputs:
+            raise GraphError(f"graph {self.name!r} has no outputs; call graph.output(...)")
+        for n in order:
+            op = self.op(n)
+            if op.kind in ("input", "constant"):
+                continue
+            expect = infer_type(op.kind, [self.op(i).type for i in op.inputs], op.attrs, n)
+            if expect.shape != op.type.shape or expect.dtype != op.type.dtype:
+                raise ShapeError(f"node {n!r}: stored type {op.type} disagrees with inferred "
+                                 f"{expect}")
+
+    def __repr__(self):
+        return f"Graph({self.name!r}, {len(self)} ops, outputs={self.outputs})"
+
+
+# ----------------------------------------------------------------------- type inference
+def _norm_axes(axes, rank, where):
+    if axes is None:
+        axes = tuple(range(rank))
+    if isinstance(axes, int):
+        axes = (axes,)
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -rank <= a < rank:
+            raise ShapeError(f"{where}: axis {a} is out of range for rank {rank}")
+        out.append(a % rank)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{where}: repeated axis in {tuple(axes)}")
+    return tuple(sorted(out))
+
+
+def _conv_out(size, k, stride, pad0, pad1, dil, where):
+    out = (size + pad0 + pad1 - dil * (k - 1) - 1) // stride + 1
+    if out <= 0:
+        raise ShapeError(f"{where}: kernel {k} (dilation {dil}) does not fit input {size} "
+                         f"with padding {pad0}+{pad1}")
+    return out
+
+
+def infer_type(kind: str, ins: list, attrs: dict, where: str) -> TensorType:
+    """Result type of an op; raises GraphError naming ``where`` when operands do not fit."""
+    where = f"node {where!r} ({kind})"
+    arity = {**{k: 1 for k in UNARY + REDUCE + VIEWS + ("cast",)},
+             **{k: 2 for k in BINARY + ("matmul", "conv2d")}}
+    if kind not in arity:
+        raise UnsupportedError(f"{where}: unknown op kind {kind!r}")
+    if len(ins) != arity[kind]:
+        raise GraphError(f"{where}: expects {arity[kind]} operand(s), got {len(ins)}")
+    x = ins[0]
+    if kind in UNARY:
+        return TensorType(x.shape, x.dtype)
+    if kind == "cast":
+        return TensorType(x.shape, attrs["dtype"])
+    if kind in BINARY:
+        y = ins[1]
+        if x.dtype != y.dtype:
+            raise ShapeError(f"{where}: operand dtypes differ ({x.dtype} vs {y.dtype}); "
+                             f"insert a cast")
+        return TensorType(broadcast_shapes(x.shape, y.shape, where), x.dtype)
+    if kind in REDUCE:
+        axes = _norm_axes(attrs.get("axes"), x.rank, where)
+        attrs["axes"] = axes
+        if attrs.get("keepdims", True):
+            shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+        else:
+            shape = tuple(s for i, s in enumerate(x.shape) if i not in axes) or (1,)
+        return TensorType(shape, x.dtype)
+    if kind == "matmul":
+        a, b = ins
+        if a.dtype != b.dtype:
+            raise ShapeError(f"{where}: operand dtypes differ ({a.dtype} vs {b.dtype})")
+        if a.rank < 2 or b.rank < 2:
+            raise ShapeError(f"{where}: matmul needs rank >= 2 operands, got {a.shape} and "
+                             f"{b.shape}")
+        if a.shape[-1] != b.shape[-2]:
+            raise ShapeError(f"{where}: contraction sizes differ: {a.shape} @ {b.shape} "
+                             f"({a.shape[-1]} != {b.shape[-2]})")
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], where)
+        return TensorType(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+    if kind == "conv2d":
+        xt, w = ins
+        fmt = attrs.get("data_format", "NCHW")
+        if fmt not in ("NCHW", "NHWC"):
+            raise UnsupportedError(f"{where}: data_format {fmt!r}; use NCHW or NHWC")
+        if xt.rank != 4 or w.rank != 4:
+            raise ShapeError(f"{where}: conv2d needs rank-4 input and filter, got {xt.shape} "
+                             f"and {w.shape}")
+        if xt.dtype != w.dtype:
+            raise ShapeError(f"{where}: operand dtypes differ ({xt.dtype} vs {w.dtype})")
+        g = attrs.get("groups", 1)
+        if fmt == "NCHW":
+            n, c, h, wd = xt.shape
+            o, ci, kh, kw = w.shape
+        else:
+            n, h, wd, c = xt.shape
+            o, kh, kw, ci = w.shape
+        if g < 1 or c % g or o % g:
+            raise ShapeError(f"{where}: groups={g} must divide channels {c} and filters {o}")
+        if ci * g != c:
+            raise ShapeError(f"{where}: filter has {ci} input channels per group, input has "
+                             f"{c} channels in {g} group(s)")
+        sh, sw = attrs.get("stride", (1, 1))
+        pt, pl, pb, pr = attrs.get("padding", (0, 0, 0, 0))
+        dh, dw = attrs.get("dilation", (1, 1))
+        if min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
+            raise ShapeError(f"{where}: strides and dilations must be >= 1, padding >= 0")
+        oh = _conv_out(h, kh, sh, pt, pb, dh, where)
+        ow = _conv_out(wd, kw, sw, pl, pr, dw, where)
+        shape = (n, o, oh, ow) if fmt == "NCHW" else (n, oh, ow, o)
+        return TensorType(shape, xt.dtype)
+    if kind == "transpose":
+        perm = attrs["perm"]
+        if sorted(perm) != list(range(x.rank)):
+            raise ShapeError(f"{where}: perm {perm} is not a permutation of {x.rank} dims")
+        return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
+    if kind == "reshape":
+        shape = list(attrs["shape"])
+        if shape.count(-1) > 1:
+            raise ShapeError(f"{where}: at most one -1 in reshape {tuple(shape)}")
+        if -1 in shape:
+            rest = math.prod(s for s in shape if s != -1)
+            if rest == 0 or x.size % rest:
+                raise ShapeError(f"{where}: cannot reshape {x.shape} to {tuple(shape)}")
+            shape[shape.index(-1)] = x.size // rest
+            attrs["shape"] = tuple(shape)
+        if math.prod(shape) != x.size:
+            raise ShapeError(f"{where}: cannot reshape {x.shape} ({x.size} elements) to "
+                             f"{tuple(shape)}")
+        return TensorType(tuple(shape), x.dtype)
+    if kind == "broadcast":
+        shape = tuple(attrs["shape"])
+        if broadcast_shapes(x.shape, shape, where) != shape:
+            raise ShapeError(f"{where}: cannot broadcast {x.shape} to {shape}")
+        return TensorType(shape, x.dtype)
+    raise UnsupportedError(f"{where}: unknown op kind {kind!r}")  # pragma: no cover

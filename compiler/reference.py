@@ -1,0 +1,133 @@
+"""The numpy reference interpreter: what every fused plan and simulated kernel must equal.
+
+Values are computed in float32 (f16 tensors are computed in f32 and rounded to f16 at
+each op's result, the rounding a fused kernel would do only at its stores — so f16
+comparisons use f16 tolerances). Layouts do not change values: arrays are logical.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .graph import DTYPES, Graph, GraphError, Op
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Error function; numpy has none, and scipy is not a dependency."""
+    return _erf(x.astype(np.float64)).astype(np.float32)
+
+
+UNARY_FUNCS = {
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "tanh": np.tanh,
+    "erf": erf,
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "reciprocal": lambda x: 1.0 / x,
+}
+BINARY_FUNCS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "max": np.maximum, "min": np.minimum, "pow": np.power,
+}
+REDUCE_FUNCS = {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_mean": np.mean}
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
+    """Direct convolution via an im2col gather, in NCHW; NHWC is transposed around it."""
+    fmt = attrs.get("data_format", "NCHW")
+    if fmt == "NHWC":
+        x = x.transpose(0, 3, 1, 2)
+        w = w.transpose(0, 3, 1, 2)
+    n, c, h, wd = x.shape
+    o, ci, kh, kw = w.shape
+    g = attrs.get("groups", 1)
+    sh, sw = attrs.get("stride", (1, 1))
+    pt, pl, pb, pr = attrs.get("padding", (0, 0, 0, 0))
+    dh, dw = attrs.get("dilation", (1, 1))
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, o, oh, ow), np.float32)
+    og = o // g
+    for gi in range(g):
+        xs = xp[:, gi * ci:(gi + 1) * ci]
+        ws = w[gi * og:(gi + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
+                           j * dw: j * dw + sw * (ow - 1) + 1: sw]
+                out[:, gi * og:(gi + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", patch, ws[:, :, i, j], dtype=np.float32)
+    if fmt == "NHWC":
+        out = out.transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(out)
+
+
+def eval_op(op: Op, args: list) -> np.ndarray:
+    """One op on numpy operands, in f32, rounded to the op's dtype."""
+    a = [np.asarray(x, dtype=np.float32) for x in args]
+    k = op.kind
+    with np.errstate(all="ignore"):
+        if k in UNARY_FUNCS:
+            r = UNARY_FUNCS[k](a[0])
+        elif k in BINARY_FUNCS:
+            r = BINARY_FUNCS[k](a[0], a[1])
+        elif k == "cast":
+            r = a[0]
+        elif k in REDUCE_FUNCS:
+            r = REDUCE_FUNCS[k](a[0], axis=op.attrs["axes"], keepdims=op.attrs["keepdims"])
+        elif k == "matmul":
+            r = np.matmul(a[0], a[1])
+        elif k == "conv2d":
+            r = conv2d(a[0], a[1], op.attrs)
+        elif k == "transpose":
+            r = np.transpose(a[0], op.attrs["perm"])
+        elif k == "reshape":
+            r = a[0].reshape(op.attrs["shape"])
+        elif k == "broadcast":
+            r = np.broadcast_to(a[0], op.attrs["shape"])
+        else:
+            raise GraphError(f"node {op.name!r}: the reference interpreter has no rule for "
+                             f"{k!r}")
+    r = np.asarray(r, dtype=np.float32).reshape(op.type.shape)
+    return np.ascontiguousarray(r.astype(DTYPES[op.type.dtype]))
+
+
+def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False) -> dict:
+    """Runs the graph; returns its outputs (or every node's value with ``keep_all``)."""
+    env = {}
+    for name in graph.topo_order():
+        op = graph.op(name)
+        if op.kind == "input":
+            if name not in inputs:
+                raise GraphError(f"missing value for graph input {name!r} "
+                                 f"(expected {op.type})")
+            v = np.asarray(inputs[name])
+            if v.shape != op.type.shape:
+                raise GraphError(f"input {name!r}: got shape {v.shape}, expected "
+                                 f"{op.type.shape}")
+            env[name] = v.astype(DTYPES[op.type.dtype])
+        elif op.kind == "constant":
+            env[name] = op.attrs["value"]
+        else:
+            env[name] = eval_op(op, [env[i] for i in op.inputs])
+    if keep_all:
+        return env
+    return {o: env[o] for o in graph.outputs}
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict:
+    """Seeded inputs in [-1, 1), so every run of a command sees the same data."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in graph.inputs:
+        t = graph.op(name).type
+        out[name] = rng.uniform(-1.0, 1.0, t.shape).astype(DTYPES[t.dtype])
+    return out
