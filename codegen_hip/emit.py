@@ -1,0 +1,587 @@
+"""Prints a ``gpusim.program.Kernel`` as readable HIP C++.
+
+The printer is a direct transcription of the IR, statement by statement, so that the
+source a reader sees is exactly the program gpusim simulated:
+
+- every IR expression is printed fully parenthesised, so C precedence cannot change it;
+- registers are declared where they are first written when that is legal C scoping
+  (all uses in one block, the first use a plain write directly in that block); otherwise
+  the declaration moves to the top of the kernel, zero-initialised, which keeps the IR's
+  "registers live for the whole kernel" meaning (loop-carried values, values set inside
+  an ``if`` and read after it);
+- a vector access of width 2 or 4 reinterprets the pointer at the element offset as
+  ``float2``/``float4`` (``int2``/``int4``, ``__half2`` or an 8-byte ``wf_half4``), which
+  is what makes hipcc issue one ``global_load_dwordx4`` instead of four ``dword`` loads;
+- f16 values are widened with ``__half2float`` on load and narrowed with round-to-nearest
+  on store, as the IR specifies;
+- ``WaveReduce`` is a butterfly of ``__shfl_xor`` over ``warpSize`` lanes, so one source
+  is correct for wave64 (CDNA) and wave32 (RDNA). Like the IR, it assumes every lane of
+  the wave takes part.
+
+Known difference in corner cases: ``fmaxf``/``fminf`` return the non-NaN operand, while
+numpy's ``maximum`` propagates NaN.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpusim.program import (
+    Assign, Barrier, BinOp, Buffer, Cast, Const, DTYPE_BYTES, Expr, Fma, For, If, Kernel,
+    LdsLoad, LdsStore, Load, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var,
+    WaveReduce, as_expr,
+)
+
+from .names import Namer
+
+C_TYPE = {"f32": "float", "i32": "int", "f16": "__half"}
+#: vector type for (element dtype, width)
+VEC_TYPE = {("f32", 2): "float2", ("f32", 4): "float4", ("i32", 2): "int2",
+            ("i32", 4): "int4", ("f16", 2): "__half2", ("f16", 4): "wf_half4"}
+_COMPONENTS = ("x", "y", "z", "w")
+_INDENT = "    "
+
+_HALF4_DEF = ("// Four halves moved as one 8-byte access (global_load_dwordx2 / ds_read_b64).\n"
+              "struct __align__(8) wf_half4 { __half2 lo, hi; };\n")
+
+
+def f32_literal(value: float) -> str:
+    """Shortest float literal that rounds to the same f32 value gpusim uses."""
+    v = float(np.float32(value))
+    if math.isnan(v):
+        return "__builtin_nanf(\"\")"
+    if math.isinf(v):
+        return "__builtin_huge_valf()" if v > 0 else "(-__builtin_huge_valf())"
+    s = str(np.float32(v))
+    if "." not in s and "e" not in s:
+        s += ".0"
+    s += "f"
+    return f"({s})" if s.startswith("-") else s
+
+
+def i32_literal(value: int) -> str:
+    """An int literal; INT_MIN cannot be written directly in C."""
+    v = int(value)
+    if not -2**31 <= v < 2**31:
+        raise ValueError(f"i32 constant {v} does not fit in 32 bits")
+    if v == -2**31:
+        return "(-2147483647 - 1)"
+    return f"({v})" if v < 0 else str(v)
+
+
+def _comment(text: str) -> str:
+    """Makes any text safe inside // comments (one line per line, no trailing backslash)."""
+    return "\n".join("// " + line.rstrip().rstrip("\\") for line in str(text).splitlines() or [""])
+
+
+# -------------------------------------------------------------------- reference analysis
+def _expr_vars(e: Expr, out: set):
+    if isinstance(e, Var):
+        out.add(e.name)
+    elif isinstance(e, BinOp):
+        _expr_vars(e.a, out); _expr_vars(e.b, out)
+    elif isinstance(e, UnOp):
+        _expr_vars(e.a, out)
+    elif isinstance(e, Fma):
+        _expr_vars(e.a, out); _expr_vars(e.b, out); _expr_vars(e.c, out)
+    elif isinstance(e, Select):
+        _expr_vars(e.cond, out); _expr_vars(e.a, out); _expr_vars(e.b, out)
+    elif isinstance(e, Cast):
+        _expr_vars(e.a, out)
+
+
+def _own_reads_writes(s):
+    """Registers a statement reads and writes itself (not in nested bodies)."""
+    reads, writes = set(), []
+    if isinstance(s, Assign):
+        _expr_vars(s.value, reads); writes = [s.dst]
+    elif isinstance(s, (Load, LdsLoad)):
+        _expr_vars(s.index, reads); writes = list(s.dsts)
+    elif isinstance(s, (Store, LdsStore)):
+        _expr_vars(s.index, reads)
+        for v in s.values:
+            _expr_vars(v, reads)
+    elif isinstance(s, (Shuffle, WaveReduce)):
+        _expr_vars(s.value, reads); writes = [s.dst]
+    elif isinstance(s, For):
+        _expr_vars(s.start, reads); _expr_vars(s.stop, reads); writes = [s.var]
+    elif isinstance(s, If):
+        _expr_vars(s.cond, reads)
+    return reads, writes
+
+
+def _collect_refs(body, pos=(), refs=None, dtypes=None, loops=frozenset()):
+    """refs[name] = [(position, 0 read | 1 write, stmt, inside a For over name)]; positions
+    sort in program order (a block's statements are (..., i); a For body or If then-block is
+    (..., i, 0), an else-block (..., i, 1))."""
+    for i, s in enumerate(body):
+        p = pos + (i,)
+        reads, writes = _own_reads_writes(s)
+        for name in reads:
+            refs[name].append((p, 0, s, name in loops))
+        inner = loops | {s.var.name} if isinstance(s, For) else loops
+        for v in writes:
+            refs[v.name].append((p, 1, s, v.name in inner))
+            if dtypes.setdefault(v.name, v.dtype) != v.dtype:
+                raise TypeError(f"register {v.name!r} is used as both {dtypes[v.name]} and {v.dtype}")
+        if isinstance(s, For):
+            _collect_refs(s.body, p + (0,), refs, dtypes, inner)
+        elif isinstance(s, If):
+            _collect_refs(s.then, p + (0,), refs, dtypes, loops)
+            _collect_refs(s.orelse, p + (1,), refs, dtypes, loops)
+
+
+def _all_var_dtypes(body, dtypes):
+    """Register dtypes from reads too (a register may be read but never written)."""
+    def visit(e):
+        if isinstance(e, Var):
+            if dtypes.setdefault(e.name, e.dtype) != e.dtype:
+                raise TypeError(f"register {e.name!r} is used as both {dtypes[e.name]} and {e.dtype}")
+        for child in ("a", "b", "c", "cond"):
+            sub = getattr(e, child, None)
+            if isinstance(sub, Expr):
+                visit(sub)
+    for s in body:
+        for attr in ("value", "index", "start", "stop", "cond"):
+            e = getattr(s, attr, None)
+            if isinstance(e, Expr):
+                visit(e)
+        for v in getattr(s, "values", ()) or ():
+            visit(v)
+        if isinstance(s, For):
+            _all_var_dtypes(s.body, dtypes)
+        elif isinstance(s, If):
+            _all_var_dtypes(s.then, dtypes); _all_var_dtypes(s.orelse, dtypes)
+
+
+def plan_declarations(body):
+    """Decides where each register is declared.
+
+    Returns (decl_at, hoisted, dtypes): ``decl_at`` maps a register name to the statement
+    that declares it, or to "loop" for a counter that every For over it declares in its
+    init (it is used nowhere else); ``hoisted`` lists the registers declared at the top.
+    """
+    from collections import defaultdict
+    refs, dtypes = defaultdict(list), {}
+    _collect_refs(body, (), refs, dtypes)
+    _all_var_dtypes(body, dtypes)
+    decl_at, hoisted = {}, []
+    for name in dtypes:
+        rs = sorted(refs.get(name, []), key=lambda r: (r[0], r[1]))
+        if not rs:
+            hoisted.append(name)
+            continue
+        if all(r[3] for r in rs):
+            decl_at[name] = "loop"
+            continue
+        blocks = [r[0][:-1] for r in rs]
+        common = blocks[0]
+        for b in blocks[1:]:
+            n = 0
+            while n < min(len(common), len(b)) and common[n] == b[n]:
+                n += 1
+            common = common[:n]
+        if len(common) % 2:  # a prefix that ends at a statement, not a block: go up
+            common = common[:-1]
+        first_pos, first_kind, first_stmt, _ = rs[0]
+        if isinstance(first_stmt, For) and first_stmt.var.name == name:
+            # loop counter: declared in the for-init when nothing outside the loop uses it
+            # and the loop is the only thing that writes it first.
+            own = first_pos
+            if all(r[0][:len(own)] == own for r in rs) and first_kind == 1 and \
+                    not any(r[0] == own and r[1] == 0 for r in rs):
+                decl_at[name] = first_stmt
+            else:
+                hoisted.append(name)
+            continue
+        if first_kind == 1 and len(first_pos) == len(common) + 1:
+            decl_at[name] = first_stmt
+        else:
+            hoisted.append(name)
+    return decl_at, hoisted, dtypes
+
+
+# ------------------------------------------------------------------------------ printing
+class _Printer:
+    """Prints one kernel; holds the name tables so every identifier is unique."""
+
+    def __init__(self, kernel: Kernel, c_name: str):
+        self.k = kernel
+        self.c_name = c_name
+        self.namer = Namer(taken=[c_name])
+        self.names = {}  # ("param"|"lds"|"reg", ir name) -> C name
+        for p in kernel.params:
+            key = ("param", p.name)
+            if key in self.names:
+                raise ValueError(f"kernel {kernel.name!r}: duplicate parameter {p.name!r}")
+            self.names[key] = self.namer.fresh(p.name)
+        for a in kernel.lds:
+            self.names[("lds", a.name)] = self.namer.fresh(a.name)
+        self.decl_at, self.hoisted, self.dtypes = plan_declarations(kernel.body)
+        for name in self.dtypes:
+            self.names[("reg", name)] = self.namer.fresh(name)
+        self.specials_used = set()
+        self._mark_specials(kernel.body)
+        self.special_names = {s: self.namer.fresh(s) for s in
+                              ("thread_id", "block_id", "lane", "wave_id")
+                              if s in self.specials_used}
+        self.lines = []
+        self._declared = set()
+
+    # names ------------------------------------------------------------------------
+    def reg(self, name):
+        return self.names[("reg", name)]
+
+    def param(self, name):
+        try:
+            return self.names[("param", name)]
+        except KeyError:
+            raise KeyError(f"kernel {self.k.name!r} has no parameter {name!r}") from None
+
+    def lds(self, name):
+        try:
+            return self.names[("lds", name)]
+        except KeyError:
+            raise KeyError(f"kernel {self.k.name!r} has no LDS array {name!r}") from None
+
+    def _mark_specials(self, body):
+        def visit(e):
+            if isinstance(e, Special):
+                self.specials_used.add(e.name)
+            for child in ("a", "b", "c", "cond"):
+                sub = getattr(e, child, None)
+                if isinstance(sub, Expr):
+                    visit(sub)
+        for s in body:
+            for attr in ("value", "index", "start", "stop", "cond"):
+                e = getattr(s, attr, None)
+                if isinstance(e, Expr):
+                    visit(e)
+            for v in getattr(s, "values", ()) or ():
+                visit(v)
+            if isinstance(s, For):
+                self._mark_specials(s.body)
+            elif isinstance(s, If):
+                self._mark_specials(s.then); self._mark_specials(s.orelse)
+
+    # expressions ----------------------------------------------------------------------
+    def expr(self, e) -> str:
+        e = as_expr(e)  # For bounds and indices may be plain Python ints
+        if isinstance(e, Const):
+            return f32_literal(e.value) if e.dtype == "f32" else i32_literal(e.value)
+        if isinstance(e, Var):
+            return self.reg(e.name)
+        if isinstance(e, Special):
+            if e.name == "wave_size":
+                return "warpSize"
+            return self.special_names[e.name]
+        if isinstance(e, ScalarRef):
+            return self.param(e.name)
+        if isinstance(e, BinOp):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in ("min", "max"):
+                fn = ("fminf" if e.op == "min" else "fmaxf") if e.a.dtype == "f32" else e.op
+                return f"{fn}({a}, {b})"
+            if e.op == "pow":
+                return f"powf({a}, {b})"
+            if e.op in ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor"):
+                return f"(int)({a} {_OPS[e.op]} {b})"  # IR comparisons are i32 0/1
+            return f"({a} {_OPS[e.op]} {b})"
+        if isinstance(e, UnOp):
+            a = self.expr(e.a)
+            if e.op == "neg":
+                return f"(-{a})"
+            if e.op == "not":
+                return f"(int)(!{a})"
+            if e.op == "abs":
+                return f"fabsf({a})" if e.a.dtype == "f32" else f"abs({a})"
+            if e.op == "relu":
+                return f"fmaxf({a}, 0.0f)" if e.a.dtype == "f32" else f"max({a}, 0)"
+            if e.op == "recip":
+                return f"(1.0f / {a})"
+            if e.op == "sigmoid":
+                return f"(1.0f / (1.0f + expf(-{a})))"
+            return f"{e.op}f({a})"  # exp log sqrt rsqrt tanh erf
+        if isinstance(e, Fma):
+            return f"fmaf({self.expr(e.a)}, {self.expr(e.b)}, {self.expr(e.c)})"
+        if isinstance(e, Select):
+            return f"({self.cond(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if isinstance(e, Cast):
+            return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
+        raise TypeError(f"cannot print expression {type(e).__name__}")
+
+    def cond(self, e) -> str:
+        """A truth value: a comparison prints without its 0/1 cast (same meaning in C)."""
+        text = self.expr(e)
+        if (isinstance(e, BinOp) and e.op in _OPS_CMP) or (isinstance(e, UnOp) and e.op == "not"):
+            return text[5:]
+        return text
+
+    @staticmethod
+    def convert(text: str, src: str, dst: str) -> str:
+        """C text converting a value of dtype ``src`` to ``dst`` (f16 only in memory)."""
+        if src == dst:
+            return text
+        if src == "f16":
+            text, src = f"__half2float({text})", "f32"
+            if dst == "f32":
+                return text
+        if dst == "f16":
+            if src != "f32":
+                text = f"(float)({text})"
+            return f"__float2half({text})"
+        return f"({C_TYPE[dst]})({text})"
+
+    # statements -----------------------------------------------------------------------
+    def emit(self, text: str, depth: int):
+        self.lines.append(_INDENT * depth + text)
+
+    def lhs(self, var: Var, stmt) -> str:
+        """The left side of a write: with its type when this statement declares it."""
+        name = self.reg(var.name)
+        if self.decl_at.get(var.name) == "loop" and isinstance(stmt, For):
+            return f"{C_TYPE[var.dtype]} {name}"
+        if self.decl_at.get(var.name) is stmt and var.name not in self._declared:
+            self._declared.add(var.name)
+            return f"{C_TYPE[var.dtype]} {name}"
+        return name
+
+    def block(self, body, depth):
+        for s in body:
+            self.stmt(s, depth)
+
+    def stmt(self, s, depth):
+        if isinstance(s, Assign):
+            self.emit(f"{self.lhs(s.dst, s)} = "
+                      f"{self.convert(self.expr(s.value), s.value.dtype, s.dst.dtype)};", depth)
+        elif isinstance(s, For):
+            self.emit_for(s, depth)
+        elif isinstance(s, If):
+            cond = self.cond(s.cond)
+            self.emit(f"if {cond} {{" if cond.startswith("(") else f"if ({cond}) {{", depth)
+            self.block(s.then, depth + 1)
+            if s.orelse:
+                self.emit("} else {", depth)
+                self.block(s.orelse, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, Load):
+            buf = self.k.buffer(s.buffer)
+            self.emit_read(s, self.param(s.buffer), buf.dtype, depth, "global")
+        elif isinstance(s, LdsLoad):
+            arr = self.k.lds_array(s.array)
+            self.emit_read(s, self.lds(s.array), arr.dtype, depth, "LDS")
+        elif isinstance(s, Store):
+            buf = self.k.buffer(s.buffer)
+            if buf.intent == "in":
+                raise ValueError(f"kernel {self.k.name!r} stores to input buffer {buf.name!r}")
+            self.emit_write(s, self.param(s.buffer), buf.dtype, depth)
+        elif isinstance(s, LdsStore):
+            arr = self.k.lds_array(s.array)
+            self.emit_write(s, self.lds(s.array), arr.dtype, depth)
+        elif isinstance(s, Barrier):
+            self.emit("__syncthreads();", depth)
+        elif isinstance(s, Shuffle):
+            if s.mode not in ("xor", "down"):
+                raise ValueError(f"unknown shuffle mode {s.mode!r}")
+            value = self.convert(self.expr(s.value), s.value.dtype, s.dst.dtype)
+            self.emit(f"{self.lhs(s.dst, s)} = __shfl_{s.mode}({value}, {int(s.offset)}, warpSize);",
+                      depth)
+        elif isinstance(s, WaveReduce):
+            self.emit_wave_reduce(s, depth)
+        else:
+            raise TypeError(f"cannot print statement {type(s).__name__}")
+
+    def emit_for(self, s: For, depth):
+        var = self.reg(s.var.name)
+        start = as_expr(s.start)
+        init = f"{self.lhs(s.var, s)} = {self.convert(self.expr(start), start.dtype, s.var.dtype)}"
+        step = int(s.step)
+        incr = f"{var} += {step}" if step >= 0 else f"{var} -= {-step}"
+        if s.unroll:
+            self.emit("#pragma unroll", depth)
+        self.emit(f"for ({init}; {var} < {self.expr(s.stop)}; {incr}) {{", depth)
+        self.block(s.body, depth + 1)
+        self.emit("}", depth)
+
+    def _vector_access(self, width, dtype, space):
+        if width not in (1, 2, 4):
+            raise ValueError(f"kernel {self.k.name!r}: {space} access width {width} (must be 1, 2 or 4)")
+        return VEC_TYPE.get((dtype, width))
+
+    def _components(self, tmp, dtype, width):
+        if dtype == "f16":
+            if width == 2:
+                return [f"__low2float({tmp})", f"__high2float({tmp})"]
+            return [f"__low2float({tmp}.lo)", f"__high2float({tmp}.lo)",
+                    f"__low2float({tmp}.hi)", f"__high2float({tmp}.hi)"]
+        return [f"{tmp}.{c}" for c in _COMPONENTS[:width]]
+
+    def emit_read(self, s, ptr, dtype, depth, space):
+        width = len(s.dsts)
+        vt = self._vector_access(width, dtype, space)
+        idx = self.expr(s.index)
+        if width == 1:
+            d = s.dsts[0]
+            self.emit(f"{self.lhs(d, s)} = {self.convert(f'{ptr}[{idx}]', dtype, d.dtype)};", depth)
+            return
+        tmp = self.namer.fresh(f"{ptr}_v{width}")
+        self.emit(f"const {vt} {tmp} = *reinterpret_cast<const {vt}*>({ptr} + {idx});"
+                  f"  // one {width * DTYPE_BYTES[dtype]}-byte {space} load", depth)
+        src_dt = "f32" if dtype == "f16" else dtype
+        for d, comp in zip(s.dsts, self._components(tmp, dtype, width)):
+            self.emit(f"{self.lhs(d, s)} = {self.convert(comp, src_dt, d.dtype)};", depth)
+
+    def emit_write(self, s, ptr, dtype, depth):
+        width = len(s.values)
+        vt = self._vector_access(width, dtype, "store")
+        idx = self.expr(s.index)
+        if dtype == "f16":
+            vals = [self.convert(self.expr(v), v.dtype, "f32") for v in s.values]
+        else:
+            vals = [self.convert(self.expr(v), v.dtype, dtype) for v in s.values]
+        if width == 1:
+            value = self.convert(vals[0], "f32", "f16") if dtype == "f16" else vals[0]
+            self.emit(f"{ptr}[{idx}] = {value};", depth)
+            return
+        if dtype == "f16":
+            pairs = [f"__floats2half2_rn({vals[i]}, {vals[i + 1]})" for i in range(0, width, 2)]
+            packed = pairs[0] if width == 2 else f"wf_half4{{{pairs[0]}, {pairs[1]}}}"
+        else:
+            packed = f"make_{vt}({', '.join(vals)})"
+        self.emit(f"*reinterpret_cast<{vt}*>({ptr} + {idx}) = {packed};"
+                  f"  // one {width * DTYPE_BYTES[dtype]}-byte store", depth)
+
+    def emit_wave_reduce(self, s: WaveReduce, depth):
+        if s.op not in ("sum", "max", "min"):
+            raise ValueError(f"unknown wave reduction {s.op!r}")
+        dst = self.reg(s.dst.name)
+        self.emit(f"{self.lhs(s.dst, s)} = "
+                  f"{self.convert(self.expr(s.value), s.value.dtype, s.dst.dtype)};"
+                  f"  // wave {s.op}: butterfly over all warpSize lanes", depth)
+        off = self.namer.fresh("offset")
+        other = f"__shfl_xor({dst}, {off}, warpSize)"
+        if s.op == "sum":
+            update = f"{dst} + {other}"
+        else:
+            fn = ("fmaxf" if s.op == "max" else "fminf") if s.dst.dtype == "f32" else s.op
+            update = f"{fn}({dst}, {other})"
+        self.emit("#pragma unroll", depth)
+        self.emit(f"for (int {off} = warpSize / 2; {off} > 0; {off} /= 2) {{", depth)
+        self.emit(f"{dst} = {update};", depth + 1)
+        self.emit("}", depth)
+
+    # whole kernel ----------------------------------------------------------------------
+    def params_c(self):
+        out = []
+        for p in self.k.params:
+            name = self.param(p.name)
+            if isinstance(p, Buffer):
+                if p.dtype not in C_TYPE:
+                    raise ValueError(f"buffer {p.name!r}: unknown dtype {p.dtype!r}")
+                const = "const " if p.intent == "in" else ""
+                out.append(f"{const}{C_TYPE[p.dtype]}* __restrict__ {name}")
+            else:
+                if p.dtype not in ("f32", "i32"):
+                    raise ValueError(f"scalar {p.name!r}: dtype must be f32 or i32")
+                out.append(f"const {C_TYPE[p.dtype]} {name}")
+        return out
+
+    def signature(self) -> str:
+        return (f'extern "C" __global__ void __launch_bounds__({int(self.k.block)})\n'
+                f"{self.c_name}({', '.join(self.params_c())})")
+
+    def kernel_source(self) -> str:
+        self.lines = [self.signature() + " {"]
+        for a in self.k.lds:
+            width = max([len(getattr(s, "dsts", ()) or getattr(s, "values", ()))
+                         for s in _walk(self.k.body)
+                         if isinstance(s, (LdsLoad, LdsStore)) and s.array == a.name] or [1])
+            align = max(4, width * DTYPE_BYTES[a.dtype])
+            dims = " * ".join(str(int(d)) for d in a.shape) or "1"
+            pad = f", last dim includes {a.padding} padding" if a.padding else ""
+            self.emit(f"__shared__ __align__({align}) {C_TYPE[a.dtype]} {self.lds(a.name)}[{dims}];"
+                      f"  // {a.dtype}[{' x '.join(str(int(d)) for d in a.shape)}]{pad}: "
+                      f"{a.nbytes} B", 1)
+        sp = self.special_names
+        if "thread_id" in sp:
+            self.emit(f"const int {sp['thread_id']} = (int)threadIdx.x;", 1)
+        if "block_id" in sp:
+            self.emit(f"const int {sp['block_id']} = (int)blockIdx.x;", 1)
+        if "lane" in sp:
+            self.emit(f"const int {sp['lane']} = (int)threadIdx.x % warpSize;", 1)
+        if "wave_id" in sp:
+            self.emit(f"const int {sp['wave_id']} = (int)threadIdx.x / warpSize;", 1)
+        for name in self.hoisted:
+            dt = self.dtypes[name]
+            zero = "0.0f" if dt == "f32" else "0"
+            self.emit(f"{C_TYPE[dt]} {self.reg(name)} = {zero};", 1)
+            self._declared.add(name)
+        self.block(self.k.body, 1)
+        self.lines.append("}")
+        return "\n".join(self.lines) + "\n"
+
+
+_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%",
+        "shl": "<<", "shr": ">>", "and": "&", "or": "|", "xor": "^", "lt": "<", "le": "<=",
+        "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "land": "&&", "lor": "||"}
+
+
+_OPS_CMP = ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor")
+
+
+def _walk(body):
+    from gpusim.program import walk
+    return walk(body)
+
+
+def kernel_c_name(kernel: Kernel, namer: Namer | None = None) -> str:
+    """The C identifier for a kernel (unique within ``namer`` when given)."""
+    return (namer or Namer()).fresh(kernel.name)
+
+
+def kernel_prototype(kernel: Kernel, c_name: str | None = None) -> str:
+    """The kernel's declaration, for a host file that launches it."""
+    return _Printer(kernel, c_name or kernel_c_name(kernel)).signature() + ";"
+
+
+def _header(kernel, arch_name, c_name, header_comment, counters) -> str:
+    lines = [f"wavefuse codegen_hip: kernel {kernel.name!r} (C name {c_name}), emitted for {arch_name}.",
+             "What is printed here is the program gpusim simulated; regenerate rather than edit.",
+             f"Launch: grid = {kernel.grid} workgroups x block = {kernel.block} threads "
+             f"(warpSize lanes per wave: 64 on CDNA, 32 on RDNA).",
+             "Parameters: " + ", ".join(
+                 f"{p.name}: {p.dtype}[{'x'.join(map(str, p.shape))}] {p.intent}"
+                 if isinstance(p, Buffer) else f"{p.name}: {p.dtype} scalar" for p in kernel.params)]
+    if kernel.lds:
+        lines.append("LDS: " + ", ".join(f"{a.name} {a.dtype}[{'x'.join(map(str, a.shape))}] "
+                                         f"(+{a.padding} pad) {a.nbytes} B" for a in kernel.lds)
+                     + f"; total {kernel.lds_bytes} B")
+    if kernel.meta:
+        lines.append("Schedule (kernel.meta):")
+        lines += [f"  {k}: {v}" for k, v in kernel.meta.items()]
+    if counters:
+        lines.append(f"Simulator prediction (gpusim, {arch_name}):")
+        lines += [f"  {k}: {v:.6g}" if isinstance(v, float) else f"  {k}: {v}"
+                  for k, v in counters.items()]
+    if header_comment:
+        lines += str(header_comment).splitlines()
+    return "\n".join(_comment(line) for line in lines) + "\n"
+
+
+def emit_kernel(kernel: Kernel, arch_name: str = "gfx942", header_comment: str | None = None,
+                *, c_name: str | None = None, counters: dict | None = None) -> str:
+    """HIP C++ source of one kernel: a self-contained .hip file.
+
+    ``c_name`` overrides the sanitised kernel name (the exporter passes names unique across
+    a project); ``counters`` are the simulator's predictions, printed in the header.
+    """
+    c_name = c_name or kernel_c_name(kernel)
+    printer = _Printer(kernel, c_name)
+    body = printer.kernel_source()
+    parts = [_header(kernel, arch_name, c_name, header_comment, counters),
+             "#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n"]
+    if "wf_half4" in body:
+        parts.append(_HALF4_DEF)
+    parts.append(body)
+    return "\n".join(parts)
