@@ -1,0 +1,53 @@
+"""What every lowering shares: a dispatch's kernel arguments and its shape facts.
+
+A dispatch (see ``compiler.plan``) is read through four attributes only: ``name``,
+``root``, ``ops`` (node names in topological order), ``inputs`` (tensors read from global
+memory) and ``outputs`` (tensors written to global memory). Its kernel takes one global
+buffer per input (in that tensor's own layout: strides decide coalescing) followed by one
+per output (row-major), named after the tensors so a harness can bind them by name.
+"""
+from __future__ import annotations
+
+import re
+
+from gpusim import program as P
+
+from ..graph import Graph
+
+
+class LoweringError(Exception):
+    """A schedule that cannot be lowered for this dispatch (the message says why)."""
+
+
+def sanitize(name: str) -> str:
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    return s if s and not s[0].isdigit() else f"k_{s}"
+
+
+def buffers(graph: Graph, dispatch) -> tuple:
+    """Kernel arguments: inputs in their layouts, then outputs row-major."""
+    params = []
+    for t in dispatch.inputs:
+        op = graph.op(t)
+        ty = op.type
+        if op.kind == "constant" and ty.size == 1:
+            continue  # inlined as an immediate by the ValueEmitter
+        params.append(P.Buffer(t, ty.dtype, ty.shape, "in", ty.strides))
+    for t in dispatch.outputs:
+        ty = graph.op(t).type
+        params.append(P.Buffer(t, ty.dtype, ty.shape, "out", None))
+    return tuple(params)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def dispatch_kind(graph: Graph, dispatch) -> str:
+    """contraction (a matmul/conv root), reduction, or elementwise (incl. pure copies)."""
+    kinds = {graph.op(n).kind for n in dispatch.ops}
+    if kinds & {"matmul", "conv2d"}:
+        return "contraction"
+    if kinds & {"reduce_sum", "reduce_max", "reduce_mean"}:
+        return "reduction"
+    return "elementwise"

@@ -1,0 +1,335 @@
+"""From tensor ops to per-thread kernel IR: the value of a fused tensor at an index.
+
+Every lowering (elementwise, row reduction, contraction epilogue) asks the same question:
+"what is tensor T at logical index (i0, i1, ...)?", where T is any op inside the dispatch.
+:class:`ValueEmitter` answers it by walking T's producers inside the dispatch:
+
+- a boundary tensor (graph input, constant, another dispatch's output) is a global
+  ``Load`` at the flat offset its layout gives (``sum(i_d * stride_d)``), so a tensor
+  stored in another layout is read through its own strides — which is what decides
+  coalescing;
+- an elementwise op becomes IR arithmetic on its operands' values, each operand's index
+  aligned by numpy broadcasting (size-1 dimensions read index 0);
+- a view (transpose, reshape, broadcast) only rewrites the index: it never moves data;
+- a reduction or contraction inside the dispatch is answered by the lowering that owns
+  it (``bind``), e.g. the register holding the current row's sum.
+
+Vector requests (``values``) fetch ``width`` consecutive elements along the innermost
+dimension at once; a boundary load becomes one ``width``-wide vector ``Load`` when the
+memory offsets of those elements are consecutive and aligned, one scalar load when they
+are all equal (a broadcast), and ``width`` scalar loads otherwise. The decision is made
+exactly, by pushing each input's table of memory offsets through the same views with
+numpy (:func:`offset_table`), not by guessing from shapes.
+
+Results are cached per (tensor, index) in a scope, so a multi-use producer is computed
+once per element; ``scope()`` starts a fresh cache, e.g. for each pass over a row.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from contextlib import contextmanager
+
+import numpy as np
+
+from gpusim import program as P
+
+from ..graph import Graph, GraphError
+
+# ------------------------------------------------------------------ index arithmetic
+# Small constant-folding constructors keep the emitted index expressions readable (and the
+# simulator's work small): x*1 -> x, x+0 -> x, 0*x -> 0.
+
+
+def _c(e):
+    return e.value if isinstance(e, P.Const) else None
+
+
+def iadd(a, b):
+    a, b = P.as_expr(a), P.as_expr(b)
+    ca, cb = _c(a), _c(b)
+    if ca is not None and cb is not None:
+        return P.i32(ca + cb)
+    if ca == 0:
+        return b
+    if cb == 0:
+        return a
+    return a + b
+
+
+def imul(a, b):
+    a, b = P.as_expr(a), P.as_expr(b)
+    ca, cb = _c(a), _c(b)
+    if ca is not None and cb is not None:
+        return P.i32(ca * cb)
+    if ca == 0 or cb == 0:
+        return P.i32(0)
+    if ca == 1:
+        return b
+    if cb == 1:
+        return a
+    return a * b
+
+
+def idiv(a, n):
+    a = P.as_expr(a)
+    if n == 1:
+        return a
+    ca = _c(a)
+    return P.i32(ca // n) if ca is not None else a // n
+
+
+def imod(a, n):
+    a = P.as_expr(a)
+    if n == 1:
+        return P.i32(0)
+    ca = _c(a)
+    return P.i32(ca % n) if ca is not None else a % n
+
+
+def key(e) -> str:
+    """A structural key for memoising values by index expression."""
+    if isinstance(e, P.Const):
+        return f"{e.value}{e.dtype[0]}"
+    if isinstance(e, P.Var):
+        return e.name
+    if isinstance(e, P.Special):
+        return "%" + e.name
+    if isinstance(e, P.BinOp):
+        return f"({key(e.a)} {e.op} {key(e.b)})"
+    if isinstance(e, P.UnOp):
+        return f"{e.op}({key(e.a)})"
+    if isinstance(e, P.Select):
+        return f"sel({key(e.cond)},{key(e.a)},{key(e.b)})"
+    if isinstance(e, P.Cast):
+        return f"cast<{e.dtype}>({key(e.a)})"
+    if isinstance(e, P.Fma):
+        return f"fma({key(e.a)},{key(e.b)},{key(e.c)})"
+    if isinstance(e, P.ScalarRef):
+        return "$" + e.name
+    raise TypeError(f"no key for {e!r}")
+
+
+def unravel(linear, shape):
+    """Row-major multi-index of a linear element number, as IR expressions."""
+    idx = []
+    rest = linear
+    for d in reversed(range(len(shape))):
+        idx.append(imod(rest, shape[d]))
+        rest = idiv(rest, shape[d])
+    return tuple(reversed(idx))
+
+
+def align_index(idx, in_shape, out_shape):
+    """Numpy broadcasting, backwards: the operand index for an output index."""
+    lead = len(out_shape) - len(in_shape)
+    return tuple(P.i32(0) if s == 1 and out_shape[lead + d] != 1 else idx[lead + d]
+                 for d, s in enumerate(in_shape))
+
+
+def view_index(op, idx, in_shape):
+    """The operand index that a view's output index reads."""
+    if op.kind == "transpose":
+        perm = op.attrs["perm"]
+        inv = [0] * len(perm)
+        for o, p in enumerate(perm):
+            inv[p] = o
+        return tuple(idx[inv[d]] for d in range(len(perm)))
+    if op.kind == "broadcast":
+        return align_index(idx, in_shape, op.type.shape)
+    if op.kind == "reshape":
+        out_shape = op.type.shape
+        # Fast path: the shapes agree after dropping 1s, so only unit dims change.
+        if [s for s in out_shape if s != 1] == [s for s in in_shape if s != 1]:
+            src = iter([i for i, s in zip(idx, out_shape) if s != 1])
+            return tuple(P.i32(0) if s == 1 else next(src) for s in in_shape)
+        linear = P.i32(0)
+        for i, s in zip(idx, out_shape):
+            linear = iadd(imul(linear, s), i)
+        return unravel(linear, in_shape)
+    raise GraphError(f"node {op.name!r}: {op.kind} is not a view")
+
+
+# ------------------------------------------------------------------ offset tables
+def offset_table(graph: Graph, tensor: str, consumer_chain_shape: tuple, path: list) -> np.ndarray:
+    """Memory offsets (in elements) of ``tensor`` for every element of the shape reached
+    by applying the views/broadcasts in ``path`` (a list of (op, operand position))."""
+    t = graph.op(tensor).type
+    table = np.zeros(t.shape, np.int64)
+    for d, s in enumerate(t.strides):
+        shape = [1] * t.rank
+        shape[d] = t.shape[d]
+        table = table + (np.arange(t.shape[d], dtype=np.int64) * s).reshape(shape)
+    for op in path:
+        if op.kind == "transpose":
+            table = np.transpose(table, op.attrs["perm"])
+        elif op.kind == "reshape":
+            table = np.ascontiguousarray(table).reshape(op.type.shape)
+        else:  # broadcast, or an elementwise op broadcasting its operand
+            table = np.broadcast_to(table, op.type.shape)
+    return table
+
+
+def vector_access(table: np.ndarray, width: int) -> str:
+    """How a ``width``-group along the innermost dim reads memory: 'vector' (consecutive,
+    aligned offsets), 'broadcast' (all equal) or 'scalar' (anything else)."""
+    if width == 1 or table.ndim == 0 or table.shape[-1] % width:
+        return "scalar" if width > 1 else "vector"
+    groups = table.reshape(-1, width)
+    first = groups[:, :1]
+    if np.all(groups == first):
+        return "broadcast"
+    if np.all(groups - first == np.arange(width)) and np.all(first % width == 0):
+        return "vector"
+    return "scalar"
+
+
+UNARY_IR = {"neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
+            "tanh": "tanh", "erf": "erf", "relu": "relu", "sigmoid": "sigmoid",
+            "reciprocal": "recip"}
+BINARY_IR = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",
+             "min": "min", "pow": "pow"}
+
+
+def buffer_name(tensor: str) -> str:
+    return tensor
+
+
+class ValueEmitter:
+    """Emits the IR that computes tensors of one dispatch, element by element."""
+
+    def __init__(self, graph: Graph, ops: list, boundary: list, regs: "RegisterNamer"):
+        self.graph = graph
+        self.ops = set(ops)
+        self.boundary = set(boundary)
+        self.regs = regs
+        self.stmts: list = []
+        self.bound: dict = {}          # tensor -> callable(idx) -> Expr
+        self._cache: dict = {}
+        self._access: dict = {}        # (tensor, root shape, width) -> access kind
+        self.loads: list = []          # (tensor, access kind, width) per emitted load
+
+    # ---------------------------------------------------------------- scopes
+    @contextmanager
+    def scope(self, stmts: list | None = None, keep_cache: bool = False):
+        """Emit into ``stmts`` with a fresh value cache (restored afterwards)."""
+        saved_stmts, saved_cache = self.stmts, self._cache
+        self.stmts = stmts if stmts is not None else []
+        if not keep_cache:
+            self._cache = {}
+        try:
+            yield self.stmts
+        finally:
+            self.stmts, self._cache = saved_stmts, saved_cache
+
+    def assign(self, value, hint="v", dtype=None) -> P.Var:
+        v = P.Var(self.regs.new(hint), dtype or value.dtype)
+        self.stmts.append(P.Assign(v, value))
+        return v
+
+    # ---------------------------------------------------------------- values
+    def value(self, tensor: str, idx: tuple) -> P.Expr:
+        return self.values(tensor, [tuple(idx)], 1)[0]
+
+    def values(self, tensor: str, idxs: list, width: int) -> list:
+        """Values of ``tensor`` at ``idxs`` (``width`` consecutive innermost indices; a
+        single-element list when ``width == 1``)."""
+        ck = (tensor, tuple(tuple(key(i) for i in ix) for ix in idxs))
+        if ck in self._cache:
+            return self._cache[ck]
+        out = self._compute(tensor, idxs, width)
+        self._cache[ck] = out
+        return out
+
+    def _compute(self, tensor, idxs, width):
+        op = self.graph.op(tensor)
+        if tensor in self.bound:
+            return [self.bound[tensor](ix) for ix in idxs]
+        if tensor in self.boundary or tensor not in self.ops:
+            if op.kind == "constant" and op.type.size == 1:
+                return [P.f32(float(op.attrs["value"].reshape(-1)[0]))] * len(idxs)
+            return self._load(tensor, idxs, width)
+        if op.is_view:
+            in_shape = self.graph.op(op.inputs[0]).type.shape
+            return self.values(op.inputs[0], [view_index(op, ix, in_shape) for ix in idxs],
+                               width)
+        if op.kind == "cast":
+            return self.values(op.inputs[0], idxs, width)
+        if op.kind in UNARY_IR:
+            a = self.values(op.inputs[0], [align_index(ix, self._shape(op.inputs[0]),
+                                                       op.type.shape) for ix in idxs], width)
+            return [self.assign(P.UnOp(UNARY_IR[op.kind], x), op.kind) for x in a]
+        if op.kind in BINARY_IR:
+            args = [self.values(i, [align_index(ix, self._shape(i), op.type.shape)
+                                    for ix in idxs], width) for i in op.inputs]
+            return [self.assign(P.BinOp(BINARY_IR[op.kind], x, y), op.kind)
+                    for x, y in zip(*args)]
+        raise GraphError(f"node {tensor!r}: a {op.kind} inside this dispatch has no "
+                         f"register binding; the lowering must bind it")
+
+    def _shape(self, tensor):
+        return self.graph.op(tensor).type.shape
+
+    def _load(self, tensor, idxs, width):
+        t = self.graph.op(tensor).type
+        access = self._access.get(tensor, "scalar") if width > 1 else "vector"
+        if len(idxs) > 1 and access == "vector":
+            regs = tuple(P.Var(self.regs.new(f"ld_{tensor}"), "f32") for _ in idxs)
+            self.stmts.append(P.Load(regs, buffer_name(tensor), self.offset(t, idxs[0])))
+            self.loads.append((tensor, "vector", len(idxs)))
+            return list(regs)
+        if len(idxs) > 1 and access == "broadcast":
+            r = P.Var(self.regs.new(f"ld_{tensor}"), "f32")
+            self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, idxs[0])))
+            self.loads.append((tensor, "broadcast", 1))
+            return [r] * len(idxs)
+        out = []
+        for ix in idxs:
+            r = P.Var(self.regs.new(f"ld_{tensor}"), "f32")
+            self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, ix)))
+            self.loads.append((tensor, "scalar", 1))
+            out.append(r)
+        return out
+
+    @staticmethod
+    def offset(t, ix) -> P.Expr:
+        off = P.i32(0)
+        for i, s in zip(ix, t.strides):
+            off = iadd(off, imul(i, s))
+        return off
+
+    # ---------------------------------------------------------------- vector analysis
+    def analyse_access(self, root: str, width: int, stop_at=()) -> dict:
+        """For every boundary tensor read on the way to ``root``, how a ``width``-group
+        of ``root``'s innermost dim reads it (see :func:`vector_access`)."""
+        result = {}
+
+        def walk(tensor, path):
+            op = self.graph.op(tensor)
+            if tensor in self.bound or tensor in stop_at:
+                return
+            if tensor in self.boundary or tensor not in self.ops:
+                if op.kind == "constant" and op.type.size == 1:
+                    return
+                table = offset_table(self.graph, tensor, None, list(reversed(path)))
+                kind = vector_access(table, width)
+                prev = result.get(tensor)
+                result[tensor] = kind if prev in (None, kind) else "scalar"
+                return
+            for i in op.inputs:
+                walk(i, path + [op])
+
+        walk(root, [])
+        self._access.update(result)
+        return result
+
+
+class RegisterNamer:
+    """Unique, readable register names (``exp_3``, ``ld_x_0``)."""
+
+    def __init__(self):
+        self._n = itertools.count()
+
+    def new(self, hint: str) -> str:
+        safe = "".join(c if c.isalnum() else "_" for c in hint)
+        return f"{safe}_{next(self._n)}"

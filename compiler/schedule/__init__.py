@@ -1,0 +1,21 @@
+"""Schedule spaces: the named knobs of each dispatch kind and their legal values.
+
+A schedule is a plain ``dict`` of knob -> value (``{"workgroup": 256, "vector": 4}``), so
+it prints, serialises and pins (``--fix vector=4``) without ceremony. Each space
+enumerates candidates for one dispatch on one architecture and marks the illegal ones with
+the reason (LDS over the limit, more than 1024 threads, misaligned vectors, too many
+registers), so the candidate table can show why a point was never simulated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Candidate:
+    knobs: dict
+    legal: bool = True
+    reason: str = ""
+
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.knobs.items())
