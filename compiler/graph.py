@@ -176,6 +176,9 @@ class Graph:
         self.outputs: list[str] = []
         self._counter = itertools.count()
         self._order: dict[str, int] = {}
+        # Provenance that is not part of the computation (a frontend records the source
+        # file and its tensor names here so results can be checked against the original).
+        self.meta: dict = {}
 
     # --------------------------------------------------------------------- structure
     def op(self, name: str) -> Op:
@@ -252,6 +255,24 @@ class Graph:
                                        op.attrs, op.type)
             self.g.remove_edge(old, u)
             self.g.add_edge(new, u, tensor=self.op(new).type)
+        self.outputs = [new if o == old else o for o in self.outputs]
+
+    def rename(self, old: str, new: str) -> None:
+        """Gives node ``old`` the name ``new`` (frontends keep their tensor names)."""
+        if new == old:
+            return
+        if new in self.g:
+            raise GraphError(f"node name {new!r} is already used in graph {self.name!r}")
+        self._name(old)
+        nx.relabel_nodes(self.g, {old: new}, copy=False)
+        op = self.op(new)
+        self.g.nodes[new]["op"] = Op(new, op.kind, op.inputs, op.attrs, op.type)
+        for u in self.g.successors(new):
+            uop = self.op(u)
+            self.g.nodes[u]["op"] = Op(uop.name, uop.kind,
+                                       tuple(new if i == old else i for i in uop.inputs),
+                                       uop.attrs, uop.type)
+        self._order[new] = self._order.pop(old)
         self.outputs = [new if o == old else o for o in self.outputs]
 
     # ------------------------------------------------------------------- leaves

@@ -1,0 +1,169 @@
+"""`wavefuse verify MODEL`: runs a list of named checks on seeded random inputs.
+
+Each check is a function ``(VerifyContext) -> CheckResult`` registered, in order, with
+``@verify_check("name")``. The first computes the numpy reference every later check
+compares against; later stages add their own ("fused plan", "simulated kernels") by
+decorating a function here. Exit status: 0 when no check fails, 1 otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+from rich.table import Table
+
+from ..graph import Graph, GraphError
+from ..reference import evaluate, random_inputs
+from . import common
+
+# Tolerances for comparing two float computations of the same graph: relative + absolute.
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2}
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str  # "pass", "fail" or "skip"
+    max_error: float | None = None
+    tolerance: float | None = None
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+
+@dataclass
+class VerifyContext:
+    """What every check sees: the graph, its seeded inputs and the reference outputs."""
+    spec: str
+    graph: Graph
+    seed: int
+    inputs: dict
+    reference: dict = field(default_factory=dict)  # graph output name -> array
+
+
+CHECKS: list[tuple[str, Callable[[VerifyContext], CheckResult]]] = []
+
+
+def verify_check(name: str):
+    """Registers a check; checks run in registration order."""
+    def deco(fn):
+        CHECKS.append((name, fn))
+        return fn
+    return deco
+
+
+def compare(ours: np.ndarray, theirs: np.ndarray, dtype: str) -> tuple[bool, float, float]:
+    """(match, max abs error, tolerance): |a-b| <= tol*(1+|b|); NaN/inf must coincide."""
+    tol = TOLERANCE[dtype]
+    a = np.asarray(ours, np.float64)
+    b = np.asarray(theirs, np.float64)
+    if a.size != b.size:
+        return False, float("inf"), tol
+    a, b = a.reshape(-1), b.reshape(-1)
+    finite = np.isfinite(a) & np.isfinite(b)
+    same_special = (~np.isfinite(a) & ~np.isfinite(b)
+                    & ((np.isnan(a) & np.isnan(b)) | (a == b)))
+    if not np.all(finite | same_special):
+        return False, float("inf"), tol
+    err = np.abs(a[finite] - b[finite])
+    max_err = float(err.max()) if err.size else 0.0
+    ok = bool(np.all(err <= tol * (1.0 + np.abs(b[finite]))))
+    return ok, max_err, tol
+
+
+@verify_check("reference interpreter")
+def check_reference(ctx: VerifyContext) -> CheckResult:
+    """The numpy reference runs, gives the declared shapes, and is deterministic."""
+    first = evaluate(ctx.graph, ctx.inputs)
+    second = evaluate(ctx.graph, ctx.inputs)
+    ctx.reference = first
+    problems = []
+    for name, value in first.items():
+        t = ctx.graph.op(name).type
+        if value.shape != t.shape or value.dtype != np.dtype(t.dtype.replace("f", "float")):
+            problems.append(f"{name}: got {value.dtype}{list(value.shape)}, expected {t}")
+        if not np.array_equal(value, second[name], equal_nan=True):
+            problems.append(f"{name}: two runs differ")
+    nonfinite = sum(int((~np.isfinite(v.astype(np.float32))).sum()) for v in first.values())
+    detail = "; ".join(problems) or (f"{len(first)} output(s), deterministic"
+                                     + (f", {nonfinite} non-finite values" if nonfinite else ""))
+    return CheckResult("reference interpreter", "fail" if problems else "pass", 0.0, 0.0,
+                       detail)
+
+
+@verify_check("onnx ReferenceEvaluator")
+def check_onnx(ctx: VerifyContext) -> CheckResult:
+    """For an ONNX model: our import + reference equals onnx's own reference evaluator."""
+    name = "onnx ReferenceEvaluator"
+    meta = ctx.graph.meta
+    if "onnx_path" not in meta:
+        return CheckResult(name, "skip", detail="not an ONNX model")
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.load(meta["onnx_path"])
+    feeds = {onnx_name: ctx.inputs[g_name] for onnx_name, g_name in meta["onnx_inputs"].items()}
+    out_names = list(meta["onnx_outputs"])
+    theirs = ReferenceEvaluator(model).run(out_names, feeds)
+    worst, ok, details = 0.0, True, []
+    tol_used = 0.0
+    for onnx_name, value in zip(out_names, theirs):
+        g_name = meta["onnx_outputs"][onnx_name]
+        ours = ctx.reference[g_name] if g_name in ctx.reference else \
+            evaluate(ctx.graph, ctx.inputs, keep_all=True)[g_name]
+        match, err, tol = compare(ours, value, ctx.graph.op(g_name).type.dtype)
+        worst, tol_used = max(worst, err), max(tol_used, tol)
+        if not match:
+            ok = False
+            details.append(f"{onnx_name}: max error {err:.3g}")
+    return CheckResult(name, "pass" if ok else "fail", worst, tol_used,
+                       "; ".join(details) or f"{len(out_names)} output(s) match")
+
+
+def run_checks(spec: str, graph: Graph, seed: int = 0) -> list[CheckResult]:
+    ctx = VerifyContext(spec, graph, seed, random_inputs(graph, seed))
+    results = []
+    for name, fn in CHECKS:
+        r = fn(ctx)
+        if r is None:
+            raise GraphError(f"verify check {name!r} returned no result")
+        results.append(r)
+    return results
+
+
+STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skip": "yellow"}
+
+
+def run(args) -> int:
+    graph = common.load(args)
+    results = run_checks(args.model, graph, args.seed)
+    failed = any(r.failed for r in results)
+    if args.json:
+        common.emit_json({"model": args.model, "graph": graph.name, "seed": args.seed,
+                          "ok": not failed, "checks": [asdict(r) for r in results]})
+        return 1 if failed else 0
+    table = Table(title=f"verify {args.model} (seed {args.seed})")
+    table.add_column("check", style="bold")
+    table.add_column("status")
+    table.add_column("max error", justify="right")
+    table.add_column("tolerance", justify="right")
+    table.add_column("detail", overflow="fold")
+    for r in results:
+        table.add_row(r.name, f"[{STATUS_STYLE[r.status]}]{r.status}[/]",
+                      "" if r.max_error is None else f"{r.max_error:.3g}",
+                      "" if r.tolerance is None else f"{r.tolerance:.0e}", r.detail)
+    con = common.console()
+    con.print(table)
+    con.print("[bold red]MISMATCH[/]" if failed else "[bold green]OK[/]")
+    return 1 if failed else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("verify", help="check a model's results against references")
+    common.add_model(p)
+    common.add_seed(p)
+    common.add_json(p)
+    p.set_defaults(func=run)
