@@ -1,0 +1,40 @@
+"""Lowering: (dispatch, schedule) -> gpusim.program.Kernel, and the schedule spaces.
+
+One lowering per dispatch kind: contractions (matmul, conv as implicit GEMM, with their
+fused epilogue), row reductions (softmax/norms with fused producers and consumers, or the
+generic serial fallback) and elementwise/injective dispatches (including pure copies
+such as a materialised transpose).
+"""
+from __future__ import annotations
+
+from .common import LoweringError, dispatch_kind
+
+
+def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+    kind = dispatch_kind(graph, dispatch)
+    if kind == "contraction":
+        from .contraction import lower_contraction
+        return lower_contraction(graph, dispatch, schedule, arch_name)
+    if kind == "reduction":
+        from .reduction import lower_generic, lower_rows
+        if schedule.get("lowering") == "generic":
+            return lower_generic(graph, dispatch, schedule, arch_name)
+        return lower_rows(graph, dispatch, schedule, arch_name)
+    from .elementwise import lower_elementwise
+    return lower_elementwise(graph, dispatch, schedule, arch_name)
+
+
+def schedule_space(graph, dispatch, arch_name: str = "gfx942") -> list:
+    """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
+    kind = dispatch_kind(graph, dispatch)
+    if kind == "contraction":
+        from ..schedule.contraction import contraction_space
+        return contraction_space(graph, dispatch, arch_name)
+    if kind == "reduction":
+        from .reduction import rows_space
+        return rows_space(graph, dispatch, arch_name)
+    from .elementwise import elementwise_space
+    return elementwise_space(graph, dispatch, arch_name)
+
+
+__all__ = ["lower", "schedule_space", "LoweringError", "dispatch_kind"]

@@ -115,7 +115,8 @@ def unravel(linear, shape):
     idx = []
     rest = linear
     for d in reversed(range(len(shape))):
-        idx.append(imod(rest, shape[d]))
+        # the outermost index needs no modulo: callers keep ``linear`` in range
+        idx.append(imod(rest, shape[d]) if d else rest)
         rest = idiv(rest, shape[d])
     return tuple(reversed(idx))
 

@@ -1,0 +1,169 @@
+"""Lowering of elementwise (injective) dispatches: one thread, a few vector groups.
+
+The iteration space is the root's logical shape. Threads walk it in *groups* of
+``vector`` consecutive elements along the innermost iterated dimension; each thread
+handles ``elems`` elements, i.e. ``elems / vector`` groups, and consecutive lanes take
+consecutive groups in every step (``group = (block * steps + step) * workgroup + thread``)
+so that a wave's accesses are contiguous whenever the tensors are.
+
+Knobs:
+- ``workgroup``: threads per workgroup.
+- ``vector``: 1, 2 or 4 elements per access; a boundary tensor whose memory is not
+  contiguous along the iterated dimension is read with scalar loads (see ``emitter``).
+- ``elems``: elements per thread (a multiple of ``vector``), unrolled.
+- ``order``: "output" walks the root row-major; "input:<tensor>" walks in the memory
+  order of that input, so *it* is read coalesced and the output is written strided —
+  the choice a layout mismatch forces on an elementwise kernel.
+
+Outputs smaller than the root (a broadcast operand that is also a dispatch output) are
+written by the threads whose index along the broadcast dimensions is 0.
+"""
+from __future__ import annotations
+
+import math
+
+from gpusim import program as P
+
+from ..graph import Graph
+from ..schedule import Candidate
+from .common import LoweringError, buffers, ceil_div, sanitize
+from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
+
+
+def iteration_order(graph: Graph, dispatch, order: str) -> tuple:
+    """The permutation of the root's dims walked outermost-first."""
+    shape = graph.op(dispatch.root).type.shape
+    if order == "output":
+        return tuple(range(len(shape)))
+    if order.startswith("input:"):
+        t = graph.op(order[len("input:"):]).type
+        if t.shape != shape:
+            raise LoweringError(f"order={order}: that input's shape {t.shape} is not the "
+                                f"iteration space {shape}")
+        return t.order
+    raise LoweringError(f"unknown order {order!r}; use 'output' or 'input:<tensor>'")
+
+
+def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+    root_t = graph.op(dispatch.root).type
+    shape = root_t.shape
+    wg = int(schedule.get("workgroup", 256))
+    vec = int(schedule.get("vector", 1))
+    elems = int(schedule.get("elems", vec))
+    perm = iteration_order(graph, dispatch, schedule.get("order", "output"))
+    inner = perm[-1]
+    if vec not in (1, 2, 4):
+        raise LoweringError(f"vector={vec}: vector width must be 1, 2 or 4")
+    if shape[inner] % vec:
+        raise LoweringError(f"vector={vec} does not divide the innermost iterated dimension "
+                            f"({shape[inner]})")
+    if elems % vec:
+        raise LoweringError(f"elems={elems} must be a multiple of vector={vec}")
+    if not 1 <= wg <= 1024:
+        raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to 1024 threads")
+
+    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
+    perm_shape = tuple(shape[d] for d in perm)
+    n_groups = math.prod(shape) // vec
+    steps = elems // vec
+    threads = ceil_div(n_groups, steps)
+    grid = ceil_div(threads, wg)
+
+    for out in dispatch.outputs:
+        _analyse(em, graph, out, perm, vec)
+
+    body = []
+    for step in range(steps):
+        group = iadd(imul(iadd(imul(P.block_id(), steps), step), wg), P.thread_id())
+        stmts = []
+        with em.scope(stmts):
+            g = em.assign(group, "group", "i32")
+            base = unravel(imul(g, vec), perm_shape)  # index in walk order
+            idx = [None] * len(shape)
+            for pos, d in enumerate(perm):
+                idx[d] = base[pos]
+            idxs = []
+            for j in range(vec):
+                ij = list(idx)
+                ij[inner] = iadd(ij[inner], j)
+                idxs.append(tuple(ij))
+            for out in dispatch.outputs:
+                _store(em, graph, out, idxs, shape, inner, vec, stmts)
+        exact = n_groups % (steps * wg) == 0 and n_groups == grid * wg * steps
+        body.extend(stmts if exact else [P.If(group < n_groups, tuple(stmts))])
+    name = sanitize(dispatch.name)
+    return P.Kernel(name, buffers(graph, dispatch), grid, wg, tuple(body),
+                    meta={"dispatch": dispatch.name, "kind": "elementwise",
+                          "schedule": dict(schedule),
+                          "loads": sorted(set(em.loads))})
+
+
+def _analyse(em, graph, out, perm, vec):
+    """Vector-access analysis along the walked innermost dim, for this output's inputs."""
+    if vec == 1:
+        return
+    inner = perm[-1]
+    rank = len(graph.op(out).type.shape)
+    if rank and inner != rank - 1:
+        # The emitter checks the last axis; walking another dim innermost means vector
+        # groups run along it, which only the scalar path serves honestly.
+        em._access.update({t: "scalar" for t in em.analyse_access(out, vec)})
+        return
+    em.analyse_access(out, vec)
+
+
+def _store(em, graph, out, idxs, root_shape, inner, vec, stmts):
+    t = graph.op(out).type
+    lead = len(root_shape) - len(t.shape)
+    oidx = [align_index(ix, t.shape, root_shape) for ix in idxs]
+    bcast = [lead + d for d, s in enumerate(t.shape) if s == 1 and root_shape[lead + d] != 1]
+    bcast += list(range(lead))
+    inner_o = inner - lead
+    contiguous = (vec > 1 and inner_o == len(t.shape) - 1 and t.shape[-1] == root_shape[-1]
+                  and t.is_row_major)
+    if contiguous:
+        vals = em.values(out, oidx, vec)
+        store = [P.Store(out, em.offset(t, oidx[0]), tuple(vals))]
+    elif inner_o >= 0 and t.shape[inner_o] == root_shape[inner] or vec == 1:
+        store = []
+        for ix in oidx:
+            v = em.values(out, [ix], 1)[0]
+            store.append(P.Store(out, em.offset(t, ix), (v,)))
+    else:  # broadcast along the vector dim: one element per group
+        v = em.values(out, [oidx[0]], 1)[0]
+        store = [P.Store(out, em.offset(t, oidx[0]), (v,))]
+    if bcast:
+        cond = None
+        for d in bcast:
+            c = idxs[0][d].eq(0)
+            cond = c if cond is None else P.land(cond, c)
+        stmts.append(P.If(cond, tuple(store)))
+    else:
+        stmts.extend(store)
+
+
+def elementwise_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
+    """Workgroup x vector x elems x order, with illegal points marked."""
+    shape = graph.op(dispatch.root).type.shape
+    n = math.prod(shape)
+    orders = ["output"]
+    for t in dispatch.inputs:
+        ty = graph.op(t).type
+        if ty.shape == shape and not ty.is_row_major:
+            orders.append(f"input:{t}")
+    out = []
+    for order in orders:
+        inner = iteration_order(graph, dispatch, order)[-1]
+        for wg in (64, 128, 256, 512, 1024):
+            for vec in (1, 2, 4):
+                for elems in (vec, 2 * vec, 4 * vec):
+                    knobs = {"workgroup": wg, "vector": vec, "elems": elems, "order": order}
+                    reason = ""
+                    if shape[inner] % vec:
+                        reason = f"vector {vec} does not divide dim {shape[inner]}"
+                    elif elems > 16:
+                        reason = "more than 16 elements per thread"
+                    elif wg > 64 and ceil_div(n, elems) < wg:
+                        reason = "workgroup larger than the work"
+                    out.append(Candidate(knobs, not reason, reason))
+    return out

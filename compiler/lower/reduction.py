@@ -1,0 +1,536 @@
+"""Lowering of row-reduction dispatches: softmax, layer norm, RMS norm in one kernel.
+
+A row dispatch reduces tensors of shape ``(P..., C)`` over the last axis and computes
+per-element ops over the same rows (the aggressive-fusion case: producers, sibling
+reductions and consumers all share the rows). Each row is owned by one wave
+(``mapping=wave``, several rows per workgroup) or one workgroup (``mapping=workgroup``).
+The kernel runs in *phases*: the reductions that do not depend on each other share one
+pass over the row (sibling fusion), a pass per dependency level; a final pass computes
+and stores the per-element outputs.
+
+Knobs:
+- ``mapping``: wave | workgroup; ``workgroup``: threads per workgroup.
+- ``vector``: 1, 2, 4 elements per access along the row.
+- ``cache``: ``registers`` keeps the row's loaded values in registers across passes, so
+  the input is read from memory once (legal when a thread holds at most 32 elements);
+  ``reread`` loops over the row again in every pass (fewer registers, more loads — which
+  the L2 usually catches).
+- ``reduce``: ``wave`` (a wave reduction, printed as a shuffle butterfly), ``shuffle``
+  (the explicit xor butterfly in the IR), ``lds_tree`` (a classic shared-memory tree with
+  a barrier per level; workgroup mapping only).
+- ``passes``: ``multi`` as above, or ``single``: an algebraic rewrite that removes one
+  dependency level: a mean of squared deviations from a mean becomes E[x^2] - E[x]^2
+  (both sums in one pass; less robust to cancellation than Welford's update, stated
+  openly), and softmax's max then sum of exp(x - max) becomes the online softmax
+  (running max and a rescaled running sum, merged across lanes).
+
+Dispatches that do not have this shape fall back to :func:`lower_generic`: one thread per
+element of the root, each reduction a serial loop — correct, and slow, and the search
+will say so.
+"""
+from __future__ import annotations
+
+import math
+
+from gpusim import program as P
+
+from ..graph import Graph
+from ..schedule import Candidate
+from .common import LoweringError, buffers, ceil_div, sanitize
+from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
+
+NEG_INF = -3.0e38
+REDUCE_KINDS = ("reduce_sum", "reduce_max", "reduce_mean")
+
+
+def _wave_size(arch_name):
+    from gpusim.hw import get_arch
+    return get_arch(arch_name).wave_size
+
+
+# ------------------------------------------------------------------------- analysis
+class RowShape:
+    """The rows of a dispatch: parallel shape P, row length C, its reductions by level."""
+
+    def __init__(self, graph: Graph, dispatch):
+        ops = [graph.op(n) for n in dispatch.ops]
+        reds = [o for o in ops if o.kind in REDUCE_KINDS]
+        if not reds:
+            raise LoweringError("no reduction in this dispatch")
+        shapes = {graph.op(r.inputs[0]).type.shape for r in reds}
+        if len(shapes) != 1:
+            raise LoweringError(f"reductions over differently shaped rows {sorted(shapes)}")
+        full = shapes.pop()
+        for r in reds:
+            if r.attrs["axes"] != (len(full) - 1,):
+                raise LoweringError(f"{r.name} reduces axes {r.attrs['axes']}, not the last")
+            if not r.attrs["keepdims"] and r.name not in dispatch.outputs:
+                raise LoweringError(f"{r.name} drops its reduced dim inside the dispatch")
+        self.full = full
+        self.parallel = full[:-1]
+        self.C = full[-1]
+        self.R = math.prod(self.parallel)
+        for o in ops:
+            if o.kind in REDUCE_KINDS:
+                continue
+            if o.is_view and o.kind != "broadcast" or o.is_contraction:
+                raise LoweringError(f"{o.name} ({o.kind}) inside a row dispatch")
+            if not _row_aligned(o.type.shape, full):
+                raise LoweringError(f"{o.name} has shape {o.type.shape}, not a row shape of "
+                                    f"{full}")
+        self.reductions = reds
+        level = {}
+        for r in reds:  # topological order, so producers come first
+            deps = _reduction_deps(graph, dispatch, r.inputs[0], {x.name for x in reds})
+            level[r.name] = 1 + max((level[d] for d in deps), default=-1)
+        self.level = level
+
+
+def _row_aligned(shape, full):
+    lead = len(full) - len(shape)
+    if lead < 0:
+        return False
+    for d, s in enumerate(shape):
+        f = full[lead + d]
+        if s not in (1, f):
+            return False
+        if d + lead < len(full) - 1 and s == 1 and f != 1 and lead == 0:
+            # a per-column parameter with a squeezed row dim is fine; a row dim of 1 in a
+            # full-rank tensor would mean one row broadcast to all: still aligned
+            pass
+    return True
+
+
+def _reduction_deps(graph, dispatch, tensor, reds, seen=None):
+    seen = set() if seen is None else seen
+    out = set()
+    if tensor in seen or tensor not in dispatch.ops:
+        return out
+    seen.add(tensor)
+    if tensor in reds:
+        return {tensor}
+    for i in graph.op(tensor).inputs:
+        out |= _reduction_deps(graph, dispatch, i, reds, seen)
+    return out
+
+
+# ------------------------------------------------------------------------- lowering
+def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+    rows = RowShape(graph, dispatch)
+    ws = _wave_size(arch_name)
+    mapping = schedule.get("mapping", "wave")
+    wg = int(schedule.get("workgroup", 256))
+    vec = int(schedule.get("vector", 1))
+    cache = schedule.get("cache", "reread")
+    reduce = schedule.get("reduce", "wave")
+    passes = schedule.get("passes", "multi")
+    C, R = rows.C, rows.R
+    if wg % ws or not ws <= wg <= 1024:
+        raise LoweringError(f"workgroup={wg} must be a multiple of the wave size {ws}, "
+                            f"at most 1024")
+    if vec not in (1, 2, 4) or C % vec:
+        raise LoweringError(f"vector={vec} must be 1, 2 or 4 and divide the row ({C})")
+    if mapping not in ("wave", "workgroup"):
+        raise LoweringError(f"mapping={mapping!r}; use wave or workgroup")
+    if reduce == "lds_tree" and (mapping != "workgroup" or wg & (wg - 1)):
+        raise LoweringError("reduce=lds_tree needs mapping=workgroup and a power-of-two "
+                            "workgroup")
+    T = ws if mapping == "wave" else wg
+    nwaves = wg // ws
+    rows_per_wg = nwaves if mapping == "wave" else 1
+    chunk = T * vec
+    n_it = ceil_div(C, chunk)
+    ragged = C % chunk != 0
+    if cache == "registers" and (n_it * vec > 32 or ragged):
+        raise LoweringError(f"cache=registers needs the row split evenly with at most 32 "
+                            f"elements per thread (row {C}, {chunk} per pass)")
+
+    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
+    stmts: list = []
+    em.stmts = stmts
+    if mapping == "wave":
+        row = em.assign(iadd(imul(P.block_id(), rows_per_wg), P.wave_id()), "row", "i32")
+        tcol = P.lane()
+    else:
+        row = em.assign(P.block_id(), "row", "i32")
+        tcol = P.thread_id()
+    pidx = unravel(row, rows.parallel) if rows.parallel else ()
+
+    red_names = {r.name for r in rows.reductions}
+    for r in rows.reductions:
+        em.analyse_access(r.inputs[0], vec, stop_at=red_names)
+    for o in dispatch.outputs:
+        if o not in red_names:
+            em.analyse_access(o, vec, stop_at=red_names)
+
+    lds = []
+    red_slot = {r.name: i for i, r in enumerate(rows.reductions)}
+    groups = _phase_groups(graph, dispatch, rows, passes)
+
+    def col_idxs(it):
+        base = imul(iadd(imul(it, T), tcol), vec)
+        return base, [pidx + (iadd(base, j),) for j in range(vec)]
+
+    def row_loop(body_fn, keep_cache):
+        """Runs body_fn(it, idxs, guard) over the row's column chunks."""
+        if cache == "registers":
+            for it in range(n_it):
+                base, idxs = col_idxs(P.i32(it))
+                body_fn(idxs)
+            return
+        it_var = P.Var(em.regs.new("it"), "i32")
+        inner: list = []
+        with em.scope(inner):
+            base, idxs = col_idxs(it_var)
+            if ragged:
+                guarded: list = []
+                with em.scope(guarded):
+                    body_fn(idxs)
+                inner.append(P.If(base < C, tuple(guarded)))
+            else:
+                body_fn(idxs)
+        em.stmts.append(P.For(it_var, P.i32(0), P.i32(n_it), 1, tuple(inner)))
+
+    for group in groups:
+        accs = {}
+        for item in group:
+            accs[item.name] = item.init(em)
+        row_loop(lambda idxs: [item.accumulate(em, idxs, accs[item.name]) for item in group],
+                 keep_cache=cache == "registers")
+        for item in group:
+            item.finish(em, accs[item.name], rows, ws, T, nwaves, mapping, reduce, lds,
+                        red_slot, wg)
+
+    # final pass: per-element outputs, then per-row outputs once
+    row_outs = [o for o in dispatch.outputs if graph.op(o).type.shape[-1] == C
+                and len(graph.op(o).type.shape) == len(rows.full) and o not in red_names]
+    per_row = [o for o in dispatch.outputs if o not in row_outs]
+
+    def store_row(idxs):
+        for o in row_outs:
+            t = graph.op(o).type
+            oidx = [align_index(ix, t.shape, rows.full) for ix in idxs]
+            vals = em.values(o, oidx, vec)
+            if vec > 1:
+                em.stmts.append(P.Store(o, em.offset(t, oidx[0]), tuple(vals)))
+            else:
+                em.stmts.append(P.Store(o, em.offset(t, oidx[0]), (vals[0],)))
+
+    if row_outs:
+        row_loop(store_row, keep_cache=True)
+    if per_row:
+        st: list = []
+        with em.scope(st, keep_cache=True):
+            for o in per_row:
+                t = graph.op(o).type
+                ix = pidx + (P.i32(0),) if len(t.shape) == len(rows.full) else pidx
+                v = em.value(o, align_index(ix, t.shape, t.shape) if ix else (P.i32(0),))
+                em.stmts.append(P.Store(o, em.offset(t, ix if ix else (P.i32(0),)), (v,)))
+        stmts.append(P.If(tcol.eq(0), tuple(st)))
+
+    body = stmts
+    grid = ceil_div(R, rows_per_wg)
+    if mapping == "wave" and R % rows_per_wg:
+        body = [stmts[0], P.If(row < R, tuple(stmts[1:]))]
+    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, tuple(body),
+                    lds=tuple(lds),
+                    meta={"dispatch": dispatch.name, "kind": "row_reduction",
+                          "schedule": dict(schedule), "rows": R, "cols": C,
+                          "passes_over_row": len(groups) + (1 if row_outs else 0),
+                          "loads": sorted(set(em.loads))})
+
+
+# ------------------------------------------------------------------------- phase items
+class _Reduce:
+    """One reduction accumulated over the row: sum, max or mean."""
+
+    def __init__(self, graph, op):
+        self.op = op
+        self.name = op.name
+        self.kind = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max"}[op.kind]
+        self.scale = 1.0 / graph.op(op.inputs[0]).type.shape[-1] if op.kind == "reduce_mean" \
+            else None
+
+    def init(self, em):
+        return em.assign(P.f32(0.0 if self.kind == "sum" else NEG_INF), "acc")
+
+    def accumulate(self, em, idxs, acc):
+        for v in em.values(self.op.inputs[0], idxs, len(idxs)):
+            em.stmts.append(P.Assign(acc, P.BinOp("add" if self.kind == "sum" else "max",
+                                                  acc, v)))
+
+    def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
+        total = cross_lane(em, acc, self.kind, ws, T, nwaves, mapping, reduce, lds,
+                           slot[self.name], wg)
+        if self.scale is not None:
+            total = em.assign(total * self.scale, "mean")
+        em.bound[self.name] = lambda idx, r=total: r
+
+
+class _SumSq:
+    """Single pass for mean((x - mean(x))^2): sums of x and x^2 together."""
+
+    def __init__(self, graph, mean_op, var_op, x):
+        self.mean, self.var, self.x = mean_op, var_op, x
+        self.name = var_op.name
+        self.C = graph.op(x).type.shape[-1]
+
+    def init(self, em):
+        return (em.assign(P.f32(0.0), "sum"), em.assign(P.f32(0.0), "sumsq"))
+
+    def accumulate(self, em, idxs, acc):
+        s, q = acc
+        for v in em.values(self.x, idxs, len(idxs)):
+            em.stmts.append(P.Assign(s, s + v))
+            em.stmts.append(P.Assign(q, P.fma(v, v, q)))
+
+    def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
+        s, q = acc
+        ts = cross_lane(em, s, "sum", ws, T, nwaves, mapping, reduce, lds, slot[self.mean.name], wg)
+        tq = cross_lane(em, q, "sum", ws, T, nwaves, mapping, reduce, lds, slot[self.var.name], wg)
+        mean = em.assign(ts * (1.0 / self.C), "mean")
+        var = em.assign(P.maximum(tq * (1.0 / self.C) - mean * mean, 0.0), "var")
+        em.bound[self.mean.name] = lambda idx, r=mean: r
+        em.bound[self.var.name] = lambda idx, r=var: r
+
+
+class _OnlineSoftmax:
+    """Single pass for max(x) then sum(exp(x - max)): running max, rescaled running sum."""
+
+    def __init__(self, graph, max_op, sum_op, x):
+        self.max, self.sum, self.x = max_op, sum_op, x
+        self.name = sum_op.name
+
+    def init(self, em):
+        return (em.assign(P.f32(NEG_INF), "runmax"), em.assign(P.f32(0.0), "runsum"))
+
+    def accumulate(self, em, idxs, acc):
+        m, s = acc
+        for v in em.values(self.x, idxs, len(idxs)):
+            m2 = em.assign(P.maximum(m, v), "m")
+            em.stmts.append(P.Assign(s, P.fma(s, P.exp(m - m2), P.exp(v - m2))))
+            em.stmts.append(P.Assign(m, m2))
+
+    def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
+        m, s = acc
+        gm = cross_lane(em, m, "max", ws, T, nwaves, mapping, reduce, lds, slot[self.max.name], wg)
+        scaled = em.assign(s * P.exp(m - gm), "scaled")
+        gs = cross_lane(em, scaled, "sum", ws, T, nwaves, mapping, reduce, lds,
+                        slot[self.sum.name], wg)
+        em.bound[self.max.name] = lambda idx, r=gm: r
+        em.bound[self.sum.name] = lambda idx, r=gs: r
+
+
+def _single_pass_pair(graph, dispatch, a, b):
+    """Recognises the two rewrites of ``passes=single`` on primitive ops."""
+    if a.kind == "reduce_mean" and b.kind == "reduce_mean":
+        sq = graph.op(b.inputs[0])
+        if sq.kind == "mul" and sq.inputs[0] == sq.inputs[1] and sq.inputs[0] in dispatch.ops:
+            d = graph.op(sq.inputs[0])
+            if d.kind == "sub" and d.inputs[1] == a.name and d.inputs[0] == a.inputs[0]:
+                return _SumSq(graph, a, b, a.inputs[0])
+    if a.kind == "reduce_max" and b.kind == "reduce_sum":
+        e = graph.op(b.inputs[0])
+        if e.kind == "exp" and e.inputs[0] in dispatch.ops:
+            d = graph.op(e.inputs[0])
+            if d.kind == "sub" and d.inputs[1] == a.name and d.inputs[0] == a.inputs[0]:
+                return _OnlineSoftmax(graph, a, b, a.inputs[0])
+    return None
+
+
+def _phase_groups(graph, dispatch, rows, passes):
+    items = {r.name: _Reduce(graph, r) for r in rows.reductions}
+    level = dict(rows.level)
+    if passes == "single":
+        merged = False
+        for a in rows.reductions:
+            for b in rows.reductions:
+                if a.name in items and b.name in items and level[b.name] == level[a.name] + 1:
+                    pair = _single_pass_pair(graph, dispatch, a, b)
+                    if pair is not None:
+                        del items[a.name]
+                        items[b.name] = pair
+                        level[b.name] = level[a.name]
+                        merged = True
+        if not merged:
+            raise LoweringError("passes=single: no mean/variance or max/sum-of-exp pair to "
+                                "merge in this dispatch")
+    elif passes != "multi":
+        raise LoweringError(f"passes={passes!r}; use multi or single")
+    groups = {}
+    for name, item in items.items():
+        groups.setdefault(level[name], []).append(item)
+    return [groups[k] for k in sorted(groups)]
+
+
+def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
+    """Combines per-lane partials into one value every thread of the row holds."""
+    op = "add" if kind == "sum" else "max"
+    if reduce == "lds_tree":
+        name = f"tree{slot}"
+        lds.append(P.LdsArray(name, "f32", (wg,)))
+        em.stmts.append(P.LdsStore(name, P.thread_id(), (acc,)))
+        s = wg // 2
+        while s >= 1:
+            em.stmts.append(P.Barrier())
+            a = P.Var(em.regs.new("ta"), "f32")
+            b = P.Var(em.regs.new("tb"), "f32")
+            em.stmts.append(P.If(P.thread_id() < s, (
+                P.LdsLoad((a,), name, P.thread_id()),
+                P.LdsLoad((b,), name, P.thread_id() + s),
+                P.LdsStore(name, P.thread_id(), (P.BinOp(op, a, b),)),
+            )))
+            s //= 2
+        em.stmts.append(P.Barrier())
+        out = P.Var(em.regs.new("red"), "f32")
+        em.stmts.append(P.LdsLoad((out,), name, P.i32(0)))
+        return out
+    if reduce == "wave":
+        total = P.Var(em.regs.new("wred"), "f32")
+        em.stmts.append(P.WaveReduce(total, acc, kind))
+    elif reduce == "shuffle":
+        total = em.assign(acc, "bfly")
+        off = ws // 2
+        while off >= 1:
+            other = P.Var(em.regs.new("sh"), "f32")
+            em.stmts.append(P.Shuffle(other, total, "xor", off))
+            em.stmts.append(P.Assign(total, P.BinOp(op, total, other)))
+            off //= 2
+    else:
+        raise LoweringError(f"reduce={reduce!r}; use wave, shuffle or lds_tree")
+    if mapping == "workgroup" and nwaves > 1:
+        name = f"part{slot}"
+        lds.append(P.LdsArray(name, "f32", (nwaves,)))
+        em.stmts.append(P.If(P.lane().eq(0), (P.LdsStore(name, P.wave_id(), (total,)),)))
+        em.stmts.append(P.Barrier())
+        comb = P.Var(em.regs.new("comb"), "f32")
+        em.stmts.append(P.LdsLoad((comb,), name, P.i32(0)))
+        for w in range(1, nwaves):
+            t = P.Var(em.regs.new("pw"), "f32")
+            em.stmts.append(P.LdsLoad((t,), name, P.i32(w)))
+            em.stmts.append(P.Assign(comb, P.BinOp(op, comb, t)))
+        return comb
+    return total
+
+
+# ------------------------------------------------------------------------- fallback
+def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+    """One thread per root element; each reduction is a serial loop over its axes."""
+    wg = int(schedule.get("workgroup", 256))
+    shape = graph.op(dispatch.root).type.shape
+    n = math.prod(shape)
+    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
+
+    def bind(r):
+        op = graph.op(r)
+        in_t = graph.op(op.inputs[0]).type
+        axes = op.attrs["axes"]
+
+        def f(idx):
+            full = []
+            it = iter(idx)
+            for d in range(in_t.rank):
+                if d in axes:
+                    full.append(None)
+                    if op.attrs["keepdims"]:
+                        next(it)
+                else:
+                    full.append(next(it))
+            acc = em.assign(P.f32(NEG_INF if op.kind == "reduce_max" else 0.0), "acc")
+            body: list = []
+            loops = []
+            with em.scope(body):
+                for d in axes:
+                    v = P.Var(em.regs.new(f"k{d}"), "i32")
+                    loops.append((v, in_t.shape[d]))
+                    full[d] = v
+                x = em.value(op.inputs[0], tuple(full))
+                body.append(P.Assign(acc, P.BinOp("max" if op.kind == "reduce_max" else "add",
+                                                  acc, x)))
+            stmt = tuple(body)
+            for v, size in reversed(loops):
+                stmt = (P.For(v, P.i32(0), P.i32(size), 1, stmt),)
+            em.stmts.extend(stmt)
+            if op.kind == "reduce_mean":
+                return em.assign(acc * (1.0 / math.prod(in_t.shape[d] for d in axes)), "mean")
+            return acc
+        return f
+
+    for n_ in dispatch.ops:
+        if graph.op(n_).kind in REDUCE_KINDS:
+            em.bound[n_] = bind(n_)
+    body: list = []
+    with em.scope(body):
+        e = em.assign(iadd(imul(P.block_id(), wg), P.thread_id()), "e", "i32")
+        idx = unravel(e, shape)
+        for o in dispatch.outputs:
+            t = graph.op(o).type
+            oidx = align_index(idx, t.shape, shape)
+            v = em.value(o, oidx)
+            lead = len(shape) - len(t.shape)
+            bdims = [d for d in range(len(shape))
+                     if d < lead or (t.shape[d - lead] == 1 and shape[d] != 1)]
+            st = P.Store(o, em.offset(t, oidx), (v,))
+            if bdims:
+                cond = None
+                for d in bdims:
+                    c = idx[d].eq(0)
+                    cond = c if cond is None else P.land(cond, c)
+                body.append(P.If(cond, (st,)))
+            else:
+                body.append(st)
+    grid = ceil_div(n, wg)
+    stmts = tuple(body) if n % wg == 0 else (P.If((P.block_id() * wg + P.thread_id()) < n,
+                                                  tuple(body)),)
+    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, stmts,
+                    meta={"dispatch": dispatch.name, "kind": "generic",
+                          "schedule": dict(schedule)})
+
+
+# ------------------------------------------------------------------------- space
+def rows_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
+    """Candidates for a row dispatch; a non-row dispatch gets the generic fallback only."""
+    try:
+        rows = RowShape(graph, dispatch)
+    except LoweringError as e:
+        return [Candidate({"lowering": "generic", "workgroup": wg}, True,
+                          f"generic: {e}") for wg in (64, 256)]
+    ws = _wave_size(arch_name)
+    has_pair = any(_single_pass_pair(graph, dispatch, a, b)
+                   for a in rows.reductions for b in rows.reductions)
+    out = []
+    for mapping in ("wave", "workgroup"):
+        for wg in (ws, 2 * ws, 4 * ws, 256, 512, 1024):
+            if wg > 1024 or wg % ws:
+                continue
+            for vec in (1, 2, 4):
+                for cache in ("reread", "registers"):
+                    for reduce in ("wave", "shuffle", "lds_tree"):
+                        for passes in (("multi", "single") if has_pair else ("multi",)):
+                            knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
+                                     "cache": cache, "reduce": reduce, "passes": passes}
+                            T = ws if mapping == "wave" else wg
+                            chunk = T * vec
+                            reason = ""
+                            if rows.C % vec:
+                                reason = f"vector {vec} does not divide the row {rows.C}"
+                            elif reduce == "lds_tree" and mapping != "workgroup":
+                                reason = "lds_tree needs a workgroup per row"
+                            elif cache == "registers" and (rows.C % chunk or
+                                                           rows.C // chunk * vec > 32):
+                                reason = "row does not fit in 32 registers per thread"
+                            elif mapping == "workgroup" and chunk > rows.C:
+                                reason = f"workgroup of {wg} x {vec} wider than the row"
+                            elif mapping == "wave" and wg != ws and wg > 256:
+                                reason = "more than 4 rows per workgroup"
+                            elif mapping == "wave" and reduce == "shuffle" and wg != ws * 4:
+                                reason = "shuffle variant only tried at 4 waves"
+                            out.append(Candidate(knobs, not reason, reason))
+    # deduplicate (256 may equal 4 * wave size)
+    seen, uniq = set(), []
+    for c in out:
+        k = tuple(sorted(c.knobs.items()))
+        if k not in seen:
+            seen.add(k)
+            uniq.append(c)
+    return uniq
