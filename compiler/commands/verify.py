@@ -99,12 +99,11 @@ def check_onnx(ctx: VerifyContext) -> CheckResult:
     """For an ONNX model: our import + reference equals onnx's own reference evaluator."""
     name = "onnx ReferenceEvaluator"
     meta = ctx.graph.meta
-    if "onnx_path" not in meta:
+    if "onnx_model" not in meta:
         return CheckResult(name, "skip", detail="not an ONNX model")
-    import onnx
     from onnx.reference import ReferenceEvaluator
 
-    model = onnx.load(meta["onnx_path"])
+    model = meta["onnx_model"]
     feeds = {onnx_name: ctx.inputs[g_name] for onnx_name, g_name in meta["onnx_inputs"].items()}
     out_names = list(meta["onnx_outputs"])
     theirs = ReferenceEvaluator(model).run(out_names, feeds)
