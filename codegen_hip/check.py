@@ -1,0 +1,339 @@
+"""Compile emitted kernels with the real compiler and compare its ISA with the simulator.
+
+The simulator prices each IR access at the width the IR gives it (a width-4 Load is one
+``global_load_dwordx4``), sizes LDS from the IR's arrays, never spills, and derives
+occupancy from its own VGPR estimate. hipcc may disagree: it can merge neighbouring
+scalar loads into a vector load, split an access it cannot prove aligned, turn a
+uniform load into a scalar ``s_load``, remove a redundant load, spill to scratch or need
+more registers. ``check_dir`` compiles every kernel (device only, to assembly, one hipcc
+process per kernel and arch, in parallel threads) and ``compare`` lists each such
+disagreement, so the simulator's numbers are only trusted where the ISA backs them.
+
+Counts are static: instructions in the assembly, not executed instructions.
+The installed clang (15) does not know gfx942; gfx940 has the same CDNA3 ISA, so gfx942
+is checked as gfx940 and the report says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .simfacts import SIM_FORMAT, sim_info as _sim_info, vgpr_occupancy
+
+#: archs the installed clang does not know, and the one with the same ISA it checks instead.
+CHECK_AS = {"gfx942": "gfx940", "gfx941": "gfx940"}
+#: the simulator's VGPR-limited occupancy may differ from the compiler's by this many waves.
+OCCUPANCY_TOLERANCE = 1
+#: the VGPR estimate may differ from the compiler's count by max(abs, rel * compiler's).
+VGPR_TOLERANCE_ABS = 8
+VGPR_TOLERANCE_REL = 0.25
+
+_WIDTH_SUFFIX = {"dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16,
+                 "ushort": 2, "sshort": 2, "short": 2, "short_d16": 2, "short_d16_hi": 2,
+                 "ubyte": 1, "sbyte": 1, "byte": 1, "ubyte_d16": 1, "sbyte_d16": 1,
+                 "ubyte_d16_hi": 1, "byte_d16_hi": 1}
+_VMEM = re.compile(r"^(global|buffer|flat)_(load|store)_(\w+)$")
+_LDS = re.compile(r"^ds_(read|write|load|store)(2st64|2)?_(b32|b64|b96|b128|u16|i16|u8|i8|b16|b8|"
+                  r"u16_d16|u16_d16_hi|u8_d16|u8_d16_hi|i8_d16|i8_d16_hi|b16_d16_hi|b8_d16_hi)$")
+_LDS_BYTES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u16": 2, "i16": 2, "b16": 2,
+              "u8": 1, "i8": 1, "b8": 1}
+_INSN = re.compile(r"^\s+([a-z][a-z0-9_]*)\b")
+_META = {"vgprs": r"^\s+\.vgpr_count:\s+(\d+)", "agprs": r"^\s+\.agpr_count:\s+(\d+)",
+         "sgprs": r"^\s+\.sgpr_count:\s+(\d+)",
+         "lds_bytes": r"^\s+\.group_segment_fixed_size:\s+(\d+)",
+         "scratch_bytes": r"^\s+\.private_segment_fixed_size:\s+(\d+)",
+         "occupancy": r"^; Occupancy:\s+(\d+)"}
+
+
+def check_arch(arch: str) -> tuple[str, str | None]:
+    """(arch given to hipcc, note) for an arch we emitted for."""
+    if arch in CHECK_AS:
+        return CHECK_AS[arch], (f"{arch} is checked as {CHECK_AS[arch]}: the installed clang "
+                                f"does not know {arch}; {CHECK_AS[arch]} has the same CDNA3 ISA")
+    return arch, None
+
+
+def _access_bytes(mnemonic: str) -> tuple[str, str, int] | None:
+    """(space, op, bytes per lane) of a memory instruction, or None if it is not one."""
+    m = _VMEM.match(mnemonic)
+    if m and m.group(3) in _WIDTH_SUFFIX:
+        return m.group(1), m.group(2), _WIDTH_SUFFIX[m.group(3)]
+    m = _LDS.match(mnemonic)
+    if m:
+        op = "load" if m.group(1) in ("read", "load") else "store"
+        kind = m.group(3).split("_")[0]
+        return "lds", op, _LDS_BYTES[kind]
+    return None
+
+
+def parse_asm(text: str) -> dict:
+    """Resources and instruction counts of the (single) kernel in a hipcc ``-S`` output."""
+    out = {}
+    for key, pat in _META.items():
+        m = re.search(pat, text, re.M)
+        out[key] = int(m.group(1)) if m else None
+    insts = {}
+    for line in text.splitlines():
+        m = _INSN.match(line)
+        if not m or line.lstrip().startswith((".", ";")):
+            continue
+        name = m.group(1)
+        if name.endswith(":"):
+            continue
+        insts[name] = insts.get(name, 0) + 1
+    mem = {k: v for k, v in insts.items()
+           if k.startswith(("global_", "buffer_", "flat_", "ds_", "scratch_", "s_load_",
+                            "s_buffer_load_", "s_store_"))}
+    widths = {"global_load": {}, "global_store": {}, "lds_load": {}, "lds_store": {}}
+    for name, n in mem.items():
+        acc = _access_bytes(name)
+        if acc is None:
+            continue
+        space, op, nbytes = acc
+        key = ("lds" if space == "lds" else "global") + "_" + op
+        widths[key][nbytes] = widths[key].get(nbytes, 0) + n
+    out.update({
+        "mem_insts": dict(sorted(mem.items())),
+        "widths": {k: dict(sorted(v.items())) for k, v in widths.items()},
+        "flat_insts": sum(v for k, v in mem.items() if k.startswith("flat_")),
+        "scratch_insts": sum(v for k, v in mem.items() if k.startswith("scratch_")),
+        "valu_insts": sum(v for k, v in insts.items() if k.startswith("v_")),
+        "salu_insts": sum(v for k, v in insts.items() if k.startswith("s_")),
+        "cross_lane_insts": sum(v for k, v in insts.items()
+                                if k.startswith(("ds_bpermute", "ds_permute", "ds_swizzle", "v_permlane",
+                                                 "v_readlane", "v_writelane"))
+                                or "_dpp" in k),
+    })
+    return out
+
+
+def hipcc_path() -> str | None:
+    return shutil.which("hipcc")
+
+
+def compile_to_asm(src: Path, arch: str, asm_path: Path, hipcc: str | None = None,
+                   timeout: float = 180) -> dict:
+    """One device-only hipcc run; returns rc, stderr and seconds (asm at ``asm_path``)."""
+    hipcc = hipcc or hipcc_path()
+    if hipcc is None:
+        raise FileNotFoundError("hipcc not found on PATH (install the Debian package 'hipcc')")
+    cmd = [hipcc, "-Wno-unused-command-line-argument", "--cuda-device-only", "-S",
+           f"--offload-arch={arch}", "-O3", str(src), "-o", str(asm_path)]
+    env = dict(os.environ, HIP_PLATFORM="amd")
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        rc, err = p.returncode, p.stderr
+    except subprocess.TimeoutExpired:
+        rc, err = -1, f"hipcc timed out after {timeout} s"
+    return {"rc": rc, "stderr": err.strip(), "compile_s": round(time.perf_counter() - t0, 3),
+            "command": " ".join(cmd)}
+
+
+def _kernel_files(d: Path):
+    """(hip file, sidecar dict or None) for every kernel source in an export directory."""
+    sidecars = {}
+    for p in sorted(d.glob("*.sim.json")):
+        info = json.loads(p.read_text())
+        if info.get("format") == SIM_FORMAT and info.get("c_name"):
+            sidecars[info["c_name"]] = info
+    files = []
+    for p in sorted(d.glob("*.hip")):
+        if p.name == "main.hip":
+            continue
+        files.append((p, sidecars.get(p.stem)))
+    return files
+
+
+def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None,
+              jobs: int | None = None, asm_dir=None) -> dict:
+    """Compile every kernel ``.hip`` in ``directory`` for each arch and compare with its sidecar.
+
+    Returns a plain-data report (see ``to_json``); ``asm_dir`` keeps the ``.s`` files.
+    """
+    d = Path(directory)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d}: not a directory")
+    hipcc = hipcc or hipcc_path()
+    if hipcc is None:
+        raise FileNotFoundError("hipcc not found on PATH (install the Debian package 'hipcc')")
+    files = _kernel_files(d)
+    notes, targets = [], []
+    for a in archs:
+        real, note = check_arch(a)
+        if note and note not in notes:
+            notes.append(note)
+        targets.append((a, real))
+    if any(info and info.get("arch") in CHECK_AS for _, info in files):
+        for a in {info["arch"] for _, info in files if info and info.get("arch") in CHECK_AS}:
+            note = (f"kernels were emitted for {a}; the check compiles them for "
+                    f"{CHECK_AS[a]}, which shares the CDNA3 ISA (clang 15 does not know {a})")
+            if note not in notes:
+                notes.append(note)
+    tmp = tempfile.TemporaryDirectory(prefix="wavefuse-check-") if asm_dir is None else None
+    out_dir = Path(asm_dir) if asm_dir is not None else Path(tmp.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def one(job):
+        (src, info), (asked, real) = job
+        asm = out_dir / f"{src.stem}.{real}.s"
+        res = compile_to_asm(src, real, asm, hipcc)
+        entry = {"kernel": src.stem, "ir_name": info.get("kernel") if info else None,
+                 "file": src.name, "arch": asked, "checked_as": real, **res}
+        if res["rc"] == 0 and asm.exists():
+            entry.update(parse_asm(asm.read_text()))
+        return entry
+
+    jobs_list = [(f, t) for f in files for t in targets]
+    t0 = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(max_workers=jobs or min(32, (os.cpu_count() or 4))) as pool:
+            entries = list(pool.map(one, jobs_list))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    report = {"dir": str(d), "hipcc": hipcc, "archs": list(archs), "notes": notes,
+              "wall_s": round(time.perf_counter() - t0, 3), "kernels": entries,
+              "tolerances": {"occupancy_waves": OCCUPANCY_TOLERANCE,
+                             "vgprs_abs": VGPR_TOLERANCE_ABS, "vgprs_rel": VGPR_TOLERANCE_REL}}
+    report["disagreements"] = compare(report, None, {f.stem: i for f, i in files if i})
+    report["ok"] = not report["disagreements"]
+    return report
+
+
+def _fmt_widths(ws):
+    return ", ".join(f"{b} B x{n}" for b, n in sorted(ws.items())) or "none"
+
+
+def _vmem_name(op, nbytes):
+    suffix = {1: "ubyte", 2: "ushort/short_d16", 4: "dword", 8: "dwordx2", 12: "dwordx3",
+              16: "dwordx4"}.get(nbytes, f"{nbytes}B")
+    return f"global_{op}_{suffix}"
+
+
+def _lds_name(op, nbytes):
+    return f"ds_{'read' if op == 'load' else 'write'}_b{nbytes * 8}"
+
+
+def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[dict]:
+    """Every disagreement between the compiled ISA and what the simulator assumed.
+
+    ``sim_info`` maps a kernel's C name to its sidecar dict; ``kernels`` (IR kernels, in
+    the same order names were given at export, or a {c_name: Kernel} dict) fills in
+    sidecars that are missing, using gpusim for the VGPR estimate.
+    """
+    infos = dict(sim_info or {})
+    if kernels:
+        pairs = kernels.items() if isinstance(kernels, dict) else \
+            ((getattr(k, "name", None), k) for k in kernels)
+        for name, k in pairs:
+            from .names import c_identifier
+            cname = name if isinstance(kernels, dict) else c_identifier(name)
+            if cname not in infos:
+                infos[cname] = _sim_info(k, c_name=cname)
+    out = []
+    for e in report.get("kernels", []):
+        kname, arch = e["kernel"], e["arch"]
+
+        def add(what, expected, actual, message):
+            out.append({"kernel": kname, "arch": arch, "what": what, "expected": expected,
+                        "actual": actual, "message": f"{kname} [{arch}]: {message}"})
+
+        if e.get("rc") != 0:
+            first = (e.get("stderr") or "").splitlines()[:3]
+            add("compile", "compiles", "error", "hipcc failed: " + " | ".join(first))
+            continue
+        info = infos.get(kname)
+        if info is None:
+            continue  # a .hip without a sidecar: compiled, nothing to compare against
+        if e.get("scratch_bytes"):
+            add("scratch", 0, e["scratch_bytes"],
+                f"{e['scratch_bytes']} B of scratch (register spills or a private array); "
+                "the simulator assumes none")
+        if e.get("lds_bytes") != info.get("lds_bytes"):
+            add("lds_bytes", info.get("lds_bytes"), e.get("lds_bytes"),
+                f"LDS {e.get('lds_bytes')} B in the ISA, {info.get('lds_bytes')} B in the IR")
+        if e.get("flat_insts"):
+            add("flat", 0, e["flat_insts"],
+                f"{e['flat_insts']} flat_* instructions: the simulator models global_* only")
+        for space, key, namefn in (("global", "global", _vmem_name), ("lds", "lds", _lds_name)):
+            for op in ("load", "store"):
+                ir = sorted({a["bytes"] for a in info.get("accesses", [])
+                             if a["space"] == space and a["op"] == op})
+                isa = e["widths"][f"{key}_{op}"]
+                for b in ir:
+                    if b not in isa:
+                        who = sorted({a["name"] for a in info["accesses"] if a["space"] == space
+                                      and a["op"] == op and a["bytes"] == b})
+                        hint = (" (merged into wider accesses, turned into scalar s_load for a "
+                                "uniform address, or removed as redundant)" if op == "load" else "")
+                        add(f"{space}_{op}_width", b, _fmt_widths(isa),
+                            f"IR has {b}-byte {space} {op}s of {', '.join(who)} but the ISA has no "
+                            f"{namefn(op, b)}; ISA widths: {_fmt_widths(isa)}{hint}")
+                for b, n in isa.items():
+                    if b not in ir:
+                        add(f"{space}_{op}_width", ir, b,
+                            f"ISA has {n} {namefn(op, b)} but no IR {space} {op} is {b} bytes wide "
+                            f"(the compiler merged or split accesses)")
+        est = info.get("estimated_vgprs")
+        if est is not None and e.get("vgprs") is not None:
+            real = e["checked_as"]
+            occ_c = vgpr_occupancy(e["vgprs"], real)
+            occ_s = vgpr_occupancy(est, real)
+            e["vgpr_occupancy"] = occ_c
+            e["sim_vgprs"] = est
+            e["sim_vgpr_occupancy"] = occ_s
+            if abs(occ_c - occ_s) > OCCUPANCY_TOLERANCE:
+                add("occupancy", occ_s, occ_c,
+                    f"VGPR-limited occupancy {occ_c} waves/SIMD from the compiler's {e['vgprs']} "
+                    f"VGPRs vs {occ_s} from the simulator's estimate of {est} "
+                    f"(tolerance {OCCUPANCY_TOLERANCE})")
+            tol = max(VGPR_TOLERANCE_ABS, VGPR_TOLERANCE_REL * e["vgprs"])
+            if abs(est - e["vgprs"]) > tol:
+                add("vgprs", est, e["vgprs"],
+                    f"VGPR estimate {est} vs compiler {e['vgprs']} (tolerance {tol:g})")
+    return out
+
+
+def to_json(report: dict) -> str:
+    """The report as stable, indented JSON (for ``--json`` and CI artefacts)."""
+    return json.dumps(report, indent=2, sort_keys=True, default=str)
+
+
+def render_check(report: dict, console) -> None:
+    """A rich table of the compiled kernels, then every disagreement and note."""
+    from rich.table import Table
+
+    t = Table(title=f"hipcc check of {report.get('dir')}", show_lines=False)
+    for col in ("kernel", "arch", "VGPR (sim)", "SGPR", "LDS B", "scratch", "occ (VGPR/sim)",
+                "global ld", "global st", "LDS rd", "LDS wr", "VALU", "hipcc s"):
+        t.add_column(col, justify="left" if col in ("kernel", "arch") else "right")
+    for e in report.get("kernels", []):
+        arch = e["arch"] if e["arch"] == e["checked_as"] else f"{e['arch']}→{e['checked_as']}"
+        if e.get("rc") != 0:
+            t.add_row(e["kernel"], arch, "[red]compile error[/]", *[""] * 9, str(e.get("compile_s")))
+            continue
+        sim_v = f" ({e['sim_vgprs']})" if e.get("sim_vgprs") is not None else ""
+        occ = f"{e.get('occupancy')}"
+        if e.get("sim_vgpr_occupancy") is not None:
+            occ = f"{e['vgpr_occupancy']}/{e['sim_vgpr_occupancy']}"
+        w = e["widths"]
+        t.add_row(e["kernel"], arch, f"{e['vgprs']}{sim_v}", str(e["sgprs"]), str(e["lds_bytes"]),
+                  str(e["scratch_bytes"]), occ, _fmt_widths(w["global_load"]),
+                  _fmt_widths(w["global_store"]), _fmt_widths(w["lds_load"]),
+                  _fmt_widths(w["lds_store"]), str(e["valu_insts"]), f"{e['compile_s']:.2f}")
+    console.print(t)
+    for n in report.get("notes", []):
+        console.print(f"[cyan]note:[/] {n}")
+    dis = report.get("disagreements", [])
+    if not dis:
+        console.print("[green]ISA agrees with the simulator's assumptions.[/]")
+    for d in dis:
+        console.print(f"[red]disagreement:[/] {d['message']}", highlight=False)

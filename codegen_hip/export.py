@@ -1,0 +1,230 @@
+"""Writes a self-contained HIP project for a sequence of dispatches.
+
+The directory holds one ``<kernel>.hip`` per kernel, its ``<kernel>.sim.json`` (what the
+simulator assumed, for ``check_dir``), ``main.hip``, ``CMakeLists.txt``, ``README.md`` and
+the ``data/*.npy`` files. It is written atomically: everything goes into a temporary
+directory next to ``out_dir`` and is renamed into place at the end, so a failure never
+leaves a half-written project, and an existing non-empty ``out_dir`` is only replaced
+with ``force=True``. Every file name is built from sanitised identifiers, so nothing is
+ever written outside ``out_dir``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from gpusim.program import Buffer, Kernel, Scalar
+
+from .emit import emit_kernel
+from .harness import (DEFAULT_TOLERANCE, ArraySpec, LaunchSpec, Plan, cmakelists, hipcc_command,
+                      main_hip, readme)
+from .names import Namer
+from .simfacts import sim_info
+
+NP_DTYPE = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
+
+
+class ExportError(Exception):
+    """An export that cannot be done as asked; the message is one line saying why."""
+
+
+def _dtype_of(arr: np.ndarray) -> str | None:
+    for k, v in NP_DTYPE.items():
+        if arr.dtype == np.dtype(v):
+            return k
+    return None
+
+
+def build_plan(kernels, launches, arrays, *, arch, title, expected, tolerances,
+               warmup=3, repeats=20) -> Plan:
+    """Validates the inputs and fixes every name; raises ExportError on any inconsistency."""
+    kernels = list(kernels)
+    if not kernels:
+        raise ExportError("nothing to export: no kernels given")
+    knamer = Namer(taken=["app", "wfh", "launch", "kArrays", "kNumArrays", "kNumDispatches",
+                          "kDispatchNames", "ArrayInfo", "WF_CHECK", "WF_DATA_DIR"])
+    c_names = {}
+    for k in kernels:
+        if not isinstance(k, Kernel):
+            raise ExportError(f"kernels must be gpusim.program.Kernel, got {type(k).__name__}")
+        if id(k) in c_names:
+            continue
+        c_names[id(k)] = knamer.fresh(k.name)
+    arrays = dict(arrays or {})
+    expected = dict(expected or {})
+    tolerances = dict(tolerances or {})
+    specs: dict[str, ArraySpec] = {}
+    fnamer = Namer()
+    launch_specs = []
+    for n, item in enumerate(launches):
+        try:
+            k, binding = item
+        except (TypeError, ValueError):
+            raise ExportError(f"launch {n}: expected (kernel, {{param: array name}})") from None
+        if id(k) not in c_names:
+            raise ExportError(f"launch {n}: kernel {getattr(k, 'name', k)!r} is not in kernels")
+        binding = dict(binding)
+        names = {p.name for p in k.params}
+        extra = set(binding) - names
+        if extra:
+            raise ExportError(f"launch {n} ({k.name}): no parameter(s) {sorted(extra)}")
+        args, bound = [], {}  # bound: array name -> (intent, param name) in this launch
+        for p in k.params:
+            if p.name not in binding:
+                raise ExportError(f"launch {n} ({k.name}): parameter {p.name!r} is not bound")
+            v = binding[p.name]
+            if isinstance(p, Scalar):
+                if isinstance(v, (str, bytes)) or not np.isscalar(v):
+                    raise ExportError(f"launch {n} ({k.name}): scalar {p.name!r} needs a number")
+                args.append(("scalar", p.dtype, int(v) if p.dtype == "i32" else float(v)))
+                continue
+            if not isinstance(v, str):
+                raise ExportError(f"launch {n} ({k.name}): buffer {p.name!r} must name an array")
+            if v in bound and (p.intent != "in" or bound[v][0] != "in"):
+                raise ExportError(f"launch {n} ({k.name}): array {v!r} is bound to both "
+                                  f"{bound[v][1]!r} and {p.name!r} and written: the "
+                                  "kernel's __restrict__ pointers must not alias")
+            bound[v] = (p.intent, p.name)
+            spec = specs.get(v)
+            if spec is None:
+                given = arrays.get(v)
+                if given is not None:
+                    given = np.asarray(given)
+                    dt = _dtype_of(given)
+                    if dt is None:
+                        raise ExportError(f"array {v!r}: dtype {given.dtype} (need float32, float16 or int32)")
+                    shape = tuple(int(s) for s in given.shape)
+                else:
+                    dt, shape = p.dtype, tuple(int(s) for s in p.shape)
+                atol, rtol = tolerances.get(v, DEFAULT_TOLERANCE[dt])
+                spec = ArraySpec(v, fnamer.fresh(v), dt, shape, given is not None, v in expected,
+                                 float(atol), float(rtol))
+                specs[v] = spec
+            if spec.dtype != p.dtype or spec.count != p.size:
+                raise ExportError(f"launch {n} ({k.name}): buffer {p.name!r} is {p.dtype}[{p.size}] "
+                                  f"but array {v!r} is {spec.dtype}[{spec.count}]")
+            args.append(("buffer", list(specs).index(v)))
+        launch_specs.append(LaunchSpec(k, c_names[id(k)], args))
+    for name in arrays:
+        if name not in specs:
+            raise ExportError(f"array {name!r} is not bound to any launch parameter")
+    for name, arr in expected.items():
+        if name not in specs:
+            raise ExportError(f"expected output {name!r} is not bound to any launch parameter")
+        arr = np.asarray(arr)
+        if _dtype_of(arr) != specs[name].dtype or arr.size != specs[name].count:
+            raise ExportError(f"expected output {name!r} is {arr.dtype}[{arr.size}], the array is "
+                              f"{specs[name].dtype}[{specs[name].count}]")
+    kernel_list = []
+    for k in kernels:
+        if all(k is not kk for kk, _ in kernel_list):
+            kernel_list.append((k, c_names[id(k)]))
+    return Plan(title=title, arch=arch, kernels=kernel_list, arrays=list(specs.values()),
+                launches=launch_specs, warmup=warmup, repeats=repeats)
+
+
+def _inside(root: Path, path: Path) -> Path:
+    """``path`` after checking it lies inside ``root`` (defence in depth for file names)."""
+    r = path.resolve()
+    if os.path.commonpath([str(root.resolve()), str(r)]) != str(root.resolve()):
+        raise ExportError(f"refusing to write {path}: outside the export directory")
+    return path
+
+
+def _prepare_target(out_dir: Path, force: bool) -> Path:
+    """Checks the target and its parent before anything is written; returns the parent."""
+    parent = out_dir.parent
+    if out_dir.resolve() == parent.resolve() or str(out_dir) in ("", ".", "/"):
+        raise ExportError(f"refusing to export into {out_dir!s}: give a directory of its own")
+    if not parent.is_dir():
+        raise ExportError(f"cannot export to {out_dir}: parent directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot export to {out_dir}: parent directory {parent} is not writable")
+    if out_dir.exists() or out_dir.is_symlink():
+        if not out_dir.is_dir() or out_dir.is_symlink():
+            raise ExportError(f"cannot export to {out_dir}: it exists and is not a directory")
+        if any(out_dir.iterdir()) and not force:
+            raise ExportError(f"{out_dir} is not empty; pass force=True (--force) to replace it")
+    return parent
+
+
+def write_project(out_dir, kernels, launches, arrays, *, arch: str = "gfx942", force: bool = False,
+                  title: str = "wavefuse export", expected: dict | None = None,
+                  counters: dict | None = None, tolerances: dict | None = None,
+                  warmup: int = 3, repeats: int = 20) -> Path:
+    """Writes the project atomically and returns its path.
+
+    ``launches``: ordered (kernel, {param name: array name or scalar value}).
+    ``arrays``: initial contents of device buffers by name (arrays not given start zeroed).
+    ``expected``: arrays the harness compares after the last dispatch.
+    ``counters``: {kernel name: simulator counters} for the kernel headers and sidecars.
+    ``tolerances``: {array name: (atol, rtol)} overriding the per-dtype defaults.
+    """
+    out_dir = Path(out_dir).absolute()
+    plan = build_plan(kernels, launches, arrays, arch=arch, title=title, expected=expected,
+                      tolerances=tolerances, warmup=warmup, repeats=repeats)
+    parent = _prepare_target(out_dir, force)
+    counters = counters or {}
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+    except OSError as e:
+        raise ExportError(f"cannot export to {out_dir}: cannot create a directory in {parent} "
+                          f"({e.strerror or e})") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a project dir is not
+        _write_files(tmp, plan, arrays or {}, expected or {}, counters)
+        _swap_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: dict):
+    sources = ["main.hip"]
+    for k, c_name in plan.kernels:
+        kc = counters.get(k.name)
+        src = emit_kernel(k, plan.arch, c_name=c_name, counters=kc)
+        _inside(tmp, tmp / f"{c_name}.hip").write_text(src)
+        info = sim_info(k, plan.arch, c_name=c_name, counters=kc,
+                        estimated_vgprs=(kc or {}).get("vgprs") if isinstance(kc, dict) else None)
+        _inside(tmp, tmp / f"{c_name}.sim.json").write_text(json.dumps(info, indent=2) + "\n")
+        sources.append(f"{c_name}.hip")
+    (tmp / "main.hip").write_text(main_hip(plan))
+    (tmp / "CMakeLists.txt").write_text(cmakelists(plan, "wavefuse_export", sources))
+    (tmp / "README.md").write_text(readme(plan, sources))
+    (tmp / "build.sh").write_text("#!/bin/sh\n# One-line build with hipcc; run from this directory.\n"
+                                  f"{hipcc_command(plan, sources)}\n")
+    data = tmp / "data"
+    data.mkdir()
+    for a in plan.arrays:
+        little = np.dtype(NP_DTYPE[a.dtype]).newbyteorder("<")
+        if a.has_input:
+            arr = np.ascontiguousarray(np.asarray(arrays[a.name]), dtype=little)
+            np.save(_inside(tmp, data / f"{a.file_stem}.npy"), arr, allow_pickle=False)
+        if a.expected:
+            arr = np.ascontiguousarray(np.asarray(expected[a.name]), dtype=little).reshape(a.shape)
+            np.save(_inside(tmp, data / f"{a.file_stem}.expected.npy"), arr, allow_pickle=False)
+
+
+def _swap_into_place(tmp: Path, out_dir: Path):
+    """rename(tmp -> out_dir); an existing directory is moved aside first and restored on failure."""
+    if not out_dir.exists():
+        os.rename(tmp, out_dir)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    os.rmdir(old)
+    os.rename(out_dir, old)
+    try:
+        os.rename(tmp, out_dir)
+    except BaseException:
+        os.rename(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,96 @@
+"""What the simulator assumed about a kernel, as plain data (the ``<kernel>.sim.json`` sidecar).
+
+``check_dir`` compares the compiler's ISA against these facts, so an exported directory can
+be checked later without the compiler package or the IR: the vector width of every global
+and LDS access, the LDS bytes, the estimated VGPRs and the occupancy they give.
+
+VGPR-limited occupancy (waves per SIMD) follows LLVM's AMDGPUBaseInfo.cpp (HARDWARE.md S9):
+min(max waves, VGPRs per SIMD lane / roundup(vgprs, granule)).
+"""
+from __future__ import annotations
+
+from gpusim.program import DTYPE_BYTES, Kernel, LdsLoad, LdsStore, Load, Store, walk
+
+SIM_FORMAT = "wavefuse.sim/1"
+
+#: arch -> (VGPRs per SIMD lane, allocation granule, max waves per SIMD); S9.
+VGPR_FILE = {
+    "gfx90a": (512, 8, 8),
+    "gfx940": (512, 8, 8),
+    "gfx941": (512, 8, 8),
+    "gfx942": (512, 8, 8),
+    "gfx1100": (1536, 24, 16),
+}
+
+
+def vgpr_occupancy(vgprs: int, arch: str) -> int:
+    """Waves per SIMD that ``vgprs`` registers per lane allow on ``arch``."""
+    total, granule, max_waves = VGPR_FILE.get(arch, VGPR_FILE["gfx90a"])
+    vgprs = max(int(vgprs), 1)
+    alloc = -(-vgprs // granule) * granule
+    return max(0, min(max_waves, total // alloc))
+
+
+def memory_accesses(kernel: Kernel) -> list[dict]:
+    """Every global and LDS access of the kernel in program order, with its width."""
+    out = []
+    for s in walk(kernel.body):
+        if isinstance(s, (Load, Store)):
+            buf = kernel.buffer(s.buffer)
+            width = len(s.dsts) if isinstance(s, Load) else len(s.values)
+            out.append({"space": "global", "op": "load" if isinstance(s, Load) else "store",
+                        "name": s.buffer, "dtype": buf.dtype, "width": width,
+                        "bytes": width * DTYPE_BYTES[buf.dtype]})
+        elif isinstance(s, (LdsLoad, LdsStore)):
+            arr = kernel.lds_array(s.array)
+            width = len(s.dsts) if isinstance(s, LdsLoad) else len(s.values)
+            out.append({"space": "lds", "op": "load" if isinstance(s, LdsLoad) else "store",
+                        "name": s.array, "dtype": arr.dtype, "width": width,
+                        "bytes": width * DTYPE_BYTES[arr.dtype]})
+    return out
+
+
+def _gpusim_vgprs(kernel: Kernel, arch: str):
+    """gpusim's VGPR estimate, or (None, reason) when gpusim does not provide one yet."""
+    try:
+        import gpusim
+        estimate = gpusim.estimate_vgprs
+    except (ImportError, AttributeError):
+        return None, "gpusim.estimate_vgprs is not available"
+    try:
+        from gpusim.hw import get_arch
+        arch_obj = get_arch(arch)
+    except (ImportError, AttributeError, KeyError, ValueError):
+        arch_obj = arch
+    return int(estimate(kernel, arch_obj)), "gpusim.estimate_vgprs"
+
+
+def sim_info(kernel: Kernel, arch: str = "gfx942", *, c_name: str | None = None,
+             counters: dict | None = None, estimated_vgprs: int | None = None) -> dict:
+    """The sidecar contents for one kernel.
+
+    ``estimated_vgprs`` overrides gpusim's estimate (e.g. from a SimResult's ``.vgprs``);
+    ``counters`` are the simulator's predicted counters, kept for the record.
+    """
+    if estimated_vgprs is None:
+        estimated_vgprs, source = _gpusim_vgprs(kernel, arch)
+    else:
+        source = "given by the caller (simulation result)"
+    info = {
+        "format": SIM_FORMAT,
+        "kernel": kernel.name,
+        "c_name": c_name,
+        "arch": arch,
+        "grid": int(kernel.grid),
+        "block": int(kernel.block),
+        "accesses": memory_accesses(kernel),
+        "lds_bytes": int(kernel.lds_bytes),
+        "estimated_vgprs": estimated_vgprs,
+        "vgpr_source": source,
+        "occupancy_waves_per_simd": (vgpr_occupancy(estimated_vgprs, arch)
+                                     if estimated_vgprs is not None else None),
+        "counters": {k: (float(v) if isinstance(v, float) else v)
+                     for k, v in (counters or {}).items()
+                     if isinstance(v, (int, float, str, bool))},
+    }
+    return info
