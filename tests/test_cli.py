@@ -1,0 +1,168 @@
+"""The command line: exit codes 0/1/2, --json, one-line errors without tracebacks."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from compiler import __version__, cli
+from compiler.commands import verify
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def softmax_onnx(tmp_path, name="sm.onnx"):
+    g = h.make_graph([h.make_node("Softmax", ["x"], ["y"])], "sm",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, 16])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [4, 16])])
+    path = tmp_path / name
+    path.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+def test_commands_are_discovered():
+    names = {m.__name__.rsplit(".", 1)[1] for m in cli.command_modules()}
+    assert {"models", "show", "verify", "demo"} <= names
+    assert "common" not in names
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"wavefuse {__version__}"
+
+
+def test_models_json_lists_defaults(capsys):
+    code, out, _ = run(capsys, "models", "--json")
+    data = json.loads(out)
+    assert code == 0
+    ln = next(m for m in data["models"] if m["name"] == "layernorm")
+    assert ln["params"]["rows"] == 64 and ln["inputs"]["x"] == "f32[64x256]"
+
+
+def test_show_text_and_json(capsys):
+    code, out, _ = run(capsys, "show", "conv_add_relu_mismatch:c=8,k=4")
+    assert code == 0 and "conv2d" in out and "(0,3,1,2)" in out
+    code, out, _ = run(capsys, "show", "layernorm:rows=4,cols=8", "--json")
+    data = json.loads(out)
+    assert data["primitive_ops"] == 9
+    assert [o["op"] for o in data["ops"]][:3] == ["input"] * 3
+    assert data["ops"][0]["shape"] == [4, 8]
+
+
+def test_show_wide_terminal_uses_table(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "140")
+    code, out, _ = run(capsys, "show", "softmax")
+    assert code == 0 and "operands" in out and "reduce_max" in out
+
+
+def test_verify_builtin_and_onnx(capsys, tmp_path):
+    code, out, _ = run(capsys, "verify", "rmsnorm", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["ok"]
+    assert [c["name"] for c in data["checks"]] == [name for name, _ in verify.CHECKS]
+    assert data["checks"][1]["status"] == "skip"
+    code, out, _ = run(capsys, "verify", str(softmax_onnx(tmp_path)), "--json")
+    data = json.loads(out)
+    onnx_check = next(c for c in data["checks"] if c["name"] == "onnx ReferenceEvaluator")
+    assert code == 0 and onnx_check["status"] == "pass" and onnx_check["max_error"] < 1e-6
+    code, out, _ = run(capsys, "verify", str(softmax_onnx(tmp_path)))
+    assert code == 0 and "max error" in out and "OK" in out
+
+
+def test_verify_mismatch_exits_1(capsys, monkeypatch):
+    def failing(ctx):
+        return verify.CheckResult("always wrong", "fail", 1.0, 1e-4, "planted mismatch")
+    monkeypatch.setattr(verify, "CHECKS", verify.CHECKS + [("always wrong", failing)])
+    code, out, _ = run(capsys, "verify", "softmax:rows=2,cols=4", "--json")
+    assert code == 1 and json.loads(out)["ok"] is False
+    code, out, _ = run(capsys, "verify", "softmax:rows=2,cols=4")
+    assert code == 1 and "MISMATCH" in out
+
+
+def test_compare_catches_errors_and_nan_mismatch():
+    assert verify.compare(np.ones(3), np.ones(3), "f32")[0]
+    ok, err, _ = verify.compare(np.array([1.0, 2.0]), np.array([1.0, 2.1]), "f32")
+    assert not ok and abs(err - 0.1) < 1e-9
+    assert not verify.compare(np.array([np.nan]), np.array([1.0]), "f32")[0]
+    assert verify.compare(np.array([np.nan, np.inf]), np.array([np.nan, np.inf]), "f32")[0]
+
+
+def test_demo_json(capsys):
+    code, out, _ = run(capsys, "demo", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["model"] == "layernorm"
+    assert data["graph"]["primitive_ops"] == 9 and data["graph"]["reductions"] == 2
+
+
+def bad_inputs(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage\x00\x01")
+    unsupported = tmp_path / "abs.onnx"
+    g = h.make_graph([h.make_node("Abs", ["x"], ["a"]), h.make_node("Floor", ["a"], ["y"])],
+                     "u", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2])])
+    unsupported.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+                            .SerializeToString())
+    shape = tmp_path / "shape.onnx"
+    g = h.make_graph([h.make_node("Reshape", ["x", "s"], ["y"])], "r",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [5, 2])],
+                     [numpy_helper.from_array(np.array([5, -1], np.int64), "s")])
+    shape.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
+    return {"unknown model": (["show", "nosuch"], "unknown model"),
+            "bad param": (["verify", "layernorm:rows=x"], "rows='x'"),
+            "missing file": (["show", str(tmp_path / "missing.onnx")], "no such file"),
+            "malformed file": (["verify", str(bad)], "not a readable ONNX model"),
+            "unsupported": (["show", str(unsupported)], "Abs, Floor"),
+            "shape": (["show", str(shape)], "Reshape"),
+            "directory": (["show", str(tmp_path) + "/"], "directory")}
+
+
+def test_bad_input_exits_2_with_one_line(capsys, tmp_path):
+    for label, (argv, pattern) in bad_inputs(tmp_path).items():
+        code, out, err = run(capsys, *argv)
+        assert code == 2, label
+        assert err.startswith("wavefuse: error: ") and err.count("\n") == 1, (label, err)
+        assert pattern in err, (label, err)
+        assert out == ""
+
+
+def test_real_process_has_no_traceback(tmp_path):
+    """Through the interpreter, as a user runs it: exit status 2 and a single stderr line."""
+    cases = bad_inputs(tmp_path)
+    for label in ("unsupported", "bad param"):
+        argv, pattern = cases[label]
+        p = subprocess.run([sys.executable, "-m", "compiler.cli", *argv], capture_output=True,
+                           text=True, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+        assert p.returncode == 2, p.stderr
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+        assert pattern in p.stderr
+
+
+def test_usage_errors(capsys):
+    assert cli.main([]) == 2
+    with pytest.raises(SystemExit) as e:
+        cli.main(["nosuchcommand"])
+    assert e.value.code == 2
+
+
+def test_foreign_error_families_are_user_errors(monkeypatch):
+    import types
+    mod = types.ModuleType("gpusim.fake_errors")
+
+    class KernelError(Exception):
+        pass
+    mod.KernelError = KernelError
+    monkeypatch.setitem(sys.modules, "gpusim.fake_errors", mod)
+    assert KernelError in cli.user_error_types()
+    assert cli.error_line(FileNotFoundError(2, "No such file or directory", "x.onnx")) == \
+        "x.onnx: No such file or directory"
