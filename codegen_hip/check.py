@@ -337,3 +337,24 @@ def render_check(report: dict, console) -> None:
         console.print("[green]ISA agrees with the simulator's assumptions.[/]")
     for d in dis:
         console.print(f"[red]disagreement:[/] {d['message']}", highlight=False)
+
+
+def main(argv=None) -> int:
+    """``python -m codegen_hip.check DIR [--arch gfx90a,gfx940] [--json]``; exit 1 on disagreement."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m codegen_hip.check", description=main.__doc__)
+    ap.add_argument("dir")
+    ap.add_argument("--arch", default="gfx90a,gfx940")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    report = check_dir(args.dir, tuple(a for a in args.arch.split(",") if a))
+    if args.json:
+        print(to_json(report))
+    else:
+        from rich.console import Console
+        render_check(report, Console())
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
