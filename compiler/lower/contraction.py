@@ -1,0 +1,743 @@
+"""Matmul and convolution dispatches as an FMA-tiled GEMM with a fused epilogue.
+
+The GEMM view. A batched matmul is ``C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]``. A 2-D
+convolution is the same GEMM, implicitly (no im2col buffer): M = N*OH*OW output positions,
+N = filters, K = C*kH*kW. For NHWC the K order is (kh, kw, c) so channels are innermost
+and an A row reads contiguous memory; for NCHW it is (c, kh, kw). Padding becomes a
+guard on the A load (out-of-image reads are zero). Groups > 1 are not supported.
+
+Operand access is one formula, written once over "numbers or IR": the same Python code
+that builds a load's offset expression also fills numpy tables of every offset of A and
+B, so the legality of a vector width (contiguous, aligned, never half out of the image)
+is decided exactly from memory, not guessed from shapes. Operands that are graph inputs
+or views of them (a transposed K in attention) are read through their strides; an
+operand computed by a fused elementwise producer is evaluated by the ValueEmitter with
+scalar loads.
+
+The kernel. A workgroup owns a BM x BN output tile of one batch; each of its
+(BM/TM)*(BN/TN) threads owns TM x TN accumulators (distinct registers). The K loop stages
+a BM x BK tile of A and a BK x BN tile of B in LDS, each stored with its *contiguous*
+global dimension innermost so the staging store is as wide as the global load; the
+``lds_pad`` knob pads that inner dimension by one element (row stride odd: conflict-free
+column reads, but vector staging stores split into scalars) or XOR-swizzles it at vector
+granularity (keeps vectors whole).
+
+The accumulator layout mimics MFMA's: thread t owns rows ``t % (BM/TM) + i*(BM/TM)`` and
+columns ``t // (BM/TM) + j*(BN/TN)``. Consecutive lanes hold consecutive rows M, and a
+thread's TN columns are spaced apart, so a direct store of a row-major (M, N) output
+(NHWC conv, matmul) is one dword per lane, one cache line per lane: uncoalesced.
+
+Output swizzle (knob ``swizzle``), rocMLIR's question:
+
+- ``none``: epilogue per accumulator in the register layout; extra inputs (the residual)
+  read in that layout; direct dword stores.
+- ``after_fusion``: epilogue in the register layout, then the *results* round-trip LDS
+  (write, barrier, read back so each thread owns SV consecutive elements of the output's
+  contiguous dim and consecutive lanes own consecutive chunks) and are stored as vectors.
+- ``before_fusion``: the raw accumulators round-trip LDS first; the epilogue runs in the
+  swizzled layout, so an extra input stored like the output is read with vector loads,
+  while one in another layout (channel-major residual) is read with strided scalar loads.
+
+The output tile in LDS reuses the staging space; its inner dimension is padded by one
+vector (SV elements), so rows stay aligned for the wide read-back.
+
+Simplifications: f32 math (f16 buffers widen on load); FMA only (no MFMA); no software
+pipelining or double buffering; dispatch outputs must have the root's shape.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpusim import program as P
+
+from ..graph import Graph
+from .common import LoweringError, buffers, ceil_div, sanitize
+from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
+
+SWIZZLES = ("none", "after_fusion", "before_fusion")
+LDS_PADS = (0, 1, "xor")
+DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "lds_pad": 1, "vec_a": 1,
+            "vec_b": 1, "swizzle": "none"}
+
+
+# ------------------------------------------------------------- numbers-or-IR arithmetic
+def _ir(*xs):
+    return any(isinstance(x, P.Expr) for x in xs)
+
+
+def _add(a, b):
+    return iadd(a, b) if _ir(a, b) else a + b
+
+
+def _mul(a, b):
+    return imul(a, b) if _ir(a, b) else a * b
+
+
+def _div(a, n):
+    return idiv(a, n) if _ir(a) else a // n
+
+
+def _mod(a, n):
+    return imod(a, n) if _ir(a) else a % n
+
+
+def _and(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return P.land(a, b) if _ir(a, b) else (a & b)
+
+
+def _in_range(x, lo, hi):
+    """lo <= x < hi (a bound given as None is known to hold)."""
+    return _and(x >= lo if lo is not None else None, x < hi if hi is not None else None)
+
+
+# ------------------------------------------------------------------ operands
+class Operand:
+    """One GEMM operand (A: rows m, cols k; B: rows k, cols n) as a formula."""
+
+    def __init__(self, tensor, buffer, rows, cols, offset_fn, via_emitter=False):
+        self.tensor = tensor          # the graph tensor feeding the contraction
+        self.buffer = buffer          # kernel buffer read (None when via the emitter)
+        self.rows, self.cols = rows, cols
+        self.offset_fn = offset_fn    # (b, r, c) -> (offset, valid or None)
+        self.via_emitter = via_emitter
+        self.index_fn = None          # (b, r, c) -> (logical index, valid) for the emitter
+        self.max_vec = {"r": 1, "c": 1}
+        self.inner = "c"
+
+    def analyse(self, batch: int):
+        """Largest legal vector width along rows and cols, from the exact offset table."""
+        if self.via_emitter:
+            return
+        b = np.arange(batch).reshape(-1, 1, 1)
+        r = np.arange(self.rows).reshape(1, -1, 1)
+        c = np.arange(self.cols).reshape(1, 1, -1)
+        off, valid = self.offset_fn(b, r, c)
+        off = np.broadcast_to(off, (batch, self.rows, self.cols))
+        valid = np.broadcast_to(True if valid is None else valid, off.shape)
+        for dim, (o, v) in {"c": (off, valid),
+                            "r": (off.transpose(0, 2, 1), valid.transpose(0, 2, 1))}.items():
+            best = 1
+            for w in (2, 4):
+                if o.shape[-1] % w:
+                    break
+                g = o.reshape(-1, w)
+                gv = v.reshape(-1, w)
+                uniform = np.all(gv == gv[:, :1])
+                ok = gv[:, 0]
+                consecutive = np.all((g[ok] - g[ok][:, :1]) == np.arange(w))
+                aligned = np.all(g[ok][:, 0] % w == 0)
+                if uniform and consecutive and aligned:
+                    best = w
+                else:
+                    break
+            self.max_vec[dim] = best
+        # stride-1 dimension innermost, even for scalar loads (coalescing across lanes)
+        o2 = off[0]
+        dc = abs(int(o2[0, 1] - o2[0, 0])) if self.cols > 1 else 1 << 30
+        dr = abs(int(o2[1, 0] - o2[0, 0])) if self.rows > 1 else 1 << 30
+        if self.max_vec["r"] > self.max_vec["c"] or (self.max_vec["r"] == self.max_vec["c"]
+                                                    and dr < dc):
+            self.inner = "r"
+        else:
+            self.inner = "c"
+
+
+def _view_chain(graph, dispatch, tensor):
+    """(boundary tensor, views from it outwards) if ``tensor`` is a pure view chain."""
+    ops = set(dispatch.ops)
+    path = []
+    t = tensor
+    while t in ops and t not in dispatch.inputs:
+        op = graph.op(t)
+        if not op.is_view:
+            return None
+        path.append(op)
+        t = op.inputs[0]
+    return t, list(reversed(path))
+
+
+def _affine_strides(graph, dispatch, tensor):
+    """(buffer, strides, base) when ``tensor`` reads memory affinely through views."""
+    chain = _view_chain(graph, dispatch, tensor)
+    if chain is None:
+        return None
+    src, path = chain
+    if src not in dispatch.inputs:
+        raise LoweringError(f"operand {tensor!r} reads {src!r}, which is neither inside "
+                            f"the dispatch nor one of its inputs")
+    table = offset_table(graph, src, None, path)
+    shape = graph.op(tensor).type.shape
+    base = int(table.reshape(-1)[0])
+    strides = []
+    for d, s in enumerate(shape):
+        if s == 1:
+            strides.append(0)
+            continue
+        ix = [0] * len(shape)
+        ix[d] = 1
+        strides.append(int(table[tuple(ix)]) - base)
+    grid = np.indices(shape).reshape(len(shape), -1)
+    pred = base + sum(grid[d] * strides[d] for d in range(len(shape)))
+    if not np.array_equal(pred, table.reshape(-1)):
+        return None
+    return src, tuple(strides), base
+
+
+# ------------------------------------------------------------------ problem description
+class Gemm:
+    """The GEMM view of a matmul/conv root: sizes, operands, root index of (b, m, n)."""
+
+    def __init__(self, graph: Graph, dispatch):
+        self.graph = graph
+        root = graph.op(dispatch.root)
+        self.root = root
+        self.kind = root.kind
+        if root.kind == "matmul":
+            self._matmul(dispatch)
+        elif root.kind == "conv2d":
+            self._conv(dispatch)
+        else:
+            raise LoweringError(f"dispatch {dispatch.name!r}: root {root.name!r} is a "
+                                f"{root.kind}, not a matmul or conv2d")
+        for opnd in (self.A, self.B):
+            opnd.analyse(self.batch)
+
+    # ---------------------------------------------------------------- matmul
+    def _matmul(self, dispatch):
+        g = self.graph
+        a_t, b_t = self.root.inputs
+        ta, tb = g.op(a_t).type, g.op(b_t).type
+        out = self.root.type.shape
+        self.bshape = out[:-2]
+        self.batch = math.prod(self.bshape)
+        self.M, self.N, self.K = out[-2], out[-1], ta.shape[-1]
+        self.vec_dim = "n"
+
+        def batch_index(b, rank):
+            idx = []
+            rest = b
+            for s in reversed(self.bshape):
+                idx.append(_mod(rest, s))
+                rest = _div(rest, s)
+            idx = list(reversed(idx))
+            lead = len(self.bshape) - (rank - 2)
+            return idx[lead:]
+
+        def make(tensor, rows, cols, order):
+            t = g.op(tensor).type
+            aff = _affine_strides(g, dispatch, tensor)
+
+            def index(b, r, c):
+                bi = batch_index(b, t.rank)
+                bi = [0 if s == 1 else i for i, s in zip(bi, t.shape[:-2])]
+                return tuple(bi) + ((r, c) if order == "rc" else (c, r)), None
+
+            if aff is None:
+                op = Operand(tensor, None, rows, cols, None, via_emitter=True)
+                op.index_fn = index
+                return op
+            src, strides, base = aff
+
+            def offset(b, r, c):
+                ix, _ = index(b, r, c)
+                off = base
+                for i, s in zip(ix, strides):
+                    off = _add(off, _mul(i, s))
+                return off, None
+
+            return Operand(tensor, src, rows, cols, offset)
+
+        self.A = make(a_t, self.M, self.K, "rc")
+        self.B = make(b_t, self.K, self.N, "rc")
+
+    # ---------------------------------------------------------------- conv
+    def _conv(self, dispatch):
+        g = self.graph
+        at = self.root.attrs
+        if at.get("groups", 1) != 1:
+            raise LoweringError(f"conv {self.root.name!r}: groups={at['groups']} is not "
+                                f"supported by the implicit-GEMM lowering (groups=1 only)")
+        x_t, w_t = self.root.inputs
+        fmt = at.get("data_format", "NCHW")
+        xs, ws = g.op(x_t).type.shape, g.op(w_t).type.shape
+        if fmt == "NHWC":
+            n, h, wd, c = xs
+            o, kh, kw, _ = ws
+            _, oh, ow, _ = self.root.type.shape
+        else:
+            n, c, h, wd = xs
+            o, _, kh, kw = ws
+            _, _, oh, ow = self.root.type.shape
+        self.fmt = fmt
+        self.batch, self.bshape = 1, ()
+        self.M, self.N, self.K = n * oh * ow, o, c * kh * kw
+        self.vec_dim = "n" if fmt == "NHWC" else "m"
+        self.conv = (n, c, h, wd, o, kh, kw, oh, ow)
+        sh, sw = at.get("stride", (1, 1))
+        dh, dw = at.get("dilation", (1, 1))
+        xa = _affine_strides(g, dispatch, x_t)
+        wa = _affine_strides(g, dispatch, w_t)
+        if xa is None or wa is None:
+            raise LoweringError(f"conv {self.root.name!r}: operands must be inputs or views "
+                                f"of inputs (a fused producer of a conv operand is not "
+                                f"supported)")
+
+        pt, pl, pb, pr = at.get("padding", (0, 0, 0, 0))
+
+        def split_k(k):
+            """(kh, kw, c) of a K index in this format's K order."""
+            if fmt == "NHWC":  # (kh, kw, c): channels innermost
+                return _div(k, kw * c), _mod(_div(k, c), kw), _mod(k, c)
+            return _mod(_div(k, kw), kh), _mod(k, kw), _div(k, kh * kw)  # (c, kh, kw)
+
+        def a_offset(b, m, k):
+            src, st, base = xa
+            nb, y, x = _div(m, oh * ow), _mod(_div(m, ow), oh), _mod(m, ow)
+            ki, kj, ci = split_k(k)
+            ih = _add(_add(_mul(y, sh), _mul(ki, dh)), -pt)
+            iw = _add(_add(_mul(x, sw), _mul(kj, dw)), -pl)
+            ix = (nb, ih, iw, ci) if fmt == "NHWC" else (nb, ci, ih, iw)
+            off = base
+            for i, s in zip(ix, st):
+                off = _add(off, _mul(i, s))
+            # only padding can take a tap outside the image
+            valid = _and(_in_range(ih, 0 if pt else None, h if pb else None),
+                         _in_range(iw, 0 if pl else None, wd if pr else None))
+            return off, valid
+
+        def b_offset(b, k, f):
+            src, st, base = wa
+            ki, kj, ci = split_k(k)
+            ix = (f, ki, kj, ci) if fmt == "NHWC" else (f, ci, ki, kj)
+            off = base
+            for i, s in zip(ix, st):
+                off = _add(off, _mul(i, s))
+            return off, None
+
+        self.A = Operand(x_t, xa[0], self.M, self.K, a_offset)
+        self.B = Operand(w_t, wa[0], self.K, self.N, b_offset)
+
+    # ---------------------------------------------------------------- root index
+    def root_index(self, b, m, n):
+        """Logical index of the root tensor for GEMM element (b, m, n)."""
+        if self.kind == "matmul":
+            idx = []
+            rest = b
+            for s in reversed(self.bshape):
+                idx.append(_mod(rest, s))
+                rest = _div(rest, s)
+            return tuple(reversed(idx)) + (m, n)
+        _, _, _, _, _, _, _, oh, ow = self.conv
+        nb, y, x = _div(m, oh * ow), _mod(_div(m, ow), oh), _mod(m, ow)
+        return (nb, y, x, n) if self.fmt == "NHWC" else (nb, n, y, x)
+
+    def swizzle_width(self, BM, BN):
+        """Elements per thread after the output swizzle: 4 along the output's contiguous
+        dim when that keeps vectors inside one row of the output, else 2 or 1."""
+        if self.vec_dim == "n":
+            size, tile = self.N, BN
+        else:
+            size, tile = self.conv[8], BM  # consecutive m stay in one output row
+        for w in (4, 2, 1):
+            if size % w == 0 and tile % w == 0:
+                return w
+        return 1
+
+
+def extra_inputs(graph: Graph, dispatch) -> list:
+    """Boundary tensors the epilogue reads (everything reached from the outputs without
+    passing through the root)."""
+    ops, seen, found = set(dispatch.ops), set(), []
+
+    def walk(t):
+        if t in seen or t == dispatch.root:
+            return
+        seen.add(t)
+        op = graph.op(t)
+        if t in dispatch.inputs or t not in ops:
+            if not (op.kind == "constant" and op.type.size == 1):
+                found.append(t)
+            return
+        for i in op.inputs:
+            walk(i)
+
+    for o in dispatch.outputs:
+        walk(o)
+    return found
+
+
+# ------------------------------------------------------------------ schedule checks
+def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65536) -> str:
+    """'' when the schedule is legal for this GEMM, else the reason."""
+    BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
+    if BM % TM or BN % TN:
+        return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
+    threads = (BM // TM) * (BN // TN)
+    if threads > 1024:
+        return f"{threads} threads per workgroup > 1024"
+    if threads < wave_size:
+        return f"{threads} threads per workgroup < one wave ({wave_size})"
+    if s["lds_pad"] not in LDS_PADS:
+        return f"lds_pad={s['lds_pad']!r} not in {LDS_PADS}"
+    if s["swizzle"] not in SWIZZLES:
+        return f"swizzle={s['swizzle']!r} not in {SWIZZLES}"
+    for name, opnd, tile in (("vec_a", gemm.A, (BM, BK)), ("vec_b", gemm.B, (BK, BN))):
+        v = int(s[name])
+        if v not in (1, 2, 4):
+            return f"{name}={v}: vector widths are 1, 2 or 4"
+        mv = opnd.max_vec[opnd.inner]
+        if v > mv:
+            why = ("read through a fused producer (scalar only)" if opnd.via_emitter else
+                   f"memory is contiguous and aligned only for {mv}-wide groups")
+            return f"{name}={v} misaligned: operand {opnd.tensor!r} {why}"
+        inner_len = tile[1] if opnd.inner == "c" else tile[0]
+        if inner_len % v:
+            return f"{name}={v} does not divide the tile's inner size {inner_len}"
+    lds = lds_elems(gemm, s) * 4
+    if lds > lds_limit:
+        return f"LDS {lds} B > {lds_limit} B per CU"
+    regs = vgpr_estimate(s, threads)
+    if regs > 256:
+        return f"about {regs} VGPRs per thread > 256"
+    return ""
+
+
+def _tile_dims(gemm, s):
+    BM, BN, BK = int(s["BM"]), int(s["BN"]), int(s["BK"])
+    a = (BM, BK) if gemm.A.inner == "c" else (BK, BM)   # (outer, inner)
+    b = (BK, BN) if gemm.B.inner == "c" else (BN, BK)
+    return a, b
+
+
+def lds_elems(gemm, s) -> int:
+    (ao, ai), (bo, bi) = _tile_dims(gemm, s)
+    pad = 1 if s["lds_pad"] == 1 else 0
+    staging = ao * (ai + pad) + bo * (bi + pad)
+    if s["swizzle"] == "none":
+        return staging
+    BM, BN = int(s["BM"]), int(s["BN"])
+    sv = gemm.swizzle_width(BM, BN)
+    ctile = BM * (BN + sv) if gemm.vec_dim == "n" else BN * (BM + sv)
+    return max(staging, ctile)
+
+
+def vgpr_estimate(s, threads) -> int:
+    """Accumulators + staged elements + one A column and B row + index registers."""
+    BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
+    staging = ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)
+    return TM * TN + staging + TM + TN + 16
+
+
+# ------------------------------------------------------------------ the lowering
+def _arch_limits(arch_name):
+    """(wave size, LDS bytes per CU) from gpusim.hw when present, else CDNA defaults."""
+    try:
+        from gpusim.hw import get_arch  # type: ignore
+        a = get_arch(arch_name)
+        ws = getattr(a, "wave_size", 64)
+        lds = getattr(a, "lds_bytes_per_cu", None) or getattr(a, "lds_bytes", None) or 65536
+        return int(ws), int(lds)
+    except (ImportError, AttributeError):
+        return (32 if arch_name.startswith("gfx11") else 64), 65536
+
+
+def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) -> P.Kernel:
+    """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in."""
+    s = {**DEFAULTS, **schedule}
+    gemm = Gemm(graph, dispatch)
+    wave_size, lds_limit = _arch_limits(arch_name)
+    why = check_schedule(gemm, s, wave_size, lds_limit)
+    if why:
+        raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
+    for o in dispatch.outputs:
+        if graph.op(o).type.shape != gemm.root.type.shape:
+            raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} has shape "
+                                f"{graph.op(o).type.shape}, not the root's "
+                                f"{gemm.root.type.shape}")
+    return _Builder(graph, dispatch, gemm, s, arch_name).build()
+
+
+class _Builder:
+    def __init__(self, graph, dispatch, gemm, s, arch):
+        self.g, self.d, self.gemm, self.s, self.arch = graph, dispatch, gemm, s, arch
+        self.BM, self.BN, self.BK, self.TM, self.TN = (int(s[k]) for k in
+                                                       ("BM", "BN", "BK", "TM", "TN"))
+        self.threads = (self.BM // self.TM) * (self.BN // self.TN)
+        self.regs = RegisterNamer()
+        self.em = ValueEmitter(graph, list(dispatch.ops), list(dispatch.inputs), self.regs)
+        self.body: list = []
+
+    def var(self, hint, dtype="i32"):
+        return P.Var(self.regs.new(hint), dtype)
+
+    def let(self, hint, value, out=None):
+        v = self.var(hint, value.dtype)
+        (self.body if out is None else out).append(P.Assign(v, value))
+        return v
+
+    # ---------------------------------------------------------------- staging
+    def lds_index(self, base, outer, inner, inner_len, v):
+        pad = self.s["lds_pad"]
+        if pad == "xor":
+            groups = inner_len // v
+            if groups > 1:
+                grp = P.as_expr(idiv(inner, v)) ^ P.as_expr(imod(outer, groups))
+                inner = iadd(imul(grp, v), imod(inner, v))
+            return iadd(base, iadd(imul(outer, inner_len), inner))
+        return iadd(base, iadd(imul(outer, inner_len + (1 if pad == 1 else 0)), inner))
+
+    def stage(self, opnd, v, tile, base, r0, c0, b, out):
+        """Global -> LDS copy of one operand tile; returns nothing, appends to ``out``."""
+        R, C = tile
+        inner_is_c = opnd.inner == "c"
+        outer_len, inner_len = (R, C) if inner_is_c else (C, R)
+        per_row = inner_len // v
+        total = outer_len * per_row
+        t = P.thread_id()
+        for step in range(ceil_div(total, self.threads)):
+            q = iadd(t, step * self.threads)
+            stmts = []
+            outer, inner = idiv(q, per_row), imul(imod(q, per_row), v)
+            ro, ci = (outer, inner) if inner_is_c else (inner, outer)
+            r, c = iadd(r0, ro), iadd(c0, ci)
+            valid = None
+            if opnd.rows % R:
+                valid = _and(valid, r < opnd.rows)
+            if opnd.cols % C:
+                valid = _and(valid, c < opnd.cols)
+            regs = tuple(self.var(f"st_{opnd.tensor}", "f32") for _ in range(v))
+            if opnd.via_emitter:
+                ix, _ = opnd.index_fn(b, r, c)
+                loads = []
+                with self.em.scope(loads):
+                    val = self.em.value(opnd.tensor, ix)
+                    loads.append(P.Assign(regs[0], val))
+            else:
+                off, pvalid = opnd.offset_fn(b, r, c)
+                valid = _and(valid, pvalid)
+                loads = [P.Load(regs, opnd.buffer, off)]
+            if valid is None:
+                stmts += loads
+            else:
+                stmts += [P.Assign(x, P.f32(0.0)) for x in regs]
+                stmts.append(P.If(valid, tuple(loads)))
+            idx = self.lds_index(base, outer, inner, inner_len, v)
+            if self.s["lds_pad"] == 1 and v > 1:  # odd row stride: vectors are misaligned
+                stmts += [P.LdsStore("lds", iadd(idx, e), (regs[e],)) for e in range(v)]
+            else:
+                stmts.append(P.LdsStore("lds", idx, regs))
+            if total % self.threads and step == total // self.threads:
+                out.append(P.If(q < total, tuple(stmts)))
+            else:
+                out += stmts
+
+    def read_tile(self, opnd, tile, base, r, c, v):
+        """LDS index of tile element (r, c) in the operand's staged layout."""
+        R, C = tile
+        if opnd.inner == "c":
+            return self.lds_index(base, r, c, C, v)
+        return self.lds_index(base, c, r, R, v)
+
+    # ---------------------------------------------------------------- build
+    def build(self) -> P.Kernel:
+        gm, s = self.gemm, self.s
+        BM, BN, BK, TM, TN = self.BM, self.BN, self.BK, self.TM, self.TN
+        tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
+        tm_thr, tn_thr = BM // TM, BN // TN
+        va, vb = int(s["vec_a"]), int(s["vec_b"])
+        t = P.thread_id()
+        bid = P.block_id()
+        per_batch = tiles_m * tiles_n
+        b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else P.i32(0)
+        rest = imod(bid, per_batch) if gm.batch > 1 else bid
+        m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
+        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
+        tx = self.let("tx", imod(t, tm_thr))
+        ty = self.let("ty", idiv(t, tm_thr))
+        acc = [[self.let(f"acc{i}_{j}", P.f32(0.0)) for j in range(TN)] for i in range(TM)]
+        (ao, ai), (bo, bi) = _tile_dims(gm, s)
+        pad = 1 if s["lds_pad"] == 1 else 0
+        a_base, b_base = 0, ao * (ai + pad)
+        staging = a_base + b_base + bo * (bi + pad)
+
+        # K loop: stage, barrier, FMA over the staged K slice, barrier
+        k0 = self.var("k0")
+        kbody: list = []
+        self.stage(gm.A, va, (BM, BK), a_base, m0, k0, b, kbody)
+        self.stage(gm.B, vb, (BK, BN), b_base, k0, n0, b, kbody)
+        kbody.append(P.Barrier())
+        kk = self.var("kk")
+        inner: list = []
+        a_regs = [self.var(f"a{i}", "f32") for i in range(TM)]
+        b_regs = [self.var(f"b{j}", "f32") for j in range(TN)]
+        for i in range(TM):
+            idx = self.read_tile(gm.A, (BM, BK), a_base, iadd(tx, i * tm_thr), kk, va)
+            inner.append(P.LdsLoad((a_regs[i],), "lds", idx))
+        for j in range(TN):
+            idx = self.read_tile(gm.B, (BK, BN), b_base, kk, iadd(ty, j * tn_thr), vb)
+            inner.append(P.LdsLoad((b_regs[j],), "lds", idx))
+        for i in range(TM):
+            for j in range(TN):
+                inner.append(P.Assign(acc[i][j], P.fma(a_regs[i], b_regs[j], acc[i][j])))
+        kbody.append(P.For(kk, P.i32(0), P.i32(BK), 1, tuple(inner), unroll=True))
+        kbody.append(P.Barrier())
+        self.body.append(P.For(k0, P.i32(0), P.i32(gm.K), BK, tuple(kbody)))
+
+        ms = [self.let(f"m{i}", iadd(m0, iadd(tx, i * tm_thr))) for i in range(TM)]
+        ns = [self.let(f"n{j}", iadd(n0, iadd(ty, j * tn_thr))) for j in range(TN)]
+        sv = gm.swizzle_width(BM, BN)
+        swz = s["swizzle"]
+        ctile_elems = 0
+        if swz == "none":
+            self.epilogue_registers(b, ms, ns, acc, store=True)
+        elif swz == "after_fusion":
+            results = self.epilogue_registers(b, ms, ns, acc, store=False)
+            for oi, o in enumerate(self.d.outputs):
+                if oi:
+                    self.body.append(P.Barrier())
+                self.write_ctile(tx, ty, [[results[(o, i, j)] for j in range(TN)]
+                                          for i in range(TM)], sv)
+                self.body.append(P.Barrier())
+                self.read_ctile_and_store(b, m0, n0, sv, lambda regs, idxs, o=o: {o: regs},
+                                          [o])
+            ctile_elems = self.ctile_elems(sv)
+        else:
+            self.write_ctile(tx, ty, acc, sv)
+            self.body.append(P.Barrier())
+            self.read_ctile_and_store(b, m0, n0, sv, self.epilogue_vector, self.d.outputs)
+            ctile_elems = self.ctile_elems(sv)
+
+        lds_size = max(staging, ctile_elems)
+        extras = {}
+        out_t = self.g.op(self.d.outputs[0]).type
+        for e in extra_inputs(self.g, self.d):
+            et = self.g.op(e).type
+            extras[e] = {"layout_matches_output": et.shape == out_t.shape and
+                         et.strides == out_t.strides,
+                         "strides": et.strides, "output_strides": out_t.strides}
+        meta = {"dispatch": self.d.name, "root": self.d.root, "kind": "contraction",
+                "schedule": dict(s), "gemm": {"batch": gm.batch, "M": gm.M, "N": gm.N,
+                                              "K": gm.K},
+                "threads": self.threads, "swizzle_width": sv,
+                "operand_inner": {"A": gm.A.inner, "B": gm.B.inner},
+                "extra_inputs": extras,
+                "epilogue_loads": list(self.em.loads)}
+        return P.Kernel(sanitize(f"{self.d.name}_gemm"), buffers(self.g, self.d),
+                        grid=gm.batch * tiles_m * tiles_n, block=self.threads,
+                        body=tuple(self.body),
+                        lds=(P.LdsArray("lds", "f32", (lds_size,)),), meta=meta)
+
+    # ---------------------------------------------------------------- epilogues
+    def _guard(self, m, n):
+        g = None
+        if self.gemm.M % self.BM:
+            g = _and(g, m < self.gemm.M)
+        if self.gemm.N % self.BN:
+            g = _and(g, n < self.gemm.N)
+        return g
+
+    def epilogue_registers(self, b, ms, ns, acc, store):
+        """The epilogue per accumulator, in the MFMA-like register layout."""
+        results = {}
+        root = self.d.root
+        for i, m in enumerate(ms):
+            for j, n in enumerate(ns):
+                stmts: list = []
+                idx = self.gemm.root_index(b, m, n)
+                with self.em.scope(stmts):
+                    self.em.bound[root] = lambda ix, r=acc[i][j]: r
+                    for o in self.d.outputs:
+                        val = self.em.value(o, idx)
+                        if store:
+                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, idx),
+                                                 (val,)))
+                        else:
+                            r = self.var(f"ep_{o}", "f32")
+                            stmts.append(P.Assign(r, val))
+                            results[(o, i, j)] = r
+                guard = self._guard(m, n)
+                if guard is None or not store:
+                    # results must exist for the LDS write even past the edge: compute
+                    # them unguarded only when every load is in bounds, else zero them
+                    if guard is not None:
+                        pre = [P.Assign(results[(o, i, j)], P.f32(0.0))
+                               for o in self.d.outputs]
+                        self.body += pre
+                        self.body.append(P.If(guard, tuple(stmts)))
+                    else:
+                        self.body += stmts
+                else:
+                    self.body.append(P.If(guard, tuple(stmts)))
+        self.em.bound.pop(root, None)
+        return results
+
+    def ctile_elems(self, sv):
+        return (self.BM * (self.BN + sv) if self.gemm.vec_dim == "n"
+                else self.BN * (self.BM + sv))
+
+    def ctile_index(self, ml, nl, sv):
+        if self.gemm.vec_dim == "n":
+            return iadd(imul(ml, self.BN + sv), nl)
+        return iadd(imul(nl, self.BM + sv), ml)
+
+    def write_ctile(self, tx, ty, vals, sv):
+        """Each thread writes its TM x TN values at their tile positions (ds_write_b32)."""
+        tm_thr, tn_thr = self.BM // self.TM, self.BN // self.TN
+        for i in range(self.TM):
+            for j in range(self.TN):
+                idx = self.ctile_index(iadd(tx, i * tm_thr), iadd(ty, j * tn_thr), sv)
+                self.body.append(P.LdsStore("lds", idx, (vals[i][j],)))
+
+    def read_ctile_and_store(self, b, m0, n0, sv, compute, outputs):
+        """Read back SV consecutive elements per thread along the output's contiguous dim,
+        consecutive lanes on consecutive chunks; ``compute`` gives each output's values."""
+        BM, BN = self.BM, self.BN
+        inner_len, outer_len = (BN, BM) if self.gemm.vec_dim == "n" else (BM, BN)
+        per_row = inner_len // sv
+        total = outer_len * per_row
+        t = P.thread_id()
+        for step in range(ceil_div(total, self.threads)):
+            q = iadd(t, step * self.threads)
+            stmts: list = []
+            outer, inner = idiv(q, per_row), imul(imod(q, per_row), sv)
+            ml, nl = (outer, inner) if self.gemm.vec_dim == "n" else (inner, outer)
+            m = self.let("sm", iadd(m0, ml), stmts)
+            n = self.let("sn", iadd(n0, nl), stmts)
+            regs = tuple(self.var("sw", "f32") for _ in range(sv))
+            stmts.append(P.LdsLoad(regs, "lds", self.ctile_index(ml, nl, sv)))
+            if self.gemm.vec_dim == "n":
+                idxs = [self.gemm.root_index(b, m, iadd(n, e)) for e in range(sv)]
+            else:
+                idxs = [self.gemm.root_index(b, iadd(m, e), n) for e in range(sv)]
+            body: list = []
+            with self.em.scope(body):
+                vals = compute(regs, idxs)
+                for o in outputs:
+                    off = self.em.offset(self.g.op(o).type, idxs[0])
+                    body.append(P.Store(o, off, tuple(vals[o])))
+            guard = self._guard(m, n)
+            stmts += body if guard is None else [P.If(guard, tuple(body))]
+            if total % self.threads and step == total // self.threads:
+                self.body.append(P.If(q < total, tuple(stmts)))
+            else:
+                self.body += stmts
+
+    def epilogue_vector(self, regs, idxs):
+        """before_fusion: the epilogue on SV swizzled accumulators, vector loads where the
+        extra inputs' memory allows it."""
+        root = self.d.root
+        regmap = {tuple(key(e) for e in ix): r for ix, r in zip(idxs, regs)}
+        self.em.bound[root] = lambda ix: regmap[tuple(key(e) for e in ix)]
+        out = {}
+        for o in self.d.outputs:
+            self.em.analyse_access(o, len(regs), stop_at=(root,))
+            out[o] = self.em.values(o, idxs, len(regs)) if len(regs) > 1 else \
+                [self.em.value(o, idxs[0])]
+        self.em.bound.pop(root, None)
+        return out
