@@ -292,6 +292,8 @@ class Gemm:
 
         def split_k(k):
             """(kh, kw, c) of a K index in this format's K order."""
+            if kh == kw == 1:  # 1x1: K is the channel index
+                return 0, 0, k
             if fmt == "NHWC":  # (kh, kw, c): channels innermost
                 return _div(k, kw * c), _mod(_div(k, c), kw), _mod(k, c)
             return _mod(_div(k, kw), kh), _mod(k, kw), _div(k, kh * kw)  # (c, kh, kw)
@@ -567,8 +569,11 @@ class _Builder:
         staging = a_base + b_base + bo * (bi + pad)
 
         # K loop: stage, barrier, FMA over the staged K slice, barrier
+        # loop over K tiles with unit step (k0 = kt * BK) so interval analyses see k0's
+        # exact range [0, K - BK]
+        kt = self.var("kt")
         k0 = self.var("k0")
-        kbody: list = []
+        kbody: list = [P.Assign(k0, imul(kt, BK))]
         self.stage(gm.A, va, (BM, BK), a_base, m0, k0, b, kbody)
         self.stage(gm.B, vb, (BK, BN), b_base, k0, n0, b, kbody)
         kbody.append(P.Barrier())
@@ -587,7 +592,7 @@ class _Builder:
                 inner.append(P.Assign(acc[i][j], P.fma(a_regs[i], b_regs[j], acc[i][j])))
         kbody.append(P.For(kk, P.i32(0), P.i32(BK), 1, tuple(inner), unroll=True))
         kbody.append(P.Barrier())
-        self.body.append(P.For(k0, P.i32(0), P.i32(gm.K), BK, tuple(kbody)))
+        self.body.append(P.For(kt, P.i32(0), P.i32(ceil_div(gm.K, BK)), 1, tuple(kbody)))
 
         ms = [self.let(f"m{i}", iadd(m0, iadd(tx, i * tm_thr))) for i in range(TM)]
         ns = [self.let(f"n{j}", iadd(n0, iadd(ty, j * tn_thr))) for j in range(TN)]
