@@ -203,7 +203,9 @@ def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None
               "wall_s": round(time.perf_counter() - t0, 3), "kernels": entries,
               "tolerances": {"occupancy_waves": OCCUPANCY_TOLERANCE,
                              "vgprs_abs": VGPR_TOLERANCE_ABS, "vgprs_rel": VGPR_TOLERANCE_REL}}
-    report["disagreements"] = compare(report, None, {f.stem: i for f, i in files if i})
+    found = compare(report, None, {f.stem: i for f, i in files if i})
+    report["disagreements"] = [d for d in found if d["severity"] == "error"]
+    report["warnings"] = [d for d in found if d["severity"] != "error"]
     report["ok"] = not report["disagreements"]
     return report
 
@@ -225,6 +227,10 @@ def _lds_name(op, nbytes):
 def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[dict]:
     """Every disagreement between the compiled ISA and what the simulator assumed.
 
+    Each item has a ``severity``: "error" for what changes the simulator's numbers (widths,
+    LDS bytes, scratch, occupancy beyond its tolerance, compile failures), "warning" for a
+    VGPR estimate off by more than its tolerance while occupancy still agrees.
+
     ``sim_info`` maps a kernel's C name to its sidecar dict; ``kernels`` (IR kernels, in
     the same order names were given at export, or a {c_name: Kernel} dict) fills in
     sidecars that are missing, using gpusim for the VGPR estimate.
@@ -242,9 +248,10 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
     for e in report.get("kernels", []):
         kname, arch = e["kernel"], e["arch"]
 
-        def add(what, expected, actual, message):
+        def add(what, expected, actual, message, severity="error"):
             out.append({"kernel": kname, "arch": arch, "what": what, "expected": expected,
-                        "actual": actual, "message": f"{kname} [{arch}]: {message}"})
+                        "actual": actual, "severity": severity,
+                        "message": f"{kname} [{arch}]: {message}"})
 
         if e.get("rc") != 0:
             first = (e.get("stderr") or "").splitlines()[:3]
@@ -298,7 +305,8 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
             tol = max(VGPR_TOLERANCE_ABS, VGPR_TOLERANCE_REL * e["vgprs"])
             if abs(est - e["vgprs"]) > tol:
                 add("vgprs", est, e["vgprs"],
-                    f"VGPR estimate {est} vs compiler {e['vgprs']} (tolerance {tol:g})")
+                    f"VGPR estimate {est} vs compiler {e['vgprs']} (tolerance {tol:g}); "
+                    "a warning while the occupancy they imply agrees", severity="warning")
     return out
 
 
@@ -337,6 +345,8 @@ def render_check(report: dict, console) -> None:
         console.print("[green]ISA agrees with the simulator's assumptions.[/]")
     for d in dis:
         console.print(f"[red]disagreement:[/] {d['message']}", highlight=False)
+    for d in report.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {d['message']}", highlight=False)
 
 
 def main(argv=None) -> int:

@@ -234,9 +234,10 @@ def test_compare_agrees_and_flags_each_kind_of_disagreement():
     assert compare({"kernels": [_entry()]}, None, {"elementwise_f4": info}) == []
     bad = _entry(scratch_bytes=64, lds_bytes=128, vgprs=200,
                  widths={"global_load": {4: 4}, "global_store": {16: 1}, "lds_load": {}, "lds_store": {}})
-    whats = [d["what"] for d in compare({"kernels": [bad]}, None, {"elementwise_f4": info})]
-    assert sorted(whats) == ["global_load_width", "global_load_width", "lds_bytes", "occupancy",
-                             "scratch", "vgprs"]
+    found = compare({"kernels": [bad]}, None, {"elementwise_f4": info})
+    assert sorted((d["what"], d["severity"]) for d in found) == [
+        ("global_load_width", "error"), ("global_load_width", "error"), ("lds_bytes", "error"),
+        ("occupancy", "error"), ("scratch", "error"), ("vgprs", "warning")]
     failed = compare({"kernels": [_entry(rc=1, stderr="k.hip:3: error: oops")]}, None, {})
     assert failed[0]["what"] == "compile" and "oops" in failed[0]["message"]
 
