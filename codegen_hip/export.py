@@ -202,6 +202,8 @@ def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: 
     (tmp / "README.md").write_text(readme(plan, sources))
     (tmp / "build.sh").write_text("#!/bin/sh\n# One-line build with hipcc; run from this directory.\n"
                                   f"{hipcc_command(plan, sources)}\n")
+    # the NVIDIA compatibility headers, so `nvcc -I nvidia` builds the same sources
+    shutil.copytree(Path(__file__).parent / "nvidia", tmp / "nvidia")
     data = tmp / "data"
     data.mkdir()
     for a in plan.arrays:

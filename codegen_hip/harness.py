@@ -402,6 +402,8 @@ def readme(plan: Plan, sources: list[str]) -> str:
              "```sh", hipcc_command(plan, sources) + " && ./app", "```", "",
              "Or with CMake (its HIP language; the arch defaults to the export's):", "",
              "```sh", "cmake -S . -B build && cmake --build build && ./build/app", "```", "",
+             "NVIDIA (sm_90, warpSize 32) through the compatibility headers in `nvidia/`:", "",
+             "```sh", f"nvcc -I nvidia -arch=sm_90 -x cu {' '.join(sources)} -o app && ./app", "```", "",
              "`./app [data_dir] [repeats] [warmup]` prints the max error of each output, the "
              "mean time per dispatch and per run; exit code 0 means every output matched.", "",
              "## Files", "",

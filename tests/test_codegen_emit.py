@@ -136,9 +136,10 @@ def _simple_project(tmp_path, name="proj", **kw):
 
 def test_export_contents(tmp_path):
     out = _simple_project(tmp_path)
-    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if "nvidia" not in p.parts)
     assert names == ["CMakeLists.txt", "README.md", "build.sh", "data", "data/x.npy",
                      "data/y.expected.npy", "elementwise_f4.hip", "elementwise_f4.sim.json", "main.hip"]
+    assert (out / "nvidia" / "hip" / "hip_runtime.h").exists()
     cm = (out / "CMakeLists.txt").read_text()
     assert "LANGUAGES CXX HIP" in cm and "set(CMAKE_HIP_ARCHITECTURES gfx942)" in cm
     assert "hipcc --offload-arch=gfx942" in (out / "README.md").read_text()
@@ -325,3 +326,16 @@ int main(int argc, char** argv) {
         assert float(s) == pytest.approx(want, rel=1e-6), name
     assert [line.split()[0] for line in out[5:]] == ["ERR"] * 3
     assert "Fortran" in out[6] and "dtype" in out[7]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (NVIDIA path is optional)")
+def test_same_sources_compile_with_nvcc(tmp_path):
+    """Compile-only: no NVIDIA GPU here; the shim maps HIP names to CUDA, warpSize is 32."""
+    kernels = ck.all_kernels()
+    out = write_project(tmp_path / "p", kernels,
+                        [(k, {p.name: f"{k.name}.{p.name}" if isinstance(p, Buffer) else 1
+                              for p in k.params}) for k in kernels], {})
+    srcs = ["main.hip"] + sorted(p.name for p in out.glob("*.hip") if p.name != "main.hip")
+    r = subprocess.run(["nvcc", "-I", "nvidia", "-arch=sm_90", "-x", "cu", *srcs, "-o", "app_nv"],
+                       cwd=out, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
