@@ -1,0 +1,374 @@
+"""Compiles a kernel tree into the flat arrays the engine interprets (structure of arrays).
+
+Instruction selection, which also decides the instruction counts:
+
+- every operator node of an expression is one instruction; constants, ids and scalar
+  parameters are free (inline constants / preloaded registers);
+- an i32 operator whose operands are wave-uniform (``analysis.Uniformity``) is a SALU
+  instruction, anything else (all f32 math, comparisons of per-lane values) is VALU; a
+  transcendental (exp, log, sqrt, rsqrt, tanh, erf, recip, sigmoid, pow) occupies the
+  SIMD ``transcendental_rate_divisor`` times longer;
+- each statement evaluates its own expressions (no common-subexpression elimination or
+  loop-invariant hoisting across statements: the counts are those of -O0-like code);
+- global Load/Store: one VMEM instruction; LdsLoad/LdsStore: one LDS instruction;
+  Shuffle: one LDS instruction (ds_bpermute); WaveReduce: log2(wave) rounds of one
+  ds_bpermute plus one VALU op (the butterfly the HIP backend prints);
+- control flow: a uniform If costs a branch; a divergent If adds one SALU (EXEC save)
+  and a branch, its else one SALU and a branch, its end one SALU (EXEC restore); a loop
+  iteration costs a compare and a branch at the test plus an add and a branch at the
+  step (SALU for uniform counters, VALU + EXEC SALU for per-lane ones); loops marked
+  ``unroll`` cost no control instructions (the compiler unrolls them);
+- a loop's stop expression is evaluated once before the loop when no register it reads
+  is written in the loop body, otherwise at every test.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpusim import engine as E
+from gpusim.analysis import Uniformity, expr_vars, stmt_defs
+from gpusim.program import (
+    Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
+    Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk, DTYPE_BYTES,
+)
+
+FBIN = {"add": E.B_ADD, "sub": E.B_SUB, "mul": E.B_MUL, "div": E.B_DIV, "min": E.B_MIN,
+        "max": E.B_MAX, "pow": E.B_POW, "mod": E.B_MOD}
+IBIN = {"add": E.B_ADD, "sub": E.B_SUB, "mul": E.B_MUL, "div": E.B_DIV, "floordiv": E.B_DIV,
+        "mod": E.B_MOD, "min": E.B_MIN, "max": E.B_MAX, "shl": E.B_SHL, "shr": E.B_SHR,
+        "and": E.B_AND, "or": E.B_OR, "xor": E.B_XOR}
+CMP = {"lt": E.C_LT, "le": E.C_LE, "gt": E.C_GT, "ge": E.C_GE, "eq": E.C_EQ, "ne": E.C_NE,
+       "land": E.C_LAND, "lor": E.C_LOR}
+UN = {"neg": E.U_NEG, "exp": E.U_EXP, "log": E.U_LOG, "sqrt": E.U_SQRT, "rsqrt": E.U_RSQRT,
+      "tanh": E.U_TANH, "erf": E.U_ERF, "abs": E.U_ABS, "recip": E.U_RECIP,
+      "sigmoid": E.U_SIGMOID, "relu": E.U_RELU, "not": E.U_NOT}
+TRANSCENDENTAL = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "recip", "sigmoid")
+SPECIAL_REG = {"thread_id": 0, "lane": 1, "wave_id": 2, "block_id": 3, "wave_size": 4}
+MEM_KIND = {"f32": 0, "f16": 1, "i32": 2}
+REDUCE = {"sum": E.R_SUM, "max": E.R_MAX, "min": E.R_MIN}
+
+
+@dataclass
+class Program:
+    """A compiled kernel: the engine's arrays plus the maps back to statements."""
+    code: np.ndarray          # int32 [n, NCOL]
+    srcs: np.ndarray          # int32 [n, 6] unified register ids read (f: r, i: NF + r)
+    nf: int
+    ni: int
+    depth: int
+    fconst: dict              # value -> f register
+    iconst: dict              # value -> i register
+    scalar_regs: dict         # name -> (isf, reg)
+    inst_stmt: np.ndarray     # int64 [n]: statement index (walk order) of each instruction
+    stmt_main: dict           # statement index -> its main instruction (memory op / root)
+    statements: list          # walk order
+
+
+class _Compiler:
+    def __init__(self, kernel, arch):
+        self.k = kernel
+        self.arch = arch
+        self.uni = Uniformity(kernel.body)
+        self.rows = []
+        self.row_srcs = []
+        self.row_stmt = []
+        self.fregs, self.iregs = {}, {}
+        self.nf, self.ni = 0, len(SPECIAL_REG)
+        self.fconst, self.iconst = {}, {}
+        self.scalar_regs = {}
+        self.ftemp_pool, self.itemp_pool = [], []
+        self.ftemp_used, self.itemp_used = 0, 0
+        self.depth = 0
+        self.cur_stmt = -1
+        self.stmt_main = {}
+        self.statements = list(walk(kernel.body))
+        self.stmt_index = {id(s): i for i, s in enumerate(self.statements)}
+        for p in kernel.scalars:
+            if p.dtype == "f32":
+                self.scalar_regs[p.name] = (1, self._new_f())
+            else:
+                self.scalar_regs[p.name] = (0, self._new_i())
+
+    # registers -------------------------------------------------------------------------
+    def _new_f(self):
+        self.nf += 1
+        return self.nf - 1
+
+    def _new_i(self):
+        self.ni += 1
+        return self.ni - 1
+
+    def var(self, v: Var):
+        if v.dtype == "f32":
+            if v.name not in self.fregs:
+                self.fregs[v.name] = self._new_f()
+            return 1, self.fregs[v.name]
+        if v.name not in self.iregs:
+            self.iregs[v.name] = self._new_i()
+        return 0, self.iregs[v.name]
+
+    def temp(self, isf):
+        if isf:
+            if self.ftemp_used == len(self.ftemp_pool):
+                self.ftemp_pool.append(self._new_f())
+            self.ftemp_used += 1
+            return self.ftemp_pool[self.ftemp_used - 1]
+        if self.itemp_used == len(self.itemp_pool):
+            self.itemp_pool.append(self._new_i())
+        self.itemp_used += 1
+        return self.itemp_pool[self.itemp_used - 1]
+
+    def uid(self, isf, r):
+        return r if isf else -(r + 1)  # resolved to unified ids at the end
+
+    # emission ------------------------------------------------------------------------
+    def emit(self, op, dst=0, a=0, b=0, c=0, aux=0, width=0, cat=E.CAT_NONE, jump=0,
+             vec=(), mult=1, nvalu=0, nsalu=0, nbranch=0, isf=0, reads=()):
+        row = [0] * E.NCOL
+        row[E.K_OP], row[E.K_DST], row[E.K_A], row[E.K_B], row[E.K_C] = op, dst, a, b, c
+        row[E.K_AUX], row[E.K_WIDTH], row[E.K_CAT], row[E.K_JUMP] = aux, width, cat, jump
+        for i, r in enumerate(vec):
+            row[E.K_V0 + i] = r
+        row[E.K_MULT], row[E.K_NVALU], row[E.K_NSALU], row[E.K_NBRANCH] = mult, nvalu, nsalu, nbranch
+        row[E.K_ISF] = isf
+        self.rows.append(row)
+        self.row_srcs.append(list(reads))
+        self.row_stmt.append(self.cur_stmt)
+        return len(self.rows) - 1
+
+    def alu(self, op, isf_dst, dst, a, b=0, c=0, aux=0, uniform=False, mult=1, reads=()):
+        if uniform and not isf_dst:
+            return self.emit(op, dst, a, b, c, aux, cat=E.CAT_SALU, nsalu=1, reads=reads)
+        return self.emit(op, dst, a, b, c, aux, cat=E.CAT_VALU, nvalu=1, mult=mult, reads=reads)
+
+    def expr(self, e, dst=None):
+        """Evaluates ``e``; returns (isf, reg). Writes into ``dst`` (isf, reg) if given."""
+        isf = 1 if e.dtype == "f32" else 0
+        leaf = None
+        if isinstance(e, Var):
+            leaf = self.var(e)
+        elif isinstance(e, Const):
+            if isf:
+                v = float(np.float32(e.value))
+                if v not in self.fconst:
+                    self.fconst[v] = self._new_f()
+                leaf = (1, self.fconst[v])
+            else:
+                v = int(e.value)
+                if v not in self.iconst:
+                    self.iconst[v] = self._new_i()
+                leaf = (0, self.iconst[v])
+        elif isinstance(e, Special):
+            leaf = (0, SPECIAL_REG[e.name])
+        elif isinstance(e, ScalarRef):
+            leaf = self.scalar_regs[e.name]
+        if leaf is not None:
+            if dst is None:
+                return leaf
+            op = E.OP_FMOV if isf else E.OP_IMOV
+            self.alu(op, isf, dst[1], leaf[1], uniform=self.uni.is_uniform(e),
+                     reads=[self.uid(*leaf)])
+            return dst
+        uniform = self.uni.is_uniform(e)
+        if isinstance(e, BinOp):
+            a = self.expr(e.a)
+            b = self.expr(e.b)
+            out = dst or (isf, self.temp(isf))
+            reads = [self.uid(*a), self.uid(*b)]
+            if e.op in CMP:
+                if a[0] != b[0]:
+                    raise TypeError(f"comparison of {e.a.dtype} with {e.b.dtype}")
+                op = E.OP_FCMP if a[0] else E.OP_ICMP
+                self.alu(op, 0, out[1], a[1], b[1], aux=CMP[e.op], uniform=uniform and not a[0],
+                         reads=reads)
+            elif isf:
+                self.alu(E.OP_FBIN, 1, out[1], a[1], b[1], aux=FBIN[e.op],
+                         mult=self.arch.transcendental_rate_divisor if e.op in ("pow", "div") else 1,
+                         reads=reads)
+            else:
+                self.alu(E.OP_IBIN, 0, out[1], a[1], b[1], aux=IBIN[e.op], uniform=uniform,
+                         reads=reads)
+            return out
+        if isinstance(e, UnOp):
+            a = self.expr(e.a)
+            out = dst or (isf, self.temp(isf))
+            if a[0]:
+                if e.op == "not":
+                    z = self.expr(Const(0.0, "f32"))
+                    self.alu(E.OP_FCMP, 0, out[1], a[1], z[1], aux=E.C_EQ,
+                             reads=[self.uid(*a), self.uid(*z)])
+                else:
+                    mult = self.arch.transcendental_rate_divisor if e.op in TRANSCENDENTAL else 1
+                    self.alu(E.OP_FUN, 1, out[1], a[1], aux=UN[e.op], mult=mult,
+                             reads=[self.uid(*a)])
+            else:
+                self.alu(E.OP_IUN, 0, out[1], a[1], aux=UN[e.op], uniform=uniform,
+                         reads=[self.uid(*a)])
+            return out
+        if isinstance(e, Fma):
+            a, b, c = self.expr(e.a), self.expr(e.b), self.expr(e.c)
+            out = dst or (1, self.temp(1))
+            self.alu(E.OP_FFMA, 1, out[1], a[1], b[1], c[1],
+                     reads=[self.uid(*a), self.uid(*b), self.uid(*c)])
+            return out
+        if isinstance(e, Select):
+            cnd, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
+            out = dst or (isf, self.temp(isf))
+            self.alu(E.OP_FSEL if isf else E.OP_ISEL, isf, out[1], cnd[1], a[1], b[1],
+                     uniform=uniform, reads=[self.uid(*cnd), self.uid(*a), self.uid(*b)])
+            return out
+        if isinstance(e, Cast):
+            a = self.expr(e.a)
+            src_f = a[0]
+            if src_f == isf:
+                if dst is None:
+                    return a
+                self.alu(E.OP_FMOV if isf else E.OP_IMOV, isf, dst[1], a[1], uniform=uniform,
+                         reads=[self.uid(*a)])
+                return dst
+            out = dst or (isf, self.temp(isf))
+            self.alu(E.OP_CVT_IF if isf else E.OP_CVT_FI, isf, out[1], a[1],
+                     reads=[self.uid(*a)])
+            return out
+        raise TypeError(f"cannot compile expression {type(e).__name__}")
+
+    # statements ----------------------------------------------------------------------
+    def body(self, stmts, depth):
+        self.depth = max(self.depth, depth)
+        for s in stmts:
+            self.stmt(s, depth)
+
+    def stmt(self, s, depth):
+        self.cur_stmt = self.stmt_index[id(s)]
+        self.ftemp_used = self.itemp_used = 0
+        si = self.cur_stmt
+        if isinstance(s, Assign):
+            start = len(self.rows)
+            self.expr(s.value, dst=self.var(s.dst))
+            if len(self.rows) == start:  # dst = itself: nothing to do
+                pass
+            self.stmt_main[si] = len(self.rows) - 1 if len(self.rows) > start else -1
+        elif isinstance(s, (Load, Store, LdsLoad, LdsStore)):
+            idx = self.expr(s.index)
+            glob = isinstance(s, (Load, Store))
+            if glob:
+                b = self.k.buffer(s.buffer)
+                aux = [p.name for p in self.k.buffers].index(s.buffer)
+                dtype = b.dtype
+            else:
+                arr = self.k.lds_array(s.array)
+                aux = [a.name for a in self.k.lds].index(s.array)
+                dtype = arr.dtype
+            load = isinstance(s, (Load, LdsLoad))
+            regs = [self.var(v) for v in s.dsts] if load else [self.expr(v) for v in s.values]
+            if not load:  # values were evaluated into temps or are registers already
+                pass
+            width = len(regs)
+            nbytes = width * DTYPE_BYTES[dtype]
+            wc = 0 if nbytes <= 4 else (1 if nbytes <= 8 else 2)
+            reads = [self.uid(*idx)] + ([] if load else [self.uid(*r) for r in regs])
+            if glob:
+                op = E.OP_GLOAD if load else E.OP_GSTORE
+                pc = self.emit(op, 0, idx[1], 0, 0, aux, width, E.CAT_VMEM, vec=[r[1] for r in regs],
+                               reads=reads)
+            else:
+                op = E.OP_LLOAD if load else E.OP_LSTORE
+                pc = self.emit(op, 0, idx[1], 0, wc, aux, width, E.CAT_LDS, vec=[r[1] for r in regs],
+                               reads=reads)
+            self.stmt_main[si] = pc
+        elif isinstance(s, Barrier):
+            self.stmt_main[si] = self.emit(E.OP_BARRIER, cat=E.CAT_BARRIER)
+        elif isinstance(s, Shuffle):
+            v = self.expr(s.value)
+            d = self.var(s.dst)
+            mode = 0 if s.mode == "xor" else 1
+            self.stmt_main[si] = self.emit(E.OP_SHFL, d[1], v[1], int(s.offset), 0, mode,
+                                           cat=E.CAT_LDS, isf=d[0], reads=[self.uid(*v)])
+        elif isinstance(s, WaveReduce):
+            v = self.expr(s.value)
+            d = self.var(s.dst)
+            steps = max(1, (self.arch.wave_size - 1).bit_length())
+            self.stmt_main[si] = self.emit(E.OP_WRED, d[1], v[1], 0, 0, REDUCE[s.op],
+                                           cat=E.CAT_LDS, isf=d[0], nvalu=steps,
+                                           reads=[self.uid(*v)])
+        elif isinstance(s, If):
+            c = self.expr(s.cond)
+            uniform = self.uni.is_uniform(s.cond)
+            pc_if = self.emit(E.OP_IF, a=c[1], cat=E.CAT_BRANCH, nbranch=1,
+                              nsalu=0 if uniform else 1, reads=[self.uid(*c)])
+            self.stmt_main[si] = pc_if
+            self.body(s.then, depth + 1)
+            self.cur_stmt = si
+            pc_else = None
+            if s.orelse:
+                pc_else = self.emit(E.OP_ELSE, cat=E.CAT_BRANCH, nbranch=1,
+                                    nsalu=0 if uniform else 1)
+                self.body(s.orelse, depth + 1)
+                self.cur_stmt = si
+            pc_end = self.emit(E.OP_ENDIF, cat=E.CAT_NONE if uniform else E.CAT_SALU,
+                               nsalu=0 if uniform else 1)
+            self.rows[pc_if][E.K_JUMP] = pc_else if pc_else is not None else pc_end
+            if pc_else is not None:
+                self.rows[pc_else][E.K_JUMP] = pc_end
+        elif isinstance(s, For):
+            v = self.var(s.var)
+            self.expr(s.start, dst=v)
+            written = set()
+            for x in walk(s.body):
+                written.update(d.name for d in stmt_defs(x))
+            written.add(s.var.name)
+            invariant = not (expr_vars(s.stop) & written)
+            uniform = self.uni.is_uniform(s.start) and self.uni.is_uniform(s.stop)
+            stop_reg = self._new_i()
+            if invariant:
+                self.expr(s.stop, dst=(0, stop_reg))
+            self.emit(E.OP_LOOP_BEGIN)
+            pc_test_start = len(self.rows)
+            if not invariant:
+                self.ftemp_used = self.itemp_used = 0
+                self.expr(s.stop, dst=(0, stop_reg))
+            if s.unroll:
+                counts = dict(cat=E.CAT_NONE)
+                step_counts = dict(cat=E.CAT_NONE)
+            elif uniform:
+                counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
+                step_counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
+            else:
+                counts = dict(cat=E.CAT_BRANCH, nvalu=1, nsalu=1, nbranch=1)
+                step_counts = dict(cat=E.CAT_BRANCH, nvalu=1, nbranch=1)
+            pc_test = self.emit(E.OP_LOOP_TEST, a=v[1], b=stop_reg,
+                                reads=[self.uid(*v), self.uid(0, stop_reg)], **counts)
+            self.stmt_main[si] = pc_test
+            self.body(s.body, depth + 1)
+            self.cur_stmt = si
+            self.emit(E.OP_LOOP_STEP, a=v[1], aux=int(s.step), jump=pc_test_start,
+                      reads=[self.uid(*v)], **step_counts)
+            self.rows[pc_test][E.K_JUMP] = len(self.rows)
+        else:
+            raise TypeError(f"cannot compile statement {type(s).__name__}")
+
+
+def compile_kernel(kernel, arch) -> Program:
+    """Kernel tree -> ``Program`` (flat arrays for ``gpusim.engine.run``)."""
+    c = _Compiler(kernel, arch)
+    c.body(kernel.body, 1)
+    c.cur_stmt = -1
+    c.emit(E.OP_END, cat=E.CAT_SALU, nsalu=1)  # s_endpgm
+    n = len(c.rows)
+    code = np.array(c.rows, dtype=np.int32).reshape(n, E.NCOL)
+    nsrc = max(1, max(len(r) for r in c.row_srcs))
+    srcs = np.full((n, nsrc), -1, dtype=np.int32)
+    nf = max(c.nf, 1)
+    for i, rs in enumerate(c.row_srcs):
+        seen = []
+        for r in rs:
+            u = r if r >= 0 else nf + (-r - 1)
+            if u not in seen:
+                seen.append(u)
+        srcs[i, :len(seen)] = seen
+    return Program(code=code, srcs=srcs, nf=nf, ni=max(c.ni, 1), depth=c.depth + 1,
+                   fconst=c.fconst, iconst=c.iconst, scalar_regs=c.scalar_regs,
+                   inst_stmt=np.array(c.row_stmt, dtype=np.int64),
+                   stmt_main=c.stmt_main, statements=c.statements)

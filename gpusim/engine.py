@@ -1,0 +1,976 @@
+"""The simulator loop: one compute unit at a time, waves issuing instructions in time order.
+
+This module is plain Python over flat numpy arrays. ``gpusim.engine_jit`` wraps every
+function here with ``numba.njit(cache=True)``; importing this module directly gives the
+pure-Python interpreter of exactly the same code, the reference the JIT path is tested
+against (``simulate(..., jit=False)``).
+
+Program. ``gpusim.compile`` turns the kernel tree into ``code`` (one row per instruction:
+opcode, registers, jump target, timing category, instruction counts) plus a scoreboard
+table ``srcs`` (the registers each instruction reads). Each wave has an f32 and an i32
+register file (``F``, ``I``: slot x register x lane) and an execution mask; structured
+control flow keeps a stack of masks (If/else/loop), as the hardware's EXEC save/restore.
+
+Functional semantics. f32 arithmetic is evaluated in float64 and rounded to f32 when it
+is stored (exact for + - * / sqrt; transcendental functions are the C library's double
+functions rounded to f32, so JIT and Python agree bit for bit). i32 arithmetic wraps to 32
+bits; division and modulo truncate toward zero as in C. f16 memory rounds to nearest
+even on store. WaveReduce is the xor butterfly the HIP backend prints, over all lanes.
+
+Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combination):
+- Waves live in slots; a workgroup's waves launch together when a workgroup slot frees
+  (``workgroups_per_cu`` slots, from the occupancy calculation). Wave ``j`` of the CU
+  sits on SIMD ``j % simds_per_cu``.
+- The next instruction issued is the one of the wave that is ready earliest (ties: lowest
+  slot). An instruction whose operands are still in flight (scoreboard, like s_waitcnt)
+  moves its wave's ready time to when they arrive: a memory stall, attributed to the
+  instruction that produced the late operand.
+- Issue: on CDNA each SIMD gets an issue turn every 4 cycles (round-robin, S4); in a turn
+  at most one instruction per category (VALU, VMEM, LDS, SALU, branch) issues per SIMD. A
+  wave64 VALU op keeps its SIMD16 busy 4 cycles (S13), transcendentals 4x longer.
+- Global memory: the lanes' byte ranges map to unique cache lines (L1 line size); the L1
+  processes one line per cycle (S7); each line is looked up in an LRU set-associative L1
+  (per CU) and on a miss in the L2 (per XCD on gfx942); an L2 miss costs HBM latency and
+  occupies this CU's share of HBM bandwidth (HBM bytes/clk divided by the CUs that have
+  work). Lines still in flight are waited for. Loads return when their last line arrives;
+  stores are write-through to L2 (no L1 allocate), write-back L2: a line's bytes are
+  charged to HBM when it first becomes dirty.
+- LDS: per phase group, the maximum number of distinct dwords on one bank, minus one, is
+  that group's conflict cycles (same-address lanes broadcast); the LDS pipe is busy
+  (groups + conflicts) cycles, then data returns after the LDS latency.
+- Barrier: a wave waits until every live wave of its workgroup arrived.
+"""
+import math
+
+import numpy as np
+
+# ------------------------------------------------------------------------------ opcodes
+OP_FBIN, OP_IBIN, OP_FCMP, OP_ICMP, OP_FUN, OP_IUN, OP_FFMA, OP_FSEL, OP_ISEL = range(9)
+OP_CVT_IF, OP_CVT_FI, OP_FMOV, OP_IMOV = 9, 10, 11, 12
+OP_GLOAD, OP_GSTORE, OP_LLOAD, OP_LSTORE, OP_BARRIER, OP_SHFL, OP_WRED = 13, 14, 15, 16, 17, 18, 19
+OP_IF, OP_ELSE, OP_ENDIF, OP_LOOP_BEGIN, OP_LOOP_TEST, OP_LOOP_STEP, OP_END = 20, 21, 22, 23, 24, 25, 26
+
+# binary sub-ops (aux column)
+B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_MIN, B_MAX, B_POW = range(8)
+B_SHL, B_SHR, B_AND, B_OR, B_XOR = 8, 9, 10, 11, 12
+C_LT, C_LE, C_GT, C_GE, C_EQ, C_NE, C_LAND, C_LOR = range(8)
+U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_ERF, U_ABS, U_RECIP, U_SIGMOID, U_RELU, U_NOT = range(12)
+R_SUM, R_MAX, R_MIN = range(3)
+
+# code columns
+K_OP, K_DST, K_A, K_B, K_C, K_AUX, K_WIDTH, K_CAT, K_JUMP = range(9)
+K_V0 = 9  # K_V0..K_V0+3: vector registers of loads/stores
+K_MULT, K_NVALU, K_NSALU, K_NBRANCH, K_ISF = 13, 14, 15, 16, 17
+NCOL = 18
+
+# timing categories
+CAT_NONE, CAT_VALU, CAT_VMEM, CAT_LDS, CAT_SALU, CAT_BRANCH, CAT_BARRIER = range(7)
+NCAT = 7
+
+# integer parameters (pi)
+(P_W, P_BLOCK, P_GRID, P_NSIMD, P_PERIOD, P_VALU, P_NF, P_NI, P_DEPTH, P_NLF, P_NLI,
+ P_WGS, P_WPW, P_L1LINE, P_L2LINE, P_L1SETS, P_L1WAYS, P_L2SETS, P_L2WAYS, P_NL2,
+ P_LDSLAT, P_L1LAT, P_L2LAT, P_HBMLAT, P_BARCYC, P_LAUNCH, P_TRACECAP, P_PROBE_PC,
+ P_PROBE_WG, P_PROBE_WAVE, P_NBANKS, P_TIMED_WGS) = range(32)
+NPI = 32
+# float parameters (pf)
+F_L2CYC, F_HBMCYC = 0, 1
+NPF = 2
+
+# counters
+(N_VALU, N_VMEM, N_LDS, N_SALU, N_BRANCH, N_GLD_REQ, N_GST_REQ, N_GLD_LINES, N_GST_LINES,
+ N_TCP, N_QUADS, N_HBM_RD, N_HBM_WR, N_L2_HIT, N_L2_ACC, N_L1_HIT, N_L1_ACC, N_LDS_CONF,
+ N_LDS_IDX, N_BARRIERS, N_GLD_BYTES, N_GST_BYTES, N_WAVES, N_STALL) = range(24)
+NCNT = 24
+
+# per-instruction records
+I_EXEC, I_LINES, I_TCP, I_CONF, I_STALL, I_IDX = range(6)
+NREC = 6
+
+# trace kinds
+T_VALU, T_VMEM, T_LDS, T_SALU, T_BARRIER, T_STALL = range(6)
+
+# wave status
+S_EMPTY, S_RUN, S_BAR, S_DONE = 0, 1, 2, 3
+
+# runtime errors
+E_OK, E_OOB_GLOBAL, E_OOB_LDS, E_DIV0 = 0, 1, 2, 3
+
+
+def wrap32(v):
+    """Two's-complement wrap of an integer to 32 bits."""
+    return ((v + 2147483648) & 4294967295) - 2147483648
+
+
+def round_f16(x):
+    """Rounds a float to the nearest f16 value (ties to even), returned as float64."""
+    if x != x or x == 0.0:
+        return x
+    ax = abs(x)
+    s = 1.0 if x > 0 else -1.0
+    if ax >= 65520.0:
+        return s * math.inf
+    if ax < 6.103515625e-05:  # subnormal f16: quantum 2^-24
+        q = 5.960464477539063e-08
+    else:
+        m, e = math.frexp(ax)
+        q = math.ldexp(1.0, e - 11)
+    return s * np.rint(ax / q) * q
+
+
+def fbin(op, x, y):
+    if op == B_ADD:
+        return x + y
+    if op == B_SUB:
+        return x - y
+    if op == B_MUL:
+        return x * y
+    if op == B_DIV:
+        if y == 0.0:
+            if x == 0.0 or x != x:
+                return math.nan
+            return math.inf if (x > 0) == (math.copysign(1.0, y) > 0) else -math.inf
+        return x / y
+    if op == B_MIN:  # fminf: the non-NaN operand
+        if x != x:
+            return y
+        if y != y:
+            return x
+        return x if x < y else y
+    if op == B_MAX:
+        if x != x:
+            return y
+        if y != y:
+            return x
+        return x if x > y else y
+    if op == B_POW:
+        if x < 0.0 and y != math.floor(y):
+            return math.nan
+        if x == 0.0 and y < 0.0:
+            return math.inf
+        return math.pow(x, y)
+    if op == B_MOD:
+        if y == 0.0:
+            return math.nan
+        return x - y * math.trunc(x / y)  # fmod up to rounding of x / y
+    return math.nan
+
+
+def ibin(op, x, y):
+    """i32 operation on int64 operands; returns int64 (caller wraps)."""
+    if op == B_ADD:
+        return x + y
+    if op == B_SUB:
+        return x - y
+    if op == B_MUL:
+        return x * y
+    if op == B_DIV:
+        q = abs(x) // abs(y)
+        return q if (x >= 0) == (y >= 0) else -q
+    if op == B_MOD:
+        r = abs(x) % abs(y)
+        return r if x >= 0 else -r
+    if op == B_MIN:
+        return x if x < y else y
+    if op == B_MAX:
+        return x if x > y else y
+    if op == B_SHL:
+        return x << (y & 31)
+    if op == B_SHR:
+        return x >> (y & 31)
+    if op == B_AND:
+        return x & y
+    if op == B_OR:
+        return x | y
+    if op == B_XOR:
+        return x ^ y
+    return 0
+
+
+def fcmp(op, x, y):
+    if op == C_LT:
+        return 1 if x < y else 0
+    if op == C_LE:
+        return 1 if x <= y else 0
+    if op == C_GT:
+        return 1 if x > y else 0
+    if op == C_GE:
+        return 1 if x >= y else 0
+    if op == C_EQ:
+        return 1 if x == y else 0
+    if op == C_NE:
+        return 1 if x != y else 0
+    if op == C_LAND:
+        return 1 if (x != 0 and y != 0) else 0
+    return 1 if (x != 0 or y != 0) else 0
+
+
+def fun(op, x):
+    if op == U_NEG:
+        return -x
+    if op == U_ABS:
+        return abs(x)
+    if op == U_RELU:
+        return x if x > 0.0 else 0.0
+    if x != x:
+        return x
+    if op == U_EXP:
+        if x > 709.0:
+            return math.inf
+        return math.exp(x)
+    if op == U_LOG:
+        if x < 0.0:
+            return math.nan
+        if x == 0.0:
+            return -math.inf
+        return math.log(x)
+    if op == U_SQRT:
+        if x < 0.0:
+            return math.nan
+        return math.sqrt(x)
+    if op == U_RSQRT:
+        if x < 0.0:
+            return math.nan
+        if x == 0.0:
+            return math.inf
+        return 1.0 / math.sqrt(x)
+    if op == U_TANH:
+        return math.tanh(x)
+    if op == U_ERF:
+        return math.erf(x)
+    if op == U_RECIP:
+        if x == 0.0:
+            return math.copysign(math.inf, x)
+        return 1.0 / x
+    if op == U_SIGMOID:
+        if -x > 709.0:
+            return 0.0
+        return 1.0 / (1.0 + math.exp(-x))
+    return math.nan
+
+
+def iun(op, x):
+    if op == U_NEG:
+        return -x
+    if op == U_ABS:
+        return abs(x)
+    if op == U_RELU:
+        return x if x > 0 else 0
+    if op == U_NOT:
+        return 1 if x == 0 else 0
+    return 0
+
+
+def cache_access(tag, lru, rdy, dirty, inst, nsets, ways, line, clock, allocate):
+    """LRU set-associative lookup. Returns (hit, way); way < 0 when not allocated."""
+    st = line % nsets
+    for w in range(ways):
+        if tag[inst, st, w] == line:
+            lru[inst, st, w] = clock
+            return 1, w
+    if not allocate:
+        return 0, -1
+    victim = 0
+    best = lru[inst, st, 0]
+    for w in range(ways):
+        if tag[inst, st, w] < 0:
+            victim = w
+            break
+        if lru[inst, st, w] < best:
+            best = lru[inst, st, w]
+            victim = w
+    tag[inst, st, victim] = line
+    lru[inst, st, victim] = clock
+    rdy[inst, st, victim] = 0.0
+    dirty[inst, st, victim] = 0
+    return 0, victim
+
+
+def unique_sorted(buf, n):
+    """Sorts buf[:n] in place (insertion sort, fast when nearly sorted); returns #unique."""
+    for i in range(1, n):
+        v = buf[i]
+        j = i - 1
+        while j >= 0 and buf[j] > v:
+            buf[j + 1] = buf[j]
+            j -= 1
+        buf[j + 1] = v
+    if n == 0:
+        return 0
+    u = 1
+    for i in range(1, n):
+        if buf[i] != buf[u - 1]:
+            buf[u] = buf[i]
+            u += 1
+    return u
+
+
+def issue_time(t0, simd, period, cat, cat_last, valu_free):
+    """Earliest cycle >= t0 on this SIMD's issue turn with the category port free."""
+    t = math.ceil(t0)
+    if cat == CAT_VALU and valu_free[simd] > t:
+        t = math.ceil(valu_free[simd])
+    if period > 1:
+        t += (simd - t) % period
+    while cat_last[simd, cat] >= t:
+        t += period
+    return t
+
+
+def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
+    n = trace_n[0]
+    if n < cap:
+        trace[n, 0] = cu
+        trace[n, 1] = simd
+        trace[n, 2] = wave
+        trace[n, 3] = t0
+        trace[n, 4] = t1
+        trace[n, 5] = kind
+    trace_n[0] = n + 1
+
+
+def launch_wg(g, wg, t, pi, F, I, EX, SP, PC, READY, STATUS, SLOT_WG, RREADY, RPROD,
+              fconst_reg, fconst_val, iconst_reg, iconst_val, WG_ID, WG_LIVE, WG_ARR,
+              WG_BAR, WG_DONE, LDSF, LDSI, counters):
+    """Starts workgroup ``wg`` in workgroup slot ``g`` at cycle ``t``."""
+    W = pi[P_W]
+    wpw = pi[P_WPW]
+    block = pi[P_BLOCK]
+    WG_ID[g] = wg
+    WG_LIVE[g] = wpw
+    WG_ARR[g] = 0
+    WG_BAR[g] = 0.0
+    WG_DONE[g] = t
+    LDSF[g, :] = 0.0
+    LDSI[g, :] = 0
+    for j in range(wpw):
+        s = g * wpw + j
+        F[s, :, :] = 0.0
+        I[s, :, :] = 0
+        for k in range(fconst_reg.shape[0]):
+            for l in range(W):
+                F[s, fconst_reg[k], l] = fconst_val[k]
+        for k in range(iconst_reg.shape[0]):
+            for l in range(W):
+                I[s, iconst_reg[k], l] = iconst_val[k]
+        for l in range(W):
+            tid = j * W + l
+            I[s, 0, l] = tid
+            I[s, 1, l] = l
+            I[s, 2, l] = j
+            I[s, 3, l] = wg
+            I[s, 4, l] = W
+            EX[s, l] = 1 if tid < block else 0
+        SP[s] = 0
+        PC[s] = 0
+        READY[s] = t + pi[P_LAUNCH]
+        STATUS[s] = S_RUN
+        SLOT_WG[s] = g
+        RREADY[s, :] = 0.0
+        RPROD[s, :] = -1
+        counters[N_WAVES] += 1
+
+
+def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_tab, lds_tab,
+        group_of, n_groups, group_lanes, gmem_f, gmem_i, sess_wgs, sess_off, sess_cu,
+        counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe, err,
+        l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty):
+    """Simulates every session (a CU with its list of workgroups) in order.
+
+    Session 0 is the timed CU: its per-workgroup completion times go to ``wg_done`` and
+    its events to ``trace``. Returns nothing; results land in the output arrays.
+    """
+    W = pi[P_W]
+    nsimd = pi[P_NSIMD]
+    period = pi[P_PERIOD]
+    valu_cyc = pi[P_VALU]
+    wgs = pi[P_WGS]
+    wpw = pi[P_WPW]
+    nslots = wgs * wpw
+    NF = pi[P_NF]
+    NI = pi[P_NI]
+    depth = pi[P_DEPTH] + 1
+    l1_line = pi[P_L1LINE]
+    l2_line = pi[P_L2LINE]
+    l1_sets = pi[P_L1SETS]
+    l1_ways = pi[P_L1WAYS]
+    l2_sets = pi[P_L2SETS]
+    l2_ways = pi[P_L2WAYS]
+    n_l2 = pi[P_NL2]
+    nbanks = pi[P_NBANKS]
+    cap = pi[P_TRACECAP]
+    l2_cyc = pf[F_L2CYC]
+    hbm_cyc = pf[F_HBMCYC]
+
+    F = np.zeros((nslots, NF, W), np.float32)
+    I = np.zeros((nslots, NI, W), np.int32)
+    EX = np.zeros((nslots, W), np.uint8)
+    MS = np.zeros((nslots, depth, W), np.uint8)
+    SP = np.zeros(nslots, np.int64)
+    PC = np.zeros(nslots, np.int64)
+    READY = np.zeros(nslots, np.float64)
+    STATUS = np.zeros(nslots, np.int64)
+    SLOT_WG = np.zeros(nslots, np.int64)
+    RREADY = np.zeros((nslots, NF + NI), np.float64)
+    RPROD = np.zeros((nslots, NF + NI), np.int64)
+    WG_ID = np.zeros(wgs, np.int64)
+    WG_LIVE = np.zeros(wgs, np.int64)
+    WG_ARR = np.zeros(wgs, np.int64)
+    WG_BAR = np.zeros(wgs, np.float64)
+    WG_DONE = np.zeros(wgs, np.float64)
+    WG_IDX = np.zeros(wgs, np.int64)
+    LDSF = np.zeros((wgs, max(pi[P_NLF], 1)), np.float32)
+    LDSI = np.zeros((wgs, max(pi[P_NLI], 1)), np.int32)
+    valu_free = np.zeros(nsimd, np.float64)
+    cat_last = np.zeros((nsimd, NCAT), np.float64)
+    lines = np.zeros(W * 2, np.int64)
+    lane_lo = np.zeros(W, np.int64)
+    lane_hi = np.zeros(W, np.int64)
+    qbuf = np.zeros(8, np.int64)
+    dbuf = np.zeros(4 * W, np.int64)
+    bank_cnt = np.zeros(nbanks, np.int64)
+    fvals = np.zeros(W, np.float64)
+    ivals = np.zeros(W, np.int64)
+    clock = 0
+
+    for sess in range(sess_cu.shape[0]):
+        cu = sess_cu[sess]
+        l2i = cu % n_l2
+        timed = sess == 0
+        first = sess_off[sess]
+        last = sess_off[sess + 1]
+        nxt = first
+        l1_tag[:, :, :] = -1
+        l1_lru[:, :, :] = 0
+        valu_free[:] = 0.0
+        cat_last[:, :] = -1.0
+        l1_free = 0.0
+        l2_free = 0.0
+        hbm_free = 0.0
+        lds_free = 0.0
+        STATUS[:] = S_EMPTY
+        end_time = 0.0
+        for g in range(wgs):
+            if nxt < last:
+                WG_IDX[g] = nxt - first
+                launch_wg(g, sess_wgs[nxt], 0.0, pi, F, I, EX, SP, PC, READY, STATUS, SLOT_WG,
+                          RREADY, RPROD, fconst_reg, fconst_val, iconst_reg, iconst_val,
+                          WG_ID, WG_LIVE, WG_ARR, WG_BAR, WG_DONE, LDSF, LDSI, counters)
+                nxt += 1
+        while True:
+            s = -1
+            bt = math.inf
+            for k in range(nslots):
+                if STATUS[k] == S_RUN and READY[k] < bt:
+                    bt = READY[k]
+                    s = k
+            if s < 0:
+                break
+            pc = PC[s]
+            g = SLOT_WG[s]
+            simd = s % nsimd
+            wave_gid = WG_ID[g] * wpw + (s - g * wpw)
+            t0 = READY[s]
+            # scoreboard: wait for in-flight operands (s_waitcnt at first use)
+            opr = t0
+            prod = -1
+            for k in range(srcs.shape[1]):
+                r = srcs[pc, k]
+                if r < 0:
+                    break
+                if RREADY[s, r] > opr:
+                    opr = RREADY[s, r]
+                    prod = RPROD[s, r]
+            if opr > t0:
+                if prod >= 0:
+                    per_inst[prod, I_STALL] += opr - t0
+                counters[N_STALL] += opr - t0
+                if timed and cap > 0:
+                    add_trace(trace, trace_n, cap, cu, simd, wave_gid, t0, opr, T_STALL)
+                READY[s] = opr
+                continue
+            op = code[pc, K_OP]
+            cat = code[pc, K_CAT]
+            if cat == CAT_NONE or cat == CAT_BARRIER:
+                t = t0
+            else:
+                t = issue_time(t0, simd, period, cat, cat_last, valu_free)
+                cat_last[simd, cat] = t
+            counters[N_VALU] += code[pc, K_NVALU]
+            counters[N_SALU] += code[pc, K_NSALU]
+            counters[N_BRANCH] += code[pc, K_NBRANCH]
+            per_inst[pc, I_EXEC] += 1
+            a = code[pc, K_A]
+            b = code[pc, K_B]
+            c = code[pc, K_C]
+            d = code[pc, K_DST]
+            aux = code[pc, K_AUX]
+            nxt_pc = pc + 1
+            busy = float(period)  # cycles until this wave may issue again
+            trace_kind = T_SALU
+            if cat == CAT_VALU:
+                busy = float(valu_cyc * code[pc, K_MULT])
+                valu_free[simd] = t + busy
+                trace_kind = T_VALU
+            if op == OP_FBIN:
+                for l in range(W):
+                    if EX[s, l]:
+                        F[s, d, l] = fbin(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
+            elif op == OP_IBIN:
+                for l in range(W):
+                    if EX[s, l]:
+                        xi = np.int64(I[s, a, l])
+                        yi = np.int64(I[s, b, l])
+                        if (aux == B_DIV or aux == B_MOD) and yi == 0:
+                            err[0] = E_DIV0
+                            err[1] = pc
+                            return
+                        I[s, d, l] = wrap32(ibin(aux, xi, yi))
+            elif op == OP_FCMP:
+                for l in range(W):
+                    if EX[s, l]:
+                        I[s, d, l] = fcmp(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
+            elif op == OP_ICMP:
+                for l in range(W):
+                    if EX[s, l]:
+                        I[s, d, l] = fcmp(aux, np.int64(I[s, a, l]), np.int64(I[s, b, l]))
+            elif op == OP_FUN:
+                for l in range(W):
+                    if EX[s, l]:
+                        F[s, d, l] = fun(aux, np.float64(F[s, a, l]))
+            elif op == OP_IUN:
+                for l in range(W):
+                    if EX[s, l]:
+                        I[s, d, l] = wrap32(iun(aux, np.int64(I[s, a, l])))
+            elif op == OP_FFMA:
+                for l in range(W):
+                    if EX[s, l]:
+                        F[s, d, l] = np.float64(F[s, a, l]) * np.float64(F[s, b, l]) + np.float64(F[s, c, l])
+            elif op == OP_FSEL:
+                for l in range(W):
+                    if EX[s, l]:
+                        F[s, d, l] = F[s, b, l] if I[s, a, l] != 0 else F[s, c, l]
+            elif op == OP_ISEL:
+                for l in range(W):
+                    if EX[s, l]:
+                        I[s, d, l] = I[s, b, l] if I[s, a, l] != 0 else I[s, c, l]
+            elif op == OP_CVT_IF:
+                for l in range(W):
+                    if EX[s, l]:
+                        F[s, d, l] = np.float64(I[s, a, l])
+            elif op == OP_CVT_FI:
+                for l in range(W):
+                    if EX[s, l]:
+                        xf = np.float64(F[s, a, l])
+                        if xf != xf:
+                            I[s, d, l] = 0
+                        elif xf >= 2147483647.0:
+                            I[s, d, l] = 2147483647
+                        elif xf <= -2147483648.0:
+                            I[s, d, l] = -2147483648
+                        else:
+                            I[s, d, l] = int(xf)
+            elif op == OP_FMOV:
+                for l in range(W):
+                    if EX[s, l]:
+                        F[s, d, l] = F[s, a, l]
+            elif op == OP_IMOV:
+                for l in range(W):
+                    if EX[s, l]:
+                        I[s, d, l] = I[s, a, l]
+            elif op == OP_GLOAD or op == OP_GSTORE:
+                store = op == OP_GSTORE
+                width = code[pc, K_WIDTH]
+                kind = buf_tab[aux, 0]
+                off = buf_tab[aux, 1]
+                size = buf_tab[aux, 2]
+                base = buf_tab[aux, 3]
+                es = buf_tab[aux, 4]
+                nl = 0
+                nact = 0
+                for l in range(W):
+                    lane_lo[l] = -1
+                    if not EX[s, l]:
+                        continue
+                    nact += 1
+                    idx = np.int64(I[s, a, l])
+                    if idx < 0 or idx + width > size:
+                        err[0] = E_OOB_GLOBAL
+                        err[1] = pc
+                        err[2] = idx
+                        err[3] = aux
+                        return
+                    for v in range(width):
+                        reg = code[pc, K_V0 + v]
+                        if store:
+                            if kind == 2:
+                                gmem_i[off + idx + v] = I[s, reg, l]
+                            elif kind == 1:
+                                gmem_f[off + idx + v] = round_f16(np.float64(F[s, reg, l]))
+                            else:
+                                gmem_f[off + idx + v] = F[s, reg, l]
+                        else:
+                            if kind == 2:
+                                I[s, reg, l] = gmem_i[off + idx + v]
+                            else:
+                                F[s, reg, l] = gmem_f[off + idx + v]
+                    addr = base + idx * es
+                    lane_lo[l] = addr // l1_line
+                    lane_hi[l] = (addr + width * es - 1) // l1_line
+                    lines[nl] = lane_lo[l]
+                    nl += 1
+                    if lane_hi[l] != lane_lo[l]:
+                        lines[nl] = lane_hi[l]
+                        nl += 1
+                    if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
+                            and s - g * wpw == pi[P_PROBE_WAVE] and probe[W, 0] == 0:
+                        probe[l, 0] = addr
+                        probe[l, 1] = width * es
+                        probe[l, 2] = 1
+                if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
+                        and s - g * wpw == pi[P_PROBE_WAVE]:
+                    probe[W, 0] = 1
+                nu = unique_sorted(lines, nl)
+                # TCP accesses: unique lines per quad of lanes (rocprof coalescing)
+                tcp = 0
+                quads = 0
+                for q in range(W // 4):
+                    nq = 0
+                    for l in range(4 * q, 4 * q + 4):
+                        if lane_lo[l] >= 0:
+                            qbuf[nq] = lane_lo[l]
+                            nq += 1
+                            if lane_hi[l] != lane_lo[l]:
+                                qbuf[nq] = lane_hi[l]
+                                nq += 1
+                    if nq > 0:
+                        quads += 1
+                        tcp += unique_sorted(qbuf, nq)
+                counters[N_VMEM] += 1
+                counters[N_TCP] += tcp
+                counters[N_QUADS] += quads
+                per_inst[pc, I_LINES] += nu
+                per_inst[pc, I_TCP] += tcp
+                if store:
+                    counters[N_GST_REQ] += 1
+                    counters[N_GST_LINES] += nu
+                    counters[N_GST_BYTES] += nact * width * es
+                else:
+                    counters[N_GLD_REQ] += 1
+                    counters[N_GLD_LINES] += nu
+                    counters[N_GLD_BYTES] += nact * width * es
+                trace_kind = T_VMEM
+                tl = max(float(t), l1_free)
+                done = float(t)
+                for j in range(nu):
+                    clock += 1
+                    tj = tl + j
+                    line = lines[j]
+                    l2line = (line * l1_line) // l2_line
+                    if store:
+                        hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, 0, l1_sets,
+                                                l1_ways, line, clock, False)
+                        t2 = max(tj, l2_free)
+                        l2_free = t2 + l2_cyc
+                        counters[N_L2_ACC] += 1
+                        hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2i, l2_sets,
+                                                l2_ways, l2line, clock, True)
+                        st2 = l2line % l2_sets
+                        if hit2:
+                            counters[N_L2_HIT] += 1
+                        if l2_dirty[l2i, st2, w2] == 0:
+                            l2_dirty[l2i, st2, w2] = 1
+                            counters[N_HBM_WR] += l2_line
+                            th = max(t2, hbm_free)
+                            hbm_free = th + hbm_cyc
+                        done = max(done, t2 + l2_cyc)
+                    else:
+                        counters[N_L1_ACC] += 1
+                        hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, 0, l1_sets,
+                                                l1_ways, line, clock, True)
+                        st1 = line % l1_sets
+                        if hit1:
+                            counters[N_L1_HIT] += 1
+                            arrive = max(tj + pi[P_L1LAT], l1_rdy[0, st1, w1])
+                        else:
+                            t2 = max(tj, l2_free)
+                            l2_free = t2 + l2_cyc
+                            counters[N_L2_ACC] += 1
+                            hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2i, l2_sets,
+                                                    l2_ways, l2line, clock, True)
+                            st2 = l2line % l2_sets
+                            if hit2:
+                                counters[N_L2_HIT] += 1
+                                arrive = max(t2 + pi[P_L2LAT], l2_rdy[l2i, st2, w2] + pi[P_L1LAT])
+                            else:
+                                th = max(t2, hbm_free)
+                                hbm_free = th + hbm_cyc
+                                counters[N_HBM_RD] += l2_line
+                                arrive = th + pi[P_HBMLAT]
+                                l2_rdy[l2i, st2, w2] = arrive - pi[P_L1LAT]
+                            l1_rdy[0, st1, w1] = arrive
+                        done = max(done, arrive)
+                l1_free = tl + nu
+                if not store:
+                    for v in range(width):
+                        r = code[pc, K_V0 + v]
+                        ur = (NF + r) if kind == 2 else r
+                        RREADY[s, ur] = done
+                        RPROD[s, ur] = pc
+            elif op == OP_LLOAD or op == OP_LSTORE:
+                store = op == OP_LSTORE
+                width = code[pc, K_WIDTH]
+                kind = lds_tab[aux, 0]
+                off = lds_tab[aux, 1]
+                size = lds_tab[aux, 2]
+                base = lds_tab[aux, 3]
+                es = lds_tab[aux, 4]
+                for l in range(W):
+                    lane_lo[l] = -1
+                    if not EX[s, l]:
+                        continue
+                    idx = np.int64(I[s, a, l])
+                    if idx < 0 or idx + width > size:
+                        err[0] = E_OOB_LDS
+                        err[1] = pc
+                        err[2] = idx
+                        err[3] = aux
+                        return
+                    for v in range(width):
+                        reg = code[pc, K_V0 + v]
+                        if store:
+                            if kind == 2:
+                                LDSI[g, off + idx + v] = I[s, reg, l]
+                            elif kind == 1:
+                                LDSF[g, off + idx + v] = round_f16(np.float64(F[s, reg, l]))
+                            else:
+                                LDSF[g, off + idx + v] = F[s, reg, l]
+                        else:
+                            if kind == 2:
+                                I[s, reg, l] = LDSI[g, off + idx + v]
+                            else:
+                                F[s, reg, l] = LDSF[g, off + idx + v]
+                    addr = base + idx * es
+                    lane_lo[l] = addr // 4
+                    lane_hi[l] = (addr + width * es - 1) // 4
+                    if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
+                            and s - g * wpw == pi[P_PROBE_WAVE] and probe[W, 0] == 0:
+                        probe[l, 0] = addr
+                        probe[l, 1] = width * es
+                        probe[l, 2] = 1
+                if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
+                        and s - g * wpw == pi[P_PROBE_WAVE]:
+                    probe[W, 0] = 1
+                wc = code[pc, K_C]  # width class 0: <=4 B, 1: 8 B, 2: 16 B per lane
+                rw = 1 if store else 0
+                ng = n_groups[rw, wc]
+                gsize = W // ng
+                conflict = 0
+                for gi in range(ng):
+                    nd = 0
+                    for k in range(gsize):
+                        l = group_lanes[rw, wc, gi, k]
+                        if lane_lo[l] >= 0:
+                            for dw in range(lane_lo[l], lane_hi[l] + 1):
+                                dbuf[nd] = dw
+                                nd += 1
+                    nu = unique_sorted(dbuf, nd)
+                    bank_cnt[:] = 0
+                    mx = 0
+                    for k in range(nu):
+                        bk = dbuf[k] % nbanks
+                        bank_cnt[bk] += 1
+                        if bank_cnt[bk] > mx:
+                            mx = bank_cnt[bk]
+                    if mx > 1:
+                        conflict += mx - 1
+                idx_cyc = ng + conflict
+                counters[N_LDS] += 1
+                counters[N_LDS_CONF] += conflict
+                counters[N_LDS_IDX] += idx_cyc
+                per_inst[pc, I_CONF] += conflict
+                per_inst[pc, I_IDX] += idx_cyc
+                trace_kind = T_LDS
+                tl = max(float(t), lds_free)
+                lds_free = tl + idx_cyc
+                if not store:
+                    done = tl + idx_cyc + pi[P_LDSLAT]
+                    for v in range(width):
+                        r = code[pc, K_V0 + v]
+                        ur = (NF + r) if kind == 2 else r
+                        RREADY[s, ur] = done
+                        RPROD[s, ur] = pc
+            elif op == OP_SHFL:
+                isf = code[pc, K_ISF]
+                for l in range(W):
+                    if isf:
+                        fvals[l] = F[s, a, l]
+                    else:
+                        ivals[l] = I[s, a, l]
+                for l in range(W):
+                    if not EX[s, l]:
+                        continue
+                    src = (l ^ b) if aux == 0 else l + b
+                    if src >= W:
+                        src = l
+                    if isf:
+                        F[s, d, l] = fvals[src]
+                    else:
+                        I[s, d, l] = ivals[src]
+                ng = n_groups[0, 0]
+                counters[N_LDS] += 1
+                counters[N_LDS_IDX] += ng
+                trace_kind = T_LDS
+                tl = max(float(t), lds_free)
+                lds_free = tl + ng
+                ur = d if isf else NF + d
+                RREADY[s, ur] = tl + ng + pi[P_LDSLAT]
+                RPROD[s, ur] = pc
+            elif op == OP_WRED:
+                isf = code[pc, K_ISF]
+                for l in range(W):
+                    if isf:
+                        fvals[l] = F[s, a, l]
+                    else:
+                        ivals[l] = I[s, a, l]
+                steps = 0
+                off2 = W // 2
+                while off2 > 0:
+                    steps += 1
+                    for l in range(W):
+                        m = l ^ off2
+                        if l < m:
+                            if isf:
+                                xf = fvals[l]
+                                yf = fvals[m]
+                                if aux == R_SUM:
+                                    rf = np.float64(np.float32(xf + yf))
+                                elif aux == R_MAX:
+                                    rf = fbin(B_MAX, xf, yf)
+                                else:
+                                    rf = fbin(B_MIN, xf, yf)
+                                fvals[l] = rf
+                                fvals[m] = rf
+                            else:
+                                xi = ivals[l]
+                                yi = ivals[m]
+                                if aux == R_SUM:
+                                    ri = wrap32(xi + yi)
+                                elif aux == R_MAX:
+                                    ri = xi if xi > yi else yi
+                                else:
+                                    ri = xi if xi < yi else yi
+                                ivals[l] = ri
+                                ivals[m] = ri
+                    off2 //= 2
+                for l in range(W):
+                    if EX[s, l]:
+                        if isf:
+                            F[s, d, l] = fvals[l]
+                        else:
+                            I[s, d, l] = ivals[l]
+                ng = n_groups[0, 0]
+                counters[N_LDS] += steps
+                counters[N_LDS_IDX] += steps * ng
+                trace_kind = T_LDS
+                tl = max(float(t), lds_free)
+                lds_free = tl + steps * ng
+                ur = d if isf else NF + d
+                RREADY[s, ur] = tl + steps * (ng + pi[P_LDSLAT] + valu_cyc)
+                RPROD[s, ur] = pc
+            elif op == OP_BARRIER:
+                counters[N_BARRIERS] += 1
+                STATUS[s] = S_BAR
+                PC[s] = nxt_pc
+                WG_ARR[g] += 1
+                if t > WG_BAR[g]:
+                    WG_BAR[g] = t
+                if WG_ARR[g] >= WG_LIVE[g]:
+                    rel = WG_BAR[g] + pi[P_BARCYC]
+                    for k in range(g * wpw, g * wpw + wpw):
+                        if STATUS[k] == S_BAR:
+                            if timed and cap > 0:
+                                add_trace(trace, trace_n, cap, cu, k % nsimd, WG_ID[g] * wpw + k - g * wpw,
+                                          READY[k], rel, T_BARRIER)
+                            STATUS[k] = S_RUN
+                            READY[k] = rel
+                    WG_ARR[g] = 0
+                    WG_BAR[g] = 0.0
+                else:
+                    READY[s] = t
+                continue
+            elif op == OP_IF:
+                MS[s, SP[s], :] = EX[s, :]
+                SP[s] += 1
+                anyl = 0
+                for l in range(W):
+                    v8 = 1 if (EX[s, l] and I[s, a, l] != 0) else 0
+                    EX[s, l] = v8
+                    anyl |= v8
+                if anyl == 0:
+                    nxt_pc = code[pc, K_JUMP]
+            elif op == OP_ELSE:
+                top = SP[s] - 1
+                anyl = 0
+                for l in range(W):
+                    v8 = 1 if (MS[s, top, l] and not EX[s, l]) else 0
+                    EX[s, l] = v8
+                    anyl |= v8
+                if anyl == 0:
+                    nxt_pc = code[pc, K_JUMP]
+            elif op == OP_ENDIF:
+                SP[s] -= 1
+                EX[s, :] = MS[s, SP[s], :]
+            elif op == OP_LOOP_BEGIN:
+                MS[s, SP[s], :] = EX[s, :]
+                SP[s] += 1
+            elif op == OP_LOOP_TEST:
+                anyl = 0
+                for l in range(W):
+                    v8 = 1 if (EX[s, l] and I[s, a, l] < I[s, b, l]) else 0
+                    EX[s, l] = v8
+                    anyl |= v8
+                if anyl == 0:
+                    SP[s] -= 1
+                    EX[s, :] = MS[s, SP[s], :]
+                    nxt_pc = code[pc, K_JUMP]
+            elif op == OP_LOOP_STEP:
+                for l in range(W):
+                    if EX[s, l]:
+                        I[s, a, l] = wrap32(np.int64(I[s, a, l]) + aux)
+                nxt_pc = code[pc, K_JUMP]
+            elif op == OP_END:
+                STATUS[s] = S_DONE
+                fin = float(t)
+                for k in range(NF + NI):
+                    if RREADY[s, k] > fin:
+                        fin = RREADY[s, k]
+                if fin > WG_DONE[g]:
+                    WG_DONE[g] = fin
+                WG_LIVE[g] -= 1
+                if WG_LIVE[g] > 0 and WG_ARR[g] >= WG_LIVE[g] and WG_ARR[g] > 0:
+                    rel = WG_BAR[g] + pi[P_BARCYC]
+                    for k in range(g * wpw, g * wpw + wpw):
+                        if STATUS[k] == S_BAR:
+                            STATUS[k] = S_RUN
+                            READY[k] = rel
+                    WG_ARR[g] = 0
+                if WG_LIVE[g] == 0:
+                    tdone = WG_DONE[g]
+                    if tdone > end_time:
+                        end_time = tdone
+                    if timed and WG_IDX[g] < wg_done.shape[0]:
+                        wg_done[WG_IDX[g]] = tdone
+                    if nxt < last:
+                        WG_IDX[g] = nxt - first
+                        launch_wg(g, sess_wgs[nxt], tdone, pi, F, I, EX, SP, PC, READY, STATUS,
+                                  SLOT_WG, RREADY, RPROD, fconst_reg, fconst_val, iconst_reg,
+                                  iconst_val, WG_ID, WG_LIVE, WG_ARR, WG_BAR, WG_DONE, LDSF, LDSI,
+                                  counters)
+                        nxt += 1
+                continue
+            if timed and cap > 0 and cat != CAT_NONE:
+                add_trace(trace, trace_n, cap, cu, simd, wave_gid, t, t + busy, trace_kind)
+            PC[s] = nxt_pc
+            READY[s] = t + busy if cat != CAT_NONE else t
+        sess_cycles[sess] = end_time

@@ -1,0 +1,20 @@
+"""The JIT path: every function of ``gpusim.engine`` compiled with ``numba.njit(cache=True)``.
+
+The engine's source is executed a second time inside this module's namespace and each
+function is then wrapped with ``njit``, so the plain ``gpusim.engine`` stays the
+pure-Python reference and both paths run literally the same code. ``error_model="numpy"``
+lets float division by zero give inf (as on the GPU) instead of raising. The compiled code
+is cached in ``__pycache__``, so only the first process on a machine pays the compile.
+"""
+import os
+
+import numba
+
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine.py")
+with open(_SRC) as _f:
+    exec(compile(_f.read(), _SRC, "exec"), globals())
+
+_FUNCS = ("wrap32", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_access",
+          "unique_sorted", "issue_time", "add_trace", "launch_wg", "run")
+for _name in _FUNCS:
+    globals()[_name] = numba.njit(cache=True, error_model="numpy")(globals()[_name])

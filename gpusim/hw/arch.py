@@ -1,0 +1,115 @@
+"""The description of one GPU as frozen data: what the simulator reads, never how it runs.
+
+Every number carries its source, an S-number of ``shared/HARDWARE.md`` (S1 = ROCm GPU arch
+specs, S4/S5/S6/S7 = rocprofiler-compute docs, S9 = LLVM AMDGPUBaseInfo, S10/S11 = the
+nod-ai kernel optimization guide and its empirical LDS measurements, S12 = composable_kernel
+LDS notes, S13 = GPUOpen coalescing article, S15 = ROCm MI300X tuning guide, S17 = LLVM
+SISchedule.td). Where no number is published the field's source says ``ASSUMPTION`` and
+why the value was picked; those are the knobs a reader should distrust first.
+
+Phase groups (``lds_read_groups`` / ``lds_write_groups``) map an LDS access width in bytes
+per lane (4, 8, 16) to a tuple of lane groups; lanes conflict on a bank only inside one
+group, and each group takes one LDS "index" cycle plus its conflict cycles.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def contiguous_groups(wave_size: int, group: int) -> tuple:
+    """Lane groups 0..group-1, group..2*group-1, ... (b32/b64 reads, b128 writes)."""
+    return tuple(tuple(range(g, g + group)) for g in range(0, wave_size, group))
+
+
+def _quads(*starts) -> tuple:
+    return tuple(l for s in starts for l in range(s, s + 4))
+
+
+#: ds_read_b128 phase groups measured on MI300X (S10, S11): eight groups of 8 lanes,
+#: non-contiguous.
+CDNA_READ_B128_GROUPS = (
+    _quads(0, 20), _quads(32, 52), _quads(4, 16), _quads(36, 48),
+    _quads(8, 28), _quads(40, 60), _quads(12, 24), _quads(44, 56),
+)
+#: gfx1100 ds_read_b128 in wave32: four groups of 8 (S11).
+RDNA3_READ_B128_GROUPS = (_quads(0, 20), _quads(4, 16), _quads(8, 28), _quads(12, 24))
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One GPU (or one GCD of a multi-die GPU) as the simulator sees it.
+
+    ``sources`` maps each field name to where its value comes from.
+    """
+    name: str
+    marketing_name: str
+    num_cus: int
+    clock_ghz: float
+    simds_per_cu: int
+    simd_width: int
+    wave_size: int
+    wave_slots_per_simd: int
+    vgprs_per_lane: int
+    vgpr_granule: int
+    max_workgroups_per_cu: int
+    max_block_threads: int
+    lds_bytes_per_cu: int
+    lds_bytes_per_workgroup: int
+    lds_banks: int
+    lds_bank_bytes: int
+    lds_read_groups: dict
+    lds_write_groups: dict
+    lds_latency_cycles: int
+    l1_bytes: int
+    l1_line_bytes: int
+    l1_ways: int
+    l1_bytes_per_clk_per_cu: int
+    l1_hit_latency_cycles: int
+    l2_bytes: int
+    l2_line_bytes: int
+    l2_ways: int
+    l2_channels: int
+    l2_instances: int
+    l2_bytes_per_clk_per_channel: int
+    l2_hit_latency_cycles: int
+    hbm_bytes_per_s: float
+    hbm_latency_cycles: int
+    issue_period_cycles: int
+    transcendental_rate_divisor: int
+    barrier_cycles: int
+    wave_launch_cycles: int
+    launch_overhead_us: float
+    peak_fp32_flops_per_clk_per_cu: int
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
+
+    # derived quantities --------------------------------------------------------------
+    @property
+    def valu_cycles(self) -> int:
+        """Cycles one wave's VALU op occupies its SIMD: 64 lanes / SIMD16 = 4 (S13)."""
+        return max(1, self.wave_size // self.simd_width)
+
+    @property
+    def max_waves_per_cu(self) -> int:
+        return self.wave_slots_per_simd * self.simds_per_cu
+
+    @property
+    def peak_fp32_tflops(self) -> float:
+        return self.peak_fp32_flops_per_clk_per_cu * self.num_cus * self.clock_ghz / 1e3
+
+    @property
+    def hbm_bytes_per_clk(self) -> float:
+        return self.hbm_bytes_per_s / (self.clock_ghz * 1e9)
+
+    @property
+    def l2_bytes_per_clk(self) -> float:
+        """All L2 instances together."""
+        return self.l2_bytes_per_clk_per_channel * self.l2_channels * self.l2_instances
+
+    def source(self, field_name: str) -> str:
+        return self.sources.get(field_name, "")
+
+    def lds_groups(self, bytes_per_lane: int, write: bool) -> tuple:
+        """Phase groups for an LDS access moving ``bytes_per_lane`` bytes per lane."""
+        key = 4 if bytes_per_lane <= 4 else (8 if bytes_per_lane <= 8 else 16)
+        table = self.lds_write_groups if write else self.lds_read_groups
+        return table[key]

@@ -1,0 +1,167 @@
+"""How many waves fit on a SIMD, and what stops more from fitting.
+
+Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
+
+- program points are statements in program order; a register is live from its first
+  definition to its last read; a register read inside a loop but defined before it, or
+  defined in the loop and read before that definition in the body (loop-carried), is live
+  for the whole loop;
+- per-lane registers (see ``analysis.Uniformity``) take one VGPR each; uniform i32
+  registers (loop counters with uniform bounds, values computed from block_id and scalar
+  parameters) live in SGPRs and cost no VGPR; uniform f32 values still take a VGPR
+  (CDNA has no scalar float ALU);
+- at each point we add the temporaries of the statement's own expressions: one VGPR per
+  per-lane operator node that is not the final result (a simple upper bound; the real
+  compiler reuses some);
+- plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
+  address offset.
+
+The estimate is a model of what hipcc would allocate, not a register allocator: it is
+good for the occupancy cliffs (24 -> 8 waves, 128 -> 4 waves, ...) that schedules cross.
+
+Occupancy (waves per SIMD, S9): the minimum of
+- wave slots (8 per SIMD on CDNA, 16 on gfx1100),
+- VGPR file: vgprs_per_lane // roundup(vgprs, granule),
+- LDS: lds_bytes_per_cu // kernel LDS bytes workgroups per CU,
+- workgroups per CU: 16 (one hardware barrier per workgroup),
+counted in whole workgroups (a workgroup's waves are resident together).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpusim.analysis import Uniformity, expr_children, expr_vars, stmt_defs, stmt_exprs
+from gpusim.errors import KernelError
+from gpusim.hw import get_arch
+from gpusim.program import (
+    Const, For, If, LdsLoad, LdsStore, Load, ScalarRef, Special, Store, Var, walk,
+)
+
+
+def _temps(e, uni: Uniformity) -> int:
+    """Per-lane operator nodes below the root (each needs a temporary VGPR)."""
+    n = 0
+    stack = list(expr_children(e))
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (Const, Var, Special, ScalarRef)):
+            continue
+        if not uni.is_uniform(x) or x.dtype == "f32":
+            n += 1
+        stack.extend(expr_children(x))
+    return n
+
+
+def estimate_vgprs(kernel, arch="gfx942") -> int:
+    """VGPRs per lane the kernel needs, by the live-range rule in the module docstring."""
+    uni = Uniformity(kernel.body)
+    dtypes = {}
+    for s in walk(kernel.body):
+        for v in stmt_defs(s):
+            dtypes[v.name] = v.dtype
+
+    def is_vgpr(name):
+        return name in uni.per_lane or dtypes.get(name) == "f32"
+
+    # linearise: (point, reads, defs, temps); loops recorded as spans
+    points = []
+    loops = []
+
+    def lin(body):
+        for s in body:
+            reads = set()
+            for e in stmt_exprs(s):
+                expr_vars(e, reads)
+            temps = sum(_temps(e, uni) for e in stmt_exprs(s))
+            defs = {v.name for v in stmt_defs(s)}
+            points.append((reads, defs, temps))
+            if isinstance(s, For):
+                start = len(points) - 1
+                lin(s.body)
+                loops.append((start, len(points) - 1))
+            elif isinstance(s, If):
+                lin(s.then)
+                lin(s.orelse)
+
+    lin(kernel.body)
+    first_def, last_use, first_use = {}, {}, {}
+    for i, (reads, defs, _) in enumerate(points):
+        for r in reads:
+            last_use[r] = i
+            first_use.setdefault(r, i)
+        for d in defs:
+            first_def.setdefault(d, i)
+            last_use.setdefault(d, i)
+    ranges = {}
+    for name in set(first_def) | set(last_use):
+        lo = first_def.get(name, first_use.get(name, 0))
+        hi = max(last_use.get(name, lo), lo)
+        ranges[name] = [lo, hi]
+    changed = True
+    while changed:  # extend ranges across loops until nothing moves
+        changed = False
+        for (a, b) in loops:
+            for name, r in ranges.items():
+                reads_in = [i for i in range(a, b + 1) if name in points[i][0]]
+                if not reads_in:
+                    continue
+                defs_in = [i for i in range(a, b + 1) if name in points[i][1]]
+                lo, hi = r
+                if lo < a:                      # defined before, read inside: live through loop
+                    hi = max(hi, b)
+                if defs_in and reads_in[0] <= defs_in[0]:  # loop-carried
+                    lo, hi = min(lo, a), max(hi, b)
+                if [lo, hi] != r:
+                    r[0], r[1] = lo, hi
+                    changed = True
+    has_global = any(isinstance(s, (Load, Store)) for s in walk(kernel.body))
+    best = 0
+    for i, (_, _, temps) in enumerate(points):
+        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi and is_vgpr(name))
+        best = max(best, live + temps)
+    return best + 1 + (1 if has_global else 0)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    waves_per_simd: float
+    workgroups_per_cu: int
+    waves_per_workgroup: int
+    limiter: str
+    vgprs: int
+    limits: dict  # limiter name -> waves per SIMD it alone would allow
+
+
+def _roundup(x: int, g: int) -> int:
+    return -(-x // g) * g
+
+
+def occupancy(kernel, arch="gfx942", vgprs: int | None = None) -> Occupancy:
+    """Theoretical occupancy and the resource that limits it (S9)."""
+    arch = get_arch(arch)
+    v = estimate_vgprs(kernel, arch) if vgprs is None else int(vgprs)
+    wpw = -(-kernel.block // arch.wave_size)
+    nsimd = arch.simds_per_cu
+    vgpr_waves = arch.vgprs_per_lane // _roundup(max(v, 1), arch.vgpr_granule)
+    if vgpr_waves == 0:
+        raise KernelError(f"{kernel.name}: needs ~{v} VGPRs per lane but {arch.name} has "
+                          f"{arch.vgprs_per_lane}; reduce tile sizes or unrolling")
+    per_simd = {
+        "wave slots": arch.wave_slots_per_simd,
+        "VGPRs": min(arch.wave_slots_per_simd, vgpr_waves),
+    }
+    wg_limits = {name: (w * nsimd) // wpw for name, w in per_simd.items()}
+    wg_limits["LDS"] = (arch.lds_bytes_per_cu // kernel.lds_bytes) if kernel.lds_bytes else 10 ** 9
+    wg_limits["workgroups per CU (barriers)"] = arch.max_workgroups_per_cu
+    order = ["wave slots", "VGPRs", "LDS", "workgroups per CU (barriers)"]
+    wgs = min(wg_limits.values())
+    if wgs == 0:
+        worst = min(order, key=lambda n: wg_limits[n])
+        raise KernelError(f"{kernel.name}: a workgroup of {wpw} waves does not fit on one CU "
+                          f"({worst} limit); use a smaller block or fewer VGPRs/LDS")
+    limiter = next(n for n in order if wg_limits[n] == wgs)
+    waves = wgs * wpw / nsimd
+    limits = {n: min(wg_limits[n], 10 ** 6) * wpw / nsimd for n in order}
+    return Occupancy(waves_per_simd=min(waves, float(arch.wave_slots_per_simd)),
+                     workgroups_per_cu=wgs, waves_per_workgroup=wpw, limiter=limiter,
+                     vgprs=v, limits=limits)

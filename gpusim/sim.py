@@ -1,0 +1,439 @@
+"""``simulate``: runs a kernel on a modelled GPU and reports values, time and counters.
+
+Workgroup placement: workgroup ``w`` runs on CU ``w % num_cus`` (the dispatcher deals
+workgroups round-robin; on gfx942 this also deals them round-robin to XCDs, S2). CU 0
+gets the most workgroups (``ceil(grid / num_cus)``) and is the *timed* CU.
+
+Sessions. The engine simulates one CU at a time ("session"): CU 0 first, with a cold L1
+and cold L2, then (functional mode) every other CU with the workgroups it owns, each
+with a cold L1 and the L2 state left by the CUs before it. Every workgroup's values are
+computed in functional mode; with ``functional=False`` only CU 0 runs, and only its
+first ``sample`` workgroups when it owns more (3 rounds of resident workgroups), so the
+outputs are then partial.
+
+Whole-GPU time (in cycles), the combination rule:
+  T_cu   = CU 0's simulated time; when sampled, the time of the first K workgroups plus
+           (n - K) times the steady per-workgroup time of the last sampled round;
+  T_hbm  = HBM bytes / HBM bytes per cycle (all CUs share HBM);
+  T_l2   = L2 accesses x 128 B / L2 bytes per cycle (all channels of all L2s);
+  cycles = max(T_cu, T_hbm, T_l2); time_us = cycles / clock + launch overhead.
+Inside T_cu each CU already gets only its share of HBM bandwidth (HBM bytes per cycle
+divided by the number of CUs that have work) and of L2 bandwidth, so a bandwidth-bound
+kernel's CU time approaches T_hbm as the grid grows.
+
+Counters are summed over every simulated workgroup; with sampling they are scaled by
+grid / simulated workgroups (exact for workgroups that do the same work; L2 reuse between
+workgroups on different CUs is then not seen, so HBM bytes are an upper bound).
+Model simplifications beyond the engine's: the MI300X Infinity Cache and RDNA3's are not
+modelled (an L2 miss goes to HBM); the timed CU sees the L2 as if it were the first CU to
+touch every line (pessimistic for data shared across CUs).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpusim import engine as E
+from gpusim.compile import MEM_KIND, compile_kernel
+from gpusim.errors import KernelError
+from gpusim.hw import get_arch
+from gpusim.occupancy import occupancy
+from gpusim.program import DTYPE_BYTES, Kernel
+from gpusim.validate import validate
+
+TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall")
+BUFFER_ALIGN = 4096  # ASSUMPTION: each buffer starts on a 4 KiB boundary (hipMalloc gives >= 256 B)
+LDS_ALIGN = 16       # LDS arrays laid out in declaration order, 16 B aligned
+SAMPLE_ROUNDS = 3
+DEFAULT_TRACE_CAP = 200_000
+
+
+@dataclass
+class SimResult:
+    """What one simulated launch produced. Times are for the whole GPU."""
+    kernel: str
+    arch: str
+    outputs: dict
+    cycles: float
+    time_us: float
+    time_us_without_launch: float
+    launch_overhead_us: float
+    method: str
+    occupancy_waves_per_simd: float
+    occupancy_limiter: str
+    vgprs: int
+    workgroups_per_cu: int
+    counters: dict
+    per_inst: list
+    trace: list | None = None
+    bounds: dict = field(default_factory=dict)  # T_cu, T_hbm, T_l2 in cycles
+
+    @property
+    def wave_insts(self) -> float:
+        c = self.counters
+        return c["valu_insts"] + c["vmem_insts"] + c["lds_insts"] + c["salu_insts"] + c["branch_insts"]
+
+
+_PROGRAM_CACHE: dict = {}
+
+
+def _program(kernel: Kernel, arch):
+    key = (id(kernel), arch.name)
+    hit = _PROGRAM_CACHE.get(key)
+    if hit is not None and hit[0] is kernel:
+        return hit[1]
+    prog = compile_kernel(kernel, arch)
+    if len(_PROGRAM_CACHE) > 256:
+        _PROGRAM_CACHE.clear()
+    _PROGRAM_CACHE[key] = (kernel, prog)
+    return prog
+
+
+def _engine(jit: bool):
+    if jit:
+        from gpusim import engine_jit
+        return engine_jit.run
+    return E.run
+
+
+def _group_tables(arch):
+    W = arch.wave_size
+    group_of = np.zeros((2, 3, W), np.int64)
+    n_groups = np.zeros((2, 3), np.int64)
+    gsize = max(len(g) for rw in (False, True) for b in (4, 8, 16) for g in arch.lds_groups(b, rw))
+    group_lanes = np.zeros((2, 3, 8 if W >= 64 else 8, W), np.int64)
+    for rw, write in enumerate((False, True)):
+        for wc, nbytes in enumerate((4, 8, 16)):
+            groups = arch.lds_groups(nbytes, write)
+            n_groups[rw, wc] = len(groups)
+            for gi, lanes in enumerate(groups):
+                for k, l in enumerate(lanes):
+                    group_of[rw, wc, l] = gi
+                    group_lanes[rw, wc, gi, k] = l
+    return group_of, n_groups, group_lanes
+
+
+class _Launch:
+    """Everything the engine needs for one launch, built once per simulate call."""
+
+    def __init__(self, kernel, arch, prog, inputs, scalars, occ):
+        self.kernel, self.arch, self.prog = kernel, arch, prog
+        W = arch.wave_size
+        scalars = dict(scalars or {})
+        for p in kernel.scalars:
+            if p.name not in scalars:
+                raise KernelError(f"{kernel.name}: scalar {p.name!r} needs a value; pass scalars={{{p.name!r}: ...}}")
+        fregs = {r: v for v, r in prog.fconst.items()}
+        iregs = {r: v for v, r in prog.iconst.items()}
+        for name, (isf, r) in prog.scalar_regs.items():
+            if isf:
+                fregs[r] = float(np.float32(scalars[name]))
+            else:
+                iregs[r] = int(scalars[name])
+        self.fconst_reg = np.array(list(fregs.keys()), np.int64)
+        self.fconst_val = np.array(list(fregs.values()), np.float32)
+        self.iconst_reg = np.array(list(iregs.keys()), np.int64)
+        self.iconst_val = np.array(list(iregs.values()), np.int32)
+        # global memory: f32/f16 buffers in one float32 array, i32 in one int32 array
+        inputs = inputs or {}
+        rng = np.random.default_rng(0)
+        buf_tab = np.zeros((max(len(kernel.buffers), 1), 5), np.int64)
+        nf = ni = 0
+        addr = BUFFER_ALIGN
+        self.layout = []
+        for i, b in enumerate(kernel.buffers):
+            kind = MEM_KIND[b.dtype]
+            es = DTYPE_BYTES[b.dtype]
+            off = ni if kind == 2 else nf
+            if kind == 2:
+                ni += b.size
+            else:
+                nf += b.size
+            buf_tab[i] = (kind, off, b.size, addr, es)
+            self.layout.append((b, kind, off))
+            addr += -(-b.size * es // BUFFER_ALIGN) * BUFFER_ALIGN + BUFFER_ALIGN
+        self.gmem_f = np.zeros(max(nf, 1), np.float32)
+        self.gmem_i = np.zeros(max(ni, 1), np.int32)
+        for b, kind, off in self.layout:
+            if b.name in inputs:
+                arr = np.asarray(inputs[b.name])
+                if arr.size != b.size:
+                    raise KernelError(f"{kernel.name}: input {b.name!r} has {arr.size} elements, the buffer "
+                                      f"has {b.size}; pass an array of shape {tuple(b.shape)}")
+                flat = arr.reshape(-1)
+            elif b.intent == "out":
+                flat = np.zeros(b.size)
+            elif kind == 2:
+                flat = rng.integers(0, 16, b.size)
+            else:
+                flat = rng.standard_normal(b.size)
+            if kind == 2:
+                self.gmem_i[off:off + b.size] = flat.astype(np.int32)
+            elif kind == 1:
+                self.gmem_f[off:off + b.size] = flat.astype(np.float16).astype(np.float32)
+            else:
+                self.gmem_f[off:off + b.size] = flat.astype(np.float32)
+        self.buf_tab = buf_tab
+        lds_tab = np.zeros((max(len(kernel.lds), 1), 5), np.int64)
+        nlf = nli = 0
+        laddr = 0
+        for i, a in enumerate(kernel.lds):
+            kind = MEM_KIND[a.dtype]
+            es = DTYPE_BYTES[a.dtype]
+            off = nli if kind == 2 else nlf
+            if kind == 2:
+                nli += a.size
+            else:
+                nlf += a.size
+            lds_tab[i] = (kind, off, a.size, laddr, es)
+            laddr += -(-a.size * es // LDS_ALIGN) * LDS_ALIGN
+        self.lds_tab = lds_tab
+        self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
+        # parameters
+        pi = np.zeros(E.NPI, np.int64)
+        pi[E.P_W] = W
+        pi[E.P_BLOCK] = kernel.block
+        pi[E.P_GRID] = kernel.grid
+        pi[E.P_NSIMD] = arch.simds_per_cu
+        pi[E.P_PERIOD] = arch.issue_period_cycles
+        pi[E.P_VALU] = arch.valu_cycles
+        pi[E.P_NF] = prog.nf
+        pi[E.P_NI] = prog.ni
+        pi[E.P_DEPTH] = prog.depth
+        pi[E.P_NLF] = nlf
+        pi[E.P_NLI] = nli
+        pi[E.P_WGS] = occ.workgroups_per_cu
+        pi[E.P_WPW] = occ.waves_per_workgroup
+        pi[E.P_L1LINE] = arch.l1_line_bytes
+        pi[E.P_L2LINE] = arch.l2_line_bytes
+        l1_lines = arch.l1_bytes // arch.l1_line_bytes
+        pi[E.P_L1WAYS] = arch.l1_ways
+        pi[E.P_L1SETS] = max(1, l1_lines // arch.l1_ways)
+        l2_lines = arch.l2_bytes // arch.l2_line_bytes
+        pi[E.P_L2WAYS] = arch.l2_ways
+        pi[E.P_L2SETS] = max(1, l2_lines // arch.l2_ways)
+        pi[E.P_NL2] = arch.l2_instances
+        pi[E.P_LDSLAT] = arch.lds_latency_cycles
+        pi[E.P_L1LAT] = arch.l1_hit_latency_cycles
+        pi[E.P_L2LAT] = arch.l2_hit_latency_cycles
+        pi[E.P_HBMLAT] = arch.hbm_latency_cycles
+        pi[E.P_BARCYC] = arch.barrier_cycles
+        pi[E.P_LAUNCH] = arch.wave_launch_cycles
+        pi[E.P_NBANKS] = arch.lds_banks
+        pi[E.P_PROBE_PC] = -1
+        self.pi = pi
+        active_cus = min(arch.num_cus, kernel.grid)
+        cus_per_l2 = max(1, -(-active_cus // arch.l2_instances))
+        pf = np.zeros(E.NPF, np.float64)
+        l2_bpc_cu = min(arch.l2_bytes_per_clk_per_channel * arch.l2_channels / cus_per_l2,
+                        arch.l1_bytes_per_clk_per_cu)
+        pf[E.F_L2CYC] = arch.l2_line_bytes / l2_bpc_cu
+        hbm_bpc_cu = min(arch.hbm_bytes_per_clk / active_cus, arch.l1_bytes_per_clk_per_cu)
+        pf[E.F_HBMCYC] = arch.l2_line_bytes / hbm_bpc_cu
+        self.pf = pf
+
+    def sessions(self, functional: bool, sample: int):
+        C = self.arch.num_cus
+        grid = self.kernel.grid
+        cu0 = list(range(0, grid, C))
+        n0 = len(cu0)
+        if functional:
+            lists = [cu0] + [list(range(c, grid, C)) for c in range(1, min(C, grid))]
+            cus = list(range(min(C, grid)))
+            k = n0
+        else:
+            k = min(n0, sample)
+            lists = [cu0[:k]]
+            cus = [0]
+        wgs = np.array([w for lst in lists for w in lst], np.int64)
+        off = np.zeros(len(lists) + 1, np.int64)
+        off[1:] = np.cumsum([len(lst) for lst in lists])
+        return wgs, off, np.array(cus, np.int64), n0, k
+
+    def run(self, jit, functional, sample, trace_cap=0, probe=None):
+        arch = self.arch
+        prog = self.prog
+        pi = self.pi.copy()
+        pi[E.P_TRACECAP] = trace_cap
+        W = arch.wave_size
+        probe_arr = np.zeros((W + 1, 3), np.int64)
+        if probe is not None:
+            pi[E.P_PROBE_PC], pi[E.P_PROBE_WG], pi[E.P_PROBE_WAVE] = probe
+            wgs = np.array([probe[1]], np.int64)
+            off = np.array([0, 1], np.int64)
+            cus = np.array([probe[1] % arch.num_cus], np.int64)
+            n0 = k = 1
+        else:
+            wgs, off, cus, n0, k = self.sessions(functional, sample)
+        counters = np.zeros(E.NCNT, np.float64)
+        per_inst = np.zeros((prog.code.shape[0], E.NREC), np.float64)
+        sess_cycles = np.zeros(len(cus), np.float64)
+        wg_done = np.zeros(k, np.float64)
+        trace = np.zeros((max(trace_cap, 1), 6), np.float64)
+        trace_n = np.zeros(1, np.int64)
+        err = np.zeros(4, np.int64)
+        l1_lines = arch.l1_bytes // arch.l1_line_bytes
+        l1_shape = (1, max(1, l1_lines // arch.l1_ways), arch.l1_ways)
+        l2_shape = (arch.l2_instances, int(pi[E.P_L2SETS]), arch.l2_ways)
+        l1_tag = np.full(l1_shape, -1, np.int64)
+        l1_lru = np.zeros(l1_shape, np.int64)
+        l1_rdy = np.zeros(l1_shape, np.float64)
+        l1_dirty = np.zeros(l1_shape, np.uint8)
+        l2_tag = np.full(l2_shape, -1, np.int64)
+        l2_lru = np.zeros(l2_shape, np.int64)
+        l2_rdy = np.zeros(l2_shape, np.float64)
+        l2_dirty = np.zeros(l2_shape, np.uint8)
+        gmem_f = self.gmem_f.copy()
+        gmem_i = self.gmem_i.copy()
+        _engine(jit)(prog.code, prog.srcs, self.fconst_reg, self.fconst_val, self.iconst_reg,
+                     self.iconst_val, pi, self.pf, self.buf_tab, self.lds_tab, self.group_of,
+                     self.n_groups, self.group_lanes, gmem_f, gmem_i, wgs, off, cus, counters,
+                     per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err,
+                     l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty)
+        if err[0] != E.E_OK:
+            self._raise(err)
+        return dict(gmem_f=gmem_f, gmem_i=gmem_i, counters=counters, per_inst=per_inst,
+                    sess_cycles=sess_cycles, wg_done=wg_done, trace=trace[:min(trace_n[0], trace_cap)],
+                    trace_total=int(trace_n[0]), n0=n0, k=k, probe=probe_arr)
+
+    def _raise(self, err):
+        code, pc, idx, which = (int(x) for x in err)
+        si = int(self.prog.inst_stmt[pc])
+        if code == E.E_OOB_GLOBAL:
+            b = self.kernel.buffers[which]
+            raise KernelError(f"{self.kernel.name}: statement {si} reads/writes buffer {b.name!r} at element "
+                              f"{idx}, outside its {b.size} elements; guard or fix the index")
+        if code == E.E_OOB_LDS:
+            a = self.kernel.lds[which]
+            raise KernelError(f"{self.kernel.name}: statement {si} accesses LDS array {a.name!r} at element "
+                              f"{idx}, outside its {a.size} elements; fix the index or the array shape")
+        raise KernelError(f"{self.kernel.name}: statement {si} divides an integer by zero; guard the divisor")
+
+    def outputs(self, raw):
+        out = {}
+        for b, kind, off in self.layout:
+            src = raw["gmem_i"] if kind == 2 else raw["gmem_f"]
+            arr = src[off:off + b.size].copy()
+            if kind == 1:
+                arr = arr.astype(np.float16)
+            out[b.name] = arr.reshape(tuple(b.shape))
+        return out
+
+
+COUNTER_NAMES = {
+    "valu_insts": E.N_VALU, "vmem_insts": E.N_VMEM, "lds_insts": E.N_LDS, "salu_insts": E.N_SALU,
+    "branch_insts": E.N_BRANCH, "global_load_requests": E.N_GLD_REQ,
+    "global_store_requests": E.N_GST_REQ, "global_load_lines": E.N_GLD_LINES,
+    "global_store_lines": E.N_GST_LINES, "tcp_accesses": E.N_TCP, "hbm_bytes_read": E.N_HBM_RD,
+    "hbm_bytes_written": E.N_HBM_WR, "l2_hits": E.N_L2_HIT, "l2_accesses": E.N_L2_ACC,
+    "l1_hits": E.N_L1_HIT, "l1_accesses": E.N_L1_ACC,
+    "lds_bank_conflict_cycles": E.N_LDS_CONF, "lds_idx_active_cycles": E.N_LDS_IDX,
+    "barriers": E.N_BARRIERS, "global_load_bytes": E.N_GLD_BYTES,
+    "global_store_bytes": E.N_GST_BYTES, "waves": E.N_WAVES, "stall_cycles": E.N_STALL,
+}
+
+
+def _counters(raw, scale, arch, occ, time_s):
+    c = raw["counters"] * scale
+    out = {name: float(c[i]) for name, i in COUNTER_NAMES.items()}
+    quads = c[E.N_QUADS]
+    tcp = c[E.N_TCP]
+    out["coalescing_pct"] = (min(100.0, max(25.0, 100.0 * quads / tcp)) if tcp > 0 else 100.0)
+    out["hbm_bytes"] = out["hbm_bytes_read"] + out["hbm_bytes_written"]
+    out["l2_hit_pct"] = 100.0 * out["l2_hits"] / out["l2_accesses"] if out["l2_accesses"] else 0.0
+    out["l1_hit_pct"] = 100.0 * out["l1_hits"] / out["l1_accesses"] if out["l1_accesses"] else 0.0
+    conf, act = out["lds_bank_conflict_cycles"], out["lds_idx_active_cycles"]
+    out["lds_bank_conflict_rate_pct"] = 3.125 * conf / (act - conf) if act > conf else 0.0
+    out["lds_bank_conflicts_per_access"] = conf / (act - conf) if act > conf else 0.0
+    out["occupancy_waves_per_simd"] = occ.waves_per_simd
+    out["achieved_bandwidth_gbs"] = out["hbm_bytes"] / time_s / 1e9 if time_s > 0 else 0.0
+    return out
+
+
+def _cu_time(raw, n0, k, wgs_resident):
+    t_k = float(raw["sess_cycles"][0])
+    if k >= n0:
+        return t_k, f"CU 0 simulated with all {n0} of its workgroups"
+    done = np.sort(raw["wg_done"][:k])
+    r = min(wgs_resident, k - 1)
+    per_wg = (done[k - 1] - done[k - 1 - r]) / r if r > 0 else t_k / k
+    per_wg = max(per_wg, t_k / k * 0.25)
+    t = t_k + (n0 - k) * per_wg
+    return t, (f"CU 0 simulated for {k} of its {n0} workgroups, then extrapolated at the last "
+               f"round's {per_wg:.0f} cycles per workgroup")
+
+
+def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars: dict | None = None,
+             *, functional: bool = True, trace: bool = False, jit: bool = True,
+             launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP) -> SimResult:
+    """Runs ``kernel`` on the modelled ``arch``.
+
+    ``inputs`` maps buffer names to arrays (absent "in"/"inout" buffers get seeded random
+    values, "out" buffers zeros); ``scalars`` gives scalar parameters. With
+    ``functional=False`` only a sample of CU 0's workgroups runs (fast; outputs partial).
+    ``trace=True`` records per-wave events of the timed CU. ``jit=False`` runs the
+    pure-Python engine (the reference; slow).
+    """
+    arch = get_arch(arch)
+    validate(kernel, arch, scalars)
+    occ = occupancy(kernel, arch)
+    prog = _program(kernel, arch)
+    launch = _Launch(kernel, arch, prog, inputs, scalars, occ)
+    sample = SAMPLE_ROUNDS * occ.workgroups_per_cu
+    raw = launch.run(jit, functional, sample, trace_cap if trace else 0)
+    n0, k = raw["n0"], raw["k"]
+    t_cu, method = _cu_time(raw, n0, k, occ.workgroups_per_cu)
+    simulated_wgs = int(raw["sess_off_total"]) if "sess_off_total" in raw else (kernel.grid if functional else k)
+    scale = 1.0 if functional else kernel.grid / k
+    c = raw["counters"] * scale
+    t_hbm = (c[E.N_HBM_RD] + c[E.N_HBM_WR]) / arch.hbm_bytes_per_clk
+    t_l2 = c[E.N_L2_ACC] * arch.l2_line_bytes / arch.l2_bytes_per_clk
+    cycles = max(t_cu, t_hbm, t_l2)
+    bound = "CU" if cycles == t_cu else ("HBM bandwidth" if cycles == t_hbm else "L2 bandwidth")
+    lo = arch.launch_overhead_us if launch_overhead_us is None else float(launch_overhead_us)
+    t_wo = cycles / (arch.clock_ghz * 1e3)
+    counters = _counters(raw, scale, arch, occ, t_wo * 1e-6)
+    method = (f"{method}; functional values for all {kernel.grid} workgroups"
+              if functional else f"{method}; counters scaled by {scale:.3g} from {k} sampled "
+                                 f"workgroups (outputs partial)")
+    method += f"; whole GPU = max(CU time, HBM bytes / bandwidth, L2 bytes / bandwidth): {bound}-bound"
+    per_inst = _per_inst(prog, raw["per_inst"], scale)
+    tr = None
+    if trace:
+        tr = [dict(cu=int(r[0]), simd=int(r[1]), wave=int(r[2]), start=float(r[3]), end=float(r[4]),
+                   kind=TRACE_KINDS[int(r[5])]) for r in raw["trace"]]
+    return SimResult(kernel=kernel.name, arch=arch.name, outputs=launch.outputs(raw), cycles=cycles,
+                     time_us=t_wo + lo, time_us_without_launch=t_wo, launch_overhead_us=lo,
+                     method=method, occupancy_waves_per_simd=occ.waves_per_simd,
+                     occupancy_limiter=occ.limiter, vgprs=occ.vgprs,
+                     workgroups_per_cu=occ.workgroups_per_cu, counters=counters, per_inst=per_inst,
+                     trace=tr, bounds=dict(cu=t_cu, hbm=t_hbm, l2=t_l2))
+
+
+def _per_inst(prog, rec, scale):
+    """One record per memory / LDS / ALU statement, keyed by its walk-order index."""
+    from gpusim.program import Assign, LdsLoad, LdsStore, Load, Shuffle, Store, WaveReduce
+    stall = np.zeros(len(prog.statements))
+    for pc in range(rec.shape[0]):
+        si = prog.inst_stmt[pc]
+        if si >= 0:
+            stall[si] += rec[pc, E.I_STALL]
+    out = []
+    for si, s in enumerate(prog.statements):
+        if not isinstance(s, (Assign, Load, Store, LdsLoad, LdsStore, Shuffle, WaveReduce)):
+            continue
+        pc = prog.stmt_main.get(si, -1)
+        if pc is None or pc < 0:
+            continue
+        kind = {Load: "global_load", Store: "global_store", LdsLoad: "lds_load",
+                LdsStore: "lds_store", Shuffle: "shuffle", WaveReduce: "wave_reduce",
+                Assign: "alu"}[type(s)]
+        out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, E.I_EXEC] * scale),
+                        cache_lines=float(rec[pc, E.I_LINES] * scale),
+                        tcp_accesses=float(rec[pc, E.I_TCP] * scale),
+                        conflict_cycles=float(rec[pc, E.I_CONF] * scale),
+                        lds_idx_cycles=float(rec[pc, E.I_IDX] * scale),
+                        stall_cycles=float(stall[si] * scale)))
+    return out

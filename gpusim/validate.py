@@ -1,0 +1,282 @@
+"""Rejects kernels the modelled GPU cannot run, before any simulation.
+
+Each check raises ``KernelError`` with a one-line message naming the problem and the fix:
+
+- launch shape: grid and block > 0, block <= 1024 threads (HIP limit);
+- LDS: the kernel's LDS bytes must fit the arch's per-workgroup limit (64 KiB, S1);
+- names: buffers, LDS arrays and scalars that statements use must be declared;
+- types: every register keeps one dtype; assignments, loads and stores match dtypes;
+  loop counters are i32 with a positive step; vector widths are 1, 2 or 4 and the
+  register count matches;
+- undefined registers: a register read before any statement on every path defines it
+  (an ``If`` defines what both of its arms define; a loop body's definitions count after
+  the loop);
+- misaligned vectors: a vector access's element index must be provably a multiple of
+  its width (``Divisibility``), or hipcc could not issue one dwordx2/x4;
+- provable out-of-bounds: the index interval (``Intervals``, refined by enclosing
+  ``e < bound`` guards) lies partly outside the buffer. When an enclosing ``If`` has a
+  condition the interval analysis does not understand, nothing is provable there and the
+  check is skipped (the simulator still stops on any real out-of-bounds access);
+- barriers under divergent control flow: an ``If``/``For`` whose condition varies across
+  the lanes of a wave (thread_id, lane or per-lane registers) must not contain a Barrier.
+"""
+from __future__ import annotations
+
+from gpusim.analysis import Divisibility, Intervals, Uniformity, stmt_exprs, INF
+from gpusim.errors import KernelError
+from gpusim.hw import get_arch
+from gpusim.program import (
+    Assign, Barrier, BinOp, Buffer, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load,
+    Scalar, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk,
+)
+
+REDUCE_OPS = ("sum", "max", "min")
+SHUFFLE_MODES = ("xor", "down")
+
+
+def _reg_dtype(mem_dtype: str) -> str:
+    return "i32" if mem_dtype == "i32" else "f32"
+
+
+def validate(kernel, arch="gfx942", scalars: dict | None = None) -> None:
+    """Raises ``KernelError`` for the first impossible thing in ``kernel``."""
+    arch = get_arch(arch)
+    k = kernel
+    if k.grid <= 0:
+        raise KernelError(f"{k.name}: grid must be > 0 workgroups, got {k.grid}; launch at least one")
+    if k.block <= 0:
+        raise KernelError(f"{k.name}: block must be > 0 threads, got {k.block}")
+    if k.block > arch.max_block_threads:
+        raise KernelError(f"{k.name}: block of {k.block} threads exceeds the limit of "
+                          f"{arch.max_block_threads}; use a smaller workgroup and a larger grid")
+    if k.lds_bytes > arch.lds_bytes_per_workgroup:
+        raise KernelError(f"{k.name}: LDS use {k.lds_bytes} B exceeds the {arch.name} limit of "
+                          f"{arch.lds_bytes_per_workgroup} B per workgroup; shrink the tiles")
+    buffers = {b.name: b for b in k.buffers}
+    lds = {a.name: a for a in k.lds}
+    scalar_decl = {p.name: p for p in k.scalars}
+    for p in k.params:
+        if isinstance(p, Buffer) and p.dtype not in ("f32", "f16", "i32"):
+            raise KernelError(f"{k.name}: buffer {p.name!r} has unsupported dtype {p.dtype!r}; use f32, f16 or i32")
+    for a in k.lds:
+        if a.dtype not in ("f32", "f16", "i32"):
+            raise KernelError(f"{k.name}: LDS array {a.name!r} has unsupported dtype {a.dtype!r}")
+
+    # ---------------------------------------------------------------- names and dtypes
+    dtypes: dict = {}
+
+    def check_var(v: Var, where: str):
+        old = dtypes.setdefault(v.name, v.dtype)
+        if old != v.dtype:
+            raise KernelError(f"{k.name}: register {v.name!r} is used as {old} and as {v.dtype} "
+                              f"({where}); give each dtype its own register")
+
+    def check_expr(e, where: str):
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Var):
+                check_var(x, where)
+            elif isinstance(x, ScalarRef):
+                if x.name not in scalar_decl:
+                    raise KernelError(f"{k.name}: scalar {x.name!r} is read ({where}) but not a "
+                                      f"parameter; add Scalar({x.name!r}) to params")
+                if scalar_decl[x.name].dtype != x.dtype:
+                    raise KernelError(f"{k.name}: scalar {x.name!r} is {scalar_decl[x.name].dtype} "
+                                      f"but read as {x.dtype} ({where})")
+            elif isinstance(x, BinOp):
+                stack += [x.a, x.b]
+            elif isinstance(x, (UnOp, Cast)):
+                stack.append(x.a)
+            elif isinstance(x, Fma):
+                for y in (x.a, x.b, x.c):
+                    if y.dtype != "f32":
+                        raise KernelError(f"{k.name}: fma operands must be f32 ({where}); cast them")
+                stack += [x.a, x.b, x.c]
+            elif isinstance(x, Select):
+                stack += [x.cond, x.a, x.b]
+
+    def check_vector(n: int, where: str):
+        if n not in (1, 2, 4):
+            raise KernelError(f"{k.name}: vector width {n} ({where}) is not 1, 2 or 4; split the access")
+
+    for i, s in enumerate(walk(k.body)):
+        where = f"statement {i}, {type(s).__name__}"
+        for e in stmt_exprs(s):
+            check_expr(e, where)
+        if isinstance(s, Assign):
+            check_var(s.dst, where)
+            if s.dst.dtype != s.value.dtype:
+                raise KernelError(f"{k.name}: {where} assigns a {s.value.dtype} value to {s.dst.dtype} "
+                                  f"register {s.dst.name!r}; wrap the value in cast()")
+        elif isinstance(s, For):
+            check_var(s.var, where)
+            if s.var.dtype != "i32" or s.start.dtype != "i32" or s.stop.dtype != "i32":
+                raise KernelError(f"{k.name}: loop {s.var.name!r} ({where}) needs an i32 counter and bounds")
+            if int(s.step) <= 0:
+                raise KernelError(f"{k.name}: loop {s.var.name!r} has step {s.step}; only positive steps are supported")
+        elif isinstance(s, If):
+            if s.cond.dtype != "i32":
+                raise KernelError(f"{k.name}: {where} condition is {s.cond.dtype}; compare it to get an i32 truth value")
+        elif isinstance(s, (Load, Store)):
+            if s.buffer not in buffers:
+                raise KernelError(f"{k.name}: {where} uses buffer {s.buffer!r}, which is not a parameter; "
+                                  f"declare it in params")
+            b = buffers[s.buffer]
+            regs = s.dsts if isinstance(s, Load) else s.values
+            check_vector(len(regs), where)
+            if s.index.dtype != "i32":
+                raise KernelError(f"{k.name}: {where} index is {s.index.dtype}; indices must be i32")
+            for r in regs:
+                if isinstance(s, Load):
+                    if not isinstance(r, Var):
+                        raise KernelError(f"{k.name}: {where} loads into {type(r).__name__}; destinations must be Var")
+                    check_var(r, where)
+                if r.dtype != _reg_dtype(b.dtype):
+                    raise KernelError(f"{k.name}: {where} moves {r.dtype} through {b.dtype} buffer "
+                                      f"{b.name!r}; use {_reg_dtype(b.dtype)} registers or cast()")
+            if isinstance(s, Load) and b.intent == "out":
+                pass  # reading an output is legal (e.g. read-modify-write); HIP allows it
+        elif isinstance(s, (LdsLoad, LdsStore)):
+            if s.array not in lds:
+                raise KernelError(f"{k.name}: {where} uses LDS array {s.array!r}, which is not declared; "
+                                  f"add it to Kernel.lds")
+            a = lds[s.array]
+            regs = s.dsts if isinstance(s, LdsLoad) else s.values
+            check_vector(len(regs), where)
+            if s.index.dtype != "i32":
+                raise KernelError(f"{k.name}: {where} index is {s.index.dtype}; indices must be i32")
+            for r in regs:
+                if isinstance(s, LdsLoad):
+                    check_var(r, where)
+                if r.dtype != _reg_dtype(a.dtype):
+                    raise KernelError(f"{k.name}: {where} moves {r.dtype} through {a.dtype} LDS array "
+                                      f"{a.name!r}; use {_reg_dtype(a.dtype)} registers or cast()")
+        elif isinstance(s, Shuffle):
+            check_var(s.dst, where)
+            if s.mode not in SHUFFLE_MODES:
+                raise KernelError(f"{k.name}: {where} has shuffle mode {s.mode!r}; use 'xor' or 'down'")
+            if not (0 <= int(s.offset) < arch.wave_size):
+                raise KernelError(f"{k.name}: {where} shuffle offset {s.offset} is outside 0..{arch.wave_size - 1}")
+            if s.dst.dtype != s.value.dtype:
+                raise KernelError(f"{k.name}: {where} shuffles a {s.value.dtype} into {s.dst.dtype} "
+                                  f"register {s.dst.name!r}")
+        elif isinstance(s, WaveReduce):
+            check_var(s.dst, where)
+            if s.op not in REDUCE_OPS:
+                raise KernelError(f"{k.name}: {where} reduction {s.op!r} is not one of {REDUCE_OPS}")
+            if s.dst.dtype != s.value.dtype:
+                raise KernelError(f"{k.name}: {where} reduces a {s.value.dtype} into {s.dst.dtype} "
+                                  f"register {s.dst.name!r}")
+        elif not isinstance(s, Barrier):
+            raise KernelError(f"{k.name}: {where} is not a statement the simulator knows")
+
+    _check_defined(k)
+    _check_barriers(k, Uniformity(k.body))
+    _check_alignment(k, arch, buffers, lds)
+    _check_bounds(k, arch, buffers, lds, scalars)
+
+
+def _check_defined(k):
+    def reads(e, defined, where):
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Var) and x.name not in defined:
+                raise KernelError(f"{k.name}: register {x.name!r} is read ({where}) before it is "
+                                  f"assigned on every path; initialise it first")
+            if isinstance(x, BinOp):
+                stack += [x.a, x.b]
+            elif isinstance(x, (UnOp, Cast)):
+                stack.append(x.a)
+            elif isinstance(x, Fma):
+                stack += [x.a, x.b, x.c]
+            elif isinstance(x, Select):
+                stack += [x.cond, x.a, x.b]
+
+    def visit(body, defined: set) -> set:
+        defined = set(defined)
+        for s in body:
+            where = type(s).__name__
+            for e in stmt_exprs(s):
+                reads(e, defined, where)
+            if isinstance(s, For):
+                inner = visit(s.body, defined | {s.var.name})
+                defined |= inner
+            elif isinstance(s, If):
+                t = visit(s.then, defined)
+                o = visit(s.orelse, defined)
+                defined |= (t & o)
+            elif isinstance(s, Assign):
+                defined.add(s.dst.name)
+            elif isinstance(s, (Load, LdsLoad)):
+                defined.update(v.name for v in s.dsts)
+            elif isinstance(s, (Shuffle, WaveReduce)):
+                defined.add(s.dst.name)
+        return defined
+
+    visit(k.body, set())
+
+
+def _contains_barrier(body) -> bool:
+    return any(isinstance(s, Barrier) for s in walk(body))
+
+
+def _check_barriers(k, uni: Uniformity):
+    def visit(body):
+        for s in body:
+            if isinstance(s, If):
+                if not uni.is_uniform(s.cond) and (_contains_barrier(s.then) or _contains_barrier(s.orelse)):
+                    raise KernelError(f"{k.name}: a Barrier sits inside an If whose condition varies across "
+                                      f"lanes; move the barrier out of the divergent branch")
+                visit(s.then)
+                visit(s.orelse)
+            elif isinstance(s, For):
+                if not (uni.is_uniform(s.start) and uni.is_uniform(s.stop)) and _contains_barrier(s.body):
+                    raise KernelError(f"{k.name}: a Barrier sits inside loop {s.var.name!r} whose bounds vary "
+                                      f"across lanes; make the trip count uniform")
+                visit(s.body)
+    visit(k.body)
+
+
+def _check_alignment(k, arch, buffers, lds):
+    div = Divisibility(k.body, arch.wave_size)
+    for i, s in enumerate(walk(k.body)):
+        if isinstance(s, (Load, Store, LdsLoad, LdsStore)):
+            regs = s.dsts if isinstance(s, (Load, LdsLoad)) else s.values
+            w = len(regs)
+            if w == 1:
+                continue
+            m = div.multiple_of(s.index)
+            if m % w != 0:
+                name = s.buffer if isinstance(s, (Load, Store)) else s.array
+                raise KernelError(f"{k.name}: statement {i} {type(s).__name__} of width {w} on {name!r}: "
+                                  f"index is only provably a multiple of {m}; make it a multiple of {w} "
+                                  f"or use width 1")
+
+
+def _check_bounds(k, arch, buffers, lds, scalars):
+    iv = Intervals(k, arch.wave_size, scalars)
+
+    def visit(body, guards, provable):
+        for s in body:
+            if isinstance(s, If):
+                g, ok = iv.guards_of(s.cond, guards)
+                visit(s.then, g, provable and ok)
+                visit(s.orelse, guards, False)  # else arm: its implied guards are not tracked
+            elif isinstance(s, For):
+                visit(s.body, guards, provable)
+            elif isinstance(s, (Load, Store, LdsLoad, LdsStore)) and provable:
+                regs = s.dsts if isinstance(s, (Load, LdsLoad)) else s.values
+                if isinstance(s, (Load, Store)):
+                    name, size, what = s.buffer, buffers[s.buffer].size, "buffer"
+                else:
+                    name, size, what = s.array, lds[s.array].size, "LDS array"
+                lo, hi = iv.interval(s.index, guards)
+                if lo == -INF or hi == INF:
+                    continue
+                if lo < 0 or hi + len(regs) > size:
+                    raise KernelError(f"{k.name}: {type(s).__name__} on {what} {name!r} can reach elements "
+                                      f"[{int(lo)}, {int(hi) + len(regs) - 1}] but it has {size}; "
+                                      f"guard the access with an If or fix the index")
+    visit(k.body, {}, True)
