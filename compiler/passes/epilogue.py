@@ -1,0 +1,68 @@
+"""Rule 7 — contraction epilogues: a matmul/conv root absorbs its elementwise consumers.
+
+Bias add, residual add, activation (relu, GELU) run on each output element right after
+the contraction's accumulator is final, so the result is written once, post-epilogue.
+The consumer dispatch must have exactly the root's parallel space (one epilogue
+evaluation per output element). For every extra tensor the epilogue reads, the plan
+records whether its memory layout matches the root's output layout (row-major): that is
+the fact rocMLIR's output-swizzle placement turns on — swizzling the output through LDS
+*before* the epilogue makes the epilogue's reads coalesced only when those tensors are
+laid out like the output (conv+add+relu NHWC: 0.0541 ms -> 0.0464 ms on MI300), and can
+regress when they are not.
+
+Limits: only elementwise consumers; reductions over the contraction result (softmax of
+attention scores) stay separate dispatches; producers of the operands are never fused.
+"""
+from __future__ import annotations
+
+from . import indexing as ix
+from .state import FusionState
+
+NAME = "epilogue"
+
+
+def apply(st: FusionState) -> bool:
+    g = st.graph
+    for grp in st.sorted_groups():
+        if grp.rank(g) != 3:
+            continue
+        outs = st.out_edges(grp)
+        for gid in sorted({st.owner[e.dst] for e in outs},
+                          key=lambda i: st.order[st.groups[i].root]):
+            cons = st.groups[gid]
+            ok, reason = st.try_merge(NAME, grp, cons)
+            if ok:
+                return True
+            for e in outs:
+                if e.dst in cons.ops:
+                    st.record(NAME, e.src, e.dst, False, reason)
+    return False
+
+
+def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:
+    """(tensor, reader, memory order, matches output) for each tensor the epilogue
+    reads from global memory."""
+    g = st.graph
+    root = g.op(grp.root)
+    ploops = ix.parallel_loops(root, g)
+    out_dim_of_loop = {l: d for d, l in enumerate(ix.result_map(root, g)) if l is not None}
+    facts, seen = [], set()
+    for o in sorted(ops, key=st.order.__getitem__):
+        op = g.op(o)
+        if o == grp.root or not ix.is_compute(op):
+            continue
+        for k in range(len(op.inputs)):
+            src, _, links, _ = ix.trace_operand(g, o, k)
+            if src in ops or (src, o) in seen:
+                continue
+            seen.add((src, o))
+            order = g.op(src).type.order
+            pm = grp.pmap.get(o, ())
+            dims = []
+            for d in order:
+                loop = links.get(d)
+                if loop is None or loop not in pm:
+                    continue
+                dims.append(out_dim_of_loop[ploops[pm.index(loop)]])
+            facts.append((src, o, order, dims == sorted(dims)))
+    return facts
