@@ -194,8 +194,9 @@ def max_error(a: dict, b: dict) -> float:
     for k in a:
         x = np.asarray(a[k], np.float64)
         y = np.asarray(b[k], np.float64)
-        both_nan = np.isnan(x) & np.isnan(y)
-        diff = np.where(both_nan, 0.0, np.abs(x - y))
+        same = (x == y) | (np.isnan(x) & np.isnan(y))   # inf == inf counts as equal
+        with np.errstate(invalid="ignore"):
+            diff = np.where(same, 0.0, np.abs(x - y))
         diff = np.where(np.isnan(diff), np.inf, diff)
         err = max(err, float(diff.max(initial=0.0)))
     return err

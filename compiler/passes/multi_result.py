@@ -101,6 +101,15 @@ def build_plan(st: FusionState) -> FusionPlan:
         if kind == "contraction":
             for t, by, lay, ok in epilogue.layout_facts(st, st.groups[gid], members[gid]):
                 epi.append(EpilogueInput(t, by, tuple(lay), ok))
+        for e in epi:
+            decisions.append(Decision(
+                "epilogue", e.tensor, names[gid], True,
+                f"epilogue input read by {e.read_by}, memory order {list(e.layout)}: " +
+                ("matches the output's row-major layout, so an output swizzle placed "
+                 "before the epilogue also makes this read coalesced" if
+                 e.layout_matches_output else
+                 "does not match the output's layout: an output swizzle before the "
+                 "epilogue leaves this read uncoalesced and may regress")))
         rec = [n for n in ops if gid in st.recomputed.get(n, ())]
         d = Dispatch(names[gid], root, ops, kind, inputs[gid], outputs[gid],
                      _iteration(g, root), epi, rec)

@@ -39,7 +39,7 @@ def apply(st: FusionState) -> bool:
         for b in reds[i + 1:]:
             rb = _reads(st, b)
             shared = sorted(set(ra) & set(rb), key=lambda t: -g.op(t).type.nbytes)
-            if not shared:
+            if not shared or st.between(a, b) or st.between(b, a):
                 continue
             t = shared[0]
             links = []

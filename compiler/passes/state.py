@@ -286,7 +286,10 @@ class FusionState:
         for o in O.ops:
             self.owner[o] = R.id
         del self.groups[O.id]
-        reason = "; ".join(notes) if notes else "same parallel space"
+        space = "x".join(map(str, R.psizes)) or "1"
+        head = (f"{'siblings' if sibling_links is not None else 'chained roots' if chained else 'fused'}"
+                f" over {R.root}'s parallel space ({space})")
+        reason = "; ".join([head] + notes)
         for e in (record_edges if record_edges is not None else edges):
             pair = (e.src, e.dst) if isinstance(e, Edge) else e
             self.record(rule, pair[0], pair[1], True, reason)

@@ -1,0 +1,47 @@
+"""`wavefuse fuse MODEL`: the fusion plan — dispatches, boundary tensors, traffic, reasons.
+
+How the plan is formed (details in :mod:`compiler.passes`): every primitive op starts as
+its own dispatch; seven rules, one per module, merge dispatches when the indexing maps of
+the ops put both sides on the same parallel point, and record a reason for every pair
+they fuse or keep apart. ``--no-aggressive`` gives IREE's default (one root per
+dispatch): softmax and layer norm take 2 dispatches instead of 1.
+
+Dispatch counts of the built-in models (aggressive / conservative): softmax 1/2,
+layernorm 1/2, rmsnorm 1/1, conv_add_relu 1/1, mlp 2/2, attention 3/4, encoder_layer
+11/14. The encoder layer's 11 are: the q, k and v projections (matmul + bias each),
+QK^T + scale, softmax, PV, output projection + bias + residual, layer norm, FFN1 + bias +
+GELU, FFN2 + bias + residual, layer norm. Reductions never join a contraction's
+dispatch (its epilogue runs per output element), so each softmax and layer norm stays a
+dispatch of its own; the head reshapes/transposes cost nothing (index maps).
+"""
+from __future__ import annotations
+
+from ..passes import fuse
+from ..plan import render_explain, render_plan
+from . import common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fuse", help="form fused dispatches and show why",
+                       description=__doc__.split("\n\n", 1)[1],
+                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    common.add_model(p)
+    p.add_argument("--no-aggressive", dest="aggressive", action="store_false",
+                   help="conservative plan (IREE's default): no dispatch holds two chained "
+                        "roots, consumers add no loops beyond the root's")
+    p.add_argument("--explain", action="store_true",
+                   help="also list every fuse / not-fuse decision with its reason")
+    common.add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    plan = fuse(common.load(args), aggressive=args.aggressive)
+    if args.json:
+        common.emit_json(plan.to_dict())
+        return 0
+    con = common.console()
+    render_plan(plan, con)
+    if args.explain:
+        render_explain(plan, con)
+    return 0
