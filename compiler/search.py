@@ -1,0 +1,367 @@
+"""Simulator-driven search: the best schedule per dispatch and the best fusion plan.
+
+For each dispatch of a fusion plan, every legal candidate schedule (or a seeded sample of
+``budget`` of them) is lowered to a kernel and scored by ``gpusim.simulate`` in timing
+mode; the fastest predicted one wins. The plan itself is chosen the same way: the
+aggressive and the conservative plans are both tuned and the faster total wins, launch
+overheads included, and the decision records both numbers. The unfused baseline (every
+primitive op its own dispatch, views folded into their consumers) is tuned too, so the
+gain of fusion is a difference of two predictions of the same model, split into launch
+overhead saved and kernel time saved.
+
+Every chosen kernel is then run functionally by gpusim on the graph's seeded inputs and
+compared with the numpy reference; a mismatch is reported in the result, never hidden.
+
+All times are simulated microseconds on the modelled architecture, not measurements.
+"""
+from __future__ import annotations
+
+import math
+import random
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .graph import DTYPE_BYTES, Graph
+from .lower import LoweringError, dispatch_kind, lower, schedule_space
+from .reference import evaluate, random_inputs
+from .schedule import Candidate
+
+KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict_rate_pct",
+                "hbm_bytes", "occupancy_waves_per_simd", "valu_insts", "vmem_insts",
+                "lds_insts")
+
+
+class SearchError(ValueError):
+    """A search that cannot run as asked (e.g. a pinned knob value no candidate has)."""
+
+
+@dataclass
+class SimpleDispatch:
+    """A dispatch built by the search itself (the unfused baseline's one-op dispatches)."""
+    name: str
+    root: str
+    ops: list
+    inputs: list
+    outputs: list
+
+
+@dataclass
+class Scored:
+    knobs: dict
+    time_us: float | None
+    cycles: float | None = None
+    counters: dict = field(default_factory=dict)
+    occupancy_limiter: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.time_us is not None
+
+
+@dataclass
+class DispatchTune:
+    name: str
+    kind: str
+    dispatch: object
+    best: Scored
+    candidates: list            # Scored, fastest first (failed ones last)
+    illegal: list               # Candidate, never simulated, with the reason
+    kernel: object = None       # the winner's gpusim Kernel
+    bytes: int = 0              # global-memory bytes across its boundary
+    flops: int = 0
+    roofline_us: float = 0.0
+    max_error: float | None = None
+    verified: bool | None = None
+
+    def to_json(self) -> dict:
+        c = self.best.counters
+        return {"name": self.name, "kind": self.kind, "schedule": self.best.knobs,
+                "time_us": self.best.time_us, "roofline_us": self.roofline_us,
+                "counters": {k: c.get(k) for k in KEY_COUNTERS},
+                "occupancy_limiter": self.best.occupancy_limiter,
+                "candidates": len(self.candidates), "illegal": len(self.illegal),
+                "verified": self.verified, "max_error": self.max_error}
+
+
+@dataclass
+class TuneResult:
+    model: str
+    arch: str
+    mode: str
+    plan: object
+    dispatches: list
+    total_time_us: float
+    unfused_time_us: float | None
+    unfused_dispatches: int
+    roofline_time_us: float
+    launch_overhead_us: float
+    plan_choice: dict = field(default_factory=dict)
+
+    @property
+    def mismatches(self) -> list:
+        return [d for d in self.dispatches if d.verified is False]
+
+    def gain_split(self) -> dict:
+        """How much of fusion's predicted gain is launches and how much kernel time."""
+        if self.unfused_time_us is None:
+            return {}
+        launches = (self.unfused_dispatches - len(self.dispatches)) * self.launch_overhead_us
+        total = self.unfused_time_us - self.total_time_us
+        return {"total_us": total, "launch_us": launches, "kernel_us": total - launches}
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "arch": self.arch, "mode": self.mode,
+                "total_time_us": self.total_time_us,
+                "unfused_time_us": self.unfused_time_us,
+                "roofline_time_us": self.roofline_time_us,
+                "num_dispatches": len(self.dispatches),
+                "unfused_dispatches": self.unfused_dispatches,
+                "launch_overhead_us": self.launch_overhead_us,
+                "gain": self.gain_split(), "plan_choice": self.plan_choice,
+                "time_unit": "simulated microseconds (gpusim model, not measured)",
+                "dispatches": [d.to_json() for d in self.dispatches]}
+
+
+# ----------------------------------------------------------------------------- scoring
+def score(graph: Graph, dispatch, knobs: dict, arch: str) -> Scored:
+    """Lowers and simulates one candidate in timing mode; failures become reasons."""
+    import gpusim
+    try:
+        kernel = lower(graph, dispatch, knobs, arch)
+        res = gpusim.simulate(kernel, arch, functional=False)
+    except (LoweringError, gpusim.KernelError) as e:
+        return Scored(dict(knobs), None, error=str(e))
+    return Scored(dict(knobs), float(res.time_us), float(res.cycles), dict(res.counters),
+                  str(getattr(res, "occupancy_limiter", "")))
+
+
+def _score_job(job):
+    graph, dispatch, knobs, arch = job
+    return score(graph, dispatch, knobs, arch)
+
+
+def parse_fixes(items) -> dict:
+    """``["swizzle=before_fusion", "vector=4"]`` -> {"swizzle": "before_fusion", "vector": 4}."""
+    out = {}
+    for item in items or ():
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise SearchError(f"--fix {item!r}: expected KNOB=VALUE, e.g. --fix vector=4")
+        v = v.strip()
+        out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
+    return out
+
+
+def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
+                      where: str) -> tuple[list, list]:
+    """(legal candidates to simulate, illegal ones) after pins and the budget."""
+    relevant = {k: v for k, v in fixed.items() if any(k in c.knobs for c in space)}
+    if relevant:
+        matching = [c for c in space if all(c.knobs.get(k) == v for k, v in relevant.items())]
+        if not matching:
+            values = {k: sorted({str(c.knobs[k]) for c in space if k in c.knobs})
+                      for k in relevant}
+            pinned = ", ".join(f"{k}={v}" for k, v in relevant.items())
+            known = "; ".join(f"{k}: " + ", ".join(v) for k, v in values.items())
+            raise SearchError(f"{where}: no candidate has {pinned}; values it has: {known}")
+        if not any(c.legal for c in matching):
+            raise SearchError(f"{where}: every candidate with the pinned knobs is illegal: "
+                              f"{matching[0].reason}")
+        space = matching
+    legal = [c for c in space if c.legal]
+    illegal = [c for c in space if not c.legal]
+    if budget is not None and len(legal) > budget:
+        rng = random.Random(seed)
+        keep = sorted(rng.sample(range(len(legal)), budget))
+        legal = [legal[i] for i in keep]
+    return legal, illegal
+
+
+# ----------------------------------------------------------------------------- baseline
+def unfused_dispatches(graph: Graph) -> list:
+    """Every non-view op its own dispatch; views fold into their consumers as index maps
+    (a view that is itself a graph output becomes a copy)."""
+    out = []
+    for name in graph.topo_order():
+        op = graph.op(name)
+        if op.kind in ("input", "constant"):
+            continue
+        if op.is_view and name not in graph.outputs:
+            continue
+        ops, inputs = [], []
+
+        def collect(t):
+            o = graph.op(t)
+            if o.is_view and t != name:
+                if t not in ops:
+                    collect(o.inputs[0])
+                    ops.append(t)
+            elif t != name and t not in inputs:
+                inputs.append(t)
+
+        for i in op.inputs:
+            collect(i)
+        ops.append(name)
+        out.append(SimpleDispatch(f"{op.kind}_{len(out)}", name, ops, inputs, [name]))
+    return out
+
+
+def dispatch_bytes(graph: Graph, dispatch) -> int:
+    return sum(graph.op(t).type.nbytes for t in list(dispatch.inputs) + list(dispatch.outputs)
+               if not (graph.op(t).kind == "constant" and graph.op(t).type.size == 1))
+
+
+def dispatch_flops(graph: Graph, dispatch) -> int:
+    flops = 0
+    for n in dispatch.ops:
+        op = graph.op(n)
+        if op.kind == "matmul":
+            a = graph.op(op.inputs[0]).type
+            flops += 2 * op.type.size * a.shape[-1]
+        elif op.kind == "conv2d":
+            w = graph.op(op.inputs[1]).type
+            flops += 2 * op.type.size * math.prod(w.shape[1:])
+        elif not op.is_view:
+            flops += op.type.size
+    return flops
+
+
+def roofline_us(nbytes: int, flops: int, arch, launches: int = 1) -> float:
+    """max(bytes / HBM bandwidth, flops / FP32 vector peak) plus the launch overheads."""
+    peak = arch.peak_fp32_flops_per_clk_per_cu * arch.num_cus * arch.clock_ghz * 1e9
+    return max(nbytes / arch.hbm_bytes_per_s, flops / peak) * 1e6 + \
+        launches * arch.launch_overhead_us
+
+
+def minimal_bytes(graph: Graph) -> int:
+    """Reading every graph input once and writing every output once."""
+    leaves = [n for n in graph.topo_order() if graph.op(n).kind in ("input", "constant")
+              and graph.op(n).type.size > 1]
+    return sum(graph.op(n).type.nbytes for n in leaves) + \
+        sum(graph.op(n).type.nbytes for n in graph.outputs)
+
+
+# ----------------------------------------------------------------------------- tuning
+def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
+                    seed=0, workers=1, progress=None, label="") -> list:
+    """Scores candidates of every dispatch; returns DispatchTune per dispatch."""
+    from gpusim.hw import get_arch
+    hw = get_arch(arch)
+    fixed = fixed or {}
+    plans = []
+    jobs = []
+    for d in dispatches:
+        space = schedule_space(graph, d, arch)
+        legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
+        plans.append((d, legal, illegal))
+        jobs.extend((graph, d, c.knobs, arch) for c in legal)
+    task = progress.add_task(label or "scoring", total=len(jobs)) if progress else None
+    results = []
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for r in pool.map(_score_job, jobs, chunksize=max(1, len(jobs) // (workers * 8))):
+                results.append(r)
+                if progress:
+                    progress.advance(task)
+    else:
+        for j in jobs:
+            results.append(_score_job(j))
+            if progress:
+                progress.advance(task)
+    out = []
+    pos = 0
+    for d, legal, illegal in plans:
+        scored = results[pos:pos + len(legal)]
+        pos += len(legal)
+        for s in scored:
+            if not s.ok:
+                illegal.append(Candidate(s.knobs, False, s.error))
+        ok = sorted([s for s in scored if s.ok], key=lambda s: s.time_us)
+        if not ok:
+            reasons = "; ".join(sorted({c.reason for c in illegal}))[:300]
+            raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "
+                              f"simulated ({reasons})")
+        nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
+        out.append(DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal,
+                                lower(graph, d, ok[0].knobs, arch), nbytes, flops,
+                                roofline_us(nbytes, flops, hw)))
+    return out
+
+
+def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> None:
+    """Runs every chosen kernel functionally in gpusim and compares with numpy."""
+    import gpusim
+    env = evaluate(graph, random_inputs(graph, seed), keep_all=True)
+    for d in tuned:
+        k = d.kernel
+        inputs = {b.name: np.asarray(env[b.name], np.float32) for b in k.buffers
+                  if b.intent != "out"}
+        res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
+        worst = 0.0
+        ok = True
+        for b in k.buffers:
+            if b.intent == "in":
+                continue
+            ref = np.asarray(env[b.name], np.float64)
+            got = np.asarray(res.outputs[b.name], np.float64).reshape(ref.shape)
+            tol = 1e-3 if b.dtype == "f32" else 2e-2
+            err = np.abs(got - ref)
+            bad = ~(err <= tol * (1 + np.abs(ref)))
+            worst = max(worst, float(np.nanmax(err)) if err.size else 0.0)
+            ok = ok and not bool(np.any(bad))
+        d.max_error, d.verified = worst, ok
+
+
+def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
+         mode: str = "auto", baseline: bool = True, verify: bool = True,
+         progress=None) -> TuneResult:
+    """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline."""
+    from gpusim.hw import get_arch
+
+    from .passes import fuse
+    hw = get_arch(arch)
+    kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress)
+    modes = ("aggressive", "conservative") if mode == "auto" else (mode,)
+    tried = {}
+    plans = {}
+    for m in modes:
+        plan = fuse(graph, aggressive=(m == "aggressive"))
+        key = tuple(tuple(d.ops) for d in plan.dispatches)
+        if any(k == key for k, _ in tried.values()):
+            continue  # same plan as an earlier mode: nothing to compare
+        tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{m} plan", **kw)
+        tried[m] = (key, tuned)
+        plans[m] = plan
+    totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
+    chosen = min(totals, key=totals.get)
+    tuned = tried[chosen][1]
+    choice = {"chosen": chosen,
+              "predicted_us": {m: round(v, 3) for m, v in totals.items()},
+              "dispatches": {m: len(t) for m, (_, t) in tried.items()},
+              "reason": (f"{chosen} plan predicted fastest "
+                         + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
+              if len(totals) > 1 else f"{chosen} plan (the other mode gives the same plan)"}
+    plan = plans[chosen]
+    if hasattr(plan, "decisions"):
+        try:
+            from .plan import Decision
+            plan.decisions.append(Decision("search", "aggressive", "conservative",
+                                           chosen == "aggressive", choice["reason"],
+                                           {f"{m}_us": v for m, v in totals.items()}))
+        except Exception:  # noqa: BLE001 - a plan without that Decision shape
+            pass
+    unfused_us = None
+    unfused = unfused_dispatches(graph)
+    if baseline:
+        base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
+                               **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
+        unfused_us = sum(d.best.time_us for d in base)
+    if verify:
+        verify_dispatches(graph, tuned, arch, seed)
+    flops = sum(d.flops for d in tuned)
+    roof = roofline_us(minimal_bytes(graph), flops, hw)
+    return TuneResult(graph.name, arch, chosen, plan, tuned, sum(d.best.time_us for d in tuned),
+                      unfused_us, len(unfused), roof, hw.launch_overhead_us, choice)
