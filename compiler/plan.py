@@ -90,7 +90,7 @@ def tensor_type(graph: Graph, name: str) -> TensorType:
 
 
 def unfused_traffic(graph: Graph) -> tuple[int, int]:
-    """(bytes, dispatches) when every non-view op is its own dispatch: it reads each
+    """(bytes, dispatches) when every live non-view op is its own dispatch: it reads each
     distinct tensor behind its operands (views are index maps) and writes its result; a
     view that is a graph output is materialised by a copy."""
     from .passes.indexing import is_compute
@@ -100,10 +100,12 @@ def unfused_traffic(graph: Graph) -> tuple[int, int]:
             n = graph.op(n).inputs[0]
         return n
 
+    from .passes.state import live_ops
+    live = live_ops(graph)
     total, count = 0, 0
     for n in graph.topo_order():
         op = graph.op(n)
-        if is_compute(op):
+        if is_compute(op) and n in live:
             count += 1
             total += sum(tensor_type(graph, s).nbytes for s in {source(i) for i in op.inputs})
             total += op.type.nbytes

@@ -25,6 +25,14 @@ from ..plan import Decision
 from . import indexing as ix
 
 
+def live_ops(graph: Graph) -> set:
+    """Ops some graph output depends on; the rest is dead code and gets no dispatch."""
+    live = set(graph.outputs)
+    for o in graph.outputs:
+        live |= nx.ancestors(graph.g, o)
+    return live
+
+
 @dataclass
 class Group:
     id: int
@@ -68,9 +76,10 @@ class FusionState:
         st = cls(graph, aggressive)
         order = graph.topo_order()
         st.order = {n: i for i, n in enumerate(order)}
+        live = live_ops(graph)
         for n in order:
             op = graph.op(n)
-            if not ix.is_compute(op):
+            if not ix.is_compute(op) or n not in live:
                 continue
             loops = ix.parallel_loops(op, graph)
             dom = ix.domain(op, graph)
@@ -108,10 +117,14 @@ class FusionState:
         """The dispatch-level graph: one node per group, an edge per tensor crossing."""
         dg = nx.DiGraph()
         dg.add_nodes_from(self.groups)
+        into = {}
         for e in self.edges:
-            a, b = self.owner[e.src], self.owner[e.dst]
-            if a != b:
-                dg.add_edge(a, b)
+            into.setdefault(e.dst, []).append(e.src)
+        for gid, grp in self.groups.items():
+            for o in grp.ops:      # a recomputed op may sit in several groups
+                for src in into.get(o, ()):
+                    if src not in grp.ops:
+                        dg.add_edge(self.owner[src], gid)
         return dg
 
     # ------------------------------------------------------------------ decisions
