@@ -281,7 +281,10 @@ class Intervals:
                     elif kind == "loop":
                         s0 = self.interval(x.start, {})
                         s1 = self.interval(x.stop, {})
-                        iv = (s0[0], max(s0[0], s1[1] - 1))
+                        hi = s1[1] - 1
+                        if s0[0] == s0[1] and hi != INF and x.step > 1:
+                            hi = s0[0] + ((hi - s0[0]) // x.step) * x.step  # last value taken
+                        iv = (s0[0], max(s0[0], hi))
                     else:
                         iv = (-INF, INF)
                     lo, hi = min(lo, iv[0]), max(hi, iv[1])

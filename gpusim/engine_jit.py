@@ -5,6 +5,10 @@ function is then wrapped with ``njit``, so the plain ``gpusim.engine`` stays the
 pure-Python reference and both paths run literally the same code. ``error_model="numpy"``
 lets float division by zero give inf (as on the GPU) instead of raising. The compiled code
 is cached in ``__pycache__``, so only the first process on a machine pays the compile.
+
+Numba's cache key ignores compile flags, so a cached build without bounds checks would be
+reused under ``NUMBA_BOUNDSCHECK=1``; when bounds checking is on we therefore compile
+without the cache (once per process).
 """
 import os
 
@@ -16,5 +20,6 @@ with open(_SRC) as _f:
 
 _FUNCS = ("wrap32", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_access",
           "unique_sorted", "issue_time", "add_trace", "launch_wg", "run")
+_CACHE = not numba.config.BOUNDSCHECK
 for _name in _FUNCS:
-    globals()[_name] = numba.njit(cache=True, error_model="numpy")(globals()[_name])
+    globals()[_name] = numba.njit(cache=_CACHE, error_model="numpy")(globals()[_name])

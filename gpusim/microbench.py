@@ -1,0 +1,199 @@
+"""Small kernels with answers derivable by hand, written in the IR.
+
+They are the simulator's known-answer tests and the benchmark mix: strided loads
+(coalescing), a stream (HBM bandwidth), a tile transpose through LDS with and without
+padding (bank conflicts), a b128 LDS pattern that only the measured phase grouping keeps
+conflict-free, a barrier-bound kernel, a row reduction (WaveReduce + Shuffle + LDS) and an
+LDS-tiled matmul.
+"""
+from __future__ import annotations
+
+from gpusim.program import (
+    Assign, Barrier, Buffer, For, If, Kernel, LdsArray, LdsLoad, LdsStore, Load, Scalar,
+    ScalarRef, Shuffle, Store, Var, WaveReduce, block_id, f32, fma, lane, thread_id, wave_id,
+)
+
+
+def strided_load(stride: int, width: int = 1, offset: int = 0, block: int = 64,
+                 grid: int = 1, dtype: str = "f32") -> Kernel:
+    """Thread t loads ``width`` elements at ``offset + t * stride`` and stores their sum."""
+    n = offset + (block * grid - 1) * stride + width
+    regs = tuple(Var(f"x{i}") for i in range(width))
+    gid, acc = Var("gid", "i32"), Var("acc")
+    total = regs[0]
+    for r in regs[1:]:
+        total = total + r
+    body = (
+        Assign(gid, block_id() * block + thread_id()),
+        Load(regs, "a", gid * stride + offset),
+        Assign(acc, total),
+        Store("out", gid, (acc,)),
+    )
+    return Kernel(f"strided_load_s{stride}_w{width}_o{offset}",
+                  (Buffer("a", dtype, (n,)), Buffer("out", "f32", (block * grid,), "out")),
+                  grid=grid, block=block, body=body)
+
+
+def stream_copy(n: int, block: int = 256, width: int = 4) -> Kernel:
+    """b[i] = a[i] with ``width``-element vectors: the bandwidth-bound stream."""
+    per_block = block * width
+    assert n % per_block == 0
+    regs = tuple(Var(f"v{i}") for i in range(width))
+    i = Var("i", "i32")
+    body = (Assign(i, (block_id() * block + thread_id()) * width),
+            Load(regs, "a", i), Store("b", i, regs))
+    return Kernel(f"stream_copy_x{width}", (Buffer("a", "f32", (n,)), Buffer("b", "f32", (n,), "out")),
+                  grid=n // per_block, block=block, body=body)
+
+
+def lds_transpose(n: int = 32, pad: int = 0) -> Kernel:
+    """out = in.T for an n x n f32 matrix, one 32x32 tile per 1024-thread workgroup.
+
+    Rows are written to the LDS tile and columns read back; without padding every column
+    read puts 32 lanes of a phase on one bank (31 conflict cycles per half-wave).
+    """
+    T = 32
+    tiles = n // T
+    tid, r, c, bi, bj = (Var(x, "i32") for x in ("tid", "r", "c", "bi", "bj"))
+    x = Var("x")
+    body = (
+        Assign(tid, thread_id()),
+        Assign(r, tid // T), Assign(c, tid % T),
+        Assign(bi, block_id() // tiles), Assign(bj, block_id() % tiles),
+        Load((x,), "inp", (bi * T + r) * n + bj * T + c),
+        LdsStore("tile", r * (T + pad) + c, (x,)),
+        Barrier(),
+        LdsLoad((x,), "tile", c * (T + pad) + r),
+        Store("out", (bj * T + r) * n + bi * T + c, (x,)),
+    )
+    return Kernel(f"lds_transpose_pad{pad}",
+                  (Buffer("inp", "f32", (n, n)), Buffer("out", "f32", (n, n), "out")),
+                  grid=tiles * tiles, block=T * T, body=body,
+                  lds=(LdsArray("tile", "f32", (T, T + pad), padding=pad),))
+
+
+def lds_broadcast(block: int = 64) -> Kernel:
+    """Every lane reads the same LDS word: one broadcast, no conflict."""
+    x = Var("x")
+    body = (
+        If(thread_id() < 1, (LdsStore("s", thread_id() * 0 + 5, (f32(3.0),)),)),
+        Barrier(),
+        LdsLoad((x,), "s", thread_id() * 0 + 5),
+        Store("out", block_id() * block + thread_id(), (x,)),
+    )
+    return Kernel("lds_broadcast", (Buffer("out", "f32", (block,), "out"),), grid=1, block=block,
+                  body=body, lds=(LdsArray("s", "f32", (64,)),))
+
+
+def lds_b128_pattern(write: bool = False) -> Kernel:
+    """ds_read_b128 / ds_write_b128 where quad q of lanes uses banks 0-15 if (q // 4) is even
+    and 16-31 otherwise, each quad in its own 64-dword row.
+
+    Under the measured ds_read_b128 grouping ({0-3,20-23}, {4-7,16-19}, ...) every group
+    pairs one low-half quad with one high-half quad: 0 conflicts. Under contiguous 8-lane
+    groups (ds_write_b128) both quads of a group share a half: 1 conflict per group, 8 in all.
+    """
+    q = Var("q", "i32")
+    addr = Var("addr", "i32")
+    regs = tuple(Var(f"v{i}") for i in range(4))
+    body = [Assign(q, lane() // 4),
+            Assign(addr, q * 64 + ((q // 4) % 2) * 16 + (lane() % 4) * 4)]
+    if write:
+        body += [LdsStore("s", addr, (f32(1.0),) * 4)]
+    else:
+        body += [LdsLoad(regs, "s", addr), Store("out", thread_id(), (regs[0] + regs[3],))]
+    return Kernel(f"lds_b128_{'write' if write else 'read'}", (Buffer("out", "f32", (64,), "out"),),
+                  grid=1, block=64, body=tuple(body), lds=(LdsArray("s", "f32", (1024,)),))
+
+
+def barrier_imbalance(work: int, block: int = 256) -> Kernel:
+    """Wave 0 runs ``work`` dependent VALU ops, then every wave meets at a barrier."""
+    acc = Var("acc")
+    body = (
+        Assign(acc, f32(1.0)),
+        If(wave_id() < 1, (For(Var("k", "i32"), 0 * block_id(), work + 0 * block_id(), 1,
+                                (Assign(acc, fma(acc, f32(1.0001), f32(0.5))),), unroll=True),)),
+        Barrier(),
+        Store("out", thread_id(), (acc,)),
+    )
+    return Kernel(f"barrier_imbalance_{work}", (Buffer("out", "f32", (block,), "out"),), grid=1,
+                  block=block, body=body)
+
+
+def barrier_loop(iterations: int, block: int = 256) -> Kernel:
+    """Nothing but barriers in a loop: time is barrier latency and loop control."""
+    k = Var("k", "i32")
+    body = (For(k, 0 * block_id(), iterations + 0 * block_id(), 1, (Barrier(),)),
+            Store("out", thread_id(), (f32(1.0),)))
+    return Kernel(f"barrier_loop_{iterations}", (Buffer("out", "f32", (block,), "out"),), grid=1,
+                  block=block, body=body)
+
+
+def row_sum(rows: int, cols: int, block: int = 256, use_shuffle: bool = False, wave: int = 64) -> Kernel:
+    """out[r] = sum(a[r, :]): strided partial sums, a wave reduction (WaveReduce, or a
+    Shuffle-down butterfly), then the waves' partials combined through LDS."""
+    waves = block // wave
+    acc, x, t = Var("acc"), Var("x"), Var("t")
+    j = Var("j", "i32")
+    row = Var("row", "i32")
+    body = [Assign(row, block_id()), Assign(acc, f32(0.0)),
+            For(j, thread_id(), cols + 0 * block_id(), block,
+                (Load((x,), "a", row * cols + j), Assign(acc, acc + x)))]
+    if use_shuffle:
+        off = wave // 2
+        while off >= 1:
+            body += [Shuffle(t, acc, "down", off), Assign(acc, acc + t)]
+            off //= 2
+    else:
+        body += [WaveReduce(acc, acc, "sum")]
+    body += [If(lane().eq(0), (LdsStore("part", wave_id(), (acc,)),)),
+             Barrier(),
+             If(thread_id().eq(0), (
+                 Assign(acc, f32(0.0)),
+                 For(j, 0 * block_id(), waves + 0 * block_id(), 1,
+                     (LdsLoad((x,), "part", j), Assign(acc, acc + x))),
+                 Store("out", row, (acc,))))]
+    return Kernel(f"row_sum_{'shfl' if use_shuffle else 'wred'}",
+                  (Buffer("a", "f32", (rows, cols)), Buffer("out", "f32", (rows,), "out")),
+                  grid=rows, block=block, body=tuple(body),
+                  lds=(LdsArray("part", "f32", (waves,)),))
+
+
+def tiled_matmul(m: int, n: int, k: int, tile: int = 16) -> Kernel:
+    """C = A @ B with tile x tile LDS tiles of A and B, one output element per thread."""
+    T = tile
+    assert m % T == 0 and n % T == 0 and k % T == 0
+    tx, ty, bi, bj, kk, p = (Var(x, "i32") for x in ("tx", "ty", "bi", "bj", "kk", "p"))
+    acc, a, b = Var("acc"), Var("a"), Var("b")
+    inner = (
+        Load((a,), "A", (bi * T + ty) * k + kk + tx),
+        LdsStore("As", ty * T + tx, (a,)),
+        Load((b,), "B", (kk + ty) * n + bj * T + tx),
+        LdsStore("Bs", ty * T + tx, (b,)),
+        Barrier(),
+        For(p, 0 * block_id(), T + 0 * block_id(), 1,
+            (LdsLoad((a,), "As", ty * T + p), LdsLoad((b,), "Bs", p * T + tx),
+             Assign(acc, fma(a, b, acc))), unroll=True),
+        Barrier(),
+    )
+    body = (Assign(tx, thread_id() % T), Assign(ty, thread_id() // T),
+            Assign(bi, block_id() // (n // T)), Assign(bj, block_id() % (n // T)),
+            Assign(acc, f32(0.0)),
+            For(kk, 0 * block_id(), k + 0 * block_id(), T, inner),
+            Store("C", (bi * T + ty) * n + bj * T + tx, (acc,)))
+    return Kernel(f"tiled_matmul_{m}x{n}x{k}",
+                  (Buffer("A", "f32", (m, k)), Buffer("B", "f32", (k, n)), Buffer("C", "f32", (m, n), "out")),
+                  grid=(m // T) * (n // T), block=T * T, body=body,
+                  lds=(LdsArray("As", "f32", (T, T)), LdsArray("Bs", "f32", (T, T))))
+
+
+def saxpy(n: int, block: int = 256) -> Kernel:
+    """y = alpha * x + y with a bounds guard (grid rounded up) and a scalar parameter."""
+    i = Var("i", "i32")
+    x, y = Var("x"), Var("y")
+    body = (Assign(i, block_id() * block + thread_id()),
+            If(i < ScalarRef("n"), (Load((x,), "x", i), Load((y,), "y", i),
+                                    Store("y", i, (fma(ScalarRef("alpha", "f32"), x, y),)))))
+    return Kernel("saxpy", (Buffer("x", "f32", (n,)), Buffer("y", "f32", (n,), "inout"),
+                            Scalar("n"), Scalar("alpha", "f32")),
+                  grid=-(-n // block), block=block, body=body)

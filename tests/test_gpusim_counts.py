@@ -1,0 +1,204 @@
+"""Known-answer microbenchmarks: each count below is derived by hand in its comment."""
+import numpy as np
+import pytest
+
+from gpusim import KernelError, access_pattern, estimate_vgprs, occupancy, simulate
+from gpusim import microbench as mb
+from gpusim.program import Buffer, Kernel, LdsArray, Store, f32, thread_id
+
+
+def load_record(res, kind="global_load"):
+    return next(r for r in res.per_inst if r["kind"] == kind)
+
+
+# f32 loads, one wave64, lane l reads element l * stride. Bytes spanned = 64 * 4 * stride;
+# lines = unique (4 * l * stride) // line. 128 B lines: stride 1 -> 256 B -> 2 lines; 2 -> 4;
+# 4 -> 8; 16 -> lanes 64 B apart, two per line -> 32; 64 -> one per lane -> 64.
+# 64 B lines: 4, 8, 16, then 64 and 64 (every lane its own line from stride 16 on).
+# TCP accesses (unique lines per quad of lanes): a quad spans 12 * stride + 4 bytes.
+LINES = {
+    "gfx942": {1: (2, 16), 2: (4, 16), 4: (8, 16), 16: (32, 32), 64: (64, 64)},
+    "gfx90a": {1: (4, 16), 2: (8, 16), 4: (16, 16), 16: (64, 64), 64: (64, 64)},
+}
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+@pytest.mark.parametrize("stride", [1, 2, 4, 16, 64])
+def test_strided_f32_load_lines(arch, stride):
+    r = simulate(mb.strided_load(stride), arch)
+    rec = load_record(r)
+    lines, tcp = LINES[arch][stride]
+    assert rec["executions"] == 1
+    assert rec["cache_lines"] == lines
+    assert rec["tcp_accesses"] == tcp
+    # coalescing = 100 * 16 quads / tcp accesses: 100% down to 25% (rocprof range)
+    ap = access_pattern(mb.strided_load(stride), arch, rec["index"])
+    assert ap["requests"] == lines
+    assert ap["coalescing_pct"] == pytest.approx(100.0 * 16 / tcp)
+
+
+def test_coalescing_pct_counter_range():
+    best = simulate(mb.stream_copy(64 * 256, width=1), "gfx942").counters["coalescing_pct"]
+    worst_k = mb.strided_load(64)
+    r = simulate(worst_k, "gfx942")
+    assert best == 100.0
+    # load 25% (64 tcp) and the stride-1 store 100% (16 tcp): 100 * 32 / 80
+    assert r.counters["coalescing_pct"] == pytest.approx(40.0)
+
+
+@pytest.mark.parametrize("arch,lines", [("gfx942", 8), ("gfx90a", 16)])
+def test_dwordx4_load(arch, lines):
+    # lane l loads 16 B at 16 * l: 1024 contiguous bytes -> 8 lines of 128 B / 16 of 64 B;
+    # each quad covers 64 B inside one line -> 16 TCP accesses -> 100 %.
+    r = simulate(mb.strided_load(4, width=4), arch)
+    rec = load_record(r)
+    assert rec["cache_lines"] == lines and rec["tcp_accesses"] == 16
+
+
+def test_dword_vs_dwordx4_same_bytes():
+    n = 256 * 64
+    d1 = simulate(mb.stream_copy(n, width=1), "gfx942", functional=False).counters
+    d4 = simulate(mb.stream_copy(n, width=4), "gfx942", functional=False).counters
+    assert d1["global_load_requests"] == 4 * d4["global_load_requests"] == n // 64
+    assert d1["global_load_lines"] == d4["global_load_lines"] == n * 4 // 128
+    assert d1["hbm_bytes_read"] == d4["hbm_bytes_read"] == n * 4
+
+
+# 32 x 32 f32 tile through LDS. Row writes: lanes 0-31 of a phase hit 32 banks -> 0.
+# Column reads, no padding: dword c * 32 + r, bank = r: 32 lanes of a phase on one bank at
+# distinct addresses -> 31 conflict cycles per phase, 62 per wave instruction (the "fully
+# conflicted b32" figure of S11); 16 waves -> 992. Index cycles: 2 per instruction plus
+# conflicts: 16 * 2 (writes) + 16 * 64 (reads) = 1056. Rate = 3.125 * 992 / 64 = 48.4375 %.
+# +1 padding: bank = (c + r) % 32, all distinct -> 0 conflicts, 64 index cycles.
+@pytest.mark.parametrize("pad,conf,idx,rate", [(0, 992, 1056, 48.4375), (1, 0, 64, 0.0)])
+def test_lds_transpose_bank_conflicts(pad, conf, idx, rate):
+    r = simulate(mb.lds_transpose(32, pad), "gfx942")
+    c = r.counters
+    assert c["lds_bank_conflict_cycles"] == conf
+    assert c["lds_idx_active_cycles"] == idx
+    assert c["lds_bank_conflict_rate_pct"] == pytest.approx(rate)
+    assert load_record(r, "lds_store")["conflict_cycles"] == 0
+    assert load_record(r, "lds_load")["conflict_cycles"] == conf
+
+
+def test_lds_transpose_wave32_single_phase():
+    # gfx1100: one phase of 32 lanes; 32 waves each fully conflicted (31) -> 992, and
+    # index cycles 32 * 1 (writes) + 32 * 32 (reads) = 1056.
+    c = simulate(mb.lds_transpose(32, 0), "gfx1100").counters
+    assert c["lds_bank_conflict_cycles"] == 992 and c["lds_idx_active_cycles"] == 1056
+
+
+def test_lds_access_pattern_view_matches_counts():
+    k = mb.lds_transpose(32, 0)
+    ap = access_pattern(k, "gfx942", 8, wave=3)  # statement 8 is the column LdsLoad
+    assert ap["kind"] == "lds" and ap["conflict_cycles"] == 62
+    assert ap["group_max_multiplicity"] == [32, 32]
+    assert len({tuple(b) for b in ap["lane_banks"][:32]}) == 1  # all on one bank
+    assert access_pattern(mb.lds_transpose(32, 1), "gfx942", 8)["conflict_cycles"] == 0
+
+
+def test_same_address_broadcast():
+    r = simulate(mb.lds_broadcast(), "gfx942")
+    rec = load_record(r, "lds_load")
+    assert rec["conflict_cycles"] == 0 and rec["lds_idx_cycles"] == 2  # calibration: 2 cycles
+    assert np.all(r.outputs["out"] == 3.0)
+
+
+def test_ds_read_b128_measured_phase_groups():
+    # see mb.lds_b128_pattern: 0 conflicts with the measured read grouping, 1 per
+    # contiguous 8-lane write group (8 groups) -> 8. Index cycles = 8 groups + conflicts.
+    rd = load_record(simulate(mb.lds_b128_pattern(False), "gfx942"), "lds_load")
+    wr = load_record(simulate(mb.lds_b128_pattern(True), "gfx942"), "lds_store")
+    assert (rd["conflict_cycles"], rd["lds_idx_cycles"]) == (0, 8)
+    assert (wr["conflict_cycles"], wr["lds_idx_cycles"]) == (8, 16)
+
+
+def _one_wave_kernel(lds_bytes=0, block=64):
+    lds = (LdsArray("s", "f32", (lds_bytes // 4,)),) if lds_bytes else ()
+    return Kernel("k", (Buffer("o", "f32", (block,), "out"),), grid=1, block=block,
+                  body=(Store("o", thread_id(), (f32(1.0),)),), lds=lds)
+
+
+# waves per SIMD = min(8, 512 // roundup(v, 8)) on CDNA (S9).
+@pytest.mark.parametrize("v,waves", [(1, 8), (64, 8), (65, 7), (72, 7), (80, 6), (96, 5), (128, 4),
+                                     (129, 3), (168, 3), (170, 2), (256, 2), (257, 1), (512, 1)])
+def test_vgpr_occupancy_table_cdna(v, waves):
+    occ = occupancy(_one_wave_kernel(block=256), "gfx942", vgprs=v)  # 4 waves: no barrier limit
+    assert occ.waves_per_simd == waves
+    assert occ.limiter == ("wave slots" if v <= 64 else "VGPRs")
+
+
+# gfx1100: min(16, 1536 // roundup(v, 24)) (S9)
+@pytest.mark.parametrize("v,waves", [(24, 16), (96, 16), (97, 12), (192, 8), (256, 5)])
+def test_vgpr_occupancy_table_rdna3(v, waves):
+    assert occupancy(_one_wave_kernel(block=64), "gfx1100", vgprs=v).waves_per_simd == waves
+
+
+def test_occupancy_lds_and_barrier_limits():
+    occ = occupancy(_one_wave_kernel(lds_bytes=40 * 1024, block=256), "gfx942", vgprs=8)
+    assert (occ.workgroups_per_cu, occ.waves_per_simd, occ.limiter) == (1, 1.0, "LDS")
+    occ = occupancy(_one_wave_kernel(block=64), "gfx942", vgprs=8)
+    # 32 one-wave workgroups would fit the wave slots, but only 16 barriers per CU
+    assert (occ.workgroups_per_cu, occ.waves_per_simd) == (16, 4.0)
+    assert occ.limiter == "workgroups per CU (barriers)"
+    with pytest.raises(KernelError, match="does not fit"):
+        occupancy(_one_wave_kernel(block=1024), "gfx942", vgprs=256)
+
+
+def test_vgpr_estimate_live_ranges():
+    # strided_load: gid (per-lane) + x0 + acc live at once = 3, plus 1 index temporary at
+    # the load is also 3; + v0 + 1 address VGPR = 5.
+    assert estimate_vgprs(mb.strided_load(1), "gfx942") == 5
+    # each extra live accumulator in a loop costs exactly one VGPR
+    from gpusim.program import Assign, For, Load, Var, block_id, fma
+    def accs(n):
+        acc = [Var(f"a{i}") for i in range(n)]
+        x, k, tot = Var("x"), Var("k", "i32"), Var("tot")
+        body = tuple(Assign(a, f32(0.0)) for a in acc) + (
+            For(k, 0 * block_id(), 8 + 0 * block_id(), 1,
+                (Load((x,), "i", k * 64 + thread_id()),) + tuple(Assign(a, fma(x, x, a)) for a in acc)),
+            Assign(tot, f32(0.0))) + tuple(Assign(tot, tot + a) for a in acc) + (
+            Store("o", thread_id(), (tot,)),)
+        return Kernel("accs", (Buffer("i", "f32", (512,)), Buffer("o", "f32", (64,), "out")),
+                      grid=1, block=64, body=body)
+    est = [estimate_vgprs(accs(n), "gfx942") for n in (4, 5, 6, 32)]
+    assert est[1] - est[0] == 1 and est[2] - est[1] == 1 and est[3] - est[0] == 28
+
+
+@pytest.mark.parametrize("arch,valu", [("gfx942", 4), ("gfx1100", 1)])
+def test_barrier_bound_imbalance(arch, valu):
+    # wave 0 runs `work` dependent fma (4 cycles each on SIMD16, 1 on SIMD32) before the
+    # barrier; the other waves wait for it: their wait grows by exactly work * valu cycles.
+    def waits(work):
+        r = simulate(mb.barrier_imbalance(work), arch, trace=True)
+        return sorted(e["end"] - e["start"] for e in r.trace if e["kind"] == "barrier_wait"), r.cycles
+    (w0, c0), (w1, c1) = waits(0), waits(500)
+    assert w1[-1] - w0[-1] == 500 * valu
+    assert c1 - c0 == 500 * valu
+
+
+def test_barrier_loop_counts_and_linear_time():
+    rs = [simulate(mb.barrier_loop(n), "gfx942") for n in (100, 200, 300)]
+    assert [r.counters["barriers"] for r in rs] == [400, 800, 1200]  # 4 waves each
+    d1, d2 = rs[1].cycles - rs[0].cycles, rs[2].cycles - rs[1].cycles
+    assert d1 == d2 > 0
+
+
+def test_stream_approaches_hbm_bandwidth():
+    ratios = []
+    for n in (1 << 16, 1 << 20, 1 << 24):
+        r = simulate(mb.stream_copy(n), "gfx942", functional=False)
+        ideal_us = 2 * n * 4 / 5.3e12 * 1e6
+        ratios.append(r.time_us_without_launch / ideal_us)
+        assert r.counters["hbm_bytes"] == pytest.approx(2 * n * 4)
+    assert ratios[0] > ratios[1] >= ratios[2]
+    assert ratios[2] == pytest.approx(1.0, abs=0.05)
+    assert r.time_us == pytest.approx(r.time_us_without_launch + 3.5)
+
+
+def test_launch_overhead_is_a_parameter():
+    k = mb.strided_load(1)
+    a = simulate(k, "gfx942", launch_overhead_us=0.0)
+    b = simulate(k, "gfx942", launch_overhead_us=7.0)
+    assert b.time_us - a.time_us == pytest.approx(7.0)
+    assert a.time_us == a.time_us_without_launch
