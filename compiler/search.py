@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph import DTYPE_BYTES, Graph
+from .graph import Graph, GraphError
 from .lower import LoweringError, dispatch_kind, lower, schedule_space
+from .lower.common import memory_image
 from .reference import evaluate, random_inputs
 from .schedule import Candidate
 
@@ -33,7 +34,7 @@ KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict
                 "lds_insts")
 
 
-class SearchError(ValueError):
+class SearchError(GraphError):
     """A search that cannot run as asked (e.g. a pinned knob value no candidate has)."""
 
 
@@ -297,7 +298,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
     env = evaluate(graph, random_inputs(graph, seed), keep_all=True)
     for d in tuned:
         k = d.kernel
-        inputs = {b.name: np.asarray(env[b.name], np.float32) for b in k.buffers
+        inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
                   if b.intent != "out"}
         res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
         worst = 0.0

@@ -12,10 +12,10 @@ import re
 
 from gpusim import program as P
 
-from ..graph import Graph
+from ..graph import Graph, GraphError
 
 
-class LoweringError(Exception):
+class LoweringError(GraphError):
     """A schedule that cannot be lowered for this dispatch (the message says why)."""
 
 
@@ -51,3 +51,14 @@ def dispatch_kind(graph: Graph, dispatch) -> str:
     if kinds & {"reduce_sum", "reduce_max", "reduce_mean"}:
         return "reduction"
     return "elementwise"
+
+
+def memory_image(graph: Graph, tensor: str, value) -> "np.ndarray":
+    """The bytes a kernel buffer holds for a logical tensor value: the array permuted into
+    the tensor's memory order (a row-major tensor is unchanged). gpusim and the exported
+    harness both take buffers as flat memory, not as logical arrays."""
+    import numpy as np
+    t = graph.op(tensor).type
+    arr = np.asarray(value, dtype=np.float16 if t.dtype == "f16" else np.float32)
+    return np.ascontiguousarray(np.transpose(arr, t.order)) if not t.is_row_major else \
+        np.ascontiguousarray(arr)

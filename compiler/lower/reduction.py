@@ -403,11 +403,16 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         lds.append(P.LdsArray(name, "f32", (nwaves,)))
         em.stmts.append(P.If(P.lane().eq(0), (P.LdsStore(name, P.wave_id(), (total,)),)))
         em.stmts.append(P.Barrier())
-        comb = P.Var(em.regs.new("comb"), "f32")
-        em.stmts.append(P.LdsLoad((comb,), name, P.i32(0)))
-        for w in range(1, nwaves):
-            t = P.Var(em.regs.new("pw"), "f32")
-            em.stmts.append(P.LdsLoad((t,), name, P.i32(w)))
+        # read the partials with the widest aligned LDS loads (what hipcc would merge them
+        # into anyway: ds_read_b64/b128), then combine in registers
+        width = 4 if nwaves % 4 == 0 else (2 if nwaves % 2 == 0 else 1)
+        parts = []
+        for w in range(0, nwaves, width):
+            regs = tuple(P.Var(em.regs.new("pw"), "f32") for _ in range(width))
+            em.stmts.append(P.LdsLoad(regs, name, P.i32(w)))
+            parts.extend(regs)
+        comb = em.assign(parts[0], "comb")
+        for t in parts[1:]:
             em.stmts.append(P.Assign(comb, P.BinOp(op, comb, t)))
         return comb
     return total
