@@ -384,6 +384,8 @@ class Intervals:
             if op in ("gt", "ge"):  # b < a  /  b <= a
                 a, b, op = b, a, {"gt": "lt", "ge": "le"}[op]
             ia, ib = self.interval(a, new), self.interval(b, new)
+            if ib[1] == INF or ia[0] == -INF:
+                understood = False  # bounded by something unknown (e.g. a scalar without value)
             hi_a = ib[1] - 1 if op == "lt" else ib[1]
             lo_b = ia[0] + 1 if op == "lt" else ia[0]
             ka, kb = expr_key(a), expr_key(b)
