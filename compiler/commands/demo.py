@@ -1,8 +1,9 @@
 """`wavefuse demo`: the project's story on a built-in default, told step by step.
 
-For now it shows the layer-norm graph as primitive ops: the 3-4 dispatches an unfused
-compiler would launch. Later stages append steps (fusion plan, schedules, simulation,
-HIP) to ``STEPS``; each step gets the shared state dict and returns its JSON part.
+The layer-norm graph as primitive ops, its fusion from one dispatch per op to one
+dispatch, then the simulator-driven tuning of the fused and unfused plans on gfx942 with
+the gain split into launches and kernel time. Each step gets the shared state dict and
+returns its JSON part; later steps (views) read what earlier ones left in the state.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..models import load_model
 from . import common
 from .show import render_graph
 
-DEFAULT_MODEL = "layernorm"
+DEFAULT_MODEL = "layernorm:rows=4096,cols=1024"
 
 
 def step_graph(state: dict, con) -> dict:
@@ -32,7 +33,45 @@ def step_graph(state: dict, con) -> dict:
             "reductions": reductions, "graph": data}
 
 
-STEPS: list[tuple[str, Callable]] = [("graph", step_graph)]
+def step_fusion(state: dict, con) -> dict:
+    """Unfused: one dispatch per primitive op. Fused: the three fusion steps of IREE's
+    layer-norm study bring it to one dispatch that reads the input once."""
+    from ..passes import fuse
+    from ..plan import render_plan
+    graph = state["graph"]
+    plans = {m: fuse(graph, aggressive=(m == "aggressive"))
+             for m in ("aggressive", "conservative")}
+    state["plans"] = plans
+    agg = plans["aggressive"]
+    if con is not None:
+        render_plan(agg, con)
+        con.print(f"unfused: {agg.num_dispatches_unfused} dispatches moving "
+                  f"{agg.bytes_unfused:,} B; conservative fusion: "
+                  f"{plans['conservative'].num_dispatches} dispatches, "
+                  f"{plans['conservative'].bytes_fused:,} B; aggressive fusion: "
+                  f"{agg.num_dispatches} dispatch(es), {agg.bytes_fused:,} B "
+                  f"({agg.bytes_unfused / max(agg.bytes_fused, 1):.1f}x less traffic).")
+    return {m: {"num_dispatches": p.num_dispatches, "bytes_fused": p.bytes_fused,
+                "num_dispatches_unfused": p.num_dispatches_unfused,
+                "bytes_unfused": p.bytes_unfused} for m, p in plans.items()}
+
+
+def step_tune(state: dict, con) -> dict:
+    """Both plans and the unfused baseline tuned on gfx942; times are simulated."""
+    from ..search import tune
+    from .tune import render_tune
+    result = tune(state["graph"], DEMO_ARCH, budget=DEMO_BUDGET, seed=0)
+    state["tune"] = result
+    if con is not None:
+        render_tune(result, con)
+    return result.to_json()
+
+
+DEMO_ARCH = "gfx942"
+DEMO_BUDGET = 24
+
+STEPS: list[tuple[str, Callable]] = [("graph", step_graph), ("fusion", step_fusion),
+                                     ("tune", step_tune)]
 
 
 def run(args) -> int:

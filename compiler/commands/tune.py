@@ -61,34 +61,40 @@ def run(args) -> int:
 def render_tune(result, console) -> None:
     t = Table(title=f"{result.model} on {result.arch}: best schedule per dispatch "
                     f"({result.mode} plan; simulated times)", expand=False)
-    for col in ("dispatch", "schedule", "time us", "roofline us", "coalescing %",
-                "LDS conflict %", "occupancy", "HBM bytes", "check"):
-        t.add_column(col, overflow="fold")
+    for col, just in (("dispatch", "left"), ("time us", "right"), ("x roofline", "right"),
+                      ("coalesc %", "right"), ("LDS confl %", "right"), ("waves/SIMD", "right"),
+                      ("HBM KiB", "right"), ("check", "left")):
+        t.add_column(col, justify=just, overflow="fold")
     for d in result.dispatches:
         c = d.best.counters
         check = "-" if d.verified is None else ("ok" if d.verified else
                                                  f"[red]MISMATCH {d.max_error:.2g}[/]")
-        t.add_row(d.name, " ".join(f"{k}={v}" for k, v in d.best.knobs.items()),
-                  f"{d.best.time_us:.2f}", f"{d.roofline_us:.2f}",
+        t.add_row(d.name, f"{d.best.time_us:.2f}", f"{d.best.time_us / d.roofline_us:.2f}",
                   f"{c.get('coalescing_pct', 0):.0f}",
                   f"{c.get('lds_bank_conflict_rate_pct', 0):.1f}",
-                  f"{c.get('occupancy_waves_per_simd', 0)} ({d.best.occupancy_limiter})",
-                  f"{int(c.get('hbm_bytes', 0)):,}", check)
+                  f"{c.get('occupancy_waves_per_simd', 0):g} {d.best.occupancy_limiter}",
+                  f"{c.get('hbm_bytes', 0) / 1024:,.0f}", check)
     console.print(t)
+    for d in result.dispatches:
+        console.print(f"  [bold]{d.name}[/] ({d.kind}, {len(d.candidates)} simulated, "
+                      f"{len(d.illegal)} illegal): "
+                      + " ".join(f"{k}={v}" for k, v in d.best.knobs.items()))
     console.print(f"total predicted: [bold]{result.total_time_us:.2f} us[/] in "
                   f"{len(result.dispatches)} dispatch(es), launch overhead "
                   f"{result.launch_overhead_us} us each")
     if result.unfused_time_us is not None:
         g = result.gain_split()
         console.print(f"unfused baseline: {result.unfused_time_us:.2f} us in "
-                      f"{result.unfused_dispatches} dispatches -> "
-                      f"{result.unfused_time_us / result.total_time_us:.2f}x; gain "
-                      f"{g['total_us']:.2f} us = {g['launch_us']:.2f} us launches + "
-                      f"{g['kernel_us']:.2f} us kernel time")
+                      f"{result.unfused_dispatches} dispatches -> fused is "
+                      f"[bold]{result.unfused_time_us / result.total_time_us:.2f}x[/] faster; "
+                      f"gain {g['total_us']:.2f} us = {g['launch_us']:.2f} us launches + "
+                      f"{g['kernel_us']:.2f} us kernel time (bytes, instructions)")
     console.print(f"roofline bound: {result.roofline_time_us:.2f} us "
                   f"(min bytes / HBM bandwidth or flops / peak, plus one launch); "
-                  f"ratio {result.total_time_us / result.roofline_time_us:.2f}x")
+                  f"predicted / roofline = {result.total_time_us / result.roofline_time_us:.2f}")
     console.print(f"plan choice: {result.plan_choice.get('reason', '')}")
+    console.print("[dim]times are gpusim predictions (simulated cycles at the modelled "
+                  "clock + launch overhead), not measurements[/]")
     if result.mismatches:
         console.print("[red]simulated outputs differ from numpy for: "
                       + ", ".join(d.name for d in result.mismatches) + "[/]")

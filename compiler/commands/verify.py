@@ -42,6 +42,7 @@ class VerifyContext:
     seed: int
     inputs: dict
     reference: dict = field(default_factory=dict)  # graph output name -> array
+    budget: int = 6  # candidates per dispatch for the simulated-kernels check
 
 
 CHECKS: list[tuple[str, Callable[[VerifyContext], CheckResult]]] = []
@@ -121,6 +122,40 @@ def check_onnx(ctx: VerifyContext) -> CheckResult:
             details.append(f"{onnx_name}: max error {err:.3g}")
     return CheckResult(name, "pass" if ok else "fail", worst, tol_used,
                        "; ".join(details) or f"{len(out_names)} output(s) match")
+
+
+@verify_check("fused plan")
+def check_fused_plan(ctx: VerifyContext) -> CheckResult:
+    """Both fusion plans, run dispatch by dispatch (only boundary tensors survive between
+    dispatches), equal the unfused graph."""
+    from ..plan import execute_plan
+    from ..passes import fuse
+    worst, details, ok, tol = 0.0, [], True, 0.0
+    for aggressive in (True, False):
+        plan = fuse(ctx.graph, aggressive=aggressive)
+        got = execute_plan(plan, ctx.inputs)
+        for name, want in ctx.reference.items():
+            match, err, t = compare(got[name], want, ctx.graph.op(name).type.dtype)
+            worst, tol = max(worst, err), max(tol, t)
+            ok = ok and match
+        details.append(f"{plan.mode}: {plan.num_dispatches} dispatch(es)")
+    return CheckResult("fused plan", "pass" if ok else "fail", worst, tol, "; ".join(details))
+
+
+@verify_check("simulated kernels")
+def check_simulated(ctx: VerifyContext) -> CheckResult:
+    """The tuned kernels (a small seeded search on gfx942), run functionally by gpusim,
+    equal numpy: what the simulator times is a correct program."""
+    from ..search import tune
+    result = tune(ctx.graph, "gfx942", budget=ctx.budget, seed=ctx.seed, baseline=False,
+                  mode="auto")
+    worst = max((d.max_error or 0.0) for d in result.dispatches)
+    bad = [d.name for d in result.mismatches]
+    detail = (f"{len(result.dispatches)} kernel(s), {result.mode} plan, "
+              f"{result.total_time_us:.2f} us predicted on gfx942")
+    if bad:
+        detail = "mismatch in " + ", ".join(bad) + "; " + detail
+    return CheckResult("simulated kernels", "fail" if bad else "pass", worst, 1e-3, detail)
 
 
 def run_checks(spec: str, graph: Graph, seed: int = 0) -> list[CheckResult]:
