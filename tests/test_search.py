@@ -1,0 +1,139 @@
+"""The search: choices by predicted time, pins, budgets, determinism, verification, and
+the norm/softmax fusion story answered with numbers on every architecture."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from compiler.cli import main
+from compiler.graph import Graph
+from compiler.models import load_model
+from compiler.passes import fuse
+from compiler.search import (SearchError, parse_fixes, tune, tune_dispatches,
+                             unfused_dispatches, verify_dispatches)
+from gpusim import program as P
+
+ARCHES = ("gfx90a", "gfx942", "gfx1100")
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("model", ["softmax:rows=512,cols=512", "layernorm:rows=512,cols=512"])
+def test_fused_norms_predicted_faster_on_every_arch(model, arch):
+    r = tune(load_model(model), arch, budget=8, seed=0)
+    assert len(r.dispatches) == 1 and r.mode == "aggressive"
+    assert r.total_time_us < r.unfused_time_us
+    g = r.gain_split()
+    # launches saved are exactly (dispatches saved) x overhead; the rest is kernel time
+    assert g["launch_us"] == pytest.approx((r.unfused_dispatches - 1) * r.launch_overhead_us)
+    assert g["kernel_us"] == pytest.approx(g["total_us"] - g["launch_us"])
+    assert g["kernel_us"] > 0, "fewer bytes must also mean less kernel time"
+    assert all(d.verified for d in r.dispatches)
+    assert r.plan_choice["chosen"] == "aggressive"
+    assert r.plan_choice["predicted_us"]["aggressive"] < r.plan_choice["predicted_us"]["conservative"]
+
+
+def _chain(rows, cols):
+    g = Graph("chain")
+    x = g.input("x", (rows, cols))
+    b = g.input("b", (cols,))
+    g.output(g.relu(g.mul(g.add(x, b), 0.5)))
+    return g
+
+
+@pytest.mark.parametrize("graph", [
+    lambda: load_model("softmax:rows=4096,cols=1024"),
+    lambda: load_model("layernorm:rows=4096,cols=1024"),
+    lambda: _chain(4096, 1024),
+], ids=["softmax", "layernorm", "elementwise_chain"])
+def test_memory_bound_dispatches_within_1p5x_of_roofline(graph):
+    r = tune(graph(), "gfx942", budget=16, seed=0, baseline=False, verify=False)
+    assert len(r.dispatches) == 1
+    d = r.dispatches[0]
+    assert d.best.time_us <= 1.5 * d.roofline_us, (d.best.knobs, d.best.time_us, d.roofline_us)
+
+
+def test_same_arguments_same_result_and_workers_agree():
+    g = load_model("softmax:rows=256,cols=512")
+    a = tune(g, "gfx942", budget=6, seed=3, baseline=False, verify=False)
+    b = tune(g, "gfx942", budget=6, seed=3, baseline=False, verify=False, workers=2)
+    assert [d.best.knobs for d in a.dispatches] == [d.best.knobs for d in b.dispatches]
+    assert [c.time_us for c in a.dispatches[0].candidates] == \
+        [c.time_us for c in b.dispatches[0].candidates]
+
+
+def test_budget_caps_candidates_and_seed_changes_sample():
+    g = load_model("layernorm")
+    plan = fuse(g)
+    a = tune_dispatches(g, plan.dispatches, "gfx942", budget=5, seed=1)
+    b = tune_dispatches(g, plan.dispatches, "gfx942", budget=5, seed=2)
+    assert len(a[0].candidates) <= 5
+    assert {json.dumps(c.knobs, sort_keys=True) for c in a[0].candidates} != \
+        {json.dumps(c.knobs, sort_keys=True) for c in b[0].candidates}
+
+
+def test_fix_pins_a_knob_and_rejects_unknown_values():
+    g = load_model("layernorm")
+    plan = fuse(g)
+    t = tune_dispatches(g, plan.dispatches, "gfx942", fixed={"vector": 2, "mapping": "wave"})
+    assert all(c.knobs["vector"] == 2 and c.knobs["mapping"] == "wave"
+               for c in t[0].candidates)
+    with pytest.raises(SearchError, match="values it has"):
+        tune_dispatches(g, plan.dispatches, "gfx942", fixed={"vector": 8})
+    assert parse_fixes(["swizzle=before_fusion", "vector=4"]) == \
+        {"swizzle": "before_fusion", "vector": 4}
+    with pytest.raises(SearchError, match="KNOB=VALUE"):
+        parse_fixes(["vector"])
+
+
+def _zero_stores(stmts):
+    out = []
+    for s in stmts:
+        if isinstance(s, P.Store):
+            s = P.Store(s.buffer, s.index, tuple(P.f32(0.0) for _ in s.values))
+        elif isinstance(s, P.For):
+            s = dataclasses.replace(s, body=_zero_stores(s.body))
+        elif isinstance(s, P.If):
+            s = dataclasses.replace(s, then=_zero_stores(s.then), orelse=_zero_stores(s.orelse))
+        out.append(s)
+    return tuple(out)
+
+
+def test_verification_reports_a_wrong_kernel():
+    g = load_model("softmax")
+    tuned = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=2)
+    verify_dispatches(g, tuned, "gfx942")
+    assert tuned[0].verified
+    k = tuned[0].kernel
+    tuned[0].kernel = dataclasses.replace(k, body=_zero_stores(k.body))
+    verify_dispatches(g, tuned, "gfx942")
+    assert tuned[0].verified is False and tuned[0].max_error > 0.001
+
+
+def test_unfused_baseline_is_one_dispatch_per_non_view_op():
+    g = load_model("attention")
+    ds = unfused_dispatches(g)
+    kinds = [g.op(d.root).kind for d in ds]
+    assert "transpose" not in kinds  # the K transpose folds into QK^T's index map
+    assert len(ds) == sum(1 for n in g.topo_order()
+                          if g.op(n).kind not in ("input", "constant") and not g.op(n).is_view)
+
+
+def test_tune_cli_json(capsys):
+    assert main(["tune", "softmax", "--budget", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"model", "arch", "total_time_us", "unfused_time_us", "roofline_time_us",
+                        "dispatches"}
+    d = out["dispatches"][0]
+    assert set(d) >= {"name", "schedule", "time_us", "counters", "candidates"}
+    assert set(d["counters"]) == {"coalescing_pct", "lds_bank_conflict_cycles",
+                                  "lds_bank_conflict_rate_pct", "hbm_bytes",
+                                  "occupancy_waves_per_simd", "valu_insts", "vmem_insts",
+                                  "lds_insts"}
+
+
+def test_tune_cli_bad_pin_is_a_one_line_error(capsys):
+    assert main(["tune", "softmax", "--fix", "vector=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wavefuse: error:") and len(err.strip().splitlines()) == 1
