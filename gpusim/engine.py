@@ -329,7 +329,7 @@ def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
     trace_n[0] = n + 1
 
 
-def launch_wg(g, wg, t, pi, F, I, EX, SP, PC, READY, STATUS, SLOT_WG, RREADY, RPROD,
+def launch_wg(g, wg, t, pi, F, I, EX, NACT, SP, PC, READY, STATUS, SLOT_WG, RREADY, RPROD,
               fconst_reg, fconst_val, iconst_reg, iconst_val, WG_ID, WG_LIVE, WG_ARR,
               WG_BAR, WG_DONE, LDSF, LDSI, counters):
     """Starts workgroup ``wg`` in workgroup slot ``g`` at cycle ``t``."""
@@ -361,6 +361,7 @@ def launch_wg(g, wg, t, pi, F, I, EX, SP, PC, READY, STATUS, SLOT_WG, RREADY, RP
             I[s, 3, l] = wg
             I[s, 4, l] = W
             EX[s, l] = 1 if tid < block else 0
+        NACT[s] = min(W, max(0, block - j * W))
         SP[s] = 0
         PC[s] = 0
         READY[s] = t + pi[P_LAUNCH]
@@ -411,6 +412,7 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
     READY = np.zeros(nslots, np.float64)
     STATUS = np.zeros(nslots, np.int64)
     SLOT_WG = np.zeros(nslots, np.int64)
+    NACT = np.zeros(nslots, np.int64)
     RREADY = np.zeros((nslots, NF + NI), np.float64)
     RPROD = np.zeros((nslots, NF + NI), np.int64)
     WG_ID = np.zeros(wgs, np.int64)
@@ -453,19 +455,34 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
         for g in range(wgs):
             if nxt < last:
                 WG_IDX[g] = nxt - first
-                launch_wg(g, sess_wgs[nxt], 0.0, pi, F, I, EX, SP, PC, READY, STATUS, SLOT_WG,
+                launch_wg(g, sess_wgs[nxt], 0.0, pi, F, I, EX, NACT, SP, PC, READY, STATUS, SLOT_WG,
                           RREADY, RPROD, fconst_reg, fconst_val, iconst_reg, iconst_val,
                           WG_ID, WG_LIVE, WG_ARR, WG_BAR, WG_DONE, LDSF, LDSI, counters)
                 nxt += 1
+        fast = -1  # the last wave issued, still known to be the earliest-ready one
+        s2 = -1
+        bt2 = math.inf
         while True:
-            s = -1
-            bt = math.inf
-            for k in range(nslots):
-                if STATUS[k] == S_RUN and READY[k] < bt:
-                    bt = READY[k]
-                    s = k
-            if s < 0:
-                break
+            if fast >= 0 and STATUS[fast] == S_RUN and (READY[fast] < bt2 or (READY[fast] == bt2 and fast < s2)):
+                s = fast  # same choice as a full scan: nothing else changed since it
+            else:
+                s = -1
+                bt = math.inf
+                s2 = -1
+                bt2 = math.inf
+                for k in range(nslots):
+                    if STATUS[k] == S_RUN:
+                        if READY[k] < bt:
+                            s2 = s
+                            bt2 = bt
+                            bt = READY[k]
+                            s = k
+                        elif READY[k] < bt2:
+                            bt2 = READY[k]
+                            s2 = k
+                if s < 0:
+                    break
+            fast = s
             pc = PC[s]
             g = SLOT_WG[s]
             simd = s % nsimd
@@ -512,7 +529,53 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                 busy = float(valu_cyc * code[pc, K_MULT])
                 valu_free[simd] = t + busy
                 trace_kind = T_VALU
-            if op == OP_FBIN:
+            full = NACT[s] == W
+            probing = (pc == pi[P_PROBE_PC] and timed and WG_ID[g] == pi[P_PROBE_WG]
+                       and s - g * wpw == pi[P_PROBE_WAVE] and probe[W, 0] == 0)
+            if op == OP_FBIN and full and aux <= B_MUL:
+                Fd = F[s, d]
+                Fa = F[s, a]
+                Fb = F[s, b]
+                if aux == B_ADD:
+                    for l in range(W):
+                        Fd[l] = np.float64(Fa[l]) + np.float64(Fb[l])
+                elif aux == B_SUB:
+                    for l in range(W):
+                        Fd[l] = np.float64(Fa[l]) - np.float64(Fb[l])
+                else:
+                    for l in range(W):
+                        Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l])
+            elif op == OP_FFMA and full:
+                Fd = F[s, d]
+                Fa = F[s, a]
+                Fb = F[s, b]
+                Fc = F[s, c]
+                for l in range(W):
+                    Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
+            elif op == OP_IBIN and full and aux <= B_MUL:
+                Id = I[s, d]
+                Ia = I[s, a]
+                Ib = I[s, b]
+                if aux == B_ADD:
+                    for l in range(W):
+                        Id[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
+                elif aux == B_SUB:
+                    for l in range(W):
+                        Id[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
+                else:
+                    for l in range(W):
+                        Id[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
+            elif op == OP_FMOV and full:
+                Fd = F[s, d]
+                Fa = F[s, a]
+                for l in range(W):
+                    Fd[l] = Fa[l]
+            elif op == OP_IMOV and full:
+                Id = I[s, d]
+                Ia = I[s, a]
+                for l in range(W):
+                    Id[l] = Ia[l]
+            elif op == OP_FBIN:
                 for l in range(W):
                     if EX[s, l]:
                         F[s, d, l] = fbin(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
@@ -622,13 +685,11 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                     if lane_hi[l] != lane_lo[l]:
                         lines[nl] = lane_hi[l]
                         nl += 1
-                    if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
-                            and s - g * wpw == pi[P_PROBE_WAVE] and probe[W, 0] == 0:
+                    if probing:
                         probe[l, 0] = addr
                         probe[l, 1] = width * es
                         probe[l, 2] = 1
-                if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
-                        and s - g * wpw == pi[P_PROBE_WAVE]:
+                if probing:
                     probe[W, 0] = 1
                 nu = unique_sorted(lines, nl)
                 # TCP accesses: unique lines per quad of lanes (rocprof coalescing)
@@ -753,13 +814,11 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                     addr = base + idx * es
                     lane_lo[l] = addr // 4
                     lane_hi[l] = (addr + width * es - 1) // 4
-                    if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
-                            and s - g * wpw == pi[P_PROBE_WAVE] and probe[W, 0] == 0:
+                    if probing:
                         probe[l, 0] = addr
                         probe[l, 1] = width * es
                         probe[l, 2] = 1
-                if timed and pc == pi[P_PROBE_PC] and WG_ID[g] == pi[P_PROBE_WG] \
-                        and s - g * wpw == pi[P_PROBE_WAVE]:
+                if probing:
                     probe[W, 0] = 1
                 wc = code[pc, K_C]  # width class 0: <=4 B, 1: 8 B, 2: 16 B per lane
                 rw = 1 if store else 0
@@ -768,12 +827,20 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                 conflict = 0
                 for gi in range(ng):
                     nd = 0
+                    dmin = 1 << 62
+                    dmax = -1
                     for k in range(gsize):
                         l = group_lanes[rw, wc, gi, k]
                         if lane_lo[l] >= 0:
+                            if lane_lo[l] < dmin:
+                                dmin = lane_lo[l]
+                            if lane_hi[l] > dmax:
+                                dmax = lane_hi[l]
                             for dw in range(lane_lo[l], lane_hi[l] + 1):
                                 dbuf[nd] = dw
                                 nd += 1
+                    if dmax - dmin < nbanks:
+                        continue  # all dwords within one bank-width window: distinct banks
                     nu = unique_sorted(dbuf, nd)
                     bank_cnt[:] = 0
                     mx = 0
@@ -886,6 +953,7 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                 if t > WG_BAR[g]:
                     WG_BAR[g] = t
                 if WG_ARR[g] >= WG_LIVE[g]:
+                    fast = -1
                     rel = WG_BAR[g] + pi[P_BARCYC]
                     for k in range(g * wpw, g * wpw + wpw):
                         if STATUS[k] == S_BAR:
@@ -906,7 +974,8 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                 for l in range(W):
                     v8 = 1 if (EX[s, l] and I[s, a, l] != 0) else 0
                     EX[s, l] = v8
-                    anyl |= v8
+                    anyl += v8
+                NACT[s] = anyl
                 if anyl == 0:
                     nxt_pc = code[pc, K_JUMP]
             elif op == OP_ELSE:
@@ -915,12 +984,17 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                 for l in range(W):
                     v8 = 1 if (MS[s, top, l] and not EX[s, l]) else 0
                     EX[s, l] = v8
-                    anyl |= v8
+                    anyl += v8
+                NACT[s] = anyl
                 if anyl == 0:
                     nxt_pc = code[pc, K_JUMP]
             elif op == OP_ENDIF:
                 SP[s] -= 1
-                EX[s, :] = MS[s, SP[s], :]
+                anyl = 0
+                for l in range(W):
+                    EX[s, l] = MS[s, SP[s], l]
+                    anyl += EX[s, l]
+                NACT[s] = anyl
             elif op == OP_LOOP_BEGIN:
                 MS[s, SP[s], :] = EX[s, :]
                 SP[s] += 1
@@ -929,10 +1003,14 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                 for l in range(W):
                     v8 = 1 if (EX[s, l] and I[s, a, l] < I[s, b, l]) else 0
                     EX[s, l] = v8
-                    anyl |= v8
+                    anyl += v8
+                NACT[s] = anyl
                 if anyl == 0:
                     SP[s] -= 1
-                    EX[s, :] = MS[s, SP[s], :]
+                    for l in range(W):
+                        EX[s, l] = MS[s, SP[s], l]
+                        anyl += EX[s, l]
+                    NACT[s] = anyl
                     nxt_pc = code[pc, K_JUMP]
             elif op == OP_LOOP_STEP:
                 for l in range(W):
@@ -940,6 +1018,7 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                         I[s, a, l] = wrap32(np.int64(I[s, a, l]) + aux)
                 nxt_pc = code[pc, K_JUMP]
             elif op == OP_END:
+                fast = -1
                 STATUS[s] = S_DONE
                 fin = float(t)
                 for k in range(NF + NI):
@@ -963,7 +1042,7 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                         wg_done[WG_IDX[g]] = tdone
                     if nxt < last:
                         WG_IDX[g] = nxt - first
-                        launch_wg(g, sess_wgs[nxt], tdone, pi, F, I, EX, SP, PC, READY, STATUS,
+                        launch_wg(g, sess_wgs[nxt], tdone, pi, F, I, EX, NACT, SP, PC, READY, STATUS,
                                   SLOT_WG, RREADY, RPROD, fconst_reg, fconst_val, iconst_reg,
                                   iconst_val, WG_ID, WG_LIVE, WG_ARR, WG_BAR, WG_DONE, LDSF, LDSI,
                                   counters)

@@ -168,7 +168,7 @@ class _Launch:
             elif kind == 2:
                 flat = rng.integers(0, 16, b.size)
             else:
-                flat = rng.standard_normal(b.size)
+                flat = rng.random(b.size, dtype=np.float32) * 2 - 1  # uniform in [-1, 1)
             if kind == 2:
                 self.gmem_i[off:off + b.size] = flat.astype(np.int32)
             elif kind == 1:
@@ -371,7 +371,7 @@ def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars:
     """Runs ``kernel`` on the modelled ``arch``.
 
     ``inputs`` maps buffer names to arrays (absent "in"/"inout" buffers get seeded random
-    values, "out" buffers zeros); ``scalars`` gives scalar parameters. With
+    values in functional mode, zeros with ``functional=False``; "out" buffers zeros); ``scalars`` gives scalar parameters. With
     ``functional=False`` only a sample of CU 0's workgroups runs (fast; outputs partial).
     ``trace=True`` records per-wave events of the timed CU. ``jit=False`` runs the
     pure-Python engine (the reference; slow).
