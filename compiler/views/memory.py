@@ -232,11 +232,6 @@ def banks_data(pattern: dict, inst: int = -1, banks: int = 32) -> BanksData:
                      sum(g.conflict_cycles for g in groups), int(pattern["conflict_cycles"]))
 
 
-def _digit(n: int) -> str:
-    """0-9 then letters, so a degree up to 35 fits one column."""
-    return "0123456789abcdefghijklmnopqrstuvwxyz"[n] if n < 36 else "+"
-
-
 def _lane_ranges(lanes) -> str:
     out, run = [], [lanes[0]]
     for x in lanes[1:]:
@@ -293,9 +288,14 @@ class BanksView:
             deg = Text(f"{'degree':<9}", style="bold", no_wrap=True)
             for b in range(d.banks):
                 n = int(g.degree[b])
-                deg.append((_digit(n) if n else MISS).ljust(cell),
+                mark = MISS if n == 0 else (str(n) if n < 10 ** cell else "+")
+                deg.append(mark.ljust(cell),
                            style="bold red" if n > 1 else ("green" if n else "bright_black"))
             yield deg
+            if g.max_degree >= 10 ** cell:
+                hot = [b for b in range(d.banks) if g.degree[b] >= 10 ** cell]
+                yield Text("+: " + ", ".join(f"bank {b} degree {int(g.degree[b])}" for b in hot),
+                           style="red")
         yield Text("degree: distinct dwords on the bank in the group (same address broadcasts); "
                    "a group costs max degree - 1 conflict cycles", style="dim")
 
