@@ -1,0 +1,105 @@
+"""The lesson runner and the exercise checks: every check must reject a wrong answer."""
+import os
+import sys
+
+import pytest
+
+TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
+sys.path.insert(0, TUTORIALS)
+
+import exercises as ex  # noqa: E402
+from lesson_runner import LessonError, lesson_paths, parse_blocks, run_lesson  # noqa: E402
+from gpusim.program import (  # noqa: E402
+    Assign, Buffer, Kernel, Load, Store, Var, block_id, thread_id)
+
+
+# ------------------------------------------------------------------------------ runner
+LESSON = """# t
+
+```python
+x = 1
+```
+
+```python no-run
+raise RuntimeError("shown, not run")
+```
+
+```console
+$ wavefuse models
+```
+
+```python
+y = x + 1
+assert y == {want}
+```
+"""
+
+
+def test_parse_blocks_skips_no_run_and_console():
+    blocks = parse_blocks(LESSON.format(want=2))
+    assert [b.number for b in blocks] == [1, 2]
+    assert [b.line for b in blocks] == [4, 16]
+    assert blocks[1].code.startswith("y = x + 1")
+
+
+def test_blocks_share_one_namespace(tmp_path):
+    p = tmp_path / "01_t.md"
+    p.write_text(LESSON.format(want=2))
+    assert run_lesson(str(p))["y"] == 2
+
+
+def test_failing_block_names_file_block_and_line(tmp_path):
+    p = tmp_path / "02_t.md"
+    p.write_text(LESSON.format(want=3))
+    with pytest.raises(LessonError) as e:
+        run_lesson(str(p))
+    msg = str(e.value)
+    assert "02_t.md" in msg and "block 2 (line 16)" in msg and "AssertionError" in msg
+    assert "02_t.md\", line 17" in msg  # the traceback points at the lesson's own line
+
+
+def test_unclosed_fence_is_an_error():
+    with pytest.raises(LessonError, match="unclosed"):
+        parse_blocks("```python\nx = 1\n")
+
+
+def test_lessons_are_numbered_in_order():
+    names = [os.path.basename(p) for p in lesson_paths()]
+    assert names and names == sorted(names)
+    assert [n[:2] for n in names] == [f"{i:02d}" for i in range(1, len(names) + 1)]
+
+
+# ------------------------------------------------------------------ lesson 1: coalescing
+def _copy(n, strided: bool, width: int):
+    i = Var("i", "i32")
+    if width == 1 and not strided:
+        x = Var("x")
+        body = (Assign(i, block_id() * 256 + thread_id()), Load((x,), "a", i), Store("b", i, (x,)))
+        grid = n // 256
+    else:
+        regs = [Var(f"v{j}") for j in range(4)]
+        body = (Assign(i, block_id() * 1024 + thread_id()),) + tuple(
+            s for j, v in enumerate(regs)
+            for s in (Load((v,), "a", i + j * 256), Store("b", i + j * 256, (v,))))
+        grid = n // 1024
+    return Kernel("copy", (Buffer("a", "f32", (n,)), Buffer("b", "f32", (n,), "out")),
+                  grid=grid, block=256, body=body)
+
+
+def test_vector_copy_check_rejects_scalar_and_strided_copies():
+    for wrong in (lambda n: _copy(n, False, 1), lambda n: _copy(n, True, 4)):
+        v = ex.check_vector_copy(wrong)
+        assert not v.ok and any("wave load instructions" in p for p in v.problems)
+        assert v.time_us is not None
+
+
+def test_vector_copy_check_rejects_wrong_values():
+    def off_by_one(n):
+        i = Var("i", "i32")
+        v = tuple(Var(f"v{j}") for j in range(4))
+        return Kernel("bad", (Buffer("a", "f32", (n,)), Buffer("b", "f32", (n,), "out")),
+                      grid=n // 1024 - 1, block=256,
+                      body=(Assign(i, (block_id() * 256 + thread_id()) * 4), Load(v, "a", i + 4),
+                            Store("b", i, v)))
+    v = ex.check_vector_copy(off_by_one)
+    assert not v.ok and "b != a" in v.problems[0]
