@@ -11,7 +11,7 @@ from gpusim.validate import validate
 
 from compiler import models
 from compiler.graph import Graph
-from compiler.lower.common import LoweringError
+from compiler.lower.common import LoweringError, memory_image
 from compiler.lower.contraction import lower_contraction
 from compiler.reference import evaluate, random_inputs
 from compiler.schedule.contraction import contraction_space
@@ -35,7 +35,7 @@ def whole(g):
 
 
 SMALL = dict(c=64, k=32)  # 1x7x7x64 -> 32 filters: M=49 (ragged), N=32, K=64
-TILE = dict(BM=32, BN=32, BK=16, TM=4, TN=4, lds_pad=1, vec_a=4, vec_b=4)
+TILE = dict(BM=32, BN=32, BK=16, TM=4, TN=4, KW=1, lds_pad=1, vec_a=4, vec_b=4)
 
 
 def global_accesses(kernel, buffer):
@@ -116,9 +116,9 @@ def test_space_marks_illegal_points_with_reasons():
     cands = contraction_space(g, whole(g), "gfx942")
     legal = [c for c in cands if c.legal]
     assert 30 <= len(legal) <= 120
-    assert legal[0].knobs["BM"] == 64 and legal[0].knobs["vec_a"] == 4
+    assert legal[0].knobs["KW"] > 1 and legal[0].knobs["vec_a"] == 4
     reasons = " | ".join(c.reason for c in cands if not c.legal)
-    assert "< one wave" in reasons and "LDS" in reasons
+    assert "whole number of waves" in reasons and "LDS" in reasons
     assert {c.knobs["swizzle"] for c in legal} == {"none", "after_fusion", "before_fusion"}
     mm = Graph("odd")
     mm.output(mm.matmul(mm.input("a", (32, 30)), mm.input("b", (30, 32))))
@@ -127,6 +127,14 @@ def test_space_marks_illegal_points_with_reasons():
 
 
 # ------------------------------------------------------------------ numerics (gpusim)
+def run_functional(g, k, arch="gfx942"):
+    """(simulated result, numpy reference) on seeded inputs; buffers get memory images
+    (a channel-major residual or a transposed operand is passed in its memory order)."""
+    x = random_inputs(g)
+    res = gpusim.simulate(k, arch=arch, inputs={n: memory_image(g, n, v) for n, v in x.items()})
+    return res, evaluate(g, x)
+
+
 needs_sim = pytest.mark.skipif(not hasattr(gpusim, "simulate"),
                                reason="gpusim.simulate is not available yet")
 
@@ -163,9 +171,8 @@ def test_simulated_outputs_equal_reference(gi, swizzle):
     d = whole(g)
     cands = [c for c in contraction_space(g, d, "gfx942") if c.legal]
     knobs = next(c.knobs for c in cands if c.knobs["swizzle"] == swizzle)
-    k = lower_contraction(g, d, {**knobs, "BM": 32, "BN": 32, "TM": 4, "TN": 4}, "gfx942")
-    x = random_inputs(g)
-    res = gpusim.simulate(k, arch="gfx942", inputs=x)
-    ref = evaluate(g, x)
+    k = lower_contraction(g, d, {**knobs, "BM": 32, "BN": 32, "BK": 16, "TM": 4, "TN": 4,
+                                 "KW": 2 if swizzle == "after_fusion" else 1}, "gfx942")
+    res, ref = run_functional(g, k)
     for o in g.outputs:
         np.testing.assert_allclose(res.outputs[o], ref[o], rtol=1e-4, atol=1e-4)

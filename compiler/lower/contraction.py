@@ -57,9 +57,9 @@ from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
-LDS_PADS = (0, 1, "xor")
-DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "lds_pad": 1, "vec_a": 1,
-            "vec_b": 1, "swizzle": "none"}
+LDS_PADS = (0, 1, 4, "xor")
+DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
+            "vec_a": 1, "vec_b": 1, "swizzle": "none"}
 
 
 # ------------------------------------------------------------- numbers-or-IR arithmetic
@@ -375,18 +375,42 @@ def extra_inputs(graph: Graph, dispatch) -> list:
 
 
 # ------------------------------------------------------------------ schedule checks
+def _pad_elems(pad) -> int:
+    """Elements added to each LDS row: 0, 1 (odd stride), 4 (one 16 B vector), 0 for xor."""
+    return pad if isinstance(pad, int) else 0
+
+
+def read_width(s) -> int:
+    """Width of the inner loop's LDS reads along K (ds_read_b128/b64/b32): the widest that
+    divides each wave group's K slice and stays aligned (a 1-element pad breaks it)."""
+    bkw = int(s["BK"]) // int(s.get("KW", 1))
+    if s["lds_pad"] == 1:
+        return 1
+    for w in (4, 2):
+        if bkw % w == 0:
+            return w
+    return 1
+
+
 def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65536) -> str:
     """'' when the schedule is legal for this GEMM, else the reason."""
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
+    KW = int(s.get("KW", 1))
     if BM % TM or BN % TN:
         return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
-    threads = (BM // TM) * (BN // TN)
+    group = (BM // TM) * (BN // TN)
+    threads = group * KW
     if threads > 1024:
         return f"{threads} threads per workgroup > 1024"
-    if threads < wave_size:
-        return f"{threads} threads per workgroup < one wave ({wave_size})"
+    if group % wave_size:
+        return (f"{group} threads per K group is not a whole number of waves "
+                f"({wave_size}): each wave must own one K slice")
+    if KW not in (1, 2, 4, 8, 16) or BK % KW or (TM * TN) % KW:
+        return f"KW={KW} must divide BK={BK} and the {TM * TN} accumulators per thread"
     if s["lds_pad"] not in LDS_PADS:
         return f"lds_pad={s['lds_pad']!r} not in {LDS_PADS}"
+    if s["lds_pad"] == "xor" and BK % 4:
+        return f"lds_pad=xor swizzles 4-element chunks; BK={BK} is not a multiple of 4"
     if s["swizzle"] not in SWIZZLES:
         return f"swizzle={s['swizzle']!r} not in {SWIZZLES}"
     for name, opnd, tile in (("vec_a", gemm.A, (BM, BK)), ("vec_b", gemm.B, (BK, BN))):
@@ -410,30 +434,27 @@ def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65
     return ""
 
 
-def _tile_dims(gemm, s):
-    BM, BN, BK = int(s["BM"]), int(s["BN"]), int(s["BK"])
-    a = (BM, BK) if gemm.A.inner == "c" else (BK, BM)   # (outer, inner)
-    b = (BK, BN) if gemm.B.inner == "c" else (BN, BK)
-    return a, b
-
-
 def lds_elems(gemm, s) -> int:
-    (ao, ai), (bo, bi) = _tile_dims(gemm, s)
-    pad = 1 if s["lds_pad"] == 1 else 0
-    staging = ao * (ai + pad) + bo * (bi + pad)
-    if s["swizzle"] == "none":
-        return staging
-    BM, BN = int(s["BM"]), int(s["BN"])
-    sv = gemm.swizzle_width(BM, BN)
-    ctile = BM * (BN + sv) if gemm.vec_dim == "n" else BN * (BM + sv)
-    return max(staging, ctile)
+    """Staging (A as BM x BK, B as BN x BK, K innermost, padded rows), the split-K partial
+    sums (KW x BM x BN) and the swizzled output tile share one LDS array."""
+    BM, BN, BK = int(s["BM"]), int(s["BN"]), int(s["BK"])
+    KW = int(s.get("KW", 1))
+    p = _pad_elems(s["lds_pad"])
+    need = (BM + BN) * (BK + p)
+    if KW > 1:
+        need = max(need, KW * BM * BN)
+    if s["swizzle"] != "none":
+        sv = gemm.swizzle_width(BM, BN)
+        need = max(need, BM * (BN + sv) if gemm.vec_dim == "n" else BN * (BM + sv))
+    return need
 
 
 def vgpr_estimate(s, threads) -> int:
-    """Accumulators + staged elements + one A column and B row + index registers."""
+    """Accumulators + one K-vector of A and B per micro-tile row/column + staged elements
+    + LDS row addresses + index registers."""
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     staging = ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)
-    return TM * TN + staging + TM + TN + 16
+    return TM * TN + read_width(s) * (TM + TN) + staging + TM + TN + 16
 
 
 # ------------------------------------------------------------------ the lowering
@@ -465,12 +486,32 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) ->
     return _Builder(graph, dispatch, gemm, s, arch_name).build()
 
 
+def _split_at_last_load(stmts):
+    """(prefix up to the last global Load, the rest): the loads of an epilogue block."""
+    last = max((i for i, x in enumerate(stmts) if isinstance(x, P.Load)), default=-1)
+    return stmts[:last + 1], stmts[last + 1:]
+
+
+def _defs(stmts):
+    out = []
+    for x in P.walk(stmts):
+        if isinstance(x, P.Assign):
+            out.append(x.dst)
+        elif isinstance(x, (P.Load, P.LdsLoad)):
+            out.extend(x.dsts)
+    return out
+
+
 class _Builder:
     def __init__(self, graph, dispatch, gemm, s, arch):
         self.g, self.d, self.gemm, self.s, self.arch = graph, dispatch, gemm, s, arch
         self.BM, self.BN, self.BK, self.TM, self.TN = (int(s[k]) for k in
                                                        ("BM", "BN", "BK", "TM", "TN"))
-        self.threads = (self.BM // self.TM) * (self.BN // self.TN)
+        self.KW = int(s.get("KW", 1))
+        self.group = (self.BM // self.TM) * (self.BN // self.TN)
+        self.threads = self.group * self.KW
+        self.pad = _pad_elems(s["lds_pad"])
+        self.row_len = self.BK + self.pad
         self.regs = RegisterNamer()
         self.em = ValueEmitter(graph, list(dispatch.ops), list(dispatch.inputs), self.regs)
         self.body: list = []
@@ -484,24 +525,25 @@ class _Builder:
         return v
 
     # ---------------------------------------------------------------- staging
-    def lds_index(self, base, outer, inner, inner_len, v):
-        pad = self.s["lds_pad"]
-        if pad == "xor":
-            groups = inner_len // v
-            if groups > 1:
-                grp = P.as_expr(idiv(inner, v)) ^ P.as_expr(imod(outer, groups))
-                inner = iadd(imul(grp, v), imod(inner, v))
-            return iadd(base, iadd(imul(outer, inner_len), inner))
-        return iadd(base, iadd(imul(outer, inner_len + (1 if pad == 1 else 0)), inner))
+    def lds_index(self, base, row, k):
+        """LDS element of (row, k) in a K-innermost staged tile (row = m for A, n for B)."""
+        if self.s["lds_pad"] == "xor" and self.BK // 4 > 1:
+            chunk = P.as_expr(idiv(k, 4)) ^ P.as_expr(imod(row, self.BK // 4))
+            k = iadd(imul(chunk, 4), imod(k, 4))
+        return iadd(base, iadd(imul(row, self.row_len), k))
 
-    def stage(self, opnd, v, tile, base, r0, c0, b, out):
-        """Global -> LDS copy of one operand tile; returns nothing, appends to ``out``."""
+    def stage(self, opnd, v, tile, base, r0, c0, b, loads_out, stores_out, kdim):
+        """Global -> LDS copy of one operand tile, read along the operand's contiguous
+        dim with ``v``-wide loads and stored K-innermost: a vector along K stays one
+        ds_write (split when a 1-element pad misaligns it), a vector along M/N becomes
+        ``v`` transposing ds_write_b32."""
         R, C = tile
         inner_is_c = opnd.inner == "c"
         outer_len, inner_len = (R, C) if inner_is_c else (C, R)
         per_row = inner_len // v
         total = outer_len * per_row
         t = P.thread_id()
+        along_k = opnd.inner == kdim
         for step in range(ceil_div(total, self.threads)):
             q = iadd(t, step * self.threads)
             stmts = []
@@ -509,10 +551,12 @@ class _Builder:
             ro, ci = (outer, inner) if inner_is_c else (inner, outer)
             r, c = iadd(r0, ro), iadd(c0, ci)
             valid = None
+            # "the vector's last element is inside": the same test when the start is a
+            # multiple of v, and one the validator's interval analysis can use
             if opnd.rows % R:
-                valid = _and(valid, r < opnd.rows)
+                valid = _and(valid, r < opnd.rows - (0 if inner_is_c else v - 1))
             if opnd.cols % C:
-                valid = _and(valid, c < opnd.cols)
+                valid = _and(valid, c < opnd.cols - (v - 1 if inner_is_c else 0))
             regs = tuple(self.var(f"st_{opnd.tensor}", "f32") for _ in range(v))
             if opnd.via_emitter:
                 ix, _ = opnd.index_fn(b, r, c)
@@ -529,30 +573,34 @@ class _Builder:
             else:
                 stmts += [P.Assign(x, P.f32(0.0)) for x in regs]
                 stmts.append(P.If(valid, tuple(loads)))
-            idx = self.lds_index(base, outer, inner, inner_len, v)
-            if self.s["lds_pad"] == 1 and v > 1:  # odd row stride: vectors are misaligned
-                stmts += [P.LdsStore("lds", iadd(idx, e), (regs[e],)) for e in range(v)]
+            lstmts, stmts = stmts, []
+            row, k = (ro, ci) if kdim == "c" else (ci, ro)
+            if along_k and (self.pad != 1 or v == 1):
+                stmts.append(P.LdsStore("lds", self.lds_index(base, row, k), regs))
+            elif along_k:
+                stmts += [P.LdsStore("lds", self.lds_index(base, row, iadd(k, e)), (regs[e],))
+                          for e in range(v)]
             else:
-                stmts.append(P.LdsStore("lds", idx, regs))
+                stmts += [P.LdsStore("lds", self.lds_index(base, iadd(row, e), k), (regs[e],))
+                          for e in range(v)]
             if total % self.threads and step == total // self.threads:
-                out.append(P.If(q < total, tuple(stmts)))
+                # registers of a partial step: defined on every path for the validator
+                loads_out += [P.Assign(x, P.f32(0.0)) for x in regs]
+                loads_out.append(P.If(q < total, tuple(lstmts)))
+                stores_out.append(P.If(q < total, tuple(stmts)))
             else:
-                out += stmts
-
-    def read_tile(self, opnd, tile, base, r, c, v):
-        """LDS index of tile element (r, c) in the operand's staged layout."""
-        R, C = tile
-        if opnd.inner == "c":
-            return self.lds_index(base, r, c, C, v)
-        return self.lds_index(base, c, r, R, v)
+                loads_out += lstmts
+                stores_out += stmts
 
     # ---------------------------------------------------------------- build
     def build(self) -> P.Kernel:
         gm, s = self.gemm, self.s
-        BM, BN, BK, TM, TN = self.BM, self.BN, self.BK, self.TM, self.TN
+        BM, BN, BK, TM, TN, KW = self.BM, self.BN, self.BK, self.TM, self.TN, self.KW
         tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
         tm_thr, tn_thr = BM // TM, BN // TN
         va, vb = int(s["vec_a"]), int(s["vec_b"])
+        rv = read_width(s)
+        bkw = BK // KW
         t = P.thread_id()
         bid = P.block_id()
         per_batch = tiles_m * tiles_n
@@ -560,45 +608,99 @@ class _Builder:
         rest = imod(bid, per_batch) if gm.batch > 1 else bid
         m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
         n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
-        tx = self.let("tx", imod(t, tm_thr))
-        ty = self.let("ty", idiv(t, tm_thr))
+        if KW > 1:
+            kg = self.let("kg", idiv(t, self.group))   # K group: wave-uniform
+            tig = self.let("tig", imod(t, self.group))
+        else:
+            kg, tig = P.i32(0), t
+        tx = self.let("tx", imod(tig, tm_thr))
+        ty = self.let("ty", idiv(tig, tm_thr))
+        self.kg, self.tig, self.tx, self.ty = kg, tig, tx, ty
         acc = [[self.let(f"acc{i}_{j}", P.f32(0.0)) for j in range(TN)] for i in range(TM)]
-        (ao, ai), (bo, bi) = _tile_dims(gm, s)
-        pad = 1 if s["lds_pad"] == 1 else 0
-        a_base, b_base = 0, ao * (ai + pad)
-        staging = a_base + b_base + bo * (bi + pad)
+        a_base, b_base = 0, BM * self.row_len
 
-        # K loop: stage, barrier, FMA over the staged K slice, barrier
-        # loop over K tiles with unit step (k0 = kt * BK) so interval analyses see k0's
-        # exact range [0, K - BK]
+        # per-thread LDS row addresses of its TM rows of A and TN rows (columns n) of B,
+        # computed once: inside the loop an address is one add of a constant (hipcc
+        # folds it into the ds_read offset field; here it costs one VALU op)
+        xor = s["lds_pad"] == "xor" and BK // 4 > 1
+        rows = []
+        for name, base, cnt, first, step in (("ra", a_base, TM, tx, tm_thr),
+                                             ("rb", b_base, TN, ty, tn_thr)):
+            lst = []
+            for i in range(cnt):
+                row = iadd(first, i * step)
+                addr = iadd(base, imul(row, self.row_len))
+                if not xor and KW > 1:
+                    addr = iadd(addr, imul(kg, bkw))
+                lst.append((self.let(f"{name}{i}", addr),
+                            self.let(f"{name}x{i}", imod(row, BK // 4)) if xor else None))
+            rows.append(lst)
+        gch = self.let("gch", imul(kg, bkw // 4)) if xor and KW > 1 else P.i32(0)
+
+        def read_addr(base, rmod, kq):
+            if not xor:
+                return base if kq == 0 else iadd(base, kq)
+            chunk = P.as_expr(iadd(gch, kq // 4)) ^ P.as_expr(rmod)
+            return iadd(base, iadd(imul(chunk, 4), kq % 4))
+
+        # K loop with register prefetch (the classic single-LDS-buffer pipeline): the
+        # global loads of tile kt+1 are issued before the FMAs on tile kt, so their
+        # latency hides behind the math; LDS reads run one K-vector ahead of the FMAs.
+        nk = ceil_div(gm.K, BK)
         kt = self.var("kt")
         k0 = self.var("k0")
-        kbody: list = [P.Assign(k0, imul(kt, BK))]
-        self.stage(gm.A, va, (BM, BK), a_base, m0, k0, b, kbody)
-        self.stage(gm.B, vb, (BK, BN), b_base, k0, n0, b, kbody)
-        kbody.append(P.Barrier())
-        kk = self.var("kk")
-        inner: list = []
-        a_regs = [self.var(f"a{i}", "f32") for i in range(TM)]
-        b_regs = [self.var(f"b{j}", "f32") for j in range(TN)]
-        for i in range(TM):
-            idx = self.read_tile(gm.A, (BM, BK), a_base, iadd(tx, i * tm_thr), kk, va)
-            inner.append(P.LdsLoad((a_regs[i],), "lds", idx))
-        for j in range(TN):
-            idx = self.read_tile(gm.B, (BK, BN), b_base, kk, iadd(ty, j * tn_thr), vb)
-            inner.append(P.LdsLoad((b_regs[j],), "lds", idx))
-        for i in range(TM):
-            for j in range(TN):
-                inner.append(P.Assign(acc[i][j], P.fma(a_regs[i], b_regs[j], acc[i][j])))
-        kbody.append(P.For(kk, P.i32(0), P.i32(BK), 1, tuple(inner), unroll=True))
-        kbody.append(P.Barrier())
-        self.body.append(P.For(kt, P.i32(0), P.i32(ceil_div(gm.K, BK)), 1, tuple(kbody)))
+
+        def stage_tile(kstart):
+            lo, st = [], []
+            self.stage(gm.A, va, (BM, BK), a_base, m0, kstart, b, lo, st, "c")
+            self.stage(gm.B, vb, (BK, BN), b_base, kstart, n0, b, lo, st, "r")
+            return lo, st
+
+        lo, st = stage_tile(P.i32(0))
+        self.body += lo + st + [P.Barrier()]
+        steps = list(range(0, bkw, rv))
+
+        def compute():
+            out, regs_of = [], {}
+
+            def reads(kq):
+                a_regs = [tuple(self.var(f"a{i}_", "f32") for _ in range(rv))
+                          for i in range(TM)]
+                b_regs = [tuple(self.var(f"b{j}_", "f32") for _ in range(rv))
+                          for j in range(TN)]
+                regs_of[kq] = (a_regs, b_regs)
+                r = [P.LdsLoad(a_regs[i], "lds", read_addr(base, rmod, kq))
+                     for i, (base, rmod) in enumerate(rows[0])]
+                return r + [P.LdsLoad(b_regs[j], "lds", read_addr(base, rmod, kq))
+                            for j, (base, rmod) in enumerate(rows[1])]
+
+            out += reads(steps[0])
+            for si, kq in enumerate(steps):
+                if si + 1 < len(steps):
+                    out += reads(steps[si + 1])
+                a_regs, b_regs = regs_of[kq]
+                for e in range(rv):
+                    for i in range(TM):
+                        for j in range(TN):
+                            out.append(P.Assign(acc[i][j], P.fma(a_regs[i][e], b_regs[j][e],
+                                                                 acc[i][j])))
+            return out
+
+        if nk > 1:
+            # tiles 0 .. nk-2 prefetch their successor; the last tile is peeled (no
+            # prefetch, so every global index stays provably in bounds)
+            kbody: list = [P.Assign(k0, imul(iadd(kt, 1), BK))]
+            lo, st = stage_tile(k0)
+            kbody += lo + compute() + [P.Barrier()] + st + [P.Barrier()]
+            self.body.append(P.For(kt, P.i32(0), P.i32(nk - 1), 1, tuple(kbody)))
+        self.body += compute() + [P.Barrier()]
+        if KW > 1:
+            self.combine_split_k(acc)
 
         ms = [self.let(f"m{i}", iadd(m0, iadd(tx, i * tm_thr))) for i in range(TM)]
         ns = [self.let(f"n{j}", iadd(n0, iadd(ty, j * tn_thr))) for j in range(TN)]
         sv = gm.swizzle_width(BM, BN)
         swz = s["swizzle"]
-        ctile_elems = 0
         if swz == "none":
             self.epilogue_registers(b, ms, ns, acc, store=True)
         elif swz == "after_fusion":
@@ -606,19 +708,17 @@ class _Builder:
             for oi, o in enumerate(self.d.outputs):
                 if oi:
                     self.body.append(P.Barrier())
-                self.write_ctile(tx, ty, [[results[(o, i, j)] for j in range(TN)]
+                self.write_ctile(tx, ty, [[results.get((o, i, j)) for j in range(TN)]
                                           for i in range(TM)], sv)
                 self.body.append(P.Barrier())
                 self.read_ctile_and_store(b, m0, n0, sv, lambda regs, idxs, o=o: {o: regs},
                                           [o])
-            ctile_elems = self.ctile_elems(sv)
         else:
             self.write_ctile(tx, ty, acc, sv)
             self.body.append(P.Barrier())
             self.read_ctile_and_store(b, m0, n0, sv, self.epilogue_vector, self.d.outputs)
-            ctile_elems = self.ctile_elems(sv)
 
-        lds_size = max(staging, ctile_elems)
+        lds_size = lds_elems(gm, s)
         extras = {}
         out_t = self.g.op(self.d.outputs[0]).type
         for e in extra_inputs(self.g, self.d):
@@ -629,7 +729,7 @@ class _Builder:
         meta = {"dispatch": self.d.name, "root": self.d.root, "kind": "contraction",
                 "schedule": dict(s), "gemm": {"batch": gm.batch, "M": gm.M, "N": gm.N,
                                               "K": gm.K},
-                "threads": self.threads, "swizzle_width": sv,
+                "threads": self.threads, "swizzle_width": sv, "lds_read_width": rv,
                 "operand_inner": {"A": gm.A.inner, "B": gm.B.inner},
                 "extra_inputs": extras,
                 "epilogue_loads": list(self.em.loads)}
@@ -638,19 +738,60 @@ class _Builder:
                         body=tuple(self.body),
                         lds=(P.LdsArray("lds", "f32", (lds_size,)),), meta=meta)
 
+    # ---------------------------------------------------------------- split-K combine
+    def owner(self, i, j):
+        """The K group that finishes accumulator (i, j) (reduce-scatter over groups)."""
+        return (i * self.TN + j) % self.KW
+
+    def owned(self, i, j, stmts):
+        """``stmts`` run only by the owning group (a wave-uniform branch) when KW > 1."""
+        if self.KW == 1:
+            return list(stmts)
+        return [P.If(P.as_expr(self.kg).eq(self.owner(i, j)), tuple(stmts))]
+
+    def combine_split_k(self, acc):
+        """Every group writes its partial accumulators (slot per group, consecutive lanes
+        on consecutive dwords: conflict-free), barrier, then the owner of each accumulator
+        sums the KW partials. The epilogue work is so spread over all the waves."""
+        G, TT = self.group, self.TM * self.TN
+        slot = self.let("slot", iadd(imul(self.kg, TT * G), self.tig))
+        for i in range(self.TM):
+            for j in range(self.TN):
+                e = i * self.TN + j
+                self.body.append(P.LdsStore("lds", iadd(slot, e * G), (acc[i][j],)))
+        self.body.append(P.Barrier())
+        for i in range(self.TM):
+            for j in range(self.TN):
+                e = i * self.TN + j
+                parts = [self.var("part", "f32") for _ in range(self.KW)]
+                stmts = [P.LdsLoad((parts[h],), "lds", iadd(self.tig, (h * TT + e) * G))
+                         for h in range(self.KW)]
+                total = parts[0]
+                for h in range(1, self.KW):
+                    total = total + parts[h]
+                stmts.append(P.Assign(acc[i][j], total))
+                self.body += self.owned(i, j, stmts)
+        self.body.append(P.Barrier())
+
     # ---------------------------------------------------------------- epilogues
-    def _guard(self, m, n):
+    def _guard(self, m, n, width=1):
+        """(m, n) inside the GEMM; with a ``width``-vector along the output's contiguous
+        dim, its last element inside (same test for aligned starts, provable bounds)."""
         g = None
+        wm, wn = (width - 1, 0) if self.gemm.vec_dim == "m" else (0, width - 1)
         if self.gemm.M % self.BM:
-            g = _and(g, m < self.gemm.M)
+            g = _and(g, m < self.gemm.M - wm)
         if self.gemm.N % self.BN:
-            g = _and(g, n < self.gemm.N)
+            g = _and(g, n < self.gemm.N - wn)
         return g
 
     def epilogue_registers(self, b, ms, ns, acc, store):
-        """The epilogue per accumulator, in the MFMA-like register layout."""
+        """The epilogue per accumulator, in the MFMA-like register layout. All extra-input
+        loads are issued before any of them is used (as hipcc schedules them: one
+        s_waitcnt for the batch, not one memory latency per accumulator)."""
         results = {}
         root = self.d.root
+        loads_phase, compute_phase = [], []
         for i, m in enumerate(ms):
             for j, n in enumerate(ns):
                 stmts: list = []
@@ -666,19 +807,23 @@ class _Builder:
                             r = self.var(f"ep_{o}", "f32")
                             stmts.append(P.Assign(r, val))
                             results[(o, i, j)] = r
+                pre, post = _split_at_last_load(stmts)
                 guard = self._guard(m, n)
-                if guard is None or not store:
-                    # results must exist for the LDS write even past the edge: compute
-                    # them unguarded only when every load is in bounds, else zero them
-                    if guard is not None:
-                        pre = [P.Assign(results[(o, i, j)], P.f32(0.0))
-                               for o in self.d.outputs]
-                        self.body += pre
-                        self.body.append(P.If(guard, tuple(stmts)))
-                    else:
-                        self.body += stmts
-                else:
-                    self.body.append(P.If(guard, tuple(stmts)))
+                if pre:
+                    # loads guarded (never out of bounds); their registers start at zero
+                    # so the unguarded arithmetic below reads defined values
+                    self.body += [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
+                                  for r in _defs(pre)]
+                    block = pre if guard is None else [P.If(guard, tuple(pre))]
+                    loads_phase += self.owned(i, j, block)
+                if store and guard is not None:
+                    post = [P.If(guard, tuple(post))]
+                compute_phase += self.owned(i, j, post)
+        if self.KW > 1 and not store:
+            # each result exists only in its owner group; defined everywhere for the
+            # validator (the LDS write of a result is under the same owner test)
+            self.body += [P.Assign(r, P.f32(0.0)) for r in results.values()]
+        self.body += loads_phase + compute_phase
         self.em.bound.pop(root, None)
         return results
 
@@ -692,30 +837,35 @@ class _Builder:
         return iadd(imul(nl, self.BM + sv), ml)
 
     def write_ctile(self, tx, ty, vals, sv):
-        """Each thread writes its TM x TN values at their tile positions (ds_write_b32)."""
+        """Each thread writes its (owned) TM x TN values at their tile positions."""
         tm_thr, tn_thr = self.BM // self.TM, self.BN // self.TN
         for i in range(self.TM):
             for j in range(self.TN):
+                if self.KW > 1 and vals[i][j] is None:
+                    continue
                 idx = self.ctile_index(iadd(tx, i * tm_thr), iadd(ty, j * tn_thr), sv)
-                self.body.append(P.LdsStore("lds", idx, (vals[i][j],)))
+                self.body += self.owned(i, j, [P.LdsStore("lds", idx, (vals[i][j],))])
 
     def read_ctile_and_store(self, b, m0, n0, sv, compute, outputs):
         """Read back SV consecutive elements per thread along the output's contiguous dim,
-        consecutive lanes on consecutive chunks; ``compute`` gives each output's values."""
+        consecutive lanes on consecutive chunks (every thread of the workgroup takes
+        part); ``compute`` gives each output's values. As in the register epilogue, all
+        loads of all steps are issued before the arithmetic that uses them."""
         BM, BN = self.BM, self.BN
         inner_len, outer_len = (BN, BM) if self.gemm.vec_dim == "n" else (BM, BN)
         per_row = inner_len // sv
         total = outer_len * per_row
         t = P.thread_id()
+        loads_phase, compute_phase = [], []
         for step in range(ceil_div(total, self.threads)):
             q = iadd(t, step * self.threads)
-            stmts: list = []
+            head: list = []
             outer, inner = idiv(q, per_row), imul(imod(q, per_row), sv)
             ml, nl = (outer, inner) if self.gemm.vec_dim == "n" else (inner, outer)
-            m = self.let("sm", iadd(m0, ml), stmts)
-            n = self.let("sn", iadd(n0, nl), stmts)
+            m = self.let("sm", iadd(m0, ml), head)
+            n = self.let("sn", iadd(n0, nl), head)
             regs = tuple(self.var("sw", "f32") for _ in range(sv))
-            stmts.append(P.LdsLoad(regs, "lds", self.ctile_index(ml, nl, sv)))
+            head.append(P.LdsLoad(regs, "lds", self.ctile_index(ml, nl, sv)))
             if self.gemm.vec_dim == "n":
                 idxs = [self.gemm.root_index(b, m, iadd(n, e)) for e in range(sv)]
             else:
@@ -726,12 +876,20 @@ class _Builder:
                 for o in outputs:
                     off = self.em.offset(self.g.op(o).type, idxs[0])
                     body.append(P.Store(o, off, tuple(vals[o])))
-            guard = self._guard(m, n)
-            stmts += body if guard is None else [P.If(guard, tuple(body))]
+            pre, post = _split_at_last_load(body)
+            guard = self._guard(m, n, sv)
             if total % self.threads and step == total // self.threads:
-                self.body.append(P.If(q < total, tuple(stmts)))
-            else:
-                self.body += stmts
+                guard = _and(q < total, guard)
+                head = [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
+                        for r in _defs(head) if isinstance(r, P.Var)] + \
+                    [P.If(q < total, tuple(head))]
+            if pre:
+                self.body += [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
+                              for r in _defs(pre)]
+                loads_phase += pre if guard is None else [P.If(guard, tuple(pre))]
+            self.body += head
+            compute_phase += post if guard is None else [P.If(guard, tuple(post))]
+        self.body += loads_phase + compute_phase
 
     def epilogue_vector(self, regs, idxs):
         """before_fusion: the epilogue on SV swizzled accumulators, vector loads where the
