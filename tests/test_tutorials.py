@@ -103,3 +103,18 @@ def test_vector_copy_check_rejects_wrong_values():
                             Store("b", i, v)))
     v = ex.check_vector_copy(off_by_one)
     assert not v.ok and "b != a" in v.problems[0]
+
+
+# ------------------------------------------------------------------ lesson 2: LDS banks
+@pytest.mark.parametrize("wrong,why", [
+    (lambda r, c: c, "bank-conflict"),                 # plain layout
+    (lambda r, c: c ^ (r // 2), "bank-conflict"),      # half-way swizzle
+    (lambda r, c: c * 0, "out != inp.T"),              # not a permutation
+])
+def test_transpose_swizzle_check_rejects(wrong, why):
+    v = ex.check_transpose_swizzle(wrong)
+    assert not v.ok and any(why in p for p in v.problems)
+
+
+def test_transpose_swizzle_check_accepts_a_rotation_too():
+    assert ex.check_transpose_swizzle(lambda r, c: (c + r) % 32).ok

@@ -65,3 +65,53 @@ def check_vector_copy(build, n: int = 64 * 1024, arch: str = "gfx942") -> Verdic
                         f"{n * 4 // line} lines of {line} B")
     return _verdict(problems, res, load_insts=c["global_load_requests"],
                     lines=c["global_load_lines"], coalescing_pct=c["coalescing_pct"])
+
+
+# ---------------------------------------------------------------- lesson 2: LDS banks
+def transpose_kernel(swizzle=None, pad: int = 0, n: int = 64) -> P.Kernel:
+    """out = inp.T for an n x n f32 matrix through a 32 x 32 LDS tile per workgroup.
+
+    Thread (r, c) of the 1024-thread workgroup writes tile row r, column ``swizzle(r, c)``
+    (``c`` when ``swizzle`` is None), then reads element (c, r) of the tile back at
+    column ``swizzle(c, r)``; ``pad`` extra floats end every tile row.
+    """
+    T = 32
+    tiles = n // T
+    sw = swizzle or (lambda row, col: col)
+    tid, r, c, bi, bj = (P.Var(x, "i32") for x in ("tid", "r", "c", "bi", "bj"))
+    x = P.Var("x")
+    body = (
+        P.Assign(tid, P.thread_id()), P.Assign(r, tid // T), P.Assign(c, tid % T),
+        P.Assign(bi, P.block_id() // tiles), P.Assign(bj, P.block_id() % tiles),
+        P.Load((x,), "inp", (bi * T + r) * n + bj * T + c),
+        P.LdsStore("tile", r * (T + pad) + sw(r, c), (x,)),
+        P.Barrier(),
+        P.LdsLoad((x,), "tile", c * (T + pad) + sw(c, r)),
+        P.Store("out", (bj * T + r) * n + bi * T + c, (x,)),
+    )
+    return P.Kernel(f"transpose_pad{pad}{'_swizzled' if swizzle else ''}",
+                    (P.Buffer("inp", "f32", (n, n)), P.Buffer("out", "f32", (n, n), "out")),
+                    grid=tiles * tiles, block=T * T, body=body,
+                    lds=(P.LdsArray("tile", "f32", (T, T + pad), padding=pad),))
+
+
+def check_transpose_swizzle(swizzle, arch: str = "gfx942") -> Verdict:
+    """``swizzle(row, col)`` -> the tile column (an i32 expression) where element
+    (row, col) is stored. Right means: a correct transpose, no padding (4 KiB of LDS),
+    and zero bank-conflict cycles for both the row writes and the column reads."""
+    try:
+        k = transpose_kernel(swizzle, pad=0)
+        inp = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+        res = gpusim.simulate(k, arch, inputs={"inp": inp})
+    except (gpusim.KernelError, TypeError, ValueError) as e:
+        return Verdict(False, [f"the kernel does not run: {e}"])
+    c = res.counters
+    problems = []
+    if not np.array_equal(res.outputs["out"], inp.T):
+        problems.append("out != inp.T: the swizzle must map each row's 32 columns to 32 "
+                        "distinct columns of the same row (a permutation)")
+    if c["lds_bank_conflict_cycles"] > 0:
+        problems.append(f"{c['lds_bank_conflict_cycles']:.0f} bank-conflict cycles; "
+                        "a conflict-free swizzle has 0")
+    return _verdict(problems, res, conflict_cycles=c["lds_bank_conflict_cycles"],
+                    lds_bytes=k.lds_bytes)
