@@ -97,10 +97,14 @@ def test_compare_catches_errors_and_nan_mismatch():
 
 
 def test_demo_json(capsys):
-    code, out, _ = run(capsys, "demo", "--json")
+    code, out, _ = run(capsys, "demo", "layernorm", "--json")
     data = json.loads(out)
     assert code == 0 and data["model"] == "layernorm"
     assert data["graph"]["primitive_ops"] == 9 and data["graph"]["reductions"] == 2
+    assert data["fusion"]["aggressive"]["num_dispatches"] == 1
+    assert data["fusion"]["conservative"]["num_dispatches"] == 2
+    tuned = data["tune"]
+    assert tuned["num_dispatches"] == 1 and tuned["total_time_us"] < tuned["unfused_time_us"]
 
 
 def bad_inputs(tmp_path):
