@@ -226,6 +226,9 @@ def test_candidates_render_marks_winner_and_degrades(softmax_tuned):
     assert "* winner" in wide and "x roof" in wide and "predicted time" in wide
     narrow = render(candidates_view(tuned), 60)
     assert "x roof" not in narrow and max(len(x) for x in narrow.splitlines()) <= 60
+    header = next(x for x in narrow.splitlines() if "schedule " in x and "us" in x)
+    assert "occupancy" in header and "LDS%" in header   # squeezed, not cropped
+    assert f"*1" in narrow
 
 
 # ----------------------------------------------------------------------------- source

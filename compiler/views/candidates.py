@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rich.console import Group
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -100,23 +100,29 @@ class CandidatesView:
     def __rich_console__(self, console, options):
         d = self.data
         narrow = options.max_width < 80
-        t = Table(title=f"dispatch {d.dispatch} ({d.kind}): {len(d.rows)} scored schedules, "
-                        f"sorted by {d.sort}", title_justify="left")
-        t.add_column("", no_wrap=True)
+        title = (f"dispatch {d.dispatch} ({d.kind}): {len(d.rows)} scored schedules, "
+                 f"sorted by {d.sort}")
+        if narrow:   # lighter box, fewer columns, short headers: fits 60 columns
+            t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                      padding=(0, 1))
+        else:
+            t = Table(title=title, title_justify="left")
         t.add_column("#", justify="right", no_wrap=True)
-        t.add_column("schedule", overflow="fold", min_width=min(28, options.max_width // 3))
-        t.add_column("time us", justify="right", no_wrap=True)
+        t.add_column("schedule", overflow="fold",
+                     min_width=14 if narrow else 16)
+        t.add_column("us" if narrow else "time us", justify="right", no_wrap=True)
         if not narrow:
             t.add_column("x roof", justify="right", no_wrap=True)
-        t.add_column("coal %", justify="right", no_wrap=True)
-        t.add_column("LDS conf %", justify="right", no_wrap=True)
+        t.add_column("coal%" if narrow else "coal %", justify="right", no_wrap=True)
+        t.add_column("LDS%" if narrow else "LDS %", justify="right", no_wrap=True)
         t.add_column("occupancy", overflow="fold")
         if not narrow:
             t.add_column("HBM", justify="right", no_wrap=True)
         shared = d.shared_knobs
         for r in d.rows[:self.limit]:
             own = {k: v for k, v in r.knobs.items() if k not in shared}
-            cells = ["*" if r.winner else "", str(r.rank), fmt_knobs(own) or "-", f"{r.time_us:.2f}"]
+            cells = [f"*{r.rank}" if r.winner else str(r.rank), fmt_knobs(own) or "-",
+                     f"{r.time_us:.2f}"]
             if not narrow:
                 cells.append(f"{r.roofline_ratio:.2f}")
             cells += [f"{r.coalescing_pct:.0f}", f"{r.conflict_rate_pct:.1f}",
@@ -129,6 +135,8 @@ class CandidatesView:
             yield Text(f"... {len(d.rows) - self.limit} more scored schedules", style="dim")
         if shared:
             yield Text(f"every schedule shown has {fmt_knobs(shared)}", style="dim")
+        yield Text("coal %: coalescing; LDS %: bank conflict rate; occupancy: waves per SIMD "
+                   "(limiter)", style="dim")
         yield Text(f"* winner; roofline {d.roofline_us:.2f} us for {fmt_bytes(d.nbytes)} "
                    f"across the boundary; times are simulated", style="dim")
         if d.illegal:

@@ -53,47 +53,52 @@ def _check_inst(kernel, inst, space):
     return valid
 
 
-def worst_coalesced(kernel, arch, inputs=None) -> tuple[int, dict]:
-    """(statement index, its access pattern) of the global access with the lowest
-    coalescing %, the most cache lines breaking ties; inactive ones are skipped."""
+def _ranked(kernel, arch, space, key, sim_result, inputs):
+    """Memory statements of ``space``, worst first by ``key`` of gpusim's per-instruction
+    record (one timing simulation, instead of probing every statement)."""
     import gpusim
-    best = None
-    for i in _check_inst(kernel, None, "global"):
-        p = gpusim.access_pattern(kernel, arch, i, inputs)
-        if not p["executed"]:
-            continue
-        key = (p["coalescing_pct"], -p["requests"])
-        if best is None or key < best[0]:
-            best = (key, i, p)
-    if best is None:
-        raise ViewError(f"kernel {kernel.name}: wave 0 of block 0 executes no global access")
-    return best[1], best[2]
+    valid = _check_inst(kernel, None, space)
+    if sim_result is None:
+        sim_result = gpusim.simulate(kernel, arch, inputs, functional=False)
+    recs = {r["index"]: r for r in sim_result.per_inst}
+    score = {i: key(recs[i]) if i in recs and recs[i]["executions"] else float("-inf")
+             for i in valid}
+    return sorted(valid, key=lambda i: (-score[i], i))
 
 
-def most_conflicted(kernel, arch, inputs=None) -> tuple[int, dict]:
-    """(statement index, access pattern) of the LDS access with most conflict cycles for
-    wave 0 of block 0; the first executed one when none conflicts."""
+def _first_executed(kernel, arch, order, inputs, what):
     import gpusim
-    best = None
-    for i in _check_inst(kernel, None, "lds"):
+    for i in order:
         p = gpusim.access_pattern(kernel, arch, i, inputs)
-        if not p["executed"]:
-            continue
-        if best is None or p["conflict_cycles"] > best[2]["conflict_cycles"]:
-            best = (None, i, p)
-    if best is None:
-        raise ViewError(f"kernel {kernel.name}: wave 0 of block 0 executes no LDS access")
-    return best[1], best[2]
+        if p["executed"]:
+            return i, p
+    raise ViewError(f"kernel {kernel.name}: wave 0 of block 0 executes no {what}")
 
 
-def pattern_for(kernel, arch, inst, space, inputs=None, block=0, wave=0) -> tuple[int, dict]:
+def worst_coalesced(kernel, arch, inputs=None, sim_result=None) -> tuple[int, dict]:
+    """(statement index, its access pattern) of the global access with the most TCP
+    accesses per execution — for a full wave that is the lowest coalescing %."""
+    order = _ranked(kernel, arch, "global", lambda r: r["tcp_accesses"] / r["executions"],
+                    sim_result, inputs)
+    return _first_executed(kernel, arch, order, inputs, "global access")
+
+
+def most_conflicted(kernel, arch, inputs=None, sim_result=None) -> tuple[int, dict]:
+    """(statement index, access pattern) of the LDS access with the most bank-conflict
+    cycles per execution; the first executed one when none conflicts."""
+    order = _ranked(kernel, arch, "lds", lambda r: r["conflict_cycles"] / r["executions"],
+                    sim_result, inputs)
+    return _first_executed(kernel, arch, order, inputs, "LDS access")
+
+
+def pattern_for(kernel, arch, inst, space, inputs=None, block=0, wave=0,
+                sim_result=None) -> tuple[int, dict]:
     """The access pattern of ``inst`` (validated), or of the worst one when None."""
     import gpusim
     _check_inst(kernel, inst, space)
-    if inst is None and block == 0 and wave == 0:
-        return (worst_coalesced if space == "global" else most_conflicted)(kernel, arch, inputs)
     if inst is None:
-        inst = memory_insts(kernel, space)[0]
+        return (worst_coalesced if space == "global" else most_conflicted)(
+            kernel, arch, inputs, sim_result)
     return inst, gpusim.access_pattern(kernel, arch, inst, inputs, block=block, wave=wave)
 
 
@@ -170,7 +175,7 @@ class CoalescingView:
                 yield t
             if len(d.lines) > self.max_lines:
                 yield Text(f"... {len(d.lines) - self.max_lines} more lines", style="dim")
-        yield Text(f"rows: cache lines by byte offset from line {base}; {TOUCH} = lane reads/writes "
+        yield Text(f"rows: cache lines by byte offset from the first one touched (line {base}); {TOUCH} = lane reads/writes "
                    f"in that line; right column: lanes per line", style="dim")
 
 
