@@ -118,3 +118,37 @@ def test_transpose_swizzle_check_rejects(wrong, why):
 
 def test_transpose_swizzle_check_accepts_a_rotation_too():
     assert ex.check_transpose_swizzle(lambda r, c: (c + r) % 32).ok
+
+
+# ------------------------------------------------------- lesson 3: occupancy and latency
+def test_latency_check_rejects_the_serial_gather():
+    v = ex.check_latency_hiding(ex.gather_serial)
+    assert not v.ok and any("more than half" in p for p in v.problems)
+
+
+def test_latency_check_rejects_dropping_the_lds():
+    from gpusim.program import Assign, Load, Var, block_id, thread_id
+
+    def batched_no_lds(lds_kib):
+        i, acc = Var("i", "i32"), Var("acc")
+        xs = [Var(f"x{j}") for j in range(4)]
+        body = [Assign(i, block_id() * ex.GATHER_BLOCK + thread_id())]
+        body += [Load((x,), "a", i + j * ex.GATHER_N) for j, x in enumerate(xs)]
+        body += [Assign(acc, xs[0] + xs[1] + xs[2] + xs[3])]
+        return ex._gather_kernel("no_lds", body, acc, i, 0)
+    v = ex.check_latency_hiding(batched_no_lds)
+    assert not v.ok and any("keep the 33 KiB" in p for p in v.problems)
+
+
+def test_latency_check_rejects_wrong_sums():
+    from gpusim.program import Assign, Load, Var, block_id, thread_id
+
+    def three_loads(lds_kib):
+        i, acc = Var("i", "i32"), Var("acc")
+        xs = [Var(f"x{j}") for j in range(3)]
+        body = [Assign(i, block_id() * ex.GATHER_BLOCK + thread_id())]
+        body += [Load((x,), "a", i + j * ex.GATHER_N) for j, x in enumerate(xs)]
+        body += [Assign(acc, xs[0] + xs[1] + xs[2])]
+        return ex._gather_kernel("three", body, acc, i, lds_kib)
+    v = ex.check_latency_hiding(three_loads)
+    assert not v.ok and any("not the sum" in p for p in v.problems)

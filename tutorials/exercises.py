@@ -18,14 +18,16 @@ from gpusim import program as P
 
 @dataclass
 class Verdict:
-    """The outcome of a check: ``ok``, the reasons it failed, and what the simulator saw."""
+    """The outcome of a check: ``ok``, the reasons it failed, and what the simulator saw
+    (``time_us``: the kernel's simulated time without the launch overhead)."""
     ok: bool
     problems: list = field(default_factory=list)
     time_us: float | None = None
     facts: dict = field(default_factory=dict)
 
     def __str__(self):
-        t = f"{self.time_us:.3f} simulated us" if self.time_us is not None else "not timed"
+        t = (f"kernel {self.time_us:.3f} simulated us, launch overhead not included"
+             if self.time_us is not None else "not timed")
         facts = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in self.facts.items())
         head = f"{'PASS' if self.ok else 'FAIL'} ({t}; {facts})"
@@ -36,7 +38,8 @@ class Verdict:
 
 
 def _verdict(problems, res=None, **facts) -> Verdict:
-    return Verdict(not problems, problems, res.time_us if res is not None else None, facts)
+    return Verdict(not problems, problems,
+                   res.time_us_without_launch if res is not None else None, facts)
 
 
 # ------------------------------------------------------------------ lesson 1: coalescing
@@ -115,3 +118,63 @@ def check_transpose_swizzle(swizzle, arch: str = "gfx942") -> Verdict:
                         "a conflict-free swizzle has 0")
     return _verdict(problems, res, conflict_cycles=c["lds_bank_conflict_cycles"],
                     lds_bytes=k.lds_bytes)
+
+
+# ------------------------------------------------------- lesson 3: occupancy and latency
+GATHER_GRID, GATHER_BLOCK, GATHER_LOADS = 304 * 8, 256, 4
+GATHER_N = GATHER_GRID * GATHER_BLOCK  # out[i] = sum_j a[i + j * GATHER_N]
+
+
+def gather_serial(lds_kib: int = 0) -> P.Kernel:
+    """out[i] = sum of a[i + j * N], j < 4, each load used right after it is issued.
+
+    ``lds_kib`` declares an LDS array of that size (touched by one lane so it is real): a
+    stand-in for a kernel that needs LDS, and what limits its occupancy.
+    """
+    i, j = P.Var("i", "i32"), P.Var("j", "i32")
+    x, acc = P.Var("x"), P.Var("acc")
+    body = [P.Assign(i, P.block_id() * GATHER_BLOCK + P.thread_id()), P.Assign(acc, P.f32(0.0)),
+            P.For(j, 0 * P.block_id(), GATHER_LOADS + 0 * P.block_id(), 1,
+                  (P.Load((x,), "a", j * GATHER_N + i), P.Assign(acc, acc + x)))]
+    return _gather_kernel("gather_serial", body, acc, i, lds_kib)
+
+
+def _gather_kernel(name, body, acc, i, lds_kib):
+    """Adds the LDS stand-in and the store, and declares the buffers."""
+    body = list(body)
+    lds = ()
+    if lds_kib:
+        lds = (P.LdsArray("scratch", "f32", (lds_kib * 256,)),)
+        body.append(P.If(P.thread_id().eq(0), (P.LdsStore("scratch", P.thread_id(), (acc,)),)))
+    body.append(P.Store("out", i, (acc,)))
+    return P.Kernel(f"{name}_lds{lds_kib}",
+                    (P.Buffer("a", "f32", (GATHER_LOADS * GATHER_N,)),
+                     P.Buffer("out", "f32", (GATHER_N,), "out")),
+                    grid=GATHER_GRID, block=GATHER_BLOCK, body=tuple(body), lds=lds)
+
+
+def check_latency_hiding(build, arch: str = "gfx942") -> Verdict:
+    """``build(lds_kib)`` returns a gather kernel like :func:`gather_serial`. Right means:
+    the same sums, the 33 KiB LDS array kept (so one wave per SIMD), and at most half the
+    simulated time of ``gather_serial(33)``."""
+    try:
+        k = build(33)
+        a = np.random.default_rng(1).random(GATHER_LOADS * GATHER_N, dtype=np.float32)
+        res = gpusim.simulate(k, arch, inputs={"a": a})
+        timed = gpusim.simulate(k, arch, functional=False)
+    except (gpusim.KernelError, TypeError, ValueError, KeyError) as e:
+        return Verdict(False, [f"the kernel does not run: {e}"])
+    serial = gpusim.simulate(gather_serial(33), arch, functional=False)
+    want = a.reshape(GATHER_LOADS, GATHER_N).sum(axis=0)
+    problems = []
+    if not np.allclose(res.outputs["out"], want, rtol=1e-5):
+        problems.append("out is not the sum of the 4 gathered elements")
+    if k.lds_bytes < 33 * 1024:
+        problems.append(f"the kernel declares {k.lds_bytes} B of LDS; keep the 33 KiB array "
+                        "(the point is to hide latency at low occupancy)")
+    if timed.time_us_without_launch > 0.5 * serial.time_us_without_launch:
+        problems.append(f"{timed.time_us_without_launch:.2f} simulated us is more than half of "
+                        f"the serial gather's {serial.time_us_without_launch:.2f} us")
+    v = _verdict(problems, timed, waves_per_simd=timed.occupancy_waves_per_simd,
+                 vgprs=timed.vgprs, serial_us=round(serial.time_us_without_launch, 3))
+    return v
