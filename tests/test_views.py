@@ -322,3 +322,10 @@ def test_cli_user_errors_list_valid_choices(capsys):
     assert code == 2 and "valid: time" in err
     code, _, err = run(capsys, "view", "plan", "softmax", "--arch", "gfx1")
     assert code == 2 and "gfx942" in err
+
+
+def test_cli_explain_tune_shows_search_costs(capsys):
+    code, out, err = run(capsys, "view", "explain", "softmax", "--tune", "--budget", "2",
+                         "--width", "100")
+    assert code == 0, err
+    assert "aggressive_us=" in out and "conservative_us=" in out
