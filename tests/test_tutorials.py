@@ -152,3 +152,33 @@ def test_latency_check_rejects_wrong_sums():
         return ex._gather_kernel("three", body, acc, i, lds_kib)
     v = ex.check_latency_hiding(three_loads)
     assert not v.ok and any("not the sum" in p for p in v.problems)
+
+
+# --------------------------------------------------- lesson 4: an elementwise schedule
+def _chain():
+    from compiler.graph import Graph
+    g = Graph("chain")
+    x = g.input("x", (1024, 1024))
+    b = g.input("bias", (1024,))
+    y = g.relu(g.add(g.mul(x, 2.0), b))
+    g.output(g.mul(y, y))
+    return g
+
+
+def test_elementwise_schedule_check_rejects_slow_and_illegal():
+    g = _chain()
+    slow = ex.check_elementwise_schedule(g, {"workgroup": 64, "vector": 1, "elems": 4,
+                                             "order": "output"})
+    assert not slow.ok and any("over 1.2 x" in p for p in slow.problems)
+    bad = ex.check_elementwise_schedule(g, {"workgroup": 256, "vector": 3, "elems": 3,
+                                            "order": "output"})
+    assert not bad.ok and "illegal schedule" in bad.problems[0]
+
+
+def test_elementwise_schedule_check_needs_one_dispatch():
+    from compiler.graph import Graph
+    g = Graph("two")
+    x = g.input("x", (64, 64))
+    g.output(g.reduce_sum(g.exp(x)), g.matmul(x, x))
+    v = ex.check_elementwise_schedule(g, {"workgroup": 256})
+    assert not v.ok and "dispatches, not 1" in v.problems[0]

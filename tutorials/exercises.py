@@ -178,3 +178,38 @@ def check_latency_hiding(build, arch: str = "gfx942") -> Verdict:
     v = _verdict(problems, timed, waves_per_simd=timed.occupancy_waves_per_simd,
                  vgprs=timed.vgprs, serial_us=round(serial.time_us_without_launch, 3))
     return v
+
+
+# --------------------------------------------------- lesson 4: an elementwise schedule
+def check_elementwise_schedule(graph, knobs: dict, arch: str = "gfx942",
+                               slack: float = 1.2) -> Verdict:
+    """``knobs``: a schedule for the single dispatch of ``graph``'s aggressive plan.
+    Right means: legal, functionally equal to the numpy reference, and within ``slack``
+    times the simulated time of the best candidate of the whole schedule space."""
+    from compiler.lower import LoweringError, lower
+    from compiler.passes import fuse
+    from compiler.search import tune_dispatches, verify_dispatches
+
+    plan = fuse(graph, aggressive=True)
+    if plan.num_dispatches != 1:
+        return Verdict(False, [f"the graph fuses into {plan.num_dispatches} dispatches, not 1"])
+    d = plan.dispatches[0]
+    best = tune_dispatches(graph, [d], arch)[0]
+    try:
+        kernel = lower(graph, d, dict(knobs), arch)
+        res = gpusim.simulate(kernel, arch, functional=False)
+    except (LoweringError, gpusim.KernelError) as e:
+        return Verdict(False, [f"illegal schedule {knobs}: {e}"])
+    mine = type(best)(best.name, best.kind, d, best.best, best.candidates, best.illegal, kernel)
+    verify_dispatches(graph, [mine], arch)
+    problems = []
+    if not mine.verified:
+        problems.append(f"wrong values: max error {mine.max_error:g} against numpy")
+    lo = res.launch_overhead_us  # compare kernel times: the launch costs every schedule the same
+    best_us = best.best.time_us - lo
+    if res.time_us_without_launch > slack * best_us:
+        problems.append(f"{res.time_us_without_launch:.3f} simulated us is over {slack} x the "
+                        f"best schedule's {best_us:.3f} us ({best.best.knobs})")
+    rank = 1 + sum(c.time_us < res.time_us for c in best.candidates)
+    return _verdict(problems, res, rank=f"{rank} of {len(best.candidates)}",
+                    best_us=round(best_us, 3))
