@@ -73,11 +73,13 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
         _analyse(em, graph, out, perm, vec)
 
     body = []
+    exact = n_groups == grid * wg * steps
     for step in range(steps):
         group = iadd(imul(iadd(imul(P.block_id(), steps), step), wg), P.thread_id())
+        g = P.Var(em.regs.new("group"), "i32")
+        body.append(P.Assign(g, group))  # named, so the bounds check sees the guard on it
         stmts = []
         with em.scope(stmts):
-            g = em.assign(group, "group", "i32")
             base = unravel(imul(g, vec), perm_shape)  # index in walk order
             idx = [None] * len(shape)
             for pos, d in enumerate(perm):
@@ -89,8 +91,7 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
                 idxs.append(tuple(ij))
             for out in dispatch.outputs:
                 _store(em, graph, out, idxs, shape, inner, vec, stmts)
-        exact = n_groups % (steps * wg) == 0 and n_groups == grid * wg * steps
-        body.extend(stmts if exact else [P.If(group < n_groups, tuple(stmts))])
+        body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
     return P.Kernel(name, buffers(graph, dispatch), grid, wg, tuple(body),
                     meta={"dispatch": dispatch.name, "kind": "elementwise",

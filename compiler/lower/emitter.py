@@ -295,8 +295,9 @@ class ValueEmitter:
     @staticmethod
     def offset(t, ix) -> P.Expr:
         off = P.i32(0)
-        for i, s in zip(ix, t.strides):
-            off = iadd(off, imul(i, s))
+        for i, s, n in zip(ix, t.strides, t.shape):
+            if n > 1:  # a size-1 dimension's index is always 0
+                off = iadd(off, imul(i, s))
         return off
 
     # ---------------------------------------------------------------- vector analysis

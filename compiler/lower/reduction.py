@@ -167,8 +167,10 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
     red_slot = {r.name: i for i, r in enumerate(rows.reductions)}
     groups = _phase_groups(graph, dispatch, rows, passes)
 
-    def col_idxs(it):
+    def col_idxs(it, as_register=False):
         base = imul(iadd(imul(it, T), tcol), vec)
+        if as_register:  # a named column lets the bounds check see the guard on it
+            base = em.assign(base, "col", "i32")
         return base, [pidx + (iadd(base, j),) for j in range(vec)]
 
     def row_loop(body_fn, keep_cache):
@@ -181,12 +183,13 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
         it_var = P.Var(em.regs.new("it"), "i32")
         inner: list = []
         with em.scope(inner):
-            base, idxs = col_idxs(it_var)
+            base, idxs = col_idxs(it_var, as_register=ragged)
             if ragged:
                 guarded: list = []
                 with em.scope(guarded):
                     body_fn(idxs)
-                inner.append(P.If(base < C, tuple(guarded)))
+                # "the last element of the vector is inside": C % vec == 0, so equivalent
+                inner.append(P.If(base < C - vec + 1, tuple(guarded)))
             else:
                 body_fn(idxs)
         em.stmts.append(P.For(it_var, P.i32(0), P.i32(n_it), 1, tuple(inner)))
