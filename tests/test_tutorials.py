@@ -182,3 +182,12 @@ def test_elementwise_schedule_check_needs_one_dispatch():
     g.output(g.reduce_sum(g.exp(x)), g.matmul(x, x))
     v = ex.check_elementwise_schedule(g, {"workgroup": 256})
     assert not v.ok and "dispatches, not 1" in v.problems[0]
+
+
+# ------------------------------------------------------------------ lesson 5: softmax
+def test_softmax_schedule_check_rejects_row_per_wave():
+    from compiler.models import load_model
+    g = load_model("softmax:rows=128,cols=4096")
+    v = ex.check_schedule(g, dict(mapping="wave", workgroup=256, vector=4, cache="reread",
+                                  reduce="wave", passes="single"), slack=1.25, budget=48)
+    assert not v.ok and any("over 1.25 x" in p for p in v.problems)
