@@ -248,6 +248,7 @@ class Intervals:
             "wave_size": (wave_size, wave_size),
         }
         self.var_iv: dict = {}
+        self.empty = False
         self._assigns: dict = {}
         self._collect(kernel.body)
         self._solve()
@@ -304,6 +305,8 @@ class Intervals:
         g = guards.get(key)
         if g is not None:
             iv = (max(iv[0], g[0]), min(iv[1], g[1]))
+            if iv[0] > iv[1]:
+                self.empty = True  # the guards contradict: code under them never runs
         return iv
 
     def _interval(self, e, guards):
@@ -394,3 +397,43 @@ class Intervals:
             old_b = new.get(kb, (-INF, INF))
             new[kb] = (max(old_b[0], lo_b), old_b[1])
         return new, understood
+
+    def exact_leaves(self, e, out: list) -> bool:
+        """Whether ``e`` is affine in ids / constant-bound loop counters (each reaching its
+        interval's ends); appends the independent variables it uses to ``out``."""
+        if isinstance(e, Const):
+            return True
+        if isinstance(e, Special):
+            out.append(e.name)
+            return True
+        if isinstance(e, Var):
+            defs = self._assigns.get(e.name, [])
+            if len(defs) != 1:
+                return False
+            kind, x = defs[0]
+            if kind == "loop":
+                if not (isinstance(x.start, Const) and isinstance(x.stop, Const)):
+                    return False
+                out.append(("loop", e.name))
+                return True
+            return kind == "expr" and self.exact_leaves(x, out)
+        if isinstance(e, BinOp):
+            if e.op in ("add", "sub"):
+                return self.exact_leaves(e.a, out) and self.exact_leaves(e.b, out)
+            if e.op in ("mul", "shl") and isinstance(e.b, Const):
+                return self.exact_leaves(e.a, out)
+            if e.op == "mul" and isinstance(e.a, Const):
+                return self.exact_leaves(e.b, out)
+        return False
+
+    def is_exact(self, e) -> bool:
+        """True when the interval of ``e`` is attained: affine, each variable once, no
+        two dependent ids (thread_id with lane or wave_id)."""
+        leaves: list = []
+        if not self.exact_leaves(e, leaves):
+            return False
+        if len(set(leaves)) != len(leaves):
+            return False
+        names = set(x for x in leaves if isinstance(x, str))
+        return not ("thread_id" in names and names & {"lane", "wave_id"})
+

@@ -14,9 +14,10 @@ Each check raises ``KernelError`` with a one-line message naming the problem and
 - misaligned vectors: a vector access's element index must be provably a multiple of
   its width (``Divisibility``), or hipcc could not issue one dwordx2/x4;
 - provable out-of-bounds: the index interval (``Intervals``, refined by enclosing
-  ``e < bound`` guards) lies partly outside the buffer. When an enclosing ``If`` has a
-  condition the interval analysis does not understand, nothing is provable there and the
-  check is skipped (the simulator still stops on any real out-of-bounds access);
+  ``e < bound`` guards) lies outside the buffer and is attained (an affine index of
+  independent ids and constant-bound loop counters, not under a guard), or lies wholly
+  outside it. Anything else is not a proof (interval analysis over-approximates), and
+  the simulator still stops with a KernelError on any real out-of-bounds access;
 - barriers under divergent control flow: an ``If``/``For`` whose condition varies across
   the lanes of a wave (thread_id, lane or per-lane registers) must not contain a Barrier.
 """
@@ -261,7 +262,10 @@ def _check_bounds(k, arch, buffers, lds, scalars):
     def visit(body, guards, provable):
         for s in body:
             if isinstance(s, If):
+                iv.empty = False
                 g, ok = iv.guards_of(s.cond, guards)
+                if iv.empty:
+                    ok = False  # contradictory guards (dead code for some unrolled copies)
                 visit(s.then, g, provable and ok)
                 visit(s.orelse, guards, False)  # else arm: its implied guards are not tracked
             elif isinstance(s, For):
@@ -272,10 +276,16 @@ def _check_bounds(k, arch, buffers, lds, scalars):
                     name, size, what = s.buffer, buffers[s.buffer].size, "buffer"
                 else:
                     name, size, what = s.array, lds[s.array].size, "LDS array"
+                iv.empty = False
                 lo, hi = iv.interval(s.index, guards)
-                if lo == -INF or hi == INF:
+                if iv.empty or lo == -INF or hi == INF:
                     continue
-                if lo < 0 or hi + len(regs) > size:
+                # interval analysis over-approximates, so a range past the end proves an
+                # out-of-bounds access only when it is attained (affine index, no guard)
+                # or when the whole range lies outside the array
+                attained = not guards and iv.is_exact(s.index)
+                outside = lo >= size or hi + len(regs) <= 0
+                if (attained or outside) and (lo < 0 or hi + len(regs) > size):
                     raise KernelError(f"{k.name}: {type(s).__name__} on {what} {name!r} can reach elements "
                                       f"[{int(lo)}, {int(hi) + len(regs) - 1}] but it has {size}; "
                                       f"guard the access with an If or fix the index")
