@@ -191,3 +191,24 @@ def test_softmax_schedule_check_rejects_row_per_wave():
     v = ex.check_schedule(g, dict(mapping="wave", workgroup=256, vector=4, cache="reread",
                                   reduce="wave", passes="single"), slack=1.25, budget=48)
     assert not v.ok and any("over 1.25 x" in p for p in v.problems)
+
+
+# --------------------------------------------------------------- lesson 6: layer norm
+def _ln(g, h, gamma, beta, axis=-1):
+    d = g.sub(h, g.reduce_mean(h, axis, keepdims=True))
+    var = g.reduce_mean(g.mul(d, d), axis, keepdims=True)
+    return g.add(g.mul(g.mul(d, g.rsqrt(g.add(var, 1e-5))), gamma), beta)
+
+
+def test_layer_norm_check_rejects_missing_residual_and_wrong_axis():
+    v = ex.check_layer_norm(lambda g, x, res, gamma, beta: _ln(g, x, gamma, beta))
+    assert not v.ok and "does not compute" in v.problems[0]
+    v = ex.check_layer_norm(lambda g, x, res, gamma, beta: _ln(g, g.add(x, res), gamma, beta, 0))
+    assert not v.ok and "does not compute" in v.problems[0]
+
+
+def test_layer_norm_check_accepts_the_builder():
+    from compiler import builders as B
+    v = ex.check_layer_norm(lambda g, x, res, gamma, beta:
+                            B.layer_norm(g, x, gamma, beta, residual=res))
+    assert v.ok and v.time_us > 0

@@ -217,3 +217,40 @@ def check_schedule(graph, knobs: dict, arch: str = "gfx942", slack: float = 1.2,
 
 
 check_elementwise_schedule = check_schedule  # lesson 4's name for it
+
+
+# --------------------------------------------------------------- lesson 6: layer norm
+def check_layer_norm(build, rows: int = 64, cols: int = 1024, arch: str = "gfx942",
+                     budget: int = 8) -> Verdict:
+    """``build(g, x, res, gamma, beta)`` adds primitive ops to Graph ``g`` and returns
+    the value ``layer_norm(x + res) * gamma + beta`` (eps 1e-5, over the last axis).
+    Right means: numpy-equal to that formula, one dispatch under aggressive fusion, and
+    the tuned kernel verified by gpusim; the verdict's time is the tuned kernel's."""
+    from compiler.graph import Graph, GraphError
+    from compiler.passes import fuse
+    from compiler.reference import evaluate, random_inputs
+    from compiler.search import tune
+
+    g = Graph("learner_layer_norm")
+    x, res = g.input("x", (rows, cols)), g.input("res", (rows, cols))
+    gamma, beta = g.input("gamma", (cols,)), g.input("beta", (cols,))
+    try:
+        g.output(build(g, x, res, gamma, beta))
+        inputs = random_inputs(g, seed=3)
+        got = np.asarray(next(iter(evaluate(g, inputs).values())), np.float64)
+    except (GraphError, TypeError, ValueError) as e:
+        return Verdict(False, [f"the graph does not build or run: {e}"])
+    h = inputs["x"].astype(np.float64) + inputs["res"]
+    mu = h.mean(-1, keepdims=True)
+    want = (h - mu) / np.sqrt(((h - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    want = want * inputs["gamma"] + inputs["beta"]
+    if got.shape != want.shape or not np.allclose(got, want, atol=1e-3):
+        return Verdict(False, ["the graph does not compute layer_norm(x + res) * gamma + beta"])
+    plan = fuse(g, aggressive=True)
+    if plan.num_dispatches != 1:
+        return Verdict(False, [f"{plan.num_dispatches} dispatches under aggressive fusion, not 1"])
+    t = tune(g, arch, budget=budget, mode="aggressive", baseline=False)
+    d = t.dispatches[0]
+    problems = [] if d.verified else [f"the tuned kernel differs from numpy by {d.max_error:g}"]
+    return Verdict(not problems, problems, d.best.time_us - t.launch_overhead_us,
+                   dict(dispatches=1, schedule=" ".join(f"{k}={v}" for k, v in d.best.knobs.items())))
