@@ -212,3 +212,12 @@ def test_layer_norm_check_accepts_the_builder():
     v = ex.check_layer_norm(lambda g, x, res, gamma, beta:
                             B.layer_norm(g, x, gamma, beta, residual=res))
     assert v.ok and v.time_us > 0
+
+
+# ------------------------------------------------------------ lesson 8: HIP and the ISA
+@pytest.mark.hip
+@pytest.mark.skipif(__import__("shutil").which("hipcc") is None, reason="needs hipcc")
+def test_isa_check_rejects_scalar_loads():
+    v = ex.check_isa_vector_loads(lambda n: _copy(n, True, 4))
+    assert not v.ok and any("want only 16 B" in p for p in v.problems)
+    assert v.facts["isa_loads"] == {4: 4}

@@ -254,3 +254,36 @@ def check_layer_norm(build, rows: int = 64, cols: int = 1024, arch: str = "gfx94
     problems = [] if d.verified else [f"the tuned kernel differs from numpy by {d.max_error:g}"]
     return Verdict(not problems, problems, d.best.time_us - t.launch_overhead_us,
                    dict(dispatches=1, schedule=" ".join(f"{k}={v}" for k, v in d.best.knobs.items())))
+
+
+# ------------------------------------------------------------ lesson 8: HIP and the ISA
+def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> Verdict:
+    """``build(n)`` returns a copy kernel as in lesson 1. Right means: gpusim copies
+    correctly, and hipcc compiles the emitted HIP for ``arch`` into 16-byte global loads
+    and stores only (``global_load_dwordx4``), with no scratch. Needs hipcc."""
+    import tempfile
+    from pathlib import Path
+
+    from codegen_hip import emit_kernel, parse_asm
+    from codegen_hip.check import compile_to_asm, hipcc_path
+
+    if hipcc_path() is None:
+        return Verdict(False, ["hipcc is not installed: the ISA cannot be checked here"])
+    first = check_vector_copy(build, n)
+    problems = [p for p in first.problems if "b != a" in p]
+    k = build(n)
+    with tempfile.TemporaryDirectory(prefix="wavefuse-lesson8-") as tmp:
+        src, asm = Path(tmp) / "copy.hip", Path(tmp) / "copy.s"
+        src.write_text(emit_kernel(k, arch))
+        res = compile_to_asm(src, arch, asm)
+        if res["rc"] != 0:
+            return Verdict(False, [f"hipcc failed: {res['stderr'][:300]}"])
+        isa = parse_asm(asm.read_text())
+    loads, stores = isa["widths"]["global_load"], isa["widths"]["global_store"]
+    if set(loads) != {16} or set(stores) != {16}:
+        problems.append(f"hipcc emitted global loads of {sorted(loads)} B and stores of "
+                        f"{sorted(stores)} B per lane; want only 16 B (dwordx4)")
+    if isa["scratch_insts"]:
+        problems.append(f"{isa['scratch_insts']} scratch instructions (register spills)")
+    return Verdict(not problems, problems, first.time_us,
+                   dict(isa_loads=loads, isa_stores=stores, vgprs=isa.get("vgprs")))
