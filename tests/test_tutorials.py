@@ -221,3 +221,11 @@ def test_isa_check_rejects_scalar_loads():
     v = ex.check_isa_vector_loads(lambda n: _copy(n, True, 4))
     assert not v.ok and any("want only 16 B" in p for p in v.problems)
     assert v.facts["isa_loads"] == {4: 4}
+
+
+# ------------------------------------------------------- lesson 7: the output swizzle
+@pytest.mark.parametrize("wrong,why", [("none", "coalescing"), ("after_fusion", "not faster"),
+                                       ("sideways", "does not lower")])
+def test_swizzle_check_rejects(wrong, why):
+    v = ex.check_swizzle_placement(wrong)
+    assert not v.ok and any(why in p for p in v.problems)

@@ -287,3 +287,42 @@ def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> V
         problems.append(f"{isa['scratch_insts']} scratch instructions (register spills)")
     return Verdict(not problems, problems, first.time_us,
                    dict(isa_loads=loads, isa_stores=stores, vgprs=isa.get("vgprs")))
+
+
+# ------------------------------------------------------- lesson 7: the output swizzle
+SWIZZLE_TILE = dict(BM=16, BN=32, BK=64, TM=2, TN=4, KW=8, lds_pad=4, vec_a=4, vec_b=4)
+
+
+def swizzle_run(model: str, swizzle: str, arch: str = "gfx942"):
+    """(kernel, timing-mode SimResult) of ``model`` (a built-in conv model) with the fixed
+    tile ``SWIZZLE_TILE`` and the given output-swizzle placement."""
+    from compiler.lower import lower
+    from compiler.models import load_model
+    from compiler.passes import fuse
+
+    g = load_model(model)
+    d = fuse(g, aggressive=True).dispatches[0]
+    k = lower(g, d, {**SWIZZLE_TILE, "swizzle": swizzle}, arch)
+    return k, gpusim.simulate(k, arch, functional=False)
+
+
+def check_swizzle_placement(swizzle: str, arch: str = "gfx942") -> Verdict:
+    """For ``conv_add_relu`` (residual in the output's layout) with ``SWIZZLE_TILE``: right
+    means every global access is fully coalesced (100 %) and the kernel is predicted
+    faster than with the swizzle after the fused epilogue."""
+    from compiler.lower import LoweringError
+    try:
+        _, mine = swizzle_run("conv_add_relu", swizzle, arch)
+    except (LoweringError, gpusim.KernelError) as e:
+        return Verdict(False, [f"swizzle={swizzle!r} does not lower: {e}"])
+    _, after = swizzle_run("conv_add_relu", "after_fusion", arch)
+    c = mine.counters
+    problems = []
+    if c["coalescing_pct"] < 100.0:
+        problems.append(f"coalescing {c['coalescing_pct']:.1f} %: some global access is split "
+                        "over more lines than it needs")
+    if mine.time_us >= after.time_us:
+        problems.append(f"{mine.time_us_without_launch:.3f} simulated us is not faster than "
+                        f"after_fusion's {after.time_us_without_launch:.3f} us")
+    return _verdict(problems, mine, coalescing_pct=round(c["coalescing_pct"], 1),
+                    vmem_insts=c["vmem_insts"])
