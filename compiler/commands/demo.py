@@ -67,11 +67,49 @@ def step_tune(state: dict, con) -> dict:
     return result.to_json()
 
 
+def step_candidates(state: dict, con) -> dict:
+    """Why this schedule: the scored candidates of the fused dispatch, fastest first."""
+    from ..views import candidates_data, candidates_view
+    d = state["tune"].dispatches[0]
+    if con is not None:
+        con.print(candidates_view(d, limit=10))
+    data = candidates_data(d)
+    return {"dispatch": d.name, "simulated": len(data.rows), "illegal": len(d.illegal),
+            "best": d.best.knobs, "roofline_us": data.roofline_us}
+
+
+def step_timeline(state: dict, con) -> dict:
+    """What the winner's waves do over simulated cycles on one CU."""
+    import gpusim
+    from ..views import timeline_data, timeline_view
+    d = state["tune"].dispatches[0]
+    res = gpusim.simulate(d.kernel, DEMO_ARCH, functional=False, trace=True)
+    state["winner_sim"] = res
+    if con is not None:
+        con.print(timeline_view(res, max_rows=16))
+    data = timeline_data(res)
+    return {"cycles": res.cycles, "method": res.method, "waves_shown": len(data.rows),
+            "trace_events": data.events}
+
+
+def step_source(state: dict, con) -> dict:
+    """The winner as HIP, with the simulator's per-line counters in the margin."""
+    from codegen_hip import emit_kernel
+    from ..views import source_view
+    d = state["tune"].dispatches[0]
+    if con is not None:
+        con.print(source_view(d.kernel, state.get("winner_sim"), DEMO_ARCH))
+        con.print(f"export it: wavefuse export {state['model']} -o out/ ; then "
+                  f"wavefuse check out/ (hipcc for gfx90a and gfx940)")
+    return {"kernel": d.kernel.name, "hip_lines": emit_kernel(d.kernel, DEMO_ARCH).count("\n")}
+
+
 DEMO_ARCH = "gfx942"
 DEMO_BUDGET = 24
 
 STEPS: list[tuple[str, Callable]] = [("graph", step_graph), ("fusion", step_fusion),
-                                     ("tune", step_tune)]
+                                     ("tune", step_tune), ("candidates", step_candidates),
+                                     ("timeline", step_timeline), ("source", step_source)]
 
 
 def run(args) -> int:

@@ -62,7 +62,7 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
     if not 1 <= wg <= 1024:
         raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to 1024 threads")
 
-    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
+    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     perm_shape = tuple(shape[d] for d in perm)
     n_groups = math.prod(shape) // vec
     steps = elems // vec
@@ -72,12 +72,12 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
     for out in dispatch.outputs:
         _analyse(em, graph, out, perm, vec)
 
-    body = []
+    body: list = []
+    em.stmts = body  # the kernel body is the outermost scope (CSE may hoist into it)
     exact = n_groups == grid * wg * steps
     for step in range(steps):
         group = iadd(imul(iadd(imul(P.block_id(), steps), step), wg), P.thread_id())
-        g = P.Var(em.regs.new("group"), "i32")
-        body.append(P.Assign(g, group))  # named, so the bounds check sees the guard on it
+        g = em.assign(group, "group", "i32")  # named: the bounds check sees its guard
         stmts = []
         with em.scope(stmts):
             base = unravel(imul(g, vec), perm_shape)  # index in walk order

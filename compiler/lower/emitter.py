@@ -199,34 +199,81 @@ def buffer_name(tensor: str) -> str:
 class ValueEmitter:
     """Emits the IR that computes tensors of one dispatch, element by element."""
 
-    def __init__(self, graph: Graph, ops: list, boundary: list, regs: "RegisterNamer"):
+    def __init__(self, graph: Graph, ops: list, boundary: list, regs: "RegisterNamer",
+                 cse: bool = False):
         self.graph = graph
         self.ops = set(ops)
         self.boundary = set(boundary)
         self.regs = regs
-        self.stmts: list = []
         self.bound: dict = {}          # tensor -> callable(idx) -> Expr
-        self._cache: dict = {}
+        self._frames = [_Frame([], {})]
         self._access: dict = {}        # (tensor, root shape, width) -> access kind
         self.loads: list = []          # (tensor, access kind, width) per emitted load
+        # With ``cse``, arithmetic on equal operands is emitted once and placed in the
+        # outermost scope where its operands exist (e.g. rsqrt(var + eps) of a row is
+        # computed once per row, not per element): what hipcc's CSE and LICM would do, so
+        # the simulator does not count instructions the compiler would never emit. Only
+        # for lowerings whose nested scopes are placed where they were opened.
+        self.cse = cse
+
+    @property
+    def stmts(self) -> list:
+        return self._frames[-1].stmts
+
+    @stmts.setter
+    def stmts(self, value: list):
+        self._frames[-1].stmts = value
+
+    @property
+    def _cache(self) -> dict:
+        return self._frames[-1].cache
+
+    def define(self, *regs) -> None:
+        """Records registers defined in the current scope (e.g. a loop counter)."""
+        self._frames[-1].defs.update(r.name for r in regs)
 
     # ---------------------------------------------------------------- scopes
     @contextmanager
     def scope(self, stmts: list | None = None, keep_cache: bool = False):
         """Emit into ``stmts`` with a fresh value cache (restored afterwards)."""
-        saved_stmts, saved_cache = self.stmts, self._cache
-        self.stmts = stmts if stmts is not None else []
-        if not keep_cache:
-            self._cache = {}
+        top = self._frames[-1]
+        frame = _Frame(stmts if stmts is not None else [], top.cache if keep_cache else {})
+        self._frames.append(frame)
         try:
-            yield self.stmts
+            yield frame.stmts
         finally:
-            self.stmts, self._cache = saved_stmts, saved_cache
+            self._frames.pop()
 
-    def assign(self, value, hint="v", dtype=None) -> P.Var:
+    def assign(self, value, hint="v", dtype=None, cse: bool = False) -> P.Var:
+        """A fresh register holding ``value``; with ``cse`` (pure arithmetic only, never a
+        register that is later updated) an equal earlier value is reused or hoisted."""
+        target = len(self._frames) - 1
+        if cse and self.cse:
+            k = key(value)
+            for f in reversed(self._frames):
+                if k in f.cse:
+                    return f.cse[k]
+            target = self._home(value)
         v = P.Var(self.regs.new(hint), dtype or value.dtype)
-        self.stmts.append(P.Assign(v, value))
+        frame = self._frames[target]
+        frame.stmts.append(P.Assign(v, value))
+        frame.defs.add(v.name)
+        if cse and self.cse:
+            frame.cse[k] = v
         return v
+
+    def _home(self, value) -> int:
+        """The outermost scope in which every register ``value`` reads is defined; a
+        register this emitter did not define pins it to the current scope."""
+        home = 0
+        for name in _registers(value):
+            for i in range(len(self._frames) - 1, -1, -1):
+                if name in self._frames[i].defs:
+                    home = max(home, i)
+                    break
+            else:
+                return len(self._frames) - 1
+        return home
 
     # ---------------------------------------------------------------- values
     def value(self, tensor: str, idx: tuple) -> P.Expr:
@@ -259,11 +306,11 @@ class ValueEmitter:
         if op.kind in UNARY_IR:
             a = self.values(op.inputs[0], [align_index(ix, self._shape(op.inputs[0]),
                                                        op.type.shape) for ix in idxs], width)
-            return [self.assign(P.UnOp(UNARY_IR[op.kind], x), op.kind) for x in a]
+            return [self.assign(P.UnOp(UNARY_IR[op.kind], x), op.kind, cse=True) for x in a]
         if op.kind in BINARY_IR:
             args = [self.values(i, [align_index(ix, self._shape(i), op.type.shape)
                                     for ix in idxs], width) for i in op.inputs]
-            return [self.assign(P.BinOp(BINARY_IR[op.kind], x, y), op.kind)
+            return [self.assign(P.BinOp(BINARY_IR[op.kind], x, y), op.kind, cse=True)
                     for x, y in zip(*args)]
         raise GraphError(f"node {tensor!r}: a {op.kind} inside this dispatch has no "
                          f"register binding; the lowering must bind it")
@@ -277,17 +324,20 @@ class ValueEmitter:
         if len(idxs) > 1 and access == "vector":
             regs = tuple(P.Var(self.regs.new(f"ld_{tensor}"), "f32") for _ in idxs)
             self.stmts.append(P.Load(regs, buffer_name(tensor), self.offset(t, idxs[0])))
+            self.define(*regs)
             self.loads.append((tensor, "vector", len(idxs)))
             return list(regs)
         if len(idxs) > 1 and access == "broadcast":
             r = P.Var(self.regs.new(f"ld_{tensor}"), "f32")
             self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, idxs[0])))
+            self.define(r)
             self.loads.append((tensor, "broadcast", 1))
             return [r] * len(idxs)
         out = []
         for ix in idxs:
             r = P.Var(self.regs.new(f"ld_{tensor}"), "f32")
             self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, ix)))
+            self.define(r)
             self.loads.append((tensor, "scalar", 1))
             out.append(r)
         return out
@@ -324,6 +374,28 @@ class ValueEmitter:
         walk(root, [])
         self._access.update(result)
         return result
+
+
+class _Frame:
+    """One emission scope: its statements, value cache, registers and CSE table."""
+
+    def __init__(self, stmts: list, cache: dict):
+        self.stmts = stmts
+        self.cache = cache
+        self.defs: set = set()
+        self.cse: dict = {}
+
+
+def _registers(e) -> set:
+    """Names of the registers an expression reads."""
+    if isinstance(e, P.Var):
+        return {e.name}
+    out = set()
+    for f in ("a", "b", "c", "cond"):
+        sub = getattr(e, f, None)
+        if isinstance(sub, P.Expr):
+            out |= _registers(sub)
+    return out
 
 
 class RegisterNamer:

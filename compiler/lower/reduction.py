@@ -145,7 +145,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
         raise LoweringError(f"cache=registers needs the row split evenly with at most 32 "
                             f"elements per thread (row {C}, {chunk} per pass)")
 
-    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
+    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     stmts: list = []
     em.stmts = stmts
     if mapping == "wave":
@@ -183,6 +183,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
         it_var = P.Var(em.regs.new("it"), "i32")
         inner: list = []
         with em.scope(inner):
+            em.define(it_var)
             base, idxs = col_idxs(it_var, as_register=ragged)
             if ragged:
                 guarded: list = []
@@ -387,10 +388,12 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         em.stmts.append(P.Barrier())
         out = P.Var(em.regs.new("red"), "f32")
         em.stmts.append(P.LdsLoad((out,), name, P.i32(0)))
+        em.define(out)
         return out
     if reduce == "wave":
         total = P.Var(em.regs.new("wred"), "f32")
         em.stmts.append(P.WaveReduce(total, acc, kind))
+        em.define(total)
     elif reduce == "shuffle":
         total = em.assign(acc, "bfly")
         off = ws // 2
@@ -413,6 +416,7 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         for w in range(0, nwaves, width):
             regs = tuple(P.Var(em.regs.new("pw"), "f32") for _ in range(width))
             em.stmts.append(P.LdsLoad(regs, name, P.i32(w)))
+            em.define(*regs)
             parts.extend(regs)
         comb = em.assign(parts[0], "comb")
         for t in parts[1:]:
