@@ -26,6 +26,7 @@ once per element; ``scope()`` starts a fresh cache, e.g. for each pass over a ro
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from contextlib import contextmanager
@@ -183,6 +184,14 @@ def vector_access(table: np.ndarray, width: int) -> str:
     if np.all(groups - first == np.arange(width)) and np.all(first % width == 0):
         return "vector"
     return "scalar"
+
+
+@functools.lru_cache(maxsize=1024)
+def _access_kind(graph: Graph, tensor: str, path: tuple, width: int) -> str:
+    """Cached :func:`vector_access` of a tensor through a chain of ops: every candidate
+    schedule of a dispatch asks the same question, and the tables can be large."""
+    table = offset_table(graph, tensor, None, [graph.op(n) for n in path])
+    return vector_access(table, width)
 
 
 UNARY_IR = {"neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
@@ -363,8 +372,8 @@ class ValueEmitter:
             if tensor in self.boundary or tensor not in self.ops:
                 if op.kind == "constant" and op.type.size == 1:
                     return
-                table = offset_table(self.graph, tensor, None, list(reversed(path)))
-                kind = vector_access(table, width)
+                kind = _access_kind(self.graph, tensor,
+                                    tuple(o.name for o in reversed(path)), width)
                 prev = result.get(tensor)
                 result[tensor] = kind if prev in (None, kind) else "scalar"
                 return
