@@ -24,18 +24,8 @@ NAME = "epilogue"
 def apply(st: FusionState) -> bool:
     g = st.graph
     for grp in st.sorted_groups():
-        if grp.rank(g) != 3:
-            continue
-        outs = st.out_edges(grp)
-        for gid in sorted({st.owner[e.dst] for e in outs},
-                          key=lambda i: st.order[st.groups[i].root]):
-            cons = st.groups[gid]
-            ok, reason = st.try_merge(NAME, grp, cons)
-            if ok:
-                return True
-            for e in outs:
-                if e.dst in cons.ops:
-                    st.record(NAME, e.src, e.dst, False, reason)
+        if grp.rank(g) == 3 and st.fuse_into_consumers(NAME, grp):
+            return True
     return False
 
 

@@ -24,16 +24,11 @@ def apply(st: FusionState) -> bool:
     for grp in st.sorted_groups():
         if not st.elementwise_only(grp):
             continue
-        outs = st.out_edges(grp)
-        users = {e.dst for e in outs}
-        if len(users) != 1:
+        u = st.sole_user(grp)
+        if u is None:
             continue
-        (u,) = users
         if not g.op(u).is_reduction:
             continue
-        ok, reason = st.try_merge(NAME, grp, st.group_of(u))
-        if ok:
+        if st.merge_or_record(NAME, grp, st.group_of(u)):
             return True
-        for e in outs:
-            st.record(NAME, e.src, e.dst, False, reason)
     return False

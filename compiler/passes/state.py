@@ -178,6 +178,30 @@ class FusionState:
                 return "the parallel loops of the two sides do not pair one-to-one"
         return rel_a, rel_b
 
+    def sole_user(self, grp: Group):
+        """The one op reading ``grp``'s results, or None when there are several."""
+        users = {e.dst for e in self.out_edges(grp)}
+        return next(iter(users)) if len(users) == 1 else None
+
+    def merge_or_record(self, rule: str, prod: Group, cons: Group) -> bool:
+        """Tries the merge; on refusal records the reason on every edge between them."""
+        ok, reason = self.try_merge(rule, prod, cons)
+        if not ok:
+            for e in self.out_edges(prod):
+                if e.dst in cons.ops:
+                    self.record(rule, e.src, e.dst, False, reason)
+        return ok
+
+    def fuse_into_consumers(self, rule: str, prod: Group) -> bool:
+        """Merges ``prod`` with the first consumer group that accepts it (in graph order),
+        recording why each one before it refused."""
+        outs = self.out_edges(prod)
+        for gid in sorted({self.owner[e.dst] for e in outs},
+                          key=lambda i: self.order[self.groups[i].root]):
+            if self.merge_or_record(rule, prod, self.groups[gid]):
+                return True
+        return False
+
     def try_merge(self, rule: str, prod: Group, cons: Group, *, sibling_links=None,
                   record_edges=None, other_uses_ok=False):
         """Merges ``prod`` into ``cons`` (or siblings) when legal; returns (ok, reason).
