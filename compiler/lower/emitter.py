@@ -34,6 +34,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from gpusim import program as P
+from gpusim.analysis import expr_key, expr_vars
 
 from ..graph import Graph, GraphError
 
@@ -88,27 +89,9 @@ def imod(a, n):
     return P.i32(ca % n) if ca is not None else a % n
 
 
-def key(e) -> str:
-    """A structural key for memoising values by index expression."""
-    if isinstance(e, P.Const):
-        return f"{e.value}{e.dtype[0]}"
-    if isinstance(e, P.Var):
-        return e.name
-    if isinstance(e, P.Special):
-        return "%" + e.name
-    if isinstance(e, P.BinOp):
-        return f"({key(e.a)} {e.op} {key(e.b)})"
-    if isinstance(e, P.UnOp):
-        return f"{e.op}({key(e.a)})"
-    if isinstance(e, P.Select):
-        return f"sel({key(e.cond)},{key(e.a)},{key(e.b)})"
-    if isinstance(e, P.Cast):
-        return f"cast<{e.dtype}>({key(e.a)})"
-    if isinstance(e, P.Fma):
-        return f"fma({key(e.a)},{key(e.b)},{key(e.c)})"
-    if isinstance(e, P.ScalarRef):
-        return "$" + e.name
-    raise TypeError(f"no key for {e!r}")
+def key(e):
+    """A structural key for memoising values by index expression (gpusim's own)."""
+    return expr_key(e)
 
 
 def unravel(linear, shape):
@@ -275,7 +258,7 @@ class ValueEmitter:
         """The outermost scope in which every register ``value`` reads is defined; a
         register this emitter did not define pins it to the current scope."""
         home = 0
-        for name in _registers(value):
+        for name in expr_vars(value):
             for i in range(len(self._frames) - 1, -1, -1):
                 if name in self._frames[i].defs:
                     home = max(home, i)
@@ -393,18 +376,6 @@ class _Frame:
         self.cache = cache
         self.defs: set = set()
         self.cse: dict = {}
-
-
-def _registers(e) -> set:
-    """Names of the registers an expression reads."""
-    if isinstance(e, P.Var):
-        return {e.name}
-    out = set()
-    for f in ("a", "b", "c", "cond"):
-        sub = getattr(e, f, None)
-        if isinstance(sub, P.Expr):
-            out |= _registers(sub)
-    return out
 
 
 class RegisterNamer:
