@@ -37,10 +37,12 @@ def add_tune_options(p) -> None:
 def run_tune(args, quiet: bool):
     graph = common.load(args)
     fixed = parse_fixes(args.fix)
+    from ..search import SearchError
     if args.budget is not None and args.budget < 1:
-        from ..search import SearchError
         raise SearchError("--budget must be at least 1")
-    kw = dict(budget=args.budget, workers=max(1, args.workers), fixed=fixed, seed=args.seed,
+    if args.workers < 1:
+        raise SearchError("--workers must be at least 1")
+    kw = dict(budget=args.budget, workers=args.workers, fixed=fixed, seed=args.seed,
               mode=args.mode, baseline=not args.no_baseline)
     if quiet:
         return tune(graph, args.arch, **kw)
