@@ -26,6 +26,7 @@ import numpy as np
 from .graph import Graph, GraphError
 from .lower import LoweringError, dispatch_kind, lower, schedule_space
 from .lower.common import memory_image
+from .plan import Decision
 from .reference import evaluate, random_inputs
 from .schedule import Candidate
 
@@ -346,14 +347,9 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
                          + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
               if len(totals) > 1 else f"{chosen} plan (the other mode gives the same plan)"}
     plan = plans[chosen]
-    if hasattr(plan, "decisions"):
-        try:
-            from .plan import Decision
-            plan.decisions.append(Decision("search", "aggressive", "conservative",
-                                           chosen == "aggressive", choice["reason"],
-                                           {f"{m}_us": v for m, v in totals.items()}))
-        except Exception:  # noqa: BLE001 - a plan without that Decision shape
-            pass
+    plan.decisions.append(Decision("search", "aggressive", "conservative",
+                                   chosen == "aggressive", choice["reason"],
+                                   {f"{m}_us": v for m, v in totals.items()}))
     unfused_us = None
     unfused = unfused_dispatches(graph)
     if baseline:
