@@ -14,6 +14,10 @@ source a reader sees is exactly the program gpusim simulated:
   is what makes hipcc issue one ``global_load_dwordx4`` instead of four ``dword`` loads;
 - f16 values are widened with ``__half2float`` on load and narrowed with round-to-nearest
   on store, as the IR specifies;
+- ``Mfma`` packs its accumulator registers into a ``floatx16``/``floatx4`` vector, calls
+  ``__builtin_amdgcn_mfma_f32_32x32x2f32`` / ``..._16x16x4f32`` (cbsz, abid, blgp = 0:
+  the single-block form) and unpacks the result; hipcc keeps the vector in AGPRs/VGPRs,
+  so the packing costs no instructions once the accumulators live across the loop;
 - ``WaveReduce`` is a butterfly of ``__shfl_xor`` over ``warpSize`` lanes, so one source
   is correct for wave64 (CDNA) and wave32 (RDNA). Like the IR, it assumes every lane of
   the wave takes part.
@@ -29,8 +33,8 @@ import numpy as np
 
 from gpusim.program import (
     Assign, Barrier, BinOp, Buffer, Cast, Const, DTYPE_BYTES, Expr, Fma, For, If, Kernel,
-    LdsLoad, LdsStore, Load, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var,
-    WaveReduce, as_expr,
+    LdsLoad, LdsStore, Load, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Special, Store,
+    UnOp, Var, WaveReduce, as_expr,
 )
 
 from .names import Namer
@@ -44,6 +48,11 @@ _INDENT = "    "
 
 _HALF4_DEF = ("// Four halves moved as one 8-byte access (global_load_dwordx2 / ds_read_b64).\n"
               "struct __align__(8) wf_half4 { __half2 lo, hi; };\n")
+
+
+_MFMA_TYPES = ("// MFMA accumulator vectors (CDNA matrix cores).\n"
+               "typedef float floatx16 __attribute__((ext_vector_type(16)));\n"
+               "typedef float floatx4 __attribute__((ext_vector_type(4)));\n")
 
 
 def f32_literal(value: float) -> str:
@@ -104,6 +113,9 @@ def _own_reads_writes(s):
             _expr_vars(v, reads)
     elif isinstance(s, (Shuffle, WaveReduce)):
         _expr_vars(s.value, reads); writes = [s.dst]
+    elif isinstance(s, Mfma):
+        _expr_vars(s.a, reads); _expr_vars(s.b, reads)
+        reads.update(v.name for v in s.acc); writes = list(s.acc)
     elif isinstance(s, For):
         _expr_vars(s.start, reads); _expr_vars(s.stop, reads); writes = [s.var]
     elif isinstance(s, If):
@@ -149,6 +161,9 @@ def _all_var_dtypes(body, dtypes):
                 visit(e)
         for v in getattr(s, "values", ()) or ():
             visit(v)
+        if isinstance(s, Mfma):
+            for v in (s.a, s.b) + tuple(s.acc):
+                visit(v)
         if isinstance(s, For):
             _all_var_dtypes(s.body, dtypes)
         elif isinstance(s, If):
@@ -260,6 +275,8 @@ class _Printer:
                     visit(e)
             for v in getattr(s, "values", ()) or ():
                 visit(v)
+            if isinstance(s, Mfma):
+                visit(s.a); visit(s.b)
             if isinstance(s, For):
                 self._mark_specials(s.body)
             elif isinstance(s, If):
@@ -389,6 +406,8 @@ class _Printer:
                       depth)
         elif isinstance(s, WaveReduce):
             self.emit_wave_reduce(s, depth)
+        elif isinstance(s, Mfma):
+            self.emit_mfma(s, depth)
         else:
             raise TypeError(f"cannot print statement {type(s).__name__}")
 
@@ -451,6 +470,23 @@ class _Printer:
             packed = f"make_{vt}({', '.join(vals)})"
         self.emit(f"*reinterpret_cast<{vt}*>({ptr} + {idx}) = {packed};"
                   f"  // one {width * DTYPE_BYTES[dtype]}-byte store", depth)
+
+    def emit_mfma(self, s: Mfma, depth):
+        if s.shape not in MFMA_SHAPES:
+            raise ValueError(f"unknown MFMA shape {s.shape!r}")
+        nacc = MFMA_SHAPES[s.shape][3]
+        if len(s.acc) != nacc:
+            raise ValueError(f"v_mfma_f32_{s.shape} needs {nacc} accumulators, got {len(s.acc)}")
+        vt = f"floatx{nacc}"
+        tmp = self.namer.fresh("mfma_acc")
+        regs = [self.reg(v.name) for v in s.acc]
+        a = self.convert(self.expr(s.a), s.a.dtype, "f32")
+        b = self.convert(self.expr(s.b), s.b.dtype, "f32")
+        self.emit(f"{vt} {tmp} = {{{', '.join(regs)}}};", depth)
+        self.emit(f"{tmp} = __builtin_amdgcn_mfma_f32_{s.shape}({a}, {b}, {tmp}, 0, 0, 0);"
+                  f"  // v_mfma_f32_{s.shape}", depth)
+        for i, v in enumerate(s.acc):
+            self.emit(f"{self.lhs(v, s)} = {tmp}[{i}];", depth)
 
     def emit_wave_reduce(self, s: WaveReduce, depth):
         if s.op not in ("sum", "max", "min"):
@@ -583,5 +619,7 @@ def emit_kernel(kernel: Kernel, arch_name: str = "gfx942", header_comment: str |
              "#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n"]
     if "wf_half4" in body:
         parts.append(_HALF4_DEF)
+    if "__builtin_amdgcn_mfma" in body:
+        parts.append(_MFMA_TYPES)
     parts.append(body)
     return "\n".join(parts)

@@ -25,7 +25,7 @@ import math
 
 from gpusim.program import (
     Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
-    Select, Shuffle, Special, Store, UnOp, Var, WaveReduce,
+    Mfma, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce,
 )
 
 INF = float("inf")
@@ -93,6 +93,8 @@ def stmt_exprs(s):
         return (s.index,) + tuple(s.values)
     if isinstance(s, (Shuffle, WaveReduce)):
         return (s.value,)
+    if isinstance(s, Mfma):  # the accumulators are read (C) and written (D)
+        return (s.a, s.b) + tuple(s.acc)
     return ()
 
 
@@ -106,6 +108,8 @@ def stmt_defs(s):
         return tuple(s.dsts)
     if isinstance(s, (Shuffle, WaveReduce)):
         return (s.dst,)
+    if isinstance(s, Mfma):
+        return tuple(s.acc)
     return ()
 
 
@@ -141,6 +145,8 @@ class Uniformity:
                 self.per_lane.update(v.name for v in s.dsts)
             elif isinstance(s, (Shuffle, WaveReduce)):
                 self.per_lane.add(s.dst.name)
+            elif isinstance(s, Mfma):
+                self.per_lane.update(v.name for v in s.acc)
             elif isinstance(s, For):
                 d = divergent or not (self.is_uniform(s.start) and self.is_uniform(s.stop))
                 if d:

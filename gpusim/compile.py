@@ -11,7 +11,8 @@ Instruction selection, which also decides the instruction counts:
 - each statement evaluates its own expressions (no common-subexpression elimination or
   loop-invariant hoisting across statements: the counts are those of -O0-like code);
 - global Load/Store: one VMEM instruction; LdsLoad/LdsStore: one LDS instruction;
-  Shuffle: one LDS instruction (ds_bpermute); WaveReduce: log2(wave) rounds of one
+  Shuffle: one LDS instruction (ds_bpermute); Mfma: one MFMA instruction (matrix core,
+  passes x 4 cycles from ``Arch.mfma_passes``; its operands evaluated first); WaveReduce: log2(wave) rounds of one
   ds_bpermute plus one VALU op (the butterfly the HIP backend prints);
 - control flow: a uniform If costs a branch; a divergent If adds one SALU (EXEC save)
   and a branch, its else one SALU and a branch, its end one SALU (EXEC restore); a loop
@@ -30,8 +31,8 @@ import numpy as np
 from gpusim import engine as E
 from gpusim.analysis import Uniformity, expr_vars, stmt_defs
 from gpusim.program import (
-    Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
-    Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk, DTYPE_BYTES,
+    Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, MFMA_SHAPES,
+    Mfma, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk, DTYPE_BYTES,
 )
 
 FBIN = {"add": E.B_ADD, "sub": E.B_SUB, "mul": E.B_MUL, "div": E.B_DIV, "min": E.B_MIN,
@@ -64,6 +65,7 @@ class Program:
     inst_stmt: np.ndarray     # int64 [n]: statement index (walk order) of each instruction
     stmt_main: dict           # statement index -> its main instruction (memory op / root)
     statements: list          # walk order
+    mfma_regs: np.ndarray = None  # int32 [n_mfma, 16]: accumulator f registers per Mfma
 
 
 class _Compiler:
@@ -83,6 +85,7 @@ class _Compiler:
         self.depth = 0
         self.cur_stmt = -1
         self.stmt_main = {}
+        self.mfma_rows = []
         self.statements = list(walk(kernel.body))
         self.stmt_index = {id(s): i for i, s in enumerate(self.statements)}
         for p in kernel.scalars:
@@ -293,6 +296,17 @@ class _Compiler:
             self.stmt_main[si] = self.emit(E.OP_WRED, d[1], v[1], 0, 0, REDUCE[s.op],
                                            cat=E.CAT_LDS, isf=d[0], nvalu=steps,
                                            reads=[self.uid(*v)])
+        elif isinstance(s, Mfma):
+            a = self.expr(s.a)
+            b = self.expr(s.b)
+            accs = [self.var(v)[1] for v in s.acc]
+            row = len(self.mfma_rows)
+            self.mfma_rows.append(accs + [0] * (16 - len(accs)))
+            shape_code = list(MFMA_SHAPES).index(s.shape)
+            self.stmt_main[si] = self.emit(
+                E.OP_MFMA, 0, a[1], b[1], row, width=shape_code, cat=E.CAT_MFMA,
+                mult=self.arch.mfma_cycles(s.shape), isf=1,
+                reads=[self.uid(*a), self.uid(*b)] + [self.uid(1, r) for r in accs])
         elif isinstance(s, If):
             c = self.expr(s.cond)
             uniform = self.uni.is_uniform(s.cond)
@@ -371,4 +385,5 @@ def compile_kernel(kernel, arch) -> Program:
     return Program(code=code, srcs=srcs, nf=nf, ni=max(c.ni, 1), depth=c.depth + 1,
                    fconst=c.fconst, iconst=c.iconst, scalar_regs=c.scalar_regs,
                    inst_stmt=np.array(c.row_stmt, dtype=np.int64),
-                   stmt_main=c.stmt_main, statements=c.statements)
+                   stmt_main=c.stmt_main, statements=c.statements,
+                   mfma_regs=np.array(c.mfma_rows or [[0] * 16], dtype=np.int32).reshape(-1, 16))

@@ -38,6 +38,13 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
 - LDS: per phase group, the maximum number of distinct dwords on one bank, minus one, is
   that group's conflict cycles (same-address lanes broadcast); the LDS pipe is busy
   (groups + conflicts) cycles, then data returns after the LDS latency.
+- MFMA (CDNA matrix cores): each SIMD has one matrix core; an Mfma issues in its own
+  category when that core is free, keeps it busy passes x 4 cycles (``Arch.mfma_passes``,
+  S17) and its accumulators become readable when it finishes. The wave itself may issue
+  independent instructions (VALU included) meanwhile, as MFMA/VALU co-execution allows;
+  dependent MFMAs on the same accumulators therefore run back to back at full rate.
+  Counted as ``mfma_insts`` (not in ``valu_insts``, as rocprof's instruction mix) with
+  2*M*N*K FLOPs each.
 - Barrier: a wave waits until every live wave of its workgroup arrived.
 """
 import math
@@ -49,6 +56,7 @@ OP_FBIN, OP_IBIN, OP_FCMP, OP_ICMP, OP_FUN, OP_IUN, OP_FFMA, OP_FSEL, OP_ISEL = 
 OP_CVT_IF, OP_CVT_FI, OP_FMOV, OP_IMOV = 9, 10, 11, 12
 OP_GLOAD, OP_GSTORE, OP_LLOAD, OP_LSTORE, OP_BARRIER, OP_SHFL, OP_WRED = 13, 14, 15, 16, 17, 18, 19
 OP_IF, OP_ELSE, OP_ENDIF, OP_LOOP_BEGIN, OP_LOOP_TEST, OP_LOOP_STEP, OP_END = 20, 21, 22, 23, 24, 25, 26
+OP_MFMA = 27
 
 # binary sub-ops (aux column)
 B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_MIN, B_MAX, B_POW = range(8)
@@ -64,8 +72,8 @@ K_MULT, K_NVALU, K_NSALU, K_NBRANCH, K_ISF = 13, 14, 15, 16, 17
 NCOL = 18
 
 # timing categories
-CAT_NONE, CAT_VALU, CAT_VMEM, CAT_LDS, CAT_SALU, CAT_BRANCH, CAT_BARRIER = range(7)
-NCAT = 7
+CAT_NONE, CAT_VALU, CAT_VMEM, CAT_LDS, CAT_SALU, CAT_BRANCH, CAT_BARRIER, CAT_MFMA = range(8)
+NCAT = 8
 
 # integer parameters (pi)
 (P_W, P_BLOCK, P_GRID, P_NSIMD, P_PERIOD, P_VALU, P_NF, P_NI, P_DEPTH, P_NLF, P_NLI,
@@ -80,15 +88,15 @@ NPF = 2
 # counters
 (N_VALU, N_VMEM, N_LDS, N_SALU, N_BRANCH, N_GLD_REQ, N_GST_REQ, N_GLD_LINES, N_GST_LINES,
  N_TCP, N_QUADS, N_HBM_RD, N_HBM_WR, N_L2_HIT, N_L2_ACC, N_L1_HIT, N_L1_ACC, N_LDS_CONF,
- N_LDS_IDX, N_BARRIERS, N_GLD_BYTES, N_GST_BYTES, N_WAVES, N_STALL) = range(24)
-NCNT = 24
+ N_LDS_IDX, N_BARRIERS, N_GLD_BYTES, N_GST_BYTES, N_WAVES, N_STALL, N_MFMA, N_MFMA_FLOPS) = range(26)
+NCNT = 26
 
 # per-instruction records
 I_EXEC, I_LINES, I_TCP, I_CONF, I_STALL, I_IDX = range(6)
 NREC = 6
 
 # trace kinds
-T_VALU, T_VMEM, T_LDS, T_SALU, T_BARRIER, T_STALL = range(6)
+T_VALU, T_VMEM, T_LDS, T_SALU, T_BARRIER, T_STALL, T_MFMA = range(7)
 
 # wave status
 S_EMPTY, S_RUN, S_BAR, S_DONE = 0, 1, 2, 3
@@ -372,7 +380,7 @@ def launch_wg(g, wg, t, pi, F, I, EX, NACT, SP, PC, READY, STATUS, SLOT_WG, RREA
         counters[N_WAVES] += 1
 
 
-def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_tab, lds_tab,
+def run(code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_tab, lds_tab,
         group_of, n_groups, group_lanes, gmem_f, gmem_i, sess_wgs, sess_off, sess_cu,
         counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe, err,
         l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty):
@@ -432,6 +440,8 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
     dbuf = np.zeros(4 * W, np.int64)
     bank_cnt = np.zeros(nbanks, np.int64)
     fvals = np.zeros(W, np.float64)
+    gvals = np.zeros(W, np.float64)
+    mfma_free = np.zeros(nsimd, np.float64)
     ivals = np.zeros(W, np.int64)
     clock = 0
 
@@ -445,6 +455,7 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
         l1_tag[:, :, :] = -1
         l1_lru[:, :, :] = 0
         valu_free[:] = 0.0
+        mfma_free[:] = 0.0
         cat_last[:, :] = -1.0
         l1_free = 0.0
         l2_free = 0.0
@@ -510,6 +521,9 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
             cat = code[pc, K_CAT]
             if cat == CAT_NONE or cat == CAT_BARRIER:
                 t = t0
+            elif cat == CAT_MFMA:  # waits for this SIMD's matrix core
+                t = issue_time(max(t0, mfma_free[simd]), simd, period, cat, cat_last, valu_free)
+                cat_last[simd, cat] = t
             else:
                 t = issue_time(t0, simd, period, cat, cat_last, valu_free)
                 cat_last[simd, cat] = t
@@ -945,6 +959,37 @@ def run(code, srcs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_
                 ur = d if isf else NF + d
                 RREADY[s, ur] = tl + steps * (ng + pi[P_LDSLAT] + valu_cyc)
                 RPROD[s, ur] = pc
+            elif op == OP_MFMA:
+                # every lane takes part (the validator requires full, uniform waves)
+                mdim = 32 if code[pc, K_WIDTH] == 0 else 16
+                kdim = 2 if mdim == 32 else 4
+                nacc = mdim * mdim // W
+                mcyc = float(code[pc, K_MULT])
+                row = code[pc, K_C]
+                for l in range(W):
+                    fvals[l] = np.float64(F[s, a, l])
+                    gvals[l] = np.float64(F[s, b, l])
+                for l in range(W):
+                    j = l % mdim
+                    for r in range(nacc):
+                        if mdim == 32:
+                            i = 8 * (r // 4) + 4 * (l // 32) + r % 4
+                        else:
+                            i = 4 * (l // 16) + r
+                        reg = mfma_regs[row, r]
+                        acc_v = np.float64(F[s, reg, l])
+                        for kk in range(kdim):
+                            acc_v += fvals[i + mdim * kk] * gvals[j + mdim * kk]
+                        F[s, reg, l] = acc_v
+                counters[N_MFMA] += 1
+                counters[N_MFMA_FLOPS] += 2 * mdim * mdim * kdim
+                trace_kind = T_MFMA
+                busy = float(period)
+                mfma_free[simd] = t + mcyc
+                for r in range(nacc):
+                    reg = mfma_regs[row, r]
+                    RREADY[s, reg] = t + mcyc
+                    RPROD[s, reg] = pc
             elif op == OP_BARRIER:
                 counters[N_BARRIERS] += 1
                 STATUS[s] = S_BAR

@@ -4,13 +4,14 @@ They are the simulator's known-answer tests and the benchmark mix: strided loads
 (coalescing), a stream (HBM bandwidth), a tile transpose through LDS with and without
 padding (bank conflicts), a b128 LDS pattern that only the measured phase grouping keeps
 conflict-free, a barrier-bound kernel, a row reduction (WaveReduce + Shuffle + LDS) and an
-LDS-tiled matmul.
+LDS-tiled matmul, and a matrix-core GEMM (``mfma_gemm``, CDNA only).
 """
 from __future__ import annotations
 
 from gpusim.program import (
-    Assign, Barrier, Buffer, For, If, Kernel, LdsArray, LdsLoad, LdsStore, Load, Scalar,
-    ScalarRef, Shuffle, Store, Var, WaveReduce, block_id, f32, fma, lane, thread_id, wave_id,
+    MFMA_SHAPES, Assign, Barrier, Buffer, For, If, Kernel, LdsArray, LdsLoad, LdsStore, Load,
+    Mfma, Scalar,
+    ScalarRef, Shuffle, Store, Var, WaveReduce, block_id, f32, fma, i32, lane, thread_id, wave_id,
 )
 
 
@@ -197,3 +198,35 @@ def saxpy(n: int, block: int = 256) -> Kernel:
     return Kernel("saxpy", (Buffer("x", "f32", (n,)), Buffer("y", "f32", (n,), "inout"),
                             Scalar("n"), Scalar("alpha", "f32")),
                   grid=-(-n // block), block=block, body=body)
+
+
+def mfma_gemm(m: int, n: int, k: int, shape: str = "32x32x2f32", waves: int = 1) -> Kernel:
+    """D = C + A @ B (all row-major f32) with one MFMA block per wave, straight from global
+    memory (no LDS): lane l reads A[m0 + l % M][k0 + l // M] and B[k0 + l // N][n0 + l % N]
+    each K step, and the accumulators start from C and are stored in the MFMA layout
+    (``program.mfma_acc_elem``). ``m``, ``n``, ``k`` are multiples of the block shape."""
+    bm, bn, bk, nacc, _ = MFMA_SHAPES[shape]
+    blocks_n = n // bn
+    nblocks = (m // bm) * blocks_n
+    assert m % bm == 0 and n % bn == 0 and k % bk == 0 and nblocks % waves == 0
+    l = lane()
+    blk = Var("blk", "i32")
+    m0, n0, kk = Var("m0", "i32"), Var("n0", "i32"), Var("kk", "i32")
+    a, b = Var("a"), Var("b")
+    acc = tuple(Var(f"acc{r}") for r in range(nacc))
+    # the accumulator layout (program.mfma_acc_elem) as index arithmetic: row(l, r), col l % N
+    half = l // 32 if bm == 32 else l // 16
+    rows = [(8 * (r // 4) + r % 4) + 4 * half if bm == 32 else 4 * half + r for r in range(nacc)]
+    body = [Assign(blk, block_id() * waves + wave_id()),
+            Assign(m0, (blk // blocks_n) * bm), Assign(n0, (blk % blocks_n) * bn)]
+    body += [Load((acc[r],), "C", (m0 + rows[r]) * n + n0 + l % bn) for r in range(nacc)]
+    body.append(For(kk, i32(0), i32(k), bk, (
+        Load((a,), "A", (m0 + l % bm) * k + kk + l // bm),
+        Load((b,), "B", (kk + l // bn) * n + n0 + l % bn),
+        Mfma(acc, a, b, shape),
+    )))
+    body += [Store("D", (m0 + rows[r]) * n + n0 + l % bn, (acc[r],)) for r in range(nacc)]
+    params = (Buffer("A", "f32", (m, k)), Buffer("B", "f32", (k, n)), Buffer("C", "f32", (m, n)),
+              Buffer("D", "f32", (m, n), "out"))
+    return Kernel(f"mfma_gemm_{shape}", params, grid=nblocks // waves, block=64 * waves,
+                  body=tuple(body), meta={"shape": shape})

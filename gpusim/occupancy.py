@@ -13,6 +13,11 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
 - at each point we add the temporaries of the statement's own expressions: one VGPR per
   per-lane operator node that is not the final result (a simple upper bound; the real
   compiler reuses some);
+- MFMA accumulators count like any f32 register (one VGPR each, live from their first
+  definition to their last read). Simplification: on gfx90a and later AGPRs and VGPRs
+  form one unified 512-entry file per lane, allocated together, so an accumulator costs
+  the same occupancy whether hipcc places it in an AGPR or a VGPR; ``v_accvgpr_read``/
+  ``write`` copies between the two halves are not counted;
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 

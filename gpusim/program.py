@@ -324,6 +324,65 @@ class WaveReduce(Stmt):
     op: str
 
 
+#: MFMA shapes (single-block f32 variants, CDNA wave64): name -> (M, N, K, accumulator
+#: registers per lane, the instruction hipcc issues).
+MFMA_SHAPES = {
+    "32x32x2f32": (32, 32, 2, 16, "v_mfma_f32_32x32x2f32"),
+    "16x16x4f32": (16, 16, 4, 4, "v_mfma_f32_16x16x4f32"),
+}
+MFMA_WAVE = 64  # MFMA is a wave64 instruction (CDNA only)
+
+
+def mfma_a_elem(shape: str, lane: int) -> tuple:
+    """(i, k): the element of A (M x K) that ``lane`` supplies as operand ``a``."""
+    m, _, _, _, _ = MFMA_SHAPES[shape]
+    return lane % m, lane // m
+
+
+def mfma_b_elem(shape: str, lane: int) -> tuple:
+    """(k, j): the element of B (K x N) that ``lane`` supplies as operand ``b``."""
+    _, n, _, _, _ = MFMA_SHAPES[shape]
+    return lane // n, lane % n
+
+
+def mfma_acc_elem(shape: str, lane: int, r: int) -> tuple:
+    """(i, j): the element of C/D (M x N) held by accumulator register ``r`` of ``lane``."""
+    m, n, _, _, _ = MFMA_SHAPES[shape]
+    if m == 32:
+        return 8 * (r // 4) + 4 * (lane // 32) + r % 4, lane % 32
+    return 4 * (lane // 16) + r, lane % 16
+
+
+@dataclass(frozen=True, eq=False)
+class Mfma(Stmt):
+    """acc += A @ B on the wave's matrix core: one ``v_mfma_f32_<shape>`` (CDNA only).
+
+    A whole-wave (64-lane) instruction: each lane supplies one f32 element of A (``a``)
+    and one of B (``b``), and holds ``len(acc)`` f32 elements of the M x N accumulator,
+    which is read (C) and written (D = C + A @ B). Lane mappings, for lane ``l`` and
+    accumulator register ``r`` (the layout of the CDNA ISA guides and AMD's matrix
+    instruction calculator; ``mfma_a_elem``/``mfma_b_elem``/``mfma_acc_elem`` compute them):
+
+    - ``32x32x2f32`` (M = N = 32, K = 2, 16 accumulators, 16 passes):
+      ``a`` = A[l % 32][l // 32], ``b`` = B[l // 32][l % 32];
+      ``acc[r]`` = C[8 * (r // 4) + 4 * (l // 32) + r % 4][l % 32]: column = lane % 32,
+      rows in groups of 4 registers, lanes 32-63 hold the 4 rows after lanes 0-31's.
+    - ``16x16x4f32`` (M = N = 16, K = 4, 4 accumulators, 8 passes):
+      ``a`` = A[l % 16][l // 16], ``b`` = B[l // 16][l % 16];
+      ``acc[r]`` = C[4 * (l // 16) + r][l % 16].
+
+    Only the single-block variants (no CBSZ/ABID/BLGP broadcast modifiers). Every lane of
+    the wave takes part: the validator requires a block that is a whole number of waves
+    and wave-uniform control flow around the statement. Products are exact in f64, the
+    K products and C are summed in f64 and rounded once to f32 (the hardware's internal
+    order is not specified; results agree to f32 rounding).
+    """
+    acc: tuple
+    a: Expr
+    b: Expr
+    shape: str = "32x32x2f32"
+
+
 # --------------------------------------------------------------------------- declarations
 @dataclass(frozen=True)
 class Buffer:

@@ -43,7 +43,7 @@ from gpusim.occupancy import occupancy
 from gpusim.program import DTYPE_BYTES, Kernel
 from gpusim.validate import validate
 
-TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall")
+TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma")
 BUFFER_ALIGN = 4096  # ASSUMPTION: each buffer starts on a 4 KiB boundary (hipMalloc gives >= 256 B)
 LDS_ALIGN = 16       # LDS arrays laid out in declaration order, 16 B aligned
 SAMPLE_ROUNDS = 3
@@ -73,7 +73,8 @@ class SimResult:
     @property
     def wave_insts(self) -> float:
         c = self.counters
-        return c["valu_insts"] + c["vmem_insts"] + c["lds_insts"] + c["salu_insts"] + c["branch_insts"]
+        return (c["valu_insts"] + c["vmem_insts"] + c["lds_insts"] + c["salu_insts"]
+                + c["branch_insts"] + c["mfma_insts"])
 
 
 _PROGRAM_CACHE: dict = {}
@@ -287,7 +288,7 @@ class _Launch:
         l2_dirty = np.zeros(l2_shape, np.uint8)
         gmem_f = self.gmem_f  # one launch per _Launch: run in place
         gmem_i = self.gmem_i
-        _engine(jit)(prog.code, prog.srcs, self.fconst_reg, self.fconst_val, self.iconst_reg,
+        _engine(jit)(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val, self.iconst_reg,
                      self.iconst_val, pi, self.pf, self.buf_tab, self.lds_tab, self.group_of,
                      self.n_groups, self.group_lanes, gmem_f, gmem_i, wgs, off, cus, counters,
                      per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err,
@@ -332,6 +333,7 @@ COUNTER_NAMES = {
     "lds_bank_conflict_cycles": E.N_LDS_CONF, "lds_idx_active_cycles": E.N_LDS_IDX,
     "barriers": E.N_BARRIERS, "global_load_bytes": E.N_GLD_BYTES,
     "global_store_bytes": E.N_GST_BYTES, "waves": E.N_WAVES, "stall_cycles": E.N_STALL,
+    "mfma_insts": E.N_MFMA, "mfma_flops": E.N_MFMA_FLOPS,
 }
 
 
@@ -413,7 +415,7 @@ def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars:
 
 def _per_inst(prog, rec, scale):
     """One record per memory / LDS / ALU statement, keyed by its walk-order index."""
-    from gpusim.program import Assign, LdsLoad, LdsStore, Load, Shuffle, Store, WaveReduce
+    from gpusim.program import Assign, LdsLoad, LdsStore, Load, Mfma, Shuffle, Store, WaveReduce
     stall = np.zeros(len(prog.statements))
     for pc in range(rec.shape[0]):
         si = prog.inst_stmt[pc]
@@ -421,14 +423,14 @@ def _per_inst(prog, rec, scale):
             stall[si] += rec[pc, E.I_STALL]
     out = []
     for si, s in enumerate(prog.statements):
-        if not isinstance(s, (Assign, Load, Store, LdsLoad, LdsStore, Shuffle, WaveReduce)):
+        if not isinstance(s, (Assign, Load, Store, LdsLoad, LdsStore, Shuffle, WaveReduce, Mfma)):
             continue
         pc = prog.stmt_main.get(si, -1)
         if pc is None or pc < 0:
             continue
         kind = {Load: "global_load", Store: "global_store", LdsLoad: "lds_load",
                 LdsStore: "lds_store", Shuffle: "shuffle", WaveReduce: "wave_reduce",
-                Assign: "alu"}[type(s)]
+                Assign: "alu", Mfma: "mfma"}[type(s)]
         out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, E.I_EXEC] * scale),
                         cache_lines=float(rec[pc, E.I_LINES] * scale),
                         tcp_accesses=float(rec[pc, E.I_TCP] * scale),

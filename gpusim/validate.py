@@ -18,6 +18,9 @@ Each check raises ``KernelError`` with a one-line message naming the problem and
   independent ids and constant-bound loop counters, not under a guard), or lies wholly
   outside it. Anything else is not a proof (interval analysis over-approximates), and
   the simulator still stops with a KernelError on any real out-of-bounds access;
+- MFMA: only on an arch with matrix cores (CDNA: gfx90a, gfx942), a known single-block
+  f32 shape with its number of distinct f32 accumulators, a block of whole waves, and
+  wave-uniform control flow around it (every lane takes part);
 - barriers under divergent control flow: an ``If``/``For`` whose condition varies across
   the lanes of a wave (thread_id, lane or per-lane registers) must not contain a Barrier.
 """
@@ -28,6 +31,7 @@ from gpusim.errors import KernelError
 from gpusim.hw import get_arch
 from gpusim.program import (
     Assign, Barrier, BinOp, Buffer, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load,
+    MFMA_SHAPES, Mfma,
     Scalar, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk,
 )
 
@@ -169,11 +173,15 @@ def validate(kernel, arch="gfx942", scalars: dict | None = None) -> None:
             if s.dst.dtype != s.value.dtype:
                 raise KernelError(f"{k.name}: {where} reduces a {s.value.dtype} into {s.dst.dtype} "
                                   f"register {s.dst.name!r}")
+        elif isinstance(s, Mfma):
+            _check_mfma(k, arch, s, where, check_var)
         elif not isinstance(s, Barrier):
             raise KernelError(f"{k.name}: {where} is not a statement the simulator knows")
 
     _check_defined(k)
-    _check_barriers(k, Uniformity(k.body))
+    uni = Uniformity(k.body)
+    _check_barriers(k, uni)
+    _check_mfma_uniform(k, uni)
     _check_alignment(k, arch, buffers, lds)
     _check_bounds(k, arch, buffers, lds, scalars)
 
@@ -214,9 +222,51 @@ def _check_defined(k):
                 defined.update(v.name for v in s.dsts)
             elif isinstance(s, (Shuffle, WaveReduce)):
                 defined.add(s.dst.name)
+            elif isinstance(s, Mfma):
+                defined.update(v.name for v in s.acc)
         return defined
 
     visit(k.body, set())
+
+
+def _check_mfma(k, arch, s, where, check_var):
+    if s.shape not in MFMA_SHAPES:
+        raise KernelError(f"{k.name}: {where} has MFMA shape {s.shape!r}; use one of "
+                          f"{', '.join(MFMA_SHAPES)}")
+    if s.shape not in arch.mfma_passes:
+        raise KernelError(f"{k.name}: {where}: {arch.name} has no matrix cores for "
+                          f"v_mfma_f32_{s.shape} (MFMA is CDNA only: gfx90a, gfx942); use FMA")
+    if k.block % arch.wave_size:
+        raise KernelError(f"{k.name}: {where}: MFMA needs whole waves, but block {k.block} is not a "
+                          f"multiple of {arch.wave_size}")
+    nacc = MFMA_SHAPES[s.shape][3]
+    if len(s.acc) != nacc:
+        raise KernelError(f"{k.name}: {where}: v_mfma_f32_{s.shape} has {nacc} accumulator registers "
+                          f"per lane, got {len(s.acc)}")
+    for v in s.acc:
+        if not isinstance(v, Var) or v.dtype != "f32":
+            raise KernelError(f"{k.name}: {where}: MFMA accumulators must be f32 registers")
+        check_var(v, where)
+    if len({v.name for v in s.acc}) != nacc:
+        raise KernelError(f"{k.name}: {where}: MFMA accumulators must be distinct registers")
+    if s.a.dtype != "f32" or s.b.dtype != "f32":
+        raise KernelError(f"{k.name}: {where}: MFMA operands a and b must be f32; cast them")
+
+
+def _check_mfma_uniform(k, uni: Uniformity):
+    def visit(body, divergent):
+        for s in body:
+            if isinstance(s, Mfma) and divergent:
+                raise KernelError(f"{k.name}: an Mfma sits under control flow that varies across "
+                                  f"lanes; every lane of the wave must execute it (guard loads, "
+                                  f"not the MFMA)")
+            if isinstance(s, If):
+                d = divergent or not uni.is_uniform(s.cond)
+                visit(s.then, d)
+                visit(s.orelse, d)
+            elif isinstance(s, For):
+                visit(s.body, divergent or not (uni.is_uniform(s.start) and uni.is_uniform(s.stop)))
+    visit(k.body, False)
 
 
 def _contains_barrier(body) -> bool:

@@ -25,6 +25,7 @@ KINDS = {
     "lds": ("L", "magenta", "LDS"),
     "barrier_wait": ("|", "yellow", "barrier wait"),
     "mem_stall": ("~", "red", "waiting on a load"),
+    "mfma": ("X", "cyan", "MFMA issue"),
 }
 IDLE = "·"
 LABEL_WIDTH = 16
@@ -131,7 +132,7 @@ class TimelineView:
         yield Text(f"{d.kernel}: wave timeline of CU 0, cycles {d.start:g}..{d.end:g} "
                    f"({d.bucket_cycles:.3g} cycles per column; {d.events} trace events; "
                    f"simulated CU time {d.total_cycles:.0f} cycles)", style="bold")
-        yield legend()
+        yield legend({k for r in d.rows for k in r.cycles})
         yield axis(d)
         for r in d.rows[:self.max_rows]:
             line = Text(f"{r.label:<{LABEL_WIDTH}}", style="dim", no_wrap=True)
@@ -147,9 +148,12 @@ class TimelineView:
         yield timeline_summary(d)
 
 
-def legend() -> Text:
+def legend(present=None) -> Text:
+    """The glyphs; MFMA only when the kernel issues any (``present``: kinds seen)."""
     out = Text("legend: ", no_wrap=False)
     for kind, (glyph, colour, name) in KINDS.items():
+        if kind == "mfma" and (present is None or kind not in present):
+            continue
         out.append(glyph, style=colour)
         out.append(f" {name}  ")
     out.append(IDLE, style="bright_black")

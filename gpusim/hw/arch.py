@@ -80,6 +80,9 @@ class Arch:
     wave_launch_cycles: int
     launch_overhead_us: float
     peak_fp32_flops_per_clk_per_cu: int
+    #: MFMA shape -> passes (one pass = 4 cycles of the SIMD's matrix core); empty: no
+    #: matrix cores (MFMA rejected by the validator).
+    mfma_passes: dict = field(default_factory=dict, compare=False, hash=False)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     # derived quantities --------------------------------------------------------------
@@ -104,6 +107,13 @@ class Arch:
     def l2_bytes_per_clk(self) -> float:
         """All L2 instances together."""
         return self.l2_bytes_per_clk_per_channel * self.l2_channels * self.l2_instances
+
+    #: cycles per MFMA pass (S17: SISchedule.td's WriteNPassMAI latencies are 4 * N).
+    MFMA_CYCLES_PER_PASS = 4
+
+    def mfma_cycles(self, shape: str) -> int:
+        """Cycles one MFMA of ``shape`` keeps its SIMD's matrix core busy."""
+        return self.mfma_passes[shape] * self.MFMA_CYCLES_PER_PASS
 
     def source(self, field_name: str) -> str:
         return self.sources.get(field_name, "")

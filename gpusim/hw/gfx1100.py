@@ -49,6 +49,7 @@ GFX1100 = Arch(
     wave_launch_cycles=32,
     launch_overhead_us=3.5,
     peak_fp32_flops_per_clk_per_cu=128,
+    mfma_passes={},
     sources={
         "num_cus": "S1: 96 CUs",
         "clock_ghz": "HARDWARE.md: 2.5 GHz boost",
@@ -86,6 +87,7 @@ GFX1100 = Arch(
         "barrier_cycles": "ASSUMPTION: one cycle",
         "wave_launch_cycles": "ASSUMPTION: ~32 cycles",
         "launch_overhead_us": "HARDWARE.md: ~3.5 us per batched dispatch (community report)",
+        "mfma_passes": "S1, S9: RDNA3 has no MFMA matrix cores (WMMA is not modelled)",
         "peak_fp32_flops_per_clk_per_cu": "ASSUMPTION: 64 lanes x FMA, dual-issue ignored",
     },
 )

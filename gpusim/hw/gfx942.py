@@ -48,6 +48,7 @@ GFX942 = Arch(
     wave_launch_cycles=32,
     launch_overhead_us=3.5,
     peak_fp32_flops_per_clk_per_cu=256,
+    mfma_passes={"32x32x2f32": 16, "16x16x4f32": 8},
     sources={
         "num_cus": "S1: 304 CUs, 38 per XCD",
         "clock_ghz": "S15: 2.1 GHz peak engine clock",
@@ -85,6 +86,9 @@ GFX942 = Arch(
         "barrier_cycles": "ASSUMPTION: one issue turn to release s_barrier",
         "wave_launch_cycles": "ASSUMPTION: ~32 cycles to launch a wave into a free slot",
         "launch_overhead_us": "HARDWARE.md: ~3.5 us per batched dispatch (community report)",
+        "mfma_passes": ("S17 (LLVM SISchedule.td, gfx940-class (CDNA3)): v_mfma_f32_32x32x2f32 16 passes, "
+                        "16x16x4f32 8 passes, 4 cycles per pass; cross-check S2/S3: 32*32*2*2 "
+                        "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU"),
         "peak_fp32_flops_per_clk_per_cu": "S2: 256 FP32 vector FLOPs/clk/CU (163 TFLOP/s)",
     },
 )
