@@ -176,3 +176,29 @@ def test_simulated_outputs_equal_reference(gi, swizzle):
     res, ref = run_functional(g, k)
     for o in g.outputs:
         np.testing.assert_allclose(res.outputs[o], ref[o], rtol=1e-4, atol=1e-4)
+
+
+MFMA_TILES = [dict(BM=32, BN=32, BK=16, TM=32, TN=32, KW=1),
+              dict(BM=32, BN=32, BK=64, TM=16, TN=16, KW=4)]
+
+
+@pytest.mark.skipif(not hasattr(gpusim, "simulate"), reason="gpusim.simulate missing")
+@pytest.mark.parametrize("model", [models.conv_add_relu, models.conv_add_relu_mismatch])
+@pytest.mark.parametrize("swizzle", ["none", "after_fusion", "before_fusion"])
+@pytest.mark.parametrize("tile", MFMA_TILES, ids=["32x32x2", "16x16x4-splitk"])
+def test_mfma_conv_kernels_match_numpy(model, swizzle, tile):
+    """mma=mfma, ragged M = 49 (guards), every swizzle placement: equal to numpy."""
+    g = model(**SMALL)
+    k = lower_contraction(g, whole(g), {**TILE, **tile, "lds_pad": 4, "swizzle": swizzle,
+                                        "mma": "mfma"}, "gfx942")
+    assert any(isinstance(s, P.Mfma) for s in P.walk(k.body))
+    res, ref = run_functional(g, k)
+    np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-4, atol=1e-4)
+    assert res.counters["mfma_insts"] > 0
+
+
+def test_mfma_is_refused_where_there_are_no_matrix_cores():
+    g = models.conv_add_relu(**SMALL)
+    with pytest.raises(LoweringError, match="MFMA|mfma"):
+        lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4, "mma": "mfma"},
+                          "gfx1100")

@@ -41,8 +41,15 @@ Output swizzle (knob ``swizzle``), rocMLIR's question:
 The output tile in LDS reuses the staging space; its inner dimension is padded by one
 vector (SV elements), so rows stay aligned for the wide read-back.
 
-Simplifications: f32 math (f16 buffers widen on load); FMA only (no MFMA); no software
-pipelining or double buffering; dispatch outputs must have the root's shape.
+Matrix cores (knob ``mma``, default ``fma``): ``mfma`` gives each wave one TM x TN = 32x32
+(v_mfma_f32_32x32x2f32) or 16x16 (16x16x4f32) block of the tile, A/B fragments read from
+the same K-innermost LDS tiles, accumulators in the MFMA layout (``gpusim.program.Mfma``);
+split-K, the swizzle placements and the epilogue work on that layout unchanged in meaning
+(none/after_fusion: epilogue and residual reads per accumulator in the MFMA layout;
+before_fusion: LDS round trip first). CDNA only; not yet in the schedule space.
+
+Simplifications: f32 math (f16 buffers widen on load); no software pipelining or double
+buffering; dispatch outputs must have the root's shape.
 """
 from __future__ import annotations
 
@@ -58,8 +65,11 @@ from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, o
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")
+MMAS = ("fma", "mfma")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
-            "vec_a": 1, "vec_b": 1, "swizzle": "none"}
+            "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma"}
+#: mma=mfma: the wave block TM x TN picks the instruction.
+MFMA_FOR_BLOCK = {32: "32x32x2f32", 16: "16x16x4f32"}
 
 
 # ------------------------------------------------------------- numbers-or-IR arithmetic
@@ -392,20 +402,49 @@ def read_width(s) -> int:
     return 1
 
 
+def mfma_read_width(s) -> int:
+    """mma=mfma: each lane reads a run of (BK/KW)/k consecutive K elements (its k slot's
+    share of the wave group's K slice); the widest aligned LDS read that divides it."""
+    steps = (int(s["BK"]) // int(s.get("KW", 1))) // P.MFMA_SHAPES[MFMA_FOR_BLOCK[int(s["TM"])]][2]
+    if s["lds_pad"] == 1:
+        return 1
+    for w in (4, 2):
+        if steps % w == 0:
+            return w
+    return 1
+
+
 def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65536) -> str:
     """'' when the schedule is legal for this GEMM, else the reason."""
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     KW = int(s.get("KW", 1))
+    mma = s.get("mma", "fma")
+    if mma not in MMAS:
+        return f"mma={mma!r} not in {MMAS}"
     if BM % TM or BN % TN:
         return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
     group = (BM // TM) * (BN // TN)
+    if mma == "mfma":
+        if wave_size != 64:
+            return "mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942)"
+        if TM != TN or TM not in MFMA_FOR_BLOCK:
+            return f"mma=mfma: the wave block TMxTN={TM}x{TN} must be 32x32 or 16x16"
+        shape = MFMA_FOR_BLOCK[TM]
+        kstep, nacc = P.MFMA_SHAPES[shape][2], P.MFMA_SHAPES[shape][3]
+        if s["lds_pad"] == "xor":
+            return "mma=mfma reads LDS with plain row addresses; lds_pad=xor is not supported"
+        if BK % KW or (BK // KW) % kstep:
+            return f"mma=mfma: each wave group's K slice BK/KW must be a multiple of {kstep}"
+        if KW not in (1, 2, 4, 8, 16) or nacc % KW:
+            return f"KW={KW} must divide the {nacc} MFMA accumulators per lane"
+        group *= wave_size  # one wave per TM x TN block
     threads = group * KW
     if threads > 1024:
         return f"{threads} threads per workgroup > 1024"
     if group % wave_size:
         return (f"{group} threads per K group is not a whole number of waves "
                 f"({wave_size}): each wave must own one K slice")
-    if KW not in (1, 2, 4, 8, 16) or BK % KW or (TM * TN) % KW:
+    if mma == "fma" and (KW not in (1, 2, 4, 8, 16) or BK % KW or (TM * TN) % KW):
         return f"KW={KW} must divide BK={BK} and the {TM * TN} accumulators per thread"
     if s["lds_pad"] not in LDS_PADS:
         return f"lds_pad={s['lds_pad']!r} not in {LDS_PADS}"
@@ -451,9 +490,12 @@ def lds_elems(gemm, s) -> int:
 
 def vgpr_estimate(s, threads) -> int:
     """Accumulators + one K-vector of A and B per micro-tile row/column + staged elements
-    + LDS row addresses + index registers."""
+    + LDS row addresses + index registers (mfma: the block's accumulators per lane)."""
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     staging = ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)
+    if s.get("mma", "fma") == "mfma":
+        nacc = P.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][3]
+        return nacc + 2 * mfma_read_width(s) + staging + 2 + 16
     return TM * TN + read_width(s) * (TM + TN) + staging + TM + TN + 16
 
 
@@ -470,12 +512,22 @@ def _arch_limits(arch_name):
         return (32 if arch_name.startswith("gfx11") else 64), 65536
 
 
+def _arch_has_mfma(arch_name) -> bool:
+    try:
+        from gpusim.hw import get_arch
+        return bool(get_arch(arch_name).mfma_passes)
+    except Exception:  # unknown arch names: only the CDNA ones have matrix cores
+        return str(arch_name).startswith(("gfx90a", "gfx94"))
+
+
 def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) -> P.Kernel:
     """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in."""
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
     wave_size, lds_limit = _arch_limits(arch_name)
     why = check_schedule(gemm, s, wave_size, lds_limit)
+    if not why and s["mma"] == "mfma" and not _arch_has_mfma(arch_name):
+        why = f"mma=mfma: {arch_name} has no MFMA matrix cores (CDNA only)"
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:
@@ -502,6 +554,14 @@ def _defs(stmts):
     return out
 
 
+def _acc_row(shape, lane, r):
+    """Row of accumulator register ``r`` of ``lane`` in the MFMA layout, as IR
+    (``gpusim.program.mfma_acc_elem``)."""
+    if P.MFMA_SHAPES[shape][0] == 32:
+        return iadd(imul(idiv(lane, 32), 4), 8 * (r // 4) + r % 4)
+    return iadd(imul(idiv(lane, 16), 4), r)
+
+
 class _Builder:
     def __init__(self, graph, dispatch, gemm, s, arch):
         self.g, self.d, self.gemm, self.s, self.arch = graph, dispatch, gemm, s, arch
@@ -509,6 +569,10 @@ class _Builder:
                                                        ("BM", "BN", "BK", "TM", "TN"))
         self.KW = int(s.get("KW", 1))
         self.group = (self.BM // self.TM) * (self.BN // self.TN)
+        self.mma = s.get("mma", "fma")
+        if self.mma == "mfma":  # one wave per TM x TN block, 64 lanes each
+            self.shape = MFMA_FOR_BLOCK[self.TM]
+            self.group *= P.MFMA_WAVE
         self.threads = self.group * self.KW
         self.pad = _pad_elems(s["lds_pad"])
         self.row_len = self.BK + self.pad
@@ -594,6 +658,8 @@ class _Builder:
 
     # ---------------------------------------------------------------- build
     def build(self) -> P.Kernel:
+        if self.mma == "mfma":
+            return self.build_mfma()
         gm, s = self.gemm, self.s
         BM, BN, BK, TM, TN, KW = self.BM, self.BN, self.BK, self.TM, self.TN, self.KW
         tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
@@ -697,8 +763,17 @@ class _Builder:
         if KW > 1:
             self.combine_split_k(acc)
 
-        ms = [self.let(f"m{i}", iadd(m0, iadd(tx, i * tm_thr))) for i in range(TM)]
-        ns = [self.let(f"n{j}", iadd(n0, iadd(ty, j * tn_thr))) for j in range(TN)]
+        mls = [iadd(tx, i * tm_thr) for i in range(TM)]
+        nls = [iadd(ty, j * tn_thr) for j in range(TN)]
+        return self.finish(b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n)
+
+    def finish(self, b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n):
+        """The epilogue (per swizzle placement) and the kernel: ``acc[i][j]`` holds the
+        tile element (mls[i], nls[j]) (local rows and columns of the block tile)."""
+        gm, s = self.gemm, self.s
+        BM, BN, TM, TN = self.BM, self.BN, len(mls), len(nls)
+        ms = [self.let(f"m{i}", iadd(m0, ml)) for i, ml in enumerate(mls)]
+        ns = [self.let(f"n{j}", iadd(n0, nl)) for j, nl in enumerate(nls)]
         sv = gm.swizzle_width(BM, BN)
         swz = s["swizzle"]
         if swz == "none":
@@ -708,13 +783,13 @@ class _Builder:
             for oi, o in enumerate(self.d.outputs):
                 if oi:
                     self.body.append(P.Barrier())
-                self.write_ctile(tx, ty, [[results.get((o, i, j)) for j in range(TN)]
-                                          for i in range(TM)], sv)
+                self.write_ctile(mls, nls, [[results.get((o, i, j)) for j in range(TN)]
+                                            for i in range(TM)], sv)
                 self.body.append(P.Barrier())
                 self.read_ctile_and_store(b, m0, n0, sv, lambda regs, idxs, o=o: {o: regs},
                                           [o])
         else:
-            self.write_ctile(tx, ty, acc, sv)
+            self.write_ctile(mls, nls, acc, sv)
             self.body.append(P.Barrier())
             self.read_ctile_and_store(b, m0, n0, sv, self.epilogue_vector, self.d.outputs)
 
@@ -730,6 +805,8 @@ class _Builder:
                 "schedule": dict(s), "gemm": {"batch": gm.batch, "M": gm.M, "N": gm.N,
                                               "K": gm.K},
                 "threads": self.threads, "swizzle_width": sv, "lds_read_width": rv,
+                "mma": self.mma,
+                "mfma_shape": self.shape if self.mma == "mfma" else None,
                 "operand_inner": {"A": gm.A.inner, "B": gm.B.inner},
                 "extra_inputs": extras,
                 "epilogue_loads": list(self.em.loads)}
@@ -737,6 +814,90 @@ class _Builder:
                         grid=gm.batch * tiles_m * tiles_n, block=self.threads,
                         body=tuple(self.body),
                         lds=(P.LdsArray("lds", "f32", (lds_size,)),), meta=meta)
+
+    def build_mfma(self) -> P.Kernel:
+        """mma=mfma: wave w of K group kg owns the TM x TN block (w % (BM/TM), w // (BM/TM))
+        and accumulates it with one MFMA per K step in the MFMA accumulator layout.
+
+        The K slice of a wave group (BK/KW elements) is split among the MFMA's k slots:
+        lane l (slot l // TM) supplies, at step q, A and B at k = slot * steps + q, so each
+        lane reads a run of consecutive K from the K-innermost LDS tiles (a vector read
+        per ``mfma_read_width``); every k is summed exactly once.
+        """
+        gm, s = self.gemm, self.s
+        BM, BN, BK, TM, TN, KW = self.BM, self.BN, self.BK, self.TM, self.TN, self.KW
+        shape = self.shape
+        _, _, ks, nacc, _ = P.MFMA_SHAPES[shape]
+        tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
+        va, vb = int(s["vec_a"]), int(s["vec_b"])
+        rv = mfma_read_width(s)
+        bkw = BK // KW
+        steps = bkw // ks
+        t = P.thread_id()
+        bid = P.block_id()
+        per_batch = tiles_m * tiles_n
+        b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else P.i32(0)
+        rest = imod(bid, per_batch) if gm.batch > 1 else bid
+        m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
+        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
+        waves_m = BM // TM
+        wave = P.wave_id()
+        if KW > 1:
+            kg = self.let("kg", idiv(t, self.group))   # K group: wave-uniform
+            tig = self.let("tig", imod(t, self.group))
+            wg = imod(wave, self.group // P.MFMA_WAVE)
+        else:
+            kg, tig, wg = P.i32(0), t, wave
+        self.kg, self.tig = kg, tig
+        wm = self.let("wm", imul(imod(wg, waves_m), TM))   # wave block origin in the tile
+        wn = self.let("wn", imul(idiv(wg, waves_m), TN))
+        lane = P.lane()
+        acc_regs = tuple(self.let(f"acc{r}", P.f32(0.0)) for r in range(nacc))
+        a_base, b_base = 0, BM * self.row_len
+        # LDS addresses of this lane's run: row (m or n) = block origin + lane % TM,
+        # k = kg * bkw + (lane // TM) * steps
+        kofs = iadd(imul(kg, bkw), imul(idiv(lane, TM), steps)) if KW > 1 else \
+            imul(idiv(lane, TM), steps)
+        ra = self.let("ra", iadd(a_base, iadd(imul(iadd(wm, imod(lane, TM)), self.row_len), kofs)))
+        rb = self.let("rb", iadd(b_base, iadd(imul(iadd(wn, imod(lane, TN)), self.row_len), kofs)))
+        nk = ceil_div(gm.K, BK)
+        kt = self.var("kt")
+        k0 = self.var("k0")
+
+        def stage_tile(kstart):
+            lo, st = [], []
+            self.stage(gm.A, va, (BM, BK), a_base, m0, kstart, b, lo, st, "c")
+            self.stage(gm.B, vb, (BK, BN), b_base, kstart, n0, b, lo, st, "r")
+            return lo, st
+
+        lo, st = stage_tile(P.i32(0))
+        self.body += lo + st + [P.Barrier()]
+
+        def compute():
+            out = []
+            for q0 in range(0, steps, rv):
+                av = tuple(self.var("fa", "f32") for _ in range(rv))
+                bv = tuple(self.var("fb", "f32") for _ in range(rv))
+                out.append(P.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
+                out.append(P.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
+                for e in range(rv):
+                    out.append(P.Mfma(acc_regs, av[e], bv[e], shape))
+            return out
+
+        if nk > 1:
+            kbody: list = [P.Assign(k0, imul(iadd(kt, 1), BK))]
+            lo, st = stage_tile(k0)
+            kbody += lo + compute() + [P.Barrier()] + st + [P.Barrier()]
+            self.body.append(P.For(kt, P.i32(0), P.i32(nk - 1), 1, tuple(kbody)))
+        self.body += compute() + [P.Barrier()]
+        # from here on the epilogue sees an (nacc x 1) accumulator grid per lane
+        acc = [[r] for r in acc_regs]
+        self.TM, self.TN = nacc, 1
+        if KW > 1:
+            self.combine_split_k(acc)
+        mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
+        nls = [iadd(wn, imod(lane, TN))]
+        return self.finish(b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n)
 
     # ---------------------------------------------------------------- split-K combine
     def owner(self, i, j):
@@ -836,14 +997,13 @@ class _Builder:
             return iadd(imul(ml, self.BN + sv), nl)
         return iadd(imul(nl, self.BM + sv), ml)
 
-    def write_ctile(self, tx, ty, vals, sv):
-        """Each thread writes its (owned) TM x TN values at their tile positions."""
-        tm_thr, tn_thr = self.BM // self.TM, self.BN // self.TN
-        for i in range(self.TM):
-            for j in range(self.TN):
+    def write_ctile(self, mls, nls, vals, sv):
+        """Each thread writes its (owned) values at their tile positions (mls[i], nls[j])."""
+        for i in range(len(mls)):
+            for j in range(len(nls)):
                 if self.KW > 1 and vals[i][j] is None:
                     continue
-                idx = self.ctile_index(iadd(tx, i * tm_thr), iadd(ty, j * tn_thr), sv)
+                idx = self.ctile_index(mls[i], nls[j], sv)
                 self.body += self.owned(i, j, [P.LdsStore("lds", idx, (vals[i][j],))])
 
     def read_ctile_and_store(self, b, m0, n0, sv, compute, outputs):
