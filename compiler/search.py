@@ -173,7 +173,7 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
             raise SearchError(f"{where}: every candidate with the pinned knobs is illegal: "
                               f"{matching[0].reason}")
         space = matching
-    legal = [c for c in space if c.legal]
+    legal = [c for c in space if c.legal and (not c.opt_in or c.opt_in in relevant)]
     illegal = [c for c in space if not c.legal]
     if budget is not None and len(legal) > budget:
         rng = random.Random(seed)
@@ -255,8 +255,13 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     fixed = fixed or {}
     plans = []
     jobs = []
-    for d in dispatches:
-        space = schedule_space(graph, d, arch)
+    spaces = [(d, schedule_space(graph, d, arch)) for d in dispatches]
+    known = {k for _, space in spaces for c in space for k in c.knobs}
+    unknown = sorted(set(fixed) - known)
+    if unknown:
+        raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
+                          f"knob; its knobs are: {', '.join(sorted(known))}")
+    for d, space in spaces:
         legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
         plans.append((d, legal, illegal))
         jobs.extend((graph, d, c.knobs, arch) for c in legal)

@@ -18,6 +18,10 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   form one unified 512-entry file per lane, allocated together, so an accumulator costs
   the same occupancy whether hipcc places it in an AGPR or a VGPR; ``v_accvgpr_read``/
   ``write`` copies between the two halves are not counted;
+- i32 registers that differ only by a constant (``m1 = base + 1``, ``m2 = base + 2``:
+  the index rows of a tile) share one register: hipcc keeps the base and folds the
+  constants into instruction offsets or recomputes them with one add, so such a family
+  is counted as one register live over the union of its members' ranges;
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
@@ -35,11 +39,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusim.analysis import Uniformity, expr_children, expr_vars, stmt_defs, stmt_exprs
+from gpusim.analysis import (Uniformity, expr_children, expr_key, expr_vars, stmt_defs,
+                             stmt_exprs)
 from gpusim.errors import KernelError
 from gpusim.hw import get_arch
 from gpusim.program import (
-    Const, For, If, LdsLoad, LdsStore, Load, ScalarRef, Special, Store, Var, walk,
+    Assign, BinOp, Const, For, If, LdsLoad, LdsStore, Load, ScalarRef, Special, Store, Var, walk,
 )
 
 
@@ -57,6 +62,34 @@ def _temps(e, uni: Uniformity) -> int:
     return n
 
 
+def _offset_family(e):
+    """The non-constant terms of an i32 add chain (None when there are none)."""
+    terms, stack = [], [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, BinOp) and x.op == "add":
+            stack.extend((x.a, x.b))
+        elif not isinstance(x, Const):
+            terms.append(expr_key(x))
+    return tuple(sorted(terms, key=repr)) or None
+
+
+def _offset_aliases(body) -> dict:
+    """register -> representative, for single-definition i32 registers whose values
+    differ only by a constant (see the module docstring)."""
+    defs = {}
+    for s in walk(body):
+        for v in stmt_defs(s):
+            defs[v.name] = defs.get(v.name, 0) + 1
+    alias, family_rep = {}, {}
+    for s in walk(body):
+        if isinstance(s, Assign) and s.dst.dtype == "i32" and defs[s.dst.name] == 1:
+            fam = _offset_family(s.value)
+            if fam is not None:
+                alias[s.dst.name] = family_rep.setdefault(fam, s.dst.name)
+    return alias
+
+
 def estimate_vgprs(kernel, arch="gfx942") -> int:
     """VGPRs per lane the kernel needs, by the live-range rule in the module docstring."""
     uni = Uniformity(kernel.body)
@@ -64,6 +97,7 @@ def estimate_vgprs(kernel, arch="gfx942") -> int:
     for s in walk(kernel.body):
         for v in stmt_defs(s):
             dtypes[v.name] = v.dtype
+    alias = _offset_aliases(kernel.body)
 
     def is_vgpr(name):
         return name in uni.per_lane or dtypes.get(name) == "f32"
@@ -77,8 +111,9 @@ def estimate_vgprs(kernel, arch="gfx942") -> int:
             reads = set()
             for e in stmt_exprs(s):
                 expr_vars(e, reads)
+            reads = {alias.get(r, r) for r in reads}
             temps = sum(_temps(e, uni) for e in stmt_exprs(s))
-            defs = {v.name for v in stmt_defs(s)}
+            defs = {alias.get(v.name, v.name) for v in stmt_defs(s)}
             points.append((reads, defs, temps))
             if isinstance(s, For):
                 start = len(points) - 1

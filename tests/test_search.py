@@ -85,6 +85,8 @@ def test_fix_pins_a_knob_and_rejects_unknown_values():
         {"swizzle": "before_fusion", "vector": 4}
     with pytest.raises(SearchError, match="KNOB=VALUE"):
         parse_fixes(["vector"])
+    with pytest.raises(SearchError, match="no dispatch of this model has that knob"):
+        tune_dispatches(g, plan.dispatches, "gfx942", fixed={"swizle": "none"})
 
 
 def _zero_stores(stmts):
@@ -137,3 +139,16 @@ def test_tune_cli_bad_pin_is_a_one_line_error(capsys):
     assert main(["tune", "softmax", "--fix", "vector=3"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("wavefuse: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_mfma_tiles_are_opt_in():
+    g = load_model("conv_add_relu:c=256,k=64")
+    plan = fuse(g)
+    default = tune_dispatches(g, plan.dispatches, "gfx942", budget=40)
+    assert {c.knobs["mma"] for c in default[0].candidates} == {"fma"}
+    pinned = tune_dispatches(g, plan.dispatches, "gfx942", budget=4, fixed={"mma": "mfma"})
+    assert {c.knobs["mma"] for c in pinned[0].candidates} == {"mfma"}
+    verify_dispatches(g, pinned, "gfx942")
+    assert pinned[0].verified
+    with pytest.raises(SearchError, match="every candidate with the pinned knobs is illegal"):
+        tune_dispatches(g, plan.dispatches, "gfx1100", fixed={"mma": "mfma"})

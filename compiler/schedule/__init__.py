@@ -16,6 +16,9 @@ class Candidate:
     knobs: dict
     legal: bool = True
     reason: str = ""
+    #: a knob the user must pin (``--fix KNOB=VALUE``) before the search tries this point;
+    #: for schedules the model cannot yet score as well as the rest (see the space's doc)
+    opt_in: str = ""
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.knobs.items())
