@@ -15,12 +15,17 @@ operand computed by a fused elementwise producer is evaluated by the ValueEmitte
 scalar loads.
 
 The kernel. A workgroup owns a BM x BN output tile of one batch; each of its
-(BM/TM)*(BN/TN) threads owns TM x TN accumulators (distinct registers). The K loop stages
-a BM x BK tile of A and a BK x BN tile of B in LDS, each stored with its *contiguous*
-global dimension innermost so the staging store is as wide as the global load; the
-``lds_pad`` knob pads that inner dimension by one element (row stride odd: conflict-free
-column reads, but vector staging stores split into scalars) or XOR-swizzles it at vector
-granularity (keeps vectors whole).
+(BM/TM)*(BN/TN) thread positions owns TM x TN accumulators (distinct registers), and
+``KW`` wave groups split every K tile between them (in-workgroup split-K: more waves per
+CU for small-M GEMMs that cannot fill the GPU with workgroups; the partial tiles are
+summed through LDS, each group finishing TM*TN/KW of the accumulators). The K loop stages
+BM x BK of A and BN x BK of B in LDS with K innermost, so each micro-tile row is one
+vector LDS read along K; global loads of the next K tile are issued before the FMAs of
+the current one (register prefetch; the last tile is peeled so every index stays in
+bounds). The ``lds_pad`` knob pads the LDS rows by 0, 1 (odd stride: scalar LDS reads) or
+4 elements (one 16 B vector: rows stay aligned), or XOR-swizzles them at vector
+granularity; staging writes that transpose (a vector along M or N) become b32 writes, so
+their bank conflicts show in the counters.
 
 The accumulator layout mimics MFMA's: thread t owns rows ``t % (BM/TM) + i*(BM/TM)`` and
 columns ``t // (BM/TM) + j*(BN/TN)``. Consecutive lanes hold consecutive rows M, and a
@@ -46,10 +51,11 @@ Matrix cores (knob ``mma``, default ``fma``): ``mfma`` gives each wave one TM x 
 the same K-innermost LDS tiles, accumulators in the MFMA layout (``gpusim.program.Mfma``);
 split-K, the swizzle placements and the epilogue work on that layout unchanged in meaning
 (none/after_fusion: epilogue and residual reads per accumulator in the MFMA layout;
-before_fusion: LDS round trip first). CDNA only; not yet in the schedule space.
+before_fusion: LDS round trip first). CDNA only; opt-in in the schedule space
+(``--fix mma=mfma``, see ``compiler.schedule.contraction``).
 
-Simplifications: f32 math (f16 buffers widen on load); no software pipelining or double
-buffering; dispatch outputs must have the root's shape.
+Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
+LDS double buffering; dispatch outputs must have the root's shape.
 """
 from __future__ import annotations
 
