@@ -34,8 +34,10 @@ import numpy as np
 from gpusim.program import (
     Assign, Barrier, BinOp, Buffer, Cast, Const, DTYPE_BYTES, Expr, Fma, For, If, Kernel,
     LdsLoad, LdsStore, Load, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Special, Store,
-    UnOp, Var, WaveReduce, as_expr,
+    UnOp, Var, WaveReduce, as_expr, walk,
 )
+
+from gpusim.analysis import expr_children, stmt_exprs
 
 from .names import Namer
 
@@ -144,30 +146,20 @@ def _collect_refs(body, pos=(), refs=None, dtypes=None, loops=frozenset()):
             _collect_refs(s.orelse, p + (1,), refs, dtypes, loops)
 
 
+def _expr_nodes(body):
+    """Every expression node the statements of ``body`` read (nested bodies included)."""
+    stack = [e for st in walk(body) for e in stmt_exprs(st) if isinstance(e, Expr)]
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(expr_children(e))
+
+
 def _all_var_dtypes(body, dtypes):
     """Register dtypes from reads too (a register may be read but never written)."""
-    def visit(e):
-        if isinstance(e, Var):
-            if dtypes.setdefault(e.name, e.dtype) != e.dtype:
-                raise TypeError(f"register {e.name!r} is used as both {dtypes[e.name]} and {e.dtype}")
-        for child in ("a", "b", "c", "cond"):
-            sub = getattr(e, child, None)
-            if isinstance(sub, Expr):
-                visit(sub)
-    for s in body:
-        for attr in ("value", "index", "start", "stop", "cond"):
-            e = getattr(s, attr, None)
-            if isinstance(e, Expr):
-                visit(e)
-        for v in getattr(s, "values", ()) or ():
-            visit(v)
-        if isinstance(s, Mfma):
-            for v in (s.a, s.b) + tuple(s.acc):
-                visit(v)
-        if isinstance(s, For):
-            _all_var_dtypes(s.body, dtypes)
-        elif isinstance(s, If):
-            _all_var_dtypes(s.then, dtypes); _all_var_dtypes(s.orelse, dtypes)
+    for e in _expr_nodes(body):
+        if isinstance(e, Var) and dtypes.setdefault(e.name, e.dtype) != e.dtype:
+            raise TypeError(f"register {e.name!r} is used as both {dtypes[e.name]} and {e.dtype}")
 
 
 def plan_declarations(body):
@@ -261,26 +253,7 @@ class _Printer:
             raise KeyError(f"kernel {self.k.name!r} has no LDS array {name!r}") from None
 
     def _mark_specials(self, body):
-        def visit(e):
-            if isinstance(e, Special):
-                self.specials_used.add(e.name)
-            for child in ("a", "b", "c", "cond"):
-                sub = getattr(e, child, None)
-                if isinstance(sub, Expr):
-                    visit(sub)
-        for s in body:
-            for attr in ("value", "index", "start", "stop", "cond"):
-                e = getattr(s, attr, None)
-                if isinstance(e, Expr):
-                    visit(e)
-            for v in getattr(s, "values", ()) or ():
-                visit(v)
-            if isinstance(s, Mfma):
-                visit(s.a); visit(s.b)
-            if isinstance(s, For):
-                self._mark_specials(s.body)
-            elif isinstance(s, If):
-                self._mark_specials(s.then); self._mark_specials(s.orelse)
+        self.specials_used.update(e.name for e in _expr_nodes(body) if isinstance(e, Special))
 
     # expressions ----------------------------------------------------------------------
     def expr(self, e) -> str:
@@ -531,7 +504,7 @@ class _Printer:
         self.lines = [self.signature() + " {"]
         for a in self.k.lds:
             width = max([len(getattr(s, "dsts", ()) or getattr(s, "values", ()))
-                         for s in _walk(self.k.body)
+                         for s in walk(self.k.body)
                          if isinstance(s, (LdsLoad, LdsStore)) and s.array == a.name] or [1])
             align = max(4, width * DTYPE_BYTES[a.dtype])
             dims = " * ".join(str(int(d)) for d in a.shape) or "1"
@@ -564,11 +537,6 @@ _OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": 
 
 
 _OPS_CMP = ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor")
-
-
-def _walk(body):
-    from gpusim.program import walk
-    return walk(body)
 
 
 def kernel_c_name(kernel: Kernel, namer: Namer | None = None) -> str:
