@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusim.program import Buffer, Kernel, Scalar
+from gpusim.program import Kernel, Scalar
 
 from .emit import emit_kernel
 from .harness import (DEFAULT_TOLERANCE, ArraySpec, LaunchSpec, Plan, cmakelists, hipcc_command,

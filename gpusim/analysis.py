@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from gpusim.program import (
-    Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
+    Assign, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
     Mfma, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce,
 )
 

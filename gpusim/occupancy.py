@@ -44,7 +44,7 @@ from gpusim.analysis import (Uniformity, expr_children, expr_key, expr_vars, stm
 from gpusim.errors import KernelError
 from gpusim.hw import get_arch
 from gpusim.program import (
-    Assign, BinOp, Const, For, If, LdsLoad, LdsStore, Load, ScalarRef, Special, Store, Var, walk,
+    Assign, BinOp, Const, For, If, Load, ScalarRef, Special, Store, Var, walk,
 )
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpusim import engine as E
-from gpusim.compile import DTYPE_BYTES
 from gpusim.errors import KernelError
 from gpusim.hw import get_arch
 from gpusim.occupancy import occupancy

@@ -30,7 +30,6 @@ touch every line (pessimistic for data shared across CUs).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,8 +102,7 @@ def _group_tables(arch):
     W = arch.wave_size
     group_of = np.zeros((2, 3, W), np.int64)
     n_groups = np.zeros((2, 3), np.int64)
-    gsize = max(len(g) for rw in (False, True) for b in (4, 8, 16) for g in arch.lds_groups(b, rw))
-    group_lanes = np.zeros((2, 3, 8 if W >= 64 else 8, W), np.int64)
+    group_lanes = np.zeros((2, 3, 8, W), np.int64)
     for rw, write in enumerate((False, True)):
         for wc, nbytes in enumerate((4, 8, 16)):
             groups = arch.lds_groups(nbytes, write)

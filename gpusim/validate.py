@@ -30,9 +30,8 @@ from gpusim.analysis import Divisibility, Intervals, Uniformity, stmt_exprs, INF
 from gpusim.errors import KernelError
 from gpusim.hw import get_arch
 from gpusim.program import (
-    Assign, Barrier, BinOp, Buffer, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load,
-    MFMA_SHAPES, Mfma,
-    Scalar, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk,
+    Assign, Barrier, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
+    MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Store, UnOp, Var, WaveReduce, walk,
 )
 
 REDUCE_OPS = ("sum", "max", "min")

@@ -136,7 +136,7 @@ def softmax_row(cols=256, rows=32):
 
 def shuffle_down_sum(n=N_ELEM):
     """A manual tree with __shfl_down; lane 0 of each wave writes its wave's sum."""
-    t, v, o = Var("t"), Var("v"), Var("o")
+    v, o = Var("v"), Var("o")
     body = [Load((v,), "x", block_id() * 256 + thread_id())]
     for off in (32, 16, 8, 4, 2, 1):
         body += [Shuffle(o, v, "down", off), Assign(v, v + o)]

@@ -7,7 +7,7 @@ import pytest
 from gpusim import ARCHES, KernelError, get_arch, simulate, validate
 from gpusim import microbench as mb
 from gpusim.program import (
-    Assign, Barrier, Buffer, For, If, Kernel, LdsArray, LdsLoad, Load, Store, Var, block_id, f32,
+    Assign, Barrier, Buffer, For, If, Kernel, LdsArray, Load, Store, Var, block_id, f32,
     i32, lane, thread_id, wave_id,
 )
 

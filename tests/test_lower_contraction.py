@@ -135,8 +135,7 @@ def run_functional(g, k, arch="gfx942"):
     return res, evaluate(g, x)
 
 
-needs_sim = pytest.mark.skipif(not hasattr(gpusim, "simulate"),
-                               reason="gpusim.simulate is not available yet")
+
 
 
 def graphs():
@@ -163,7 +162,6 @@ def graphs():
     return out
 
 
-@needs_sim
 @pytest.mark.parametrize("swizzle", ["none", "after_fusion", "before_fusion"])
 @pytest.mark.parametrize("gi", range(6))
 def test_simulated_outputs_equal_reference(gi, swizzle):
@@ -182,7 +180,6 @@ MFMA_TILES = [dict(BM=32, BN=32, BK=16, TM=32, TN=32, KW=1),
               dict(BM=32, BN=32, BK=64, TM=16, TN=16, KW=4)]
 
 
-@pytest.mark.skipif(not hasattr(gpusim, "simulate"), reason="gpusim.simulate missing")
 @pytest.mark.parametrize("model", [models.conv_add_relu, models.conv_add_relu_mismatch])
 @pytest.mark.parametrize("swizzle", ["none", "after_fusion", "before_fusion"])
 @pytest.mark.parametrize("tile", MFMA_TILES, ids=["32x32x2", "16x16x4-splitk"])

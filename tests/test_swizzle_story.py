@@ -16,8 +16,6 @@ from compiler.lower.contraction import lower_contraction
 
 from test_lower_contraction import SMALL, run_functional, whole  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not hasattr(gpusim, "simulate"),
-                                reason="gpusim.simulate is not available yet")
 
 TILE = dict(BM=16, BN=32, BK=64, TM=2, TN=4, KW=8, lds_pad=4, vec_a=4, vec_b=4)
 

@@ -9,7 +9,6 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from rich.console import Console
 
@@ -228,7 +227,7 @@ def test_candidates_render_marks_winner_and_degrades(softmax_tuned):
     assert "x roof" not in narrow and max(len(x) for x in narrow.splitlines()) <= 60
     header = next(x for x in narrow.splitlines() if "schedule " in x and "us" in x)
     assert "occupancy" in header and "LDS%" in header   # squeezed, not cropped
-    assert f"*1" in narrow
+    assert "*1" in narrow
 
 
 # ----------------------------------------------------------------------------- source

@@ -107,7 +107,6 @@ class _Importer:
 
     # ---------------------------------------------------------------- import
     def run(self) -> Graph:
-        import onnx
         from onnx import numpy_helper
 
         graph = self.model.graph

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from gpusim import program as P
 
 from ..graph import Graph, GraphError
@@ -53,11 +55,10 @@ def dispatch_kind(graph: Graph, dispatch) -> str:
     return "elementwise"
 
 
-def memory_image(graph: Graph, tensor: str, value) -> "np.ndarray":
+def memory_image(graph: Graph, tensor: str, value) -> np.ndarray:
     """The bytes a kernel buffer holds for a logical tensor value: the array permuted into
     the tensor's memory order (a row-major tensor is unchanged). gpusim and the exported
     harness both take buffers as flat memory, not as logical arrays."""
-    import numpy as np
     t = graph.op(tensor).type
     arr = np.asarray(value, dtype=np.float16 if t.dtype == "f16" else np.float32)
     return np.ascontiguousarray(np.transpose(arr, t.order)) if not t.is_row_major else \

@@ -228,7 +228,7 @@ class Gemm:
     def _matmul(self, dispatch):
         g = self.graph
         a_t, b_t = self.root.inputs
-        ta, tb = g.op(a_t).type, g.op(b_t).type
+        ta = g.op(a_t).type
         out = self.root.type.shape
         self.bshape = out[:-2]
         self.batch = math.prod(self.bshape)

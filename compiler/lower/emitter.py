@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from contextlib import contextmanager
 
 import numpy as np

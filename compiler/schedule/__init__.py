@@ -8,7 +8,7 @@ registers), so the candidate table can show why a point was never simulated.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass

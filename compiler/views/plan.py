@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..plan import FusionPlan, render_plan, tensor_type
-from .common import dispatch_colour, fmt_bytes
+from .common import dispatch_colour
 
 
 @dataclass
