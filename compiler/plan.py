@@ -92,7 +92,8 @@ def tensor_type(graph: Graph, name: str) -> TensorType:
 def unfused_traffic(graph: Graph) -> tuple[int, int]:
     """(bytes, dispatches) when every live non-view op is its own dispatch: it reads each
     distinct tensor behind its operands (views are index maps) and writes its result; a
-    view that is a graph output is materialised by a copy."""
+    view that is a graph output is written by its producer, or copied by a dispatch of its
+    own when the producer cannot write it (a leaf, or a GEMM under a moving view)."""
     from .passes.indexing import is_compute
 
     def source(n):
@@ -109,10 +110,19 @@ def unfused_traffic(graph: Graph) -> tuple[int, int]:
             count += 1
             total += sum(tensor_type(graph, s).nbytes for s in {source(i) for i in op.inputs})
             total += op.type.nbytes
+    from .passes.multi_result import is_identity_view
     for o in graph.outputs:
         if graph.op(o).is_view:
             total += tensor_type(graph, o).nbytes
-            if not is_compute(graph.op(source(o))):
+            src = graph.op(source(o))
+            chain, n = [], o
+            while graph.op(n).is_view:
+                chain.append(graph.op(n))
+                n = graph.op(n).inputs[0]
+            # a copy dispatch when no compute op can write it: after an input or constant,
+            # or after a matmul/conv (a GEMM writes its own tile layout, see multi_result)
+            if not is_compute(src) or (src.is_contraction and
+                                       not all(is_identity_view(v, graph) for v in chain)):
                 count += 1
                 total += tensor_type(graph, source(o)).nbytes
     return total, count

@@ -32,8 +32,9 @@ def buffers(graph: Graph, dispatch) -> tuple:
     for t in dispatch.inputs:
         op = graph.op(t)
         ty = op.type
-        if op.kind == "constant" and ty.size == 1:
-            continue  # inlined as an immediate by the ValueEmitter
+        if op.kind == "constant" and ty.size == 1 and not any(
+                graph.op(n).is_contraction and t in graph.op(n).inputs for n in dispatch.ops):
+            continue  # inlined as an immediate by the ValueEmitter (GEMM operands are not)
         params.append(P.Buffer(t, ty.dtype, ty.shape, "in", ty.strides))
     for t in dispatch.outputs:
         ty = graph.op(t).type

@@ -31,8 +31,8 @@ from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unrav
 
 
 def iteration_order(graph: Graph, dispatch, order: str) -> tuple:
-    """The permutation of the root's dims walked outermost-first."""
-    shape = graph.op(dispatch.root).type.shape
+    """The permutation of the iteration space's dims walked outermost-first."""
+    shape = iteration_shape(graph, dispatch)
     if order == "output":
         return tuple(range(len(shape)))
     if order.startswith("input:"):
@@ -44,9 +44,22 @@ def iteration_order(graph: Graph, dispatch, order: str) -> tuple:
     raise LoweringError(f"unknown order {order!r}; use 'output' or 'input:<tensor>'")
 
 
+def iteration_shape(graph: Graph, dispatch) -> tuple:
+    """The largest output's shape: every output is that shape, a broadcast-smaller one,
+    or a view with as many elements (a reshape written as a graph output)."""
+    outs = [graph.op(o).type for o in dispatch.outputs]
+    shape = max(outs, key=lambda t: t.size).shape
+    for t in outs:
+        fits = len(t.shape) <= len(shape) and all(
+            s in (1, f) for s, f in zip(t.shape, shape[len(shape) - len(t.shape):]))
+        if not fits and t.size != math.prod(shape):
+            raise LoweringError(f"outputs of shapes {t.shape} and {shape} share no "
+                                f"iteration space")
+    return shape
+
+
 def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
-    root_t = graph.op(dispatch.root).type
-    shape = root_t.shape
+    shape = iteration_shape(graph, dispatch)
     wg = int(schedule.get("workgroup", 256))
     vec = int(schedule.get("vector", 1))
     elems = int(schedule.get("elems", vec))
@@ -84,8 +97,9 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
             idx = [None] * len(shape)
             for pos, d in enumerate(perm):
                 idx[d] = base[pos]
-            idxs = []
-            for j in range(vec):
+            identity = tuple(perm) == tuple(range(len(shape)))
+            idxs = [base if identity else tuple(idx)]
+            for j in range(1, vec):
                 ij = list(idx)
                 ij[inner] = iadd(ij[inner], j)
                 idxs.append(tuple(ij))
@@ -93,7 +107,9 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
                 _store(em, graph, out, idxs, shape, inner, vec, stmts)
         body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
-    return P.Kernel(name, buffers(graph, dispatch), grid, wg, tuple(body),
+    from gpusim.hw import get_arch
+    body = em.provably_aligned(tuple(body), get_arch(arch_name).wave_size)
+    return P.Kernel(name, buffers(graph, dispatch), grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule),
                           "loads": sorted(set(em.loads))})
@@ -115,6 +131,18 @@ def _analyse(em, graph, out, perm, vec):
 
 def _store(em, graph, out, idxs, root_shape, inner, vec, stmts):
     t = graph.op(out).type
+    fits = len(t.shape) <= len(root_shape) and all(
+        s in (1, f) for s, f in zip(t.shape, root_shape[len(root_shape) - len(t.shape):]))
+    if not fits:  # a reshaped view of the same elements: store by linear element number
+        strides = [math.prod(root_shape[d + 1:]) for d in range(len(root_shape))]
+        for ix in idxs:
+            linear = P.i32(0)
+            for i, s in zip(ix, strides):
+                linear = iadd(linear, imul(i, s))
+            oix = unravel(linear, t.shape)
+            v = em.values(out, [oix], 1)[0]
+            stmts.append(P.Store(out, em.offset(t, oix), (v,)))
+        return
     lead = len(root_shape) - len(t.shape)
     oidx = [align_index(ix, t.shape, root_shape) for ix in idxs]
     bcast = [lead + d for d, s in enumerate(t.shape) if s == 1 and root_shape[lead + d] != 1]
@@ -145,7 +173,10 @@ def _store(em, graph, out, idxs, root_shape, inner, vec, stmts):
 
 def elementwise_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
     """Workgroup x vector x elems x order, with illegal points marked."""
-    shape = graph.op(dispatch.root).type.shape
+    try:
+        shape = iteration_shape(graph, dispatch)
+    except LoweringError as e:
+        return [Candidate({"workgroup": 256}, False, str(e))]
     n = math.prod(shape)
     orders = ["output"]
     for t in dispatch.inputs:

@@ -26,6 +26,7 @@ once per element; ``scope()`` starts a fresh cache, e.g. for each pass over a ro
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from gpusim import program as P
-from gpusim.analysis import expr_key, expr_vars
+from gpusim.analysis import Divisibility, expr_key, expr_vars
 
 from ..graph import Graph, GraphError
 
@@ -93,6 +94,18 @@ def key(e):
     return expr_key(e)
 
 
+class Unraveled(tuple):
+    """A multi-index made by :func:`unravel`, remembering the linear number it came from:
+    the offset of a row-major tensor of that shape is then the linear number itself, not
+    a sum of divisions and remainders (cheaper, and provably aligned for vectors)."""
+
+    def __new__(cls, idx, linear, shape):
+        obj = tuple.__new__(cls, idx)
+        obj.linear = linear
+        obj.shape = tuple(shape)
+        return obj
+
+
 def unravel(linear, shape):
     """Row-major multi-index of a linear element number, as IR expressions."""
     idx = []
@@ -101,11 +114,13 @@ def unravel(linear, shape):
         # the outermost index needs no modulo: callers keep ``linear`` in range
         idx.append(imod(rest, shape[d]) if d else rest)
         rest = idiv(rest, shape[d])
-    return tuple(reversed(idx))
+    return Unraveled(reversed(idx), linear, shape)
 
 
 def align_index(idx, in_shape, out_shape):
     """Numpy broadcasting, backwards: the operand index for an output index."""
+    if tuple(in_shape) == tuple(out_shape):
+        return idx  # unchanged (keeps an Unraveled index's linear number)
     lead = len(out_shape) - len(in_shape)
     return tuple(P.i32(0) if s == 1 and out_shape[lead + d] != 1 else idx[lead + d]
                  for d, s in enumerate(in_shape))
@@ -115,6 +130,8 @@ def view_index(op, idx, in_shape):
     """The operand index that a view's output index reads."""
     if op.kind == "transpose":
         perm = op.attrs["perm"]
+        if tuple(perm) == tuple(range(len(perm))):
+            return idx
         inv = [0] * len(perm)
         for o, p in enumerate(perm):
             inv[p] = o
@@ -199,6 +216,7 @@ class ValueEmitter:
         self.bound: dict = {}          # tensor -> callable(idx) -> Expr
         self._frames = [_Frame([], {})]
         self._access: dict = {}        # (tensor, root shape, width) -> access kind
+        self._vector_loads: set = set()  # ids of the vector Loads this emitter made
         self.loads: list = []          # (tensor, access kind, width) per emitted load
         # With ``cse``, arithmetic on equal operands is emitted once and placed in the
         # outermost scope where its operands exist (e.g. rsqrt(var + eps) of a row is
@@ -252,6 +270,31 @@ class ValueEmitter:
         if cse and self.cse:
             frame.cse[k] = v
         return v
+
+    def provably_aligned(self, body: tuple, wave_size: int) -> tuple:
+        """``body`` with each vector load this emitter made given an index the validator
+        can prove aligned. The offset tables proved the element offset a multiple of the
+        width; when the index expression hides that (div/mod of a reshape, say), it is
+        rewritten as ``(i // w) * w`` — the same value, visibly aligned."""
+        if not self._vector_loads:
+            return body
+        div = Divisibility(body, wave_size)
+
+        def fix(stmts):
+            out = []
+            for s in stmts:
+                if isinstance(s, P.For):
+                    s = dataclasses.replace(s, body=fix(s.body))
+                elif isinstance(s, P.If):
+                    s = dataclasses.replace(s, then=fix(s.then), orelse=fix(s.orelse))
+                elif isinstance(s, P.Load) and id(s) in self._vector_loads:
+                    w = len(s.dsts)
+                    if div.multiple_of(s.index) % w:
+                        s = P.Load(s.dsts, s.buffer, imul(idiv(s.index, w), w))
+                out.append(s)
+            return tuple(out)
+
+        return fix(tuple(body))
 
     def _home(self, value) -> int:
         """The outermost scope in which every register ``value`` reads is defined; a
@@ -314,7 +357,9 @@ class ValueEmitter:
         access = self._access.get(tensor, "scalar") if width > 1 else "vector"
         if len(idxs) > 1 and access == "vector":
             regs = tuple(P.Var(self.regs.new(f"ld_{tensor}"), "f32") for _ in idxs)
-            self.stmts.append(P.Load(regs, buffer_name(tensor), self.offset(t, idxs[0])))
+            load = P.Load(regs, buffer_name(tensor), self.offset(t, idxs[0]))
+            self._vector_loads.add(id(load))
+            self.stmts.append(load)
             self.define(*regs)
             self.loads.append((tensor, "vector", len(idxs)))
             return list(regs)
@@ -335,6 +380,8 @@ class ValueEmitter:
 
     @staticmethod
     def offset(t, ix) -> P.Expr:
+        if isinstance(ix, Unraveled) and ix.shape == t.shape and t.is_row_major:
+            return P.as_expr(ix.linear)
         off = P.i32(0)
         for i, s, n in zip(ix, t.strides, t.shape):
             if n > 1:  # a size-1 dimension's index is always 0
@@ -356,7 +403,7 @@ class ValueEmitter:
                     return
                 kind = _access_kind(self.graph, tensor,
                                     tuple(o.name for o in reversed(path)), width)
-                prev = result.get(tensor)
+                prev = result.get(tensor, self._access.get(tensor))
                 result[tensor] = kind if prev in (None, kind) else "scalar"
                 return
             for i in op.inputs:

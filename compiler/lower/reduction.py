@@ -64,8 +64,12 @@ class RowShape:
         for r in reds:
             if r.attrs["axes"] != (len(full) - 1,):
                 raise LoweringError(f"{r.name} reduces axes {r.attrs['axes']}, not the last")
-            if not r.attrs["keepdims"] and r.name not in dispatch.outputs:
-                raise LoweringError(f"{r.name} drops its reduced dim inside the dispatch")
+            if not r.attrs["keepdims"] and any(r.name in graph.op(n).inputs
+                                               for n in dispatch.ops):
+                # without its unit dim, broadcasting would align the row index with the
+                # columns of a consumer: not a per-row value
+                raise LoweringError(f"{r.name} drops its reduced dim and is read inside "
+                                    f"the dispatch")
         self.full = full
         self.parallel = full[:-1]
         self.C = full[-1]
@@ -207,7 +211,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
 
     # final pass: per-element outputs, then per-row outputs once
     row_outs = [o for o in dispatch.outputs if graph.op(o).type.shape[-1] == C
-                and len(graph.op(o).type.shape) == len(rows.full) and o not in red_names]
+                and o not in red_names]
     per_row = [o for o in dispatch.outputs if o not in row_outs]
 
     def store_row(idxs):
@@ -215,10 +219,12 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
             t = graph.op(o).type
             oidx = [align_index(ix, t.shape, rows.full) for ix in idxs]
             vals = em.values(o, oidx, vec)
-            if vec > 1:
-                em.stmts.append(P.Store(o, em.offset(t, oidx[0]), tuple(vals)))
+            store = P.Store(o, em.offset(t, oidx[0]), tuple(vals) if vec > 1 else (vals[0],))
+            if math.prod(t.shape[:-1]) < rows.R:
+                # the same for every row (a per-column value): row 0 writes it
+                em.stmts.append(P.If(row.eq(0), (store,)))
             else:
-                em.stmts.append(P.Store(o, em.offset(t, oidx[0]), (vals[0],)))
+                em.stmts.append(store)
 
     if row_outs:
         row_loop(store_row, keep_cache=True)
@@ -236,7 +242,8 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
     grid = ceil_div(R, rows_per_wg)
     if mapping == "wave" and R % rows_per_wg:
         body = [stmts[0], P.If(row < R, tuple(stmts[1:]))]
-    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, tuple(body),
+    body = em.provably_aligned(tuple(body), ws)
+    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, body,
                     lds=tuple(lds),
                     meta={"dispatch": dispatch.name, "kind": "row_reduction",
                           "schedule": dict(schedule), "rows": R, "cols": C,
@@ -426,11 +433,13 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 
 
 # ------------------------------------------------------------------------- fallback
+
 def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
-    """One thread per root element; each reduction is a serial loop over its axes."""
+    """Thread e computes element e of every output (each output in its own row-major
+    order, guarded by its size); each reduction is a serial loop over its axes. Outputs
+    need not share an iteration space: a fallback must lower whatever fusion formed."""
     wg = int(schedule.get("workgroup", 256))
-    shape = graph.op(dispatch.root).type.shape
-    n = math.prod(shape)
+    n = max(graph.op(o).type.size for o in dispatch.outputs)
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
 
     def bind(r):
@@ -472,31 +481,22 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx9
         if graph.op(n_).kind in REDUCE_KINDS:
             em.bound[n_] = bind(n_)
     body: list = []
-    with em.scope(body):
-        e = em.assign(iadd(imul(P.block_id(), wg), P.thread_id()), "e", "i32")
-        idx = unravel(e, shape)
-        for o in dispatch.outputs:
-            t = graph.op(o).type
-            oidx = align_index(idx, t.shape, shape)
-            v = em.value(o, oidx)
-            lead = len(shape) - len(t.shape)
-            bdims = [d for d in range(len(shape))
-                     if d < lead or (t.shape[d - lead] == 1 and shape[d] != 1)]
-            st = P.Store(o, em.offset(t, oidx), (v,))
-            if bdims:
-                cond = None
-                for d in bdims:
-                    c = idx[d].eq(0)
-                    cond = c if cond is None else P.land(cond, c)
-                body.append(P.If(cond, (st,)))
-            else:
-                body.append(st)
-    grid = ceil_div(n, wg)
-    stmts = tuple(body) if n % wg == 0 else (P.If((P.block_id() * wg + P.thread_id()) < n,
-                                                  tuple(body)),)
-    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, stmts,
-                    meta={"dispatch": dispatch.name, "kind": "generic",
-                          "schedule": dict(schedule)})
+    em.stmts = body
+    e = em.assign(iadd(imul(P.block_id(), wg), P.thread_id()), "e", "i32")
+    for o in dispatch.outputs:
+        t = graph.op(o).type
+        stmts: list = []
+        with em.scope(stmts):  # a fresh scope per output: its values live in its guard
+            oix = unravel(e, t.shape)
+            stmts.append(P.Store(o, em.offset(t, oix), (em.value(o, oix),)))
+        body.extend(stmts if t.size == grid_threads(n, wg) else [P.If(e < t.size, tuple(stmts))])
+    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), ceil_div(n, wg), wg,
+                    tuple(body), meta={"dispatch": dispatch.name, "kind": "generic",
+                                       "schedule": dict(schedule)})
+
+
+def grid_threads(n: int, wg: int) -> int:
+    return ceil_div(n, wg) * wg
 
 
 # ------------------------------------------------------------------------- space

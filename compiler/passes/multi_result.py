@@ -34,6 +34,13 @@ def _iteration(g: Graph, root: str) -> IterationSpace:
                           tuple(s for s, k in dom if k == "reduction"))
 
 
+def is_identity_view(op, g) -> bool:
+    """A view that moves no element (same shape, identity permutation)."""
+    if op.kind == "transpose":
+        return tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
+    return op.type.shape == g.op(op.inputs[0]).type.shape
+
+
 def build_plan(st: FusionState) -> FusionPlan:
     g = st.graph
     order = st.order
@@ -43,6 +50,11 @@ def build_plan(st: FusionState) -> FusionPlan:
     writer = {}
     copies = []
     for out, (gid, chain) in materialise.items():
+        if gid is not None and g.op(roots[gid]).is_contraction and \
+                not all(is_identity_view(g.op(v), g) for v in chain):
+            # a GEMM writes its result tile by tile in its own layout; a reshaped or
+            # transposed view of it that is a graph output is copied by its own dispatch
+            gid = None
         if gid is None:
             gid = max(list(members) + [-1]) + 1
             members[gid] = set(chain)
