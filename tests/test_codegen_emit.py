@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -197,7 +198,11 @@ def test_export_parent_errors(tmp_path):
     with pytest.raises(ExportError, match="not a directory"):
         _simple_project(tmp_path, name="file")
     if os.geteuid() == 0:
-        pytest.skip("root ignores directory permissions; unwritable-parent case not testable")
+        # root ignores permission bits; /proc refuses new directories even to root
+        with pytest.raises(ExportError, match="cannot export to /proc/wavefuse-proj"):
+            _simple_project(Path("/proc"), name="wavefuse-proj")
+        assert not os.path.exists("/proc/wavefuse-proj")
+        return
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
