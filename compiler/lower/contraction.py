@@ -718,18 +718,7 @@ class _Builder:
         # K loop with register prefetch (the classic single-LDS-buffer pipeline): the
         # global loads of tile kt+1 are issued before the FMAs on tile kt, so their
         # latency hides behind the math; LDS reads run one K-vector ahead of the FMAs.
-        nk = ceil_div(gm.K, BK)
-        kt = self.var("kt")
-        k0 = self.var("k0")
-
-        def stage_tile(kstart):
-            lo, st = [], []
-            self.stage(gm.A, va, (BM, BK), a_base, m0, kstart, b, lo, st, "c")
-            self.stage(gm.B, vb, (BK, BN), b_base, kstart, n0, b, lo, st, "r")
-            return lo, st
-
-        lo, st = stage_tile(P.i32(0))
-        self.body += lo + st + [P.Barrier()]
+        stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b)
         steps = list(range(0, bkw, rv))
 
         def compute():
@@ -758,14 +747,7 @@ class _Builder:
                                                                  acc[i][j])))
             return out
 
-        if nk > 1:
-            # tiles 0 .. nk-2 prefetch their successor; the last tile is peeled (no
-            # prefetch, so every global index stays provably in bounds)
-            kbody: list = [P.Assign(k0, imul(iadd(kt, 1), BK))]
-            lo, st = stage_tile(k0)
-            kbody += lo + compute() + [P.Barrier()] + st + [P.Barrier()]
-            self.body.append(P.For(kt, P.i32(0), P.i32(nk - 1), 1, tuple(kbody)))
-        self.body += compute() + [P.Barrier()]
+        self.k_loop(stage_tile, compute)
         if KW > 1:
             self.combine_split_k(acc)
 
@@ -866,18 +848,7 @@ class _Builder:
             imul(idiv(lane, TM), steps)
         ra = self.let("ra", iadd(a_base, iadd(imul(iadd(wm, imod(lane, TM)), self.row_len), kofs)))
         rb = self.let("rb", iadd(b_base, iadd(imul(iadd(wn, imod(lane, TN)), self.row_len), kofs)))
-        nk = ceil_div(gm.K, BK)
-        kt = self.var("kt")
-        k0 = self.var("k0")
-
-        def stage_tile(kstart):
-            lo, st = [], []
-            self.stage(gm.A, va, (BM, BK), a_base, m0, kstart, b, lo, st, "c")
-            self.stage(gm.B, vb, (BK, BN), b_base, kstart, n0, b, lo, st, "r")
-            return lo, st
-
-        lo, st = stage_tile(P.i32(0))
-        self.body += lo + st + [P.Barrier()]
+        stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b)
 
         def compute():
             out = []
@@ -890,12 +861,7 @@ class _Builder:
                     out.append(P.Mfma(acc_regs, av[e], bv[e], shape))
             return out
 
-        if nk > 1:
-            kbody: list = [P.Assign(k0, imul(iadd(kt, 1), BK))]
-            lo, st = stage_tile(k0)
-            kbody += lo + compute() + [P.Barrier()] + st + [P.Barrier()]
-            self.body.append(P.For(kt, P.i32(0), P.i32(nk - 1), 1, tuple(kbody)))
-        self.body += compute() + [P.Barrier()]
+        self.k_loop(stage_tile, compute)
         # from here on the epilogue sees an (nacc x 1) accumulator grid per lane
         acc = [[r] for r in acc_regs]
         self.TM, self.TN = nacc, 1
@@ -904,6 +870,38 @@ class _Builder:
         mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
         nls = [iadd(wn, imod(lane, TN))]
         return self.finish(b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n)
+
+    # ---------------------------------------------------------------- K pipeline
+    def stage_first_tile(self, va, vb, a_base, b_base, m0, n0, b):
+        """Stages K tile 0 (loads, LDS stores, barrier); returns ``stage_tile(kstart) ->
+        (global loads, LDS stores)`` for the K loop."""
+        gm, BM, BN, BK = self.gemm, self.BM, self.BN, self.BK
+
+        def stage_tile(kstart):
+            lo, st = [], []
+            self.stage(gm.A, va, (BM, BK), a_base, m0, kstart, b, lo, st, "c")
+            self.stage(gm.B, vb, (BK, BN), b_base, kstart, n0, b, lo, st, "r")
+            return lo, st
+
+        lo, st = stage_tile(P.i32(0))
+        self.body += lo + st + [P.Barrier()]
+        return stage_tile
+
+    def k_loop(self, stage_tile, compute):
+        """The K loop with register prefetch (the classic single-LDS-buffer pipeline):
+        the global loads of tile kt+1 are issued before the math on tile kt, so their
+        latency hides behind it. Tiles 0 .. nk-2 prefetch their successor; the last tile
+        is peeled (no prefetch, so every global index stays provably in bounds)."""
+        BK = self.BK
+        nk = ceil_div(self.gemm.K, BK)
+        kt = self.var("kt")
+        k0 = self.var("k0")
+        if nk > 1:
+            kbody: list = [P.Assign(k0, imul(iadd(kt, 1), BK))]
+            lo, st = stage_tile(k0)
+            kbody += lo + compute() + [P.Barrier()] + st + [P.Barrier()]
+            self.body.append(P.For(kt, P.i32(0), P.i32(nk - 1), 1, tuple(kbody)))
+        self.body += compute() + [P.Barrier()]
 
     # ---------------------------------------------------------------- split-K combine
     def owner(self, i, j):
