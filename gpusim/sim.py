@@ -98,6 +98,27 @@ def _engine(jit: bool):
     return E.run
 
 
+def _memory_table(arrays, align: int, start: int = 0, gap: int = 0):
+    """Places global buffers or LDS arrays: f32/f16 in one float array and i32 in one int
+    array (element offsets), with aligned byte addresses for the cache and bank models.
+    Returns (table of (kind, element offset, size, byte address, element bytes), float
+    elements, int elements)."""
+    tab = np.zeros((max(len(arrays), 1), 5), np.int64)
+    nf = ni = 0
+    addr = start
+    for i, a in enumerate(arrays):
+        kind = MEM_KIND[a.dtype]
+        es = DTYPE_BYTES[a.dtype]
+        off = ni if kind == 2 else nf
+        if kind == 2:
+            ni += a.size
+        else:
+            nf += a.size
+        tab[i] = (kind, off, a.size, addr, es)
+        addr += -(-a.size * es // align) * align + gap
+    return tab, nf, ni
+
+
 def _group_tables(arch):
     W = arch.wave_size
     group_of = np.zeros((2, 3, W), np.int64)
@@ -138,21 +159,10 @@ class _Launch:
         # global memory: f32/f16 buffers in one float32 array, i32 in one int32 array
         inputs = inputs or {}
         rng = np.random.default_rng(0)
-        buf_tab = np.zeros((max(len(kernel.buffers), 1), 5), np.int64)
-        nf = ni = 0
-        addr = BUFFER_ALIGN
-        self.layout = []
-        for i, b in enumerate(kernel.buffers):
-            kind = MEM_KIND[b.dtype]
-            es = DTYPE_BYTES[b.dtype]
-            off = ni if kind == 2 else nf
-            if kind == 2:
-                ni += b.size
-            else:
-                nf += b.size
-            buf_tab[i] = (kind, off, b.size, addr, es)
-            self.layout.append((b, kind, off))
-            addr += -(-b.size * es // BUFFER_ALIGN) * BUFFER_ALIGN + BUFFER_ALIGN
+        buf_tab, nf, ni = _memory_table(kernel.buffers, BUFFER_ALIGN, start=BUFFER_ALIGN,
+                                        gap=BUFFER_ALIGN)
+        self.layout = [(b, int(buf_tab[i, 0]), int(buf_tab[i, 1]))
+                       for i, b in enumerate(kernel.buffers)]
         self.gmem_f = np.zeros(max(nf, 1), np.float32)
         self.gmem_i = np.zeros(max(ni, 1), np.int32)
         for b, kind, off in self.layout:
@@ -175,19 +185,7 @@ class _Launch:
             else:
                 self.gmem_f[off:off + b.size] = flat.astype(np.float32)
         self.buf_tab = buf_tab
-        lds_tab = np.zeros((max(len(kernel.lds), 1), 5), np.int64)
-        nlf = nli = 0
-        laddr = 0
-        for i, a in enumerate(kernel.lds):
-            kind = MEM_KIND[a.dtype]
-            es = DTYPE_BYTES[a.dtype]
-            off = nli if kind == 2 else nlf
-            if kind == 2:
-                nli += a.size
-            else:
-                nlf += a.size
-            lds_tab[i] = (kind, off, a.size, laddr, es)
-            laddr += -(-a.size * es // LDS_ALIGN) * LDS_ALIGN
+        lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
         self.lds_tab = lds_tab
         self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
         # parameters
