@@ -28,8 +28,16 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
 - Issue: on CDNA each SIMD gets an issue turn every 4 cycles (round-robin, S4); in a turn
   at most one instruction per category (VALU, VMEM, LDS, SALU, branch) issues per SIMD. A
   wave64 VALU op keeps its SIMD16 busy 4 cycles (S13), transcendentals 4x longer.
-- Global memory: the lanes' byte ranges map to unique cache lines (L1 line size); the L1
-  processes one line per cycle (S7); each line is looked up in an LRU set-associative L1
+- Global memory: the lanes' byte ranges map to cache lines (L1 line size). The address
+  unit (TA) coalesces only within a quad of 4 consecutive lanes: each quad sends one
+  vL1D access per distinct line it touches (TCP_TOTAL_ACCESSES, the quantity behind
+  rocprof's coalescing metric: 16 per fully coalesced wave64 instruction, up to 64 and
+  more when every lane is on its own line, S6, S13), and the vL1D tag lookup takes one
+  access per cycle (S7: one line per clock). So a VMEM instruction holds the L1 pipe for
+  its TCP accesses, not for its wave-unique lines: strided lanes cost L1 time even when
+  their lines are shared across quads. SIMPLIFICATION: misses to one line from several
+  quads of the instruction merge ("hit-on-miss", S6): one L2 request per unique line.
+  Each unique line is looked up in an LRU set-associative L1
   (per CU) and on a miss in the L2 (per XCD on gfx942); an L2 miss costs HBM latency and
   occupies this CU's share of HBM bandwidth (HBM bytes/clk divided by the CUs that have
   work). Lines still in flight are waited for. Loads return when their last line arrives;
@@ -737,9 +745,10 @@ def run(code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val, p
                 trace_kind = T_VMEM
                 tl = max(float(t), l1_free)
                 done = float(t)
+                step = tcp / nu if nu > 0 else 1.0  # L1 cycles per unique line
                 for j in range(nu):
                     clock += 1
-                    tj = tl + j
+                    tj = tl + j * step
                     line = lines[j]
                     l2line = (line * l1_line) // l2_line
                     if store:
@@ -785,7 +794,7 @@ def run(code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val, p
                                 l2_rdy[l2i, st2, w2] = arrive - pi[P_L1LAT]
                             l1_rdy[0, st1, w1] = arrive
                         done = max(done, arrive)
-                l1_free = tl + nu
+                l1_free = tl + max(tcp, nu)
                 if not store:
                     for v in range(width):
                         r = code[pc, K_V0 + v]

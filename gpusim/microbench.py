@@ -35,6 +35,32 @@ def strided_load(stride: int, width: int = 1, offset: int = 0, block: int = 64,
                   grid=grid, block=block, body=body)
 
 
+def quad_gather(offsets, loads: int) -> Kernel:
+    """One wave: lane l reads ``a[offsets[l]]`` once to warm the L1 (and waits for it),
+    then ``loads`` more times into distinct registers, back to back. With every line an L1
+    hit, the extra loads are paced by the vL1D pipe alone: one cycle per TCP access, so
+    each costs its quads' distinct lines, however few lines the whole wave touches."""
+    offsets = [int(o) for o in offsets]
+    assert len(offsets) == 64
+    idx, warm, acc = Var("idx", "i32"), Var("warm"), Var("acc")
+    regs = [Var(f"x{i}") for i in range(loads)]
+    total = warm
+    for r in regs:
+        total = total + r
+    body = (
+        Load((idx,), "offsets", thread_id()),
+        Load((warm,), "a", idx),
+        Assign(acc, warm),  # s_waitcnt: the lines are in the L1 from here on
+    ) + tuple(Load((r,), "a", idx) for r in regs) + (
+        Assign(acc, total + acc),
+        Store("out", thread_id(), (acc,)),
+    )
+    return Kernel(f"quad_gather_{loads}",
+                  (Buffer("offsets", "i32", (64,)), Buffer("a", "f32", (max(offsets) + 1,)),
+                   Buffer("out", "f32", (64,), "out")),
+                  grid=1, block=64, body=body)
+
+
 def stream_copy(n: int, block: int = 256, width: int = 4) -> Kernel:
     """b[i] = a[i] with ``width``-element vectors: the bandwidth-bound stream."""
     per_block = block * width

@@ -37,6 +37,23 @@ def test_strided_f32_load_lines(arch, stride):
     assert ap["coalescing_pct"] == pytest.approx(100.0 * 16 / tcp)
 
 
+# The vL1D pipe is paced by TCP accesses (distinct lines per quad), not by the wave's
+# unique lines. Both patterns below touch the same 4 lines (rows 0-3 of a 32-float
+# matrix, 16 floats each); "rows" keeps each quad in one row -> 16 accesses per load,
+# "columns" spreads each quad over the 4 rows -> 64. With the lines warm in the L1, each
+# further load costs exactly its accesses in cycles: 8 more loads = 8 x 16 or 8 x 64.
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+@pytest.mark.parametrize("pattern,tcp", [("rows", 16), ("columns", 64)])
+def test_l1_pipe_time_is_tcp_accesses(arch, pattern, tcp):
+    offs = {"rows": [(l // 16) * 32 + l % 16 for l in range(64)],
+            "columns": [(l % 4) * 32 + l // 4 for l in range(64)]}[pattern]
+    inputs = {"offsets": np.array(offs, np.int32)}
+    r8, r16 = (simulate(mb.quad_gather(offs, n), arch, inputs=inputs) for n in (8, 16))
+    loads = [x for x in r16.per_inst if x["kind"] == "global_load"][2:]
+    assert all(x["cache_lines"] == 4 and x["tcp_accesses"] == tcp for x in loads)
+    assert r16.cycles - r8.cycles == 8 * tcp
+
+
 def test_coalescing_pct_counter_range():
     best = simulate(mb.stream_copy(64 * 256, width=1), "gfx942").counters["coalescing_pct"]
     worst_k = mb.strided_load(64)
