@@ -4,8 +4,14 @@ conv_add_relu (1x7x7x2048 NHWC, 512 1x1 filters, NHWC residual): with the same t
 ``before_fusion`` must be predicted faster than ``after_fusion`` (MI300 measurement:
 0.0541 ms -> 0.0464 ms) because the residual is then read with coalesced dwordx4 loads;
 for the channel-major residual (``conv_add_relu_mismatch``) it must not be, because the
-swizzled layout reads that residual with strided scalar loads. The kernels are the honest
-lowerings; only the swizzle knob changes between the runs compared.
+swizzled layout reads that residual with strided scalar loads, 4 lines per quad of lanes,
+and the vL1D spends a cycle on each. The kernels are the honest lowerings; only the
+swizzle knob changes between the runs compared.
+
+Figures on gfx942 (tile 16x32x64, KW=8; ``python -m pytest tests/test_swizzle_story.py``
+checks the directions, not these digits): matching residual before 24.01 us, after 24.22;
+channel-major residual before 24.21, after 24.14, no swizzle 23.97. The effect is well
+under 1%, against the measured 14%: the epilogue is a small part of this predicted kernel.
 """
 import pytest
 
@@ -47,17 +53,28 @@ def test_mismatched_residual_is_read_uncoalesced_before_fusion(arch):
     assert before.counters["tcp_accesses"] > after.counters["tcp_accesses"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gpusim: the extra uncoalesced residual lines cost ~1 L1 cycle each and their "
-    "latency overlaps the one HBM round trip both placements pay, while after_fusion "
-    "pays a second barrier + LDS pass in register layout; on gfx942 before_fusion is "
-    "24.06 us vs after_fusion 24.14 us (tile 16x32x64, KW=8) although coalescing is "
-    "94.3% vs 99.8%"))
+def residual_reads(res):
+    """(instructions, TCP accesses) of the residual loads: the vL1D time they take."""
+    recs = [r for r in res.per_inst
+            if r["kind"] == "global_load" and r["stmt"].buffer == "residual"]
+    return sum(r["executions"] for r in recs), sum(r["tcp_accesses"] for r in recs)
+
+
 @pytest.mark.parametrize("arch", ["gfx942"])
 def test_before_fusion_does_not_win_when_layouts_differ(arch):
+    """Swizzled order puts 4 consecutive lanes on 4 channels: each quad of a residual load
+    touches 4 lines of the channel-major residual (64 TCP accesses per load), while the
+    register layout keeps a quad on 4 consecutive pixels of one channel (one line). The
+    vL1D pays one cycle per access, more than after_fusion's extra LDS pass costs."""
     _, after = predict(models.conv_add_relu_mismatch, "after_fusion", arch)
     _, before = predict(models.conv_add_relu_mismatch, "before_fusion", arch)
-    assert before.time_us >= after.time_us, (before.counters, after.counters)
+    (n_after, tcp_after), (n_before, tcp_before) = residual_reads(after), residual_reads(before)
+    assert n_before == n_after
+    assert tcp_before / n_before == 64 and tcp_before > 3 * tcp_after
+    assert before.time_us > after.time_us, (before.counters, after.counters)
+    # and the tool's answer for this case is no swizzle of the epilogue inputs at all
+    _, none = predict(models.conv_add_relu_mismatch, "none", arch)
+    assert none.time_us < after.time_us
 
 
 def test_swizzle_costs_lds_traffic():
@@ -113,13 +130,15 @@ def test_mfma_is_faster_than_the_fma_tile(arch):
         assert mfma.counters["valu_insts"] < fma.counters["valu_insts"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gpusim with MFMA tiles (32x32x2f32, KW=4): the channel-major residual is read with the "
-    "same coalescing in both placements (91.7%), and after_fusion still pays a second LDS "
-    "pass: on gfx942 before_fusion 23.07 us vs after_fusion 23.30 us (no swizzle 23.06 us); "
-    "gfx90a 31.20 vs 31.46 us"))
 @pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
-def test_mfma_before_fusion_does_not_win_when_layouts_differ(arch):
+def test_mfma_placement_is_a_wash_when_layouts_differ(arch):
+    """In the MFMA layout 32 consecutive lanes hold 32 consecutive channels, as in the
+    swizzled layout: a channel-major residual is read with 4 lines per quad either way
+    (same TCP accesses, same coalescing). So before_fusion gains nothing here; the two
+    placements differ by under 0.1% (after_fusion's extra LDS pass against nothing)."""
     _, after = predict_mfma(models.conv_add_relu_mismatch, "after_fusion", arch)
     _, before = predict_mfma(models.conv_add_relu_mismatch, "before_fusion", arch)
+    assert residual_reads(before) == residual_reads(after)
+    assert before.counters["coalescing_pct"] == after.counters["coalescing_pct"]
     assert before.time_us >= after.time_us, (before.counters, after.counters)
+    assert before.time_us - after.time_us < 1e-3 * after.time_us
