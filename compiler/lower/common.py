@@ -64,3 +64,21 @@ def memory_image(graph: Graph, tensor: str, value) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float16 if t.dtype == "f16" else np.float32)
     return np.ascontiguousarray(np.transpose(arr, t.order)) if not t.is_row_major else \
         np.ascontiguousarray(arr)
+
+
+def split_at_last_load(stmts):
+    """(prefix up to the last global Load, the rest): a block's loads, to issue them all
+    before any use (one memory latency for many loads, as hipcc schedules them)."""
+    last = max((i for i, x in enumerate(stmts) if isinstance(x, P.Load)), default=-1)
+    return stmts[:last + 1], stmts[last + 1:]
+
+
+def defined_registers(stmts):
+    """Registers a block of statements writes (to zero them when the block is guarded)."""
+    out = []
+    for x in P.walk(stmts):
+        if isinstance(x, P.Assign):
+            out.append(x.dst)
+        elif isinstance(x, (P.Load, P.LdsLoad)):
+            out.extend(x.dsts)
+    return out

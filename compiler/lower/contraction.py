@@ -66,7 +66,8 @@ import numpy as np
 from gpusim import program as P
 
 from ..graph import Graph
-from .common import LoweringError, buffers, ceil_div, sanitize
+from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
+                     split_at_last_load)
 from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
@@ -544,22 +545,6 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) ->
     return _Builder(graph, dispatch, gemm, s, arch_name).build()
 
 
-def _split_at_last_load(stmts):
-    """(prefix up to the last global Load, the rest): the loads of an epilogue block."""
-    last = max((i for i, x in enumerate(stmts) if isinstance(x, P.Load)), default=-1)
-    return stmts[:last + 1], stmts[last + 1:]
-
-
-def _defs(stmts):
-    out = []
-    for x in P.walk(stmts):
-        if isinstance(x, P.Assign):
-            out.append(x.dst)
-        elif isinstance(x, (P.Load, P.LdsLoad)):
-            out.extend(x.dsts)
-    return out
-
-
 def _acc_row(shape, lane, r):
     """Row of accumulator register ``r`` of ``lane`` in the MFMA layout, as IR
     (``gpusim.program.mfma_acc_elem``)."""
@@ -972,13 +957,13 @@ class _Builder:
                             r = self.var(f"ep_{o}", "f32")
                             stmts.append(P.Assign(r, val))
                             results[(o, i, j)] = r
-                pre, post = _split_at_last_load(stmts)
+                pre, post = split_at_last_load(stmts)
                 guard = self._guard(m, n)
                 if pre:
                     # loads guarded (never out of bounds); their registers start at zero
                     # so the unguarded arithmetic below reads defined values
                     self.body += [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
-                                  for r in _defs(pre)]
+                                  for r in defined_registers(pre)]
                     block = pre if guard is None else [P.If(guard, tuple(pre))]
                     loads_phase += self.owned(i, j, block)
                 if store and guard is not None:
@@ -1040,16 +1025,16 @@ class _Builder:
                 for o in outputs:
                     off = self.em.offset(self.g.op(o).type, idxs[0])
                     body.append(P.Store(o, off, tuple(vals[o])))
-            pre, post = _split_at_last_load(body)
+            pre, post = split_at_last_load(body)
             guard = self._guard(m, n, sv)
             if total % self.threads and step == total // self.threads:
                 guard = _and(q < total, guard)
                 head = [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
-                        for r in _defs(head) if isinstance(r, P.Var)] + \
+                        for r in defined_registers(head) if isinstance(r, P.Var)] + \
                     [P.If(q < total, tuple(head))]
             if pre:
                 self.body += [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
-                              for r in _defs(pre)]
+                              for r in defined_registers(pre)]
                 loads_phase += pre if guard is None else [P.If(guard, tuple(pre))]
             self.body += head
             compute_phase += post if guard is None else [P.If(guard, tuple(post))]
