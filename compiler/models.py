@@ -102,6 +102,16 @@ def attention(heads: int = 2, seq: int = 64, dim: int = 32) -> Graph:
     return g
 
 
+def transpose_add(rows: int = 2048, cols: int = 2048) -> Graph:
+    """out = x.T + y: a permute fused with an add; x is read across its rows, so one
+    order of the two tensors must be strided unless a tile goes through LDS."""
+    g = Graph("transpose_add")
+    x = g.input("x", (rows, cols))
+    y = g.input("y", (cols, rows))
+    g.output(g.add(g.transpose(x, (1, 0)), y))
+    return g
+
+
 def encoder_layer(seq: int = 128, hidden: int = 384, heads: int = 12,
                   ffn: int = 1536) -> Graph:
     """A MiniLM-like post-norm transformer encoder layer: self-attention with output
@@ -150,7 +160,7 @@ class ModelInfo:
 
 MODELS = {f.__name__: ModelInfo(f.__name__, f, (f.__doc__ or "").strip().split("\n")[0])
           for f in (softmax, layernorm, rmsnorm, conv_add_relu, conv_add_relu_mismatch, mlp,
-                    attention, encoder_layer)}
+                    attention, transpose_add, encoder_layer)}
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:

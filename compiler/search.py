@@ -286,7 +286,12 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
         for s in scored:
             if not s.ok:
                 illegal.append(Candidate(s.knobs, False, s.error))
-        ok = sorted([s for s in scored if s.ok], key=lambda s: s.time_us)
+        # ties in time (a bandwidth-bound kernel hides its LDS conflicts and extra
+        # instructions) go to the candidate that asks less of the CU
+        ok = sorted([s for s in scored if s.ok], key=lambda s: (
+            round(s.time_us, 6), s.counters.get("lds_bank_conflict_cycles", 0),
+            s.counters.get("valu_insts", 0) + s.counters.get("vmem_insts", 0)
+            + s.counters.get("lds_insts", 0)))
         if not ok:
             reasons = "; ".join(sorted({c.reason for c in illegal}))[:300]
             raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "

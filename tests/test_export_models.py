@@ -18,12 +18,20 @@ SMALL = {"conv_add_relu": "conv_add_relu:c=256,k=64",
          "conv_add_relu_mismatch": "conv_add_relu_mismatch:c=256,k=64"}
 
 
-@pytest.mark.parametrize("model", sorted(MODELS))
-def test_export_compiles_and_agrees_with_simulator(model, tmp_path, capsys):
+CASES = [(m, ()) for m in sorted(MODELS)] + [
+    # the LDS-tiled permute, pinned (a budget of 3 samples may not draw it)
+    ("transpose_add:rows=96,cols=64", ("--fix", "transpose=lds", "--fix", "lds_pad=1"))]
+
+
+@pytest.mark.parametrize("model,extra", CASES)
+def test_export_compiles_and_agrees_with_simulator(model, extra, tmp_path, capsys):
     spec = SMALL.get(model, model)
     out = tmp_path / "proj"
-    assert main(["export", spec, "-o", str(out), "--budget", "3", "--json"]) == 0
+    assert main(["export", spec, "-o", str(out), "--budget", "3", "--json", *extra]) == 0
     exported = json.loads(capsys.readouterr().out)
+    if extra:
+        for k in exported["kernels"]:
+            assert "'transpose': 'lds'" in (out / f"{k}.hip").read_text()
     assert (out / "main.hip").exists() and (out / "CMakeLists.txt").exists()
     main(["check", str(out), "--json"])
     report = json.loads(capsys.readouterr().out)

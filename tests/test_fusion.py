@@ -14,7 +14,7 @@ from compiler.reference import evaluate, random_inputs
 COUNTS = {  # model: (aggressive, conservative)
     "softmax": (1, 2), "layernorm": (1, 2), "rmsnorm": (1, 1), "conv_add_relu": (1, 1),
     "conv_add_relu_mismatch": (1, 1), "mlp": (2, 2), "attention": (3, 4),
-    "encoder_layer": (11, 14),
+    "transpose_add": (1, 1), "encoder_layer": (11, 14),
 }
 
 

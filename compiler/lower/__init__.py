@@ -3,7 +3,7 @@
 One lowering per dispatch kind: contractions (matmul, conv as implicit GEMM, with their
 fused epilogue), row reductions (softmax/norms with fused producers and consumers, or the
 generic serial fallback) and elementwise/injective dispatches (including pure copies
-such as a materialised transpose).
+such as a materialised transpose), naive or, for permutes, through an LDS tile.
 """
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
         if schedule.get("lowering") == "generic":
             return lower_generic(graph, dispatch, schedule, arch_name)
         return lower_rows(graph, dispatch, schedule, arch_name)
+    if schedule.get("transpose", "none") == "lds":
+        from .transpose import lower_transpose
+        return lower_transpose(graph, dispatch, schedule, arch_name)
     from .elementwise import lower_elementwise
     return lower_elementwise(graph, dispatch, schedule, arch_name)
 

@@ -198,4 +198,10 @@ def elementwise_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list
                     elif wg > 64 and ceil_div(n, elems) < wg:
                         reason = "workgroup larger than the work"
                     out.append(Candidate(knobs, not reason, reason))
+    from .transpose import transpose_space
+    tiled = transpose_space(graph, dispatch, arch_name)
+    if tiled:  # a permute: the naive walks compete with the LDS-tiled ones
+        for c in out:
+            c.knobs["transpose"] = "none"
+        out += tiled
     return out

@@ -1,0 +1,257 @@
+"""Permute dispatches through an LDS tile: read the input coalesced, write the output
+coalesced.
+
+An elementwise dispatch whose input is stored in another order than its output (a
+materialised transpose, ``x.T + y``, an NCHW tensor feeding an NHWC one) cannot walk
+both coalesced: the naive lowering (``compiler.lower.elementwise``) walks the output's
+order and reads that input with one line per lane, or walks the input's order and writes
+strided. The classic fix stages a T x T tile in LDS:
+
+- phase 1: consecutive lanes take consecutive elements along the input's contiguous dim
+  (``dI``), load them (coalesced) and write them to the tile, row ``dO``, column ``dI``;
+- barrier;
+- phase 2: consecutive lanes take consecutive elements along the output's contiguous dim
+  (``dO``), read the tile down a column, evaluate the dispatch's elementwise expression
+  (its other inputs read in the output's order, coalesced when they share its layout)
+  and store (coalesced).
+
+Phase 2 reads the tile with a stride of ``T + lds_pad`` words: with ``lds_pad=0`` and
+T a multiple of 32 every lane of a half-wave is on the same bank (a 32-way conflict);
+``lds_pad=1`` spreads them over all 32 banks. Knobs: ``tile`` (T: 32 or 64),
+``workgroup`` (a multiple of T; each thread moves T*T/workgroup elements per phase),
+``lds_pad`` (0 or 1).
+
+Which input is staged, and along which dims, is decided from memory, exactly: the table
+of the input's memory offsets over the iteration space (pushed through the dispatch's
+views, ``emitter.offset_table``) says along which iteration dim its elements are
+adjacent. Limits (each an illegal candidate with its reason): one staged input, read at
+one index per output element; every output the iteration space's shape, stored with the
+same contiguous dim; scalar accesses only (no vector widths in this lowering).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpusim import program as P
+
+from ..graph import Graph
+from ..schedule import Candidate
+from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
+                     split_at_last_load)
+from .emitter import (BINARY_IR, UNARY_IR, RegisterNamer, ValueEmitter, iadd, idiv, imod, imul,
+                      key, offset_table, unravel)
+
+TILES = (32, 64)
+WORKGROUPS = (256, 512, 1024)
+PADS = (0, 1)
+
+
+def _paths(graph: Graph, dispatch, root: str, tensor: str) -> list:
+    """Every chain of ops from ``root`` down to a read of ``tensor`` inside the dispatch."""
+    ops = set(dispatch.ops)
+    found = []
+
+    def walk(name, path):
+        if name == tensor:
+            found.append(path)
+            return
+        if name not in ops or name in dispatch.inputs:
+            return
+        op = graph.op(name)
+        if not (op.is_view or op.kind == "cast" or op.kind in UNARY_IR or op.kind in BINARY_IR):
+            raise LoweringError(f"{op.kind} {name!r} is not elementwise")
+        for i in op.inputs:
+            walk(i, path + [op])
+
+    walk(root, [])
+    return found
+
+
+def _contiguous_dim(table: np.ndarray):
+    """The dim along which consecutive elements are adjacent in memory, or None."""
+    for d in reversed(range(table.ndim)):
+        if table.shape[d] > 1 and np.all(np.diff(table, axis=d) == 1):
+            return d
+    return None
+
+
+def staging_plan(graph: Graph, dispatch) -> tuple:
+    """(input to stage, its contiguous dim dI, the outputs' contiguous dim dO, shape), or
+    a reason string when this dispatch has no input worth staging."""
+    outs = [graph.op(o).type for o in dispatch.outputs]
+    shape = outs[0].shape
+    if len(shape) < 2:
+        return "a rank-1 dispatch has nothing to transpose"
+    if any(t.shape != shape for t in outs):
+        return "outputs of different shapes: the LDS-tiled permute needs one iteration space"
+    d_out = {t.order[-1] for t in outs}
+    if len(d_out) > 1:
+        return "the outputs disagree on their contiguous dim"
+    d_o = d_out.pop()
+    try:
+        for o in dispatch.outputs:
+            for t in dispatch.inputs:
+                _paths(graph, dispatch, o, t)
+    except LoweringError as e:
+        return f"not an elementwise dispatch ({e})"
+    for t in dispatch.inputs:
+        op = graph.op(t)
+        if op.kind == "constant" and op.type.size == 1:
+            continue
+        tables = []
+        for o in dispatch.outputs:
+            for path in _paths(graph, dispatch, o, t):
+                tab = offset_table(graph, t, None, list(reversed(path)))
+                if tab.shape == shape:
+                    tables.append(tab)
+        if not tables or any(not np.array_equal(tables[0], x) for x in tables[1:]):
+            continue  # not read, or read at several indices per output element
+        d_i = _contiguous_dim(tables[0])
+        if d_i is not None and d_i != d_o:
+            return t, d_i, d_o, shape
+    return "no input is stored with another contiguous dim than the output"
+
+
+def transpose_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
+    """The LDS-tiled candidates of an elementwise dispatch (empty when none applies)."""
+    plan = staging_plan(graph, dispatch)
+    if isinstance(plan, str):
+        return []
+    _, d_i, d_o, shape = plan
+    out = []
+    for tile in TILES:
+        for wg in WORKGROUPS:
+            for pad in PADS:
+                knobs = {"transpose": "lds", "tile": tile, "workgroup": wg, "lds_pad": pad}
+                reason = ""
+                if wg % tile or wg > tile * tile:
+                    reason = f"workgroup {wg} is not a multiple of the tile {tile} up to {tile}^2"
+                elif tile * (tile + pad) * 4 > 64 * 1024:
+                    reason = "the tile does not fit in 64 KiB of LDS"
+                elif tile > 32 and min(shape[d_i], shape[d_o]) <= 32:
+                    reason = f"tile {tile} is larger than the permuted dims {shape[d_i]}x{shape[d_o]}"
+                out.append(Candidate(knobs, not reason, reason))
+    return out
+
+
+def lower_transpose(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+    plan = staging_plan(graph, dispatch)
+    if isinstance(plan, str):
+        raise LoweringError(f"transpose=lds: {plan}; use transpose=none")
+    staged, d_i, d_o, shape = plan
+    T = int(schedule.get("tile", 32))
+    wg = int(schedule.get("workgroup", 256))
+    pad = int(schedule.get("lds_pad", 1))
+    if T not in TILES:
+        raise LoweringError(f"tile={T}: the LDS tile is 32 or 64 elements square")
+    if pad not in PADS:
+        raise LoweringError(f"lds_pad={pad}: pad the tile rows by 0 or 1 element")
+    if wg % T or wg > T * T:
+        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most {T * T}")
+    rows = wg // T            # tile rows covered per pass
+    passes = T // rows        # elements each thread moves per phase
+    others = [d for d in range(len(shape)) if d not in (d_i, d_o)]
+    n_i, n_o = ceil_div(shape[d_i], T), ceil_div(shape[d_o], T)
+    n_other = math.prod(shape[d] for d in others)
+    exact = shape[d_i] % T == 0 and shape[d_o] % T == 0
+    stride = T + pad
+
+    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
+    body: list = []
+    em.stmts = body
+    b = P.block_id()
+    t = P.thread_id()
+    tile_o = em.assign(imul(imod(b, n_o), T), "tile_o", "i32")
+    tile_i = em.assign(imul(imod(idiv(b, n_o), n_i), T), "tile_i", "i32")
+    rest = unravel(idiv(b, n_o * n_i), [shape[d] for d in others]) if others else ()
+    lane_fast = em.assign(imod(t, T), "lane_t", "i32")
+    lane_row = em.assign(idiv(t, T), "row_t", "i32")
+
+    def index(pos_i, pos_o):
+        ix = [None] * len(shape)
+        for d, r in zip(others, rest):
+            ix[d] = r
+        ix[d_i], ix[d_o] = pos_i, pos_o
+        return tuple(ix)
+
+    def guard(ix):
+        if exact:
+            return None
+        return P.land(ix[d_i] < shape[d_i], ix[d_o] < shape[d_o])
+
+    def staged_index(ix):
+        """The staged input's index read for iteration index ``ix`` (one per element)."""
+        seen = []
+        probe = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=False)
+        probe.bound[staged] = lambda xi: seen.append(tuple(xi)) or P.f32(0.0)
+        with probe.scope([]):
+            for o in dispatch.outputs:
+                probe.value(o, ix)
+        keys = {tuple(key(e) for e in xi) for xi in seen}
+        if len(keys) != 1:
+            raise LoweringError(f"transpose=lds: {staged!r} is read at {len(keys)} indices per "
+                                f"element; use transpose=none")
+        return seen[0]
+
+    # As hipcc schedules such code, every pass's loads are issued before the first value
+    # is used (one memory latency per phase, not one per pass): loads first, guarded,
+    # into zero-initialised registers, then the uses.
+    # phase 1: lanes along the staged input's contiguous dim
+    st = graph.op(staged).type
+    loads, uses = [], []
+    for j in range(passes):
+        lo = iadd(lane_row, j * rows)
+        ix = index(iadd(tile_i, lane_fast), iadd(tile_o, lo))
+        v = P.Var(em.regs.new(f"ld_{staged}"), "f32")
+        g = guard(ix)
+        load = P.Load((v,), staged, em.offset(st, staged_index(ix)))
+        put = P.LdsStore("tile", iadd(imul(lo, stride), lane_fast), (v,))
+        if g is None:
+            loads.append(load)
+            uses.append(put)
+        else:
+            body.append(P.Assign(v, P.f32(0.0)))
+            loads.append(P.If(g, (load,)))
+            uses.append(P.If(g, (put,)))
+    body += loads + uses + [P.Barrier()]
+    # phase 2: lanes along the outputs' contiguous dim
+    loads, uses = [], []
+    for j in range(passes):
+        li = iadd(lane_row, j * rows)
+        ix = index(iadd(tile_i, li), iadd(tile_o, lane_fast))
+        stmts: list = []
+        with em.scope(stmts):
+            v = P.Var(em.regs.new(f"tile_{staged}"), "f32")
+            stmts.append(P.LdsLoad((v,), "tile", iadd(imul(lane_fast, stride), li)))
+            em.define(v)
+            want = tuple(key(e) for e in staged_index(ix))
+
+            def read(xi, v=v, want=want):
+                if tuple(key(e) for e in xi) != want:
+                    raise LoweringError(f"transpose=lds: {staged!r} read off its staged index")
+                return v
+            em.bound[staged] = read
+            for o in dispatch.outputs:
+                val = em.value(o, ix)
+                stmts.append(P.Store(o, em.offset(graph.op(o).type, ix), (val,)))
+            em.bound.pop(staged)
+        pre, post = split_at_last_load(stmts)
+        g = guard(ix)
+        if g is None:
+            loads += pre
+            uses += post
+        else:
+            body.extend(P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
+                        for r in defined_registers(pre))
+            loads.append(P.If(g, tuple(pre)))
+            uses.append(P.If(g, tuple(post)))
+    body += loads + uses
+    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch),
+                    grid=n_other * n_i * n_o, block=wg, body=tuple(body),
+                    lds=(P.LdsArray("tile", "f32", (T * stride,)),),
+                    meta={"dispatch": dispatch.name, "kind": "elementwise",
+                          "schedule": dict(schedule), "staged_input": staged,
+                          "tile_dims": {"input_contiguous": d_i, "output_contiguous": d_o},
+                          "loads": sorted(set(em.loads))})
