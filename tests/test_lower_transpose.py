@@ -61,6 +61,9 @@ def test_staging_plan_finds_the_disagreeing_dims():
     assert (staged, d_i, d_o, shape) == ("x", 0, 1, (96, 64))
     g = models.softmax()
     assert isinstance(staging_plan(g, fuse(g).dispatches[0]), str)  # nothing to stage
+    g = Graph("bias_rows")  # a per-row value broadcast along the output's rows is no permute
+    g.output(g.sub(g.input("x", (64, 48)), g.input("m", (64, 1))))
+    assert isinstance(staging_plan(g, fuse(g).dispatches[0]), str)
 
 
 def test_space_offers_tiles_only_for_permutes():

@@ -18,11 +18,11 @@ Knobs:
 - ``reduce``: ``wave`` (a wave reduction, printed as a shuffle butterfly), ``shuffle``
   (the explicit xor butterfly in the IR), ``lds_tree`` (a classic shared-memory tree with
   a barrier per level; workgroup mapping only).
-- ``passes``: ``multi`` as above, or ``single``: an algebraic rewrite that removes one
-  dependency level: a mean of squared deviations from a mean becomes E[x^2] - E[x]^2
-  (both sums in one pass; less robust to cancellation than Welford's update, stated
-  openly), and softmax's max then sum of exp(x - max) becomes the online softmax
-  (running max and a rescaled running sum, merged across lanes).
+- ``passes``: ``multi`` as above, or ``single``: one pass over the row for two dependent
+  reductions: a mean of squared deviations from a mean becomes Welford's update (running
+  count, mean and M2 per lane, merged across lanes with the parallel formula), and
+  softmax's max then sum of exp(x - max) becomes the online softmax (running max and a
+  rescaled running sum, merged across lanes).
 
 Dispatches that do not have this shape fall back to :func:`lower_generic`: one thread per
 element of the root, each reduction a serial loop — correct, and slow, and the search
@@ -278,8 +278,13 @@ class _Reduce:
         em.bound[self.name] = lambda idx, r=total: r
 
 
-class _SumSq:
-    """Single pass for mean((x - mean(x))^2): sums of x and x^2 together."""
+class _Welford:
+    """Single pass for mean((x - mean(x))^2): Welford's update per lane (count, running
+    mean, running sum of squared deviations M2), merged across lanes with the parallel
+    formula in sum form: mean = sum(n_i * mean_i) / C, then
+    M2 = sum(M2_i + n_i * (mean_i - mean)^2). No large sums are subtracted, so a row whose
+    mean is large next to its spread keeps its digits (unlike E[x^2] - E[x]^2). The two
+    merges are dependent cross-lane sums; the row is still read once."""
 
     def __init__(self, graph, mean_op, var_op, x):
         self.mean, self.var, self.x = mean_op, var_op, x
@@ -287,21 +292,27 @@ class _SumSq:
         self.C = graph.op(x).type.shape[-1]
 
     def init(self, em):
-        return (em.assign(P.f32(0.0), "sum"), em.assign(P.f32(0.0), "sumsq"))
+        return tuple(em.assign(P.f32(0.0), h) for h in ("count", "runmean", "m2"))
 
     def accumulate(self, em, idxs, acc):
-        s, q = acc
+        n, mean, m2 = acc
         for v in em.values(self.x, idxs, len(idxs)):
-            em.stmts.append(P.Assign(s, s + v))
-            em.stmts.append(P.Assign(q, P.fma(v, v, q)))
+            em.stmts.append(P.Assign(n, n + 1.0))
+            d = em.assign(v - mean, "dev")
+            em.stmts.append(P.Assign(mean, mean + d / n))
+            em.stmts.append(P.Assign(m2, P.fma(d, v - mean, m2)))
 
     def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
-        s, q = acc
-        ts = cross_lane(em, s, "sum", ws, T, nwaves, mapping, reduce, lds, slot[self.mean.name], wg)
-        tq = cross_lane(em, q, "sum", ws, T, nwaves, mapping, reduce, lds, slot[self.var.name], wg)
-        mean = em.assign(ts * (1.0 / self.C), "mean")
-        var = em.assign(P.maximum(tq * (1.0 / self.C) - mean * mean, 0.0), "var")
-        em.bound[self.mean.name] = lambda idx, r=mean: r
+        n, mean, m2 = acc
+        tot = cross_lane(em, em.assign(n * mean, "nmean"), "sum", ws, T, nwaves, mapping,
+                         reduce, lds, slot[self.mean.name], wg)
+        gmean = em.assign(tot * (1.0 / self.C), "mean")
+        dev = em.assign(mean - gmean, "lanedev")
+        part = em.assign(P.fma(n * dev, dev, m2), "m2part")
+        tm2 = cross_lane(em, part, "sum", ws, T, nwaves, mapping, reduce, lds,
+                         slot[self.var.name], wg)
+        var = em.assign(tm2 * (1.0 / self.C), "var")
+        em.bound[self.mean.name] = lambda idx, r=gmean: r
         em.bound[self.var.name] = lambda idx, r=var: r
 
 
@@ -339,7 +350,7 @@ def _single_pass_pair(graph, dispatch, a, b):
         if sq.kind == "mul" and sq.inputs[0] == sq.inputs[1] and sq.inputs[0] in dispatch.ops:
             d = graph.op(sq.inputs[0])
             if d.kind == "sub" and d.inputs[1] == a.name and d.inputs[0] == a.inputs[0]:
-                return _SumSq(graph, a, b, a.inputs[0])
+                return _Welford(graph, a, b, a.inputs[0])
     if a.kind == "reduce_max" and b.kind == "reduce_sum":
         e = graph.op(b.inputs[0])
         if e.kind == "exp" and e.inputs[0] in dispatch.ops:

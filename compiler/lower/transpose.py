@@ -108,6 +108,8 @@ def staging_plan(graph: Graph, dispatch) -> tuple:
                     tables.append(tab)
         if not tables or any(not np.array_equal(tables[0], x) for x in tables[1:]):
             continue  # not read, or read at several indices per output element
+        if np.unique(tables[0]).size != tables[0].size:
+            continue  # broadcast along some dim: lanes share its elements, no transpose
         d_i = _contiguous_dim(tables[0])
         if d_i is not None and d_i != d_o:
             return t, d_i, d_o, shape
