@@ -171,3 +171,22 @@ def test_cli_fuse_json_and_explain(capsys):
     assert cli.main(["fuse", "conv_add_relu_mismatch:c=8,k=4", "--explain"]) == 0
     out = capsys.readouterr().out
     assert "does not match" in out and "traffic" in out and "root_consumer" not in out
+
+
+@pytest.mark.parametrize("aggressive", [True, False])
+def test_epilogue_keeps_the_contraction_shape(aggressive):
+    """A (2, 1) GEMM result read as (1, 2) through a unit-dim transpose: the consumer holds
+    the same elements in another shape, so it does not join the epilogue (the GEMM writes
+    its tile in its own shape), and every dispatch still lowers and computes the graph."""
+    from compiler.lower import lower, schedule_space
+    g = Graph("unit_transpose")
+    y = g.matmul(g.input("x", (2, 3)), g.input("w", (3, 1)))
+    g.output(g.neg(g.transpose(y, (1, 0))))
+    plan = fuse(g, aggressive=aggressive)
+    gemm = next(d for d in plan.dispatches if any(g.op(n).is_contraction for n in d.ops))
+    assert all(g.op(o).type.shape == (2, 1) for o in gemm.outputs)
+    for d in plan.dispatches:
+        legal = [c for c in schedule_space(g, d) if c.legal and not c.opt_in]
+        lower(g, d, legal[0].knobs)
+    for mode, err in check_plan(g):
+        assert err == 0.0, mode

@@ -233,6 +233,14 @@ class FusionState:
                            "epilogue runs once per output element of the contraction tile")
         if pr == 3 and not self.elementwise_only(cons):
             return False, "only elementwise ops join a contraction epilogue"
+        if pr == 3:
+            shape = g.op(prod.root).type.shape
+            for n in sorted(cons.ops, key=self.order.__getitem__):
+                t = g.op(n).type
+                if t.shape != shape and t.size == math.prod(shape):
+                    return False, (f"{n} holds the contraction's elements in shape {t.shape}, "
+                                   f"not {shape}: the epilogue writes the result tile in "
+                                   f"the contraction's own shape")
         chained = sibling_links is None and prod.roots(g) and cons.roots(g)
         if chained and not self.aggressive:
             return False, ("conservative mode keeps one root per dispatch: "
