@@ -190,3 +190,23 @@ def test_epilogue_keeps_the_contraction_shape(aggressive):
         lower(g, d, legal[0].knobs)
     for mode, err in check_plan(g):
         assert err == 0.0, mode
+
+
+def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
+    """neg(rowsum) is (2, 1), added to a (2, 3) GEMM result and also a graph output: the
+    GEMM dispatch cannot write it, so it is computed in its own dispatch."""
+    from compiler.lower import lower, schedule_space
+    g = Graph("side_output")
+    x = g.input("x", (2, 2))
+    side = g.neg(g.reduce_sum(x, 1, keepdims=True))
+    y = g.matmul(x, g.input("w", (2, 3)))
+    g.output(side, g.neg(g.add(y, side)))
+    for aggressive in (True, False):
+        plan = fuse(g, aggressive=aggressive)
+        for d in plan.dispatches:
+            if any(g.op(n).is_contraction for n in d.ops):
+                assert all(g.op(o).type.shape == (2, 3) for o in d.outputs)
+            legal = [c for c in schedule_space(g, d) if c.legal and not c.opt_in]
+            lower(g, d, legal[0].knobs)
+    for mode, err in check_plan(g):
+        assert err == 0.0, mode

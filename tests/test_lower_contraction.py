@@ -11,6 +11,7 @@ from gpusim.validate import validate
 
 from compiler import models
 from compiler.graph import Graph
+from compiler.passes import fuse
 from compiler.lower.common import LoweringError, memory_image
 from compiler.lower.contraction import lower_contraction
 from compiler.reference import evaluate, random_inputs
@@ -199,3 +200,16 @@ def test_mfma_is_refused_where_there_are_no_matrix_cores():
     with pytest.raises(LoweringError, match="MFMA|mfma"):
         lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4, "mma": "mfma"},
                           "gfx1100")
+
+
+def test_swizzled_epilogue_through_a_unit_dim_view():
+    """A (2, 1) GEMM whose output is an identity reshape of it: the swizzled epilogue finds
+    the accumulator although the view rewrites the unit dim's index as a constant 0."""
+    g = Graph("unit_view")
+    y = g.matmul(g.input("x", (2, 2)), g.input("w", (2, 1)))
+    g.output(g.reshape(y, (2, 1)))
+    for swz in ("none", "after_fusion", "before_fusion"):
+        d = fuse(g).dispatches[0]
+        k = lower_contraction(g, d, {**TILE, "vec_a": 1, "vec_b": 1, "swizzle": swz}, "gfx942")
+        res, ref = run_functional(g, k)
+        np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-5)

@@ -1044,8 +1044,13 @@ class _Builder:
         """before_fusion: the epilogue on SV swizzled accumulators, vector loads where the
         extra inputs' memory allows it."""
         root = self.d.root
-        regmap = {tuple(key(e) for e in ix): r for ix, r in zip(idxs, regs)}
-        self.em.bound[root] = lambda ix: regmap[tuple(key(e) for e in ix)]
+        unit = [n == 1 for n in self.g.op(root).type.shape]
+        zero = key(P.i32(0))
+
+        def k(ix):  # a unit dim's index is 0 however a view wrote it
+            return tuple(zero if u else key(e) for e, u in zip(ix, unit))
+        regmap = {k(ix): r for ix, r in zip(idxs, regs)}
+        self.em.bound[root] = lambda ix: regmap[k(ix)]
         out = {}
         for o in self.d.outputs:
             self.em.analyse_access(o, len(regs), stop_at=(root,))

@@ -233,14 +233,23 @@ class FusionState:
                            "epilogue runs once per output element of the contraction tile")
         if pr == 3 and not self.elementwise_only(cons):
             return False, "only elementwise ops join a contraction epilogue"
-        if pr == 3:
-            shape = g.op(prod.root).type.shape
-            for n in sorted(cons.ops, key=self.order.__getitem__):
+        if 3 in (pr, cr):
+            # the GEMM writes tile by tile in its own shape: every tensor of the epilogue
+            # that leaves the dispatch must have that shape
+            gemm, other = (prod, cons) if pr == 3 else (cons, prod)
+            shape = g.op(gemm.root).type.shape
+            for n in sorted(other.ops, key=self.order.__getitem__):
                 t = g.op(n).type
-                if t.shape != shape and t.size == math.prod(shape):
+                if t.shape == shape or g.op(n).is_view:
+                    continue
+                if t.size == math.prod(shape):
                     return False, (f"{n} holds the contraction's elements in shape {t.shape}, "
                                    f"not {shape}: the epilogue writes the result tile in "
                                    f"the contraction's own shape")
+                if n in g.outputs or any(u not in other.ops | gemm.ops for u in g.users(n)):
+                    return False, (f"{n} (shape {t.shape}) is also needed outside the "
+                                   f"epilogue, and the GEMM writes only tensors of its own "
+                                   f"shape {shape}")
         chained = sibling_links is None and prod.roots(g) and cons.roots(g)
         if chained and not self.aggressive:
             return False, ("conservative mode keeps one root per dispatch: "
