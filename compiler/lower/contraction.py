@@ -651,20 +651,14 @@ class _Builder:
     def build(self) -> P.Kernel:
         if self.mma == "mfma":
             return self.build_mfma()
-        gm, s = self.gemm, self.s
+        s = self.s
         BM, BN, BK, TM, TN, KW = self.BM, self.BN, self.BK, self.TM, self.TN, self.KW
-        tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
         tm_thr, tn_thr = BM // TM, BN // TN
         va, vb = int(s["vec_a"]), int(s["vec_b"])
         rv = read_width(s)
         bkw = BK // KW
         t = P.thread_id()
-        bid = P.block_id()
-        per_batch = tiles_m * tiles_n
-        b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else P.i32(0)
-        rest = imod(bid, per_batch) if gm.batch > 1 else bid
-        m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
-        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
+        b, m0, n0, tiles_m, tiles_n = self.tile_origin()
         if KW > 1:
             kg = self.let("kg", idiv(t, self.group))   # K group: wave-uniform
             tig = self.let("tig", imod(t, self.group))
@@ -797,22 +791,16 @@ class _Builder:
         lane reads a run of consecutive K from the K-innermost LDS tiles (a vector read
         per ``mfma_read_width``); every k is summed exactly once.
         """
-        gm, s = self.gemm, self.s
-        BM, BN, BK, TM, TN, KW = self.BM, self.BN, self.BK, self.TM, self.TN, self.KW
+        s = self.s
+        BM, BK, TM, TN, KW = self.BM, self.BK, self.TM, self.TN, self.KW
         shape = self.shape
         _, _, ks, nacc, _ = P.MFMA_SHAPES[shape]
-        tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
         va, vb = int(s["vec_a"]), int(s["vec_b"])
         rv = mfma_read_width(s)
         bkw = BK // KW
         steps = bkw // ks
         t = P.thread_id()
-        bid = P.block_id()
-        per_batch = tiles_m * tiles_n
-        b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else P.i32(0)
-        rest = imod(bid, per_batch) if gm.batch > 1 else bid
-        m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
-        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
+        b, m0, n0, tiles_m, tiles_n = self.tile_origin()
         waves_m = BM // TM
         wave = P.wave_id()
         if KW > 1:
@@ -857,6 +845,19 @@ class _Builder:
         return self.finish(b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n)
 
     # ---------------------------------------------------------------- K pipeline
+    def tile_origin(self):
+        """(batch, first row, first column, tiles along M, along N) of this workgroup's
+        output tile: workgroups walk M fastest, then N, then the batch."""
+        gm, BM, BN = self.gemm, self.BM, self.BN
+        tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
+        bid = P.block_id()
+        per_batch = tiles_m * tiles_n
+        b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else P.i32(0)
+        rest = imod(bid, per_batch) if gm.batch > 1 else bid
+        m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
+        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
+        return b, m0, n0, tiles_m, tiles_n
+
     def stage_first_tile(self, va, vb, a_base, b_base, m0, n0, b):
         """Stages K tile 0 (loads, LDS stores, barrier); returns ``stage_tile(kstart) ->
         (global loads, LDS stores)`` for the K loop."""
