@@ -26,9 +26,9 @@ from test_lower_contraction import SMALL, run_functional, whole  # noqa: E402
 TILE = dict(BM=16, BN=32, BK=64, TM=2, TN=4, KW=8, lds_pad=4, vec_a=4, vec_b=4)
 
 
-def predict(model, swizzle, arch="gfx942", **shape):
-    g = model(**shape)
-    k = lower_contraction(g, whole(g), {**TILE, "swizzle": swizzle}, arch)
+def predict(model, swizzle, arch="gfx942", tile=TILE):
+    g = model()
+    k = lower_contraction(g, whole(g), {**tile, "swizzle": swizzle}, arch)
     return k, gpusim.simulate(k, arch=arch, functional=False)
 
 
@@ -107,9 +107,7 @@ MFMA_TILE = dict(BM=32, BN=32, BK=64, TM=32, TN=32, KW=4, lds_pad=4, vec_a=4, ve
 
 
 def predict_mfma(model, swizzle, arch="gfx942"):
-    g = model()
-    k = lower_contraction(g, whole(g), {**MFMA_TILE, "swizzle": swizzle}, arch)
-    return k, gpusim.simulate(k, arch=arch, functional=False)
+    return predict(model, swizzle, arch, MFMA_TILE)
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
