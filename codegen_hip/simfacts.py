@@ -36,17 +36,16 @@ def memory_accesses(kernel: Kernel) -> list[dict]:
     out = []
     for s in walk(kernel.body):
         if isinstance(s, (Load, Store)):
-            buf = kernel.buffer(s.buffer)
-            width = len(s.dsts) if isinstance(s, Load) else len(s.values)
-            out.append({"space": "global", "op": "load" if isinstance(s, Load) else "store",
-                        "name": s.buffer, "dtype": buf.dtype, "width": width,
-                        "bytes": width * DTYPE_BYTES[buf.dtype]})
+            space, name, mem = "global", s.buffer, kernel.buffer(s.buffer)
         elif isinstance(s, (LdsLoad, LdsStore)):
-            arr = kernel.lds_array(s.array)
-            width = len(s.dsts) if isinstance(s, LdsLoad) else len(s.values)
-            out.append({"space": "lds", "op": "load" if isinstance(s, LdsLoad) else "store",
-                        "name": s.array, "dtype": arr.dtype, "width": width,
-                        "bytes": width * DTYPE_BYTES[arr.dtype]})
+            space, name, mem = "lds", s.array, kernel.lds_array(s.array)
+        else:
+            continue
+        load = isinstance(s, (Load, LdsLoad))
+        width = len(s.dsts) if load else len(s.values)
+        out.append({"space": space, "op": "load" if load else "store", "name": name,
+                    "dtype": mem.dtype, "width": width,
+                    "bytes": width * DTYPE_BYTES[mem.dtype]})
     return out
 
 

@@ -122,40 +122,30 @@ def validate(kernel, arch="gfx942", scalars: dict | None = None) -> None:
         elif isinstance(s, If):
             if s.cond.dtype != "i32":
                 raise KernelError(f"{k.name}: {where} condition is {s.cond.dtype}; compare it to get an i32 truth value")
-        elif isinstance(s, (Load, Store)):
-            if s.buffer not in buffers:
-                raise KernelError(f"{k.name}: {where} uses buffer {s.buffer!r}, which is not a parameter; "
-                                  f"declare it in params")
-            b = buffers[s.buffer]
-            regs = s.dsts if isinstance(s, Load) else s.values
+        elif isinstance(s, (Load, Store, LdsLoad, LdsStore)):
+            if isinstance(s, (Load, Store)):
+                name, table, what = s.buffer, buffers, "buffer"
+                missing = "which is not a parameter; declare it in params"
+            else:
+                name, table, what = s.array, lds, "LDS array"
+                missing = "which is not declared; add it to Kernel.lds"
+            if name not in table:
+                raise KernelError(f"{k.name}: {where} uses {what} {name!r}, {missing}")
+            mem = table[name]
+            load = isinstance(s, (Load, LdsLoad))
+            regs = s.dsts if load else s.values
             check_vector(len(regs), where)
             if s.index.dtype != "i32":
                 raise KernelError(f"{k.name}: {where} index is {s.index.dtype}; indices must be i32")
             for r in regs:
-                if isinstance(s, Load):
+                if load:
                     if not isinstance(r, Var):
                         raise KernelError(f"{k.name}: {where} loads into {type(r).__name__}; destinations must be Var")
                     check_var(r, where)
-                if r.dtype != _reg_dtype(b.dtype):
-                    raise KernelError(f"{k.name}: {where} moves {r.dtype} through {b.dtype} buffer "
-                                      f"{b.name!r}; use {_reg_dtype(b.dtype)} registers or cast()")
-            if isinstance(s, Load) and b.intent == "out":
-                pass  # reading an output is legal (e.g. read-modify-write); HIP allows it
-        elif isinstance(s, (LdsLoad, LdsStore)):
-            if s.array not in lds:
-                raise KernelError(f"{k.name}: {where} uses LDS array {s.array!r}, which is not declared; "
-                                  f"add it to Kernel.lds")
-            a = lds[s.array]
-            regs = s.dsts if isinstance(s, LdsLoad) else s.values
-            check_vector(len(regs), where)
-            if s.index.dtype != "i32":
-                raise KernelError(f"{k.name}: {where} index is {s.index.dtype}; indices must be i32")
-            for r in regs:
-                if isinstance(s, LdsLoad):
-                    check_var(r, where)
-                if r.dtype != _reg_dtype(a.dtype):
-                    raise KernelError(f"{k.name}: {where} moves {r.dtype} through {a.dtype} LDS array "
-                                      f"{a.name!r}; use {_reg_dtype(a.dtype)} registers or cast()")
+                if r.dtype != _reg_dtype(mem.dtype):
+                    raise KernelError(f"{k.name}: {where} moves {r.dtype} through {mem.dtype} {what} "
+                                      f"{name!r}; use {_reg_dtype(mem.dtype)} registers or cast()")
+            # reading an "out" buffer is legal (read-modify-write); HIP allows it
         elif isinstance(s, Shuffle):
             check_var(s.dst, where)
             if s.mode not in SHUFFLE_MODES:
