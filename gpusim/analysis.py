@@ -114,6 +114,25 @@ def stmt_defs(s):
 
 
 # ------------------------------------------------------------------------------ uniformity
+def register_writes(body):
+    """Every write of a register in ``body`` (nested blocks included), in program order:
+    (register, "expr", value) for an Assign, (counter, "loop", For) for a loop, and
+    (register, "unknown", None) for anything else that defines one (loads, shuffles...).
+    The dataflow analyses below solve their facts over these."""
+    for s in body:
+        if isinstance(s, Assign):
+            yield s.dst, "expr", s.value
+        elif isinstance(s, For):
+            yield s.var, "loop", s
+            yield from register_writes(s.body)
+        elif isinstance(s, If):
+            yield from register_writes(s.then)
+            yield from register_writes(s.orelse)
+        else:
+            for v in stmt_defs(s):
+                yield v, "unknown", None
+
+
 class Uniformity:
     """Which registers are wave-uniform, by a fixed point over the statement tree."""
 
@@ -183,18 +202,10 @@ class Divisibility:
                 self.var_mult[name] = 1
 
     def _collect(self, body):
-        for s in body:
-            if isinstance(s, Assign):
-                self._assigns.setdefault(s.dst.name, []).append(s.value)
-            elif isinstance(s, For):
-                self._assigns.setdefault(s.var.name, []).extend([s.start, Const(s.step)])
-                self._collect(s.body)
-            elif isinstance(s, If):
-                self._collect(s.then)
-                self._collect(s.orelse)
-            else:
-                for v in stmt_defs(s):
-                    self._assigns.setdefault(v.name, []).append(None)
+        for reg, kind, what in register_writes(body):
+            # a loop counter is a multiple of whatever divides its start and its step
+            vals = [what.start, Const(what.step)] if kind == "loop" else [what]
+            self._assigns.setdefault(reg.name, []).extend(vals)
 
     def multiple_of(self, e) -> int:
         """m >= 0 such that e is always a multiple of m (0: e is always 0)."""
@@ -260,19 +271,9 @@ class Intervals:
         self._solve()
 
     def _collect(self, body):
-        for s in body:
-            if isinstance(s, Assign) and s.dst.dtype == "i32":
-                self._assigns.setdefault(s.dst.name, []).append(("expr", s.value))
-            elif isinstance(s, For):
-                self._assigns.setdefault(s.var.name, []).append(("loop", s))
-                self._collect(s.body)
-            elif isinstance(s, If):
-                self._collect(s.then)
-                self._collect(s.orelse)
-            else:
-                for v in stmt_defs(s):
-                    if v.dtype == "i32":
-                        self._assigns.setdefault(v.name, []).append(("unknown", None))
+        for reg, kind, what in register_writes(body):
+            if kind == "loop" or reg.dtype == "i32":
+                self._assigns.setdefault(reg.name, []).append((kind, what))
 
     def _solve(self):
         names = list(self._assigns)
