@@ -136,11 +136,29 @@ def _inside(root: Path, path: Path) -> Path:
     return path
 
 
-def _prepare_target(out_dir: Path, force: bool) -> Path:
-    """Checks the target and its parent before anything is written; returns the parent."""
+MARKER = ".wavefuse-export"
+"""The file every export holds; ``force`` replaces only a folder that has it, so a typo
+such as ``-o . --force`` can never delete files that wavefuse did not write."""
+
+
+def _prepare_target(out_dir, force: bool) -> tuple[Path, Path]:
+    """Checks the target and its parent before anything is written; returns (target, parent).
+
+    The spelling is checked before the path is made absolute: ``''``, ``.`` and ``..`` name a
+    folder the user is standing in, never a folder of its own.
+    """
+    raw = str(out_dir)
+    if raw.strip() in ("", ".", "..") or raw.rstrip("/\\") in ("", ".", ".."):
+        raise ExportError(f"refusing to export into {raw!r}: give a new folder of its own, "
+                          "such as -o out/export")
+    out_dir = Path(raw).expanduser().absolute()
+    resolved = out_dir.resolve()
+    cwd = Path.cwd().resolve()
+    protected = {Path("/"), Path.home().resolve()}
+    if resolved in protected or cwd.is_relative_to(resolved):
+        raise ExportError(f"refusing to export into {out_dir}: it is the home, root or current "
+                          "folder (or holds it); give a new folder of its own")
     parent = out_dir.parent
-    if out_dir.resolve() == parent.resolve() or str(out_dir) in ("", ".", "/"):
-        raise ExportError(f"refusing to export into {out_dir!s}: give a directory of its own")
     if not parent.is_dir():
         raise ExportError(f"cannot export to {out_dir}: parent directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -148,9 +166,14 @@ def _prepare_target(out_dir: Path, force: bool) -> Path:
     if out_dir.exists() or out_dir.is_symlink():
         if not out_dir.is_dir() or out_dir.is_symlink():
             raise ExportError(f"cannot export to {out_dir}: it exists and is not a directory")
-        if any(out_dir.iterdir()) and not force:
-            raise ExportError(f"{out_dir} is not empty; pass force=True (--force) to replace it")
-    return parent
+        if any(out_dir.iterdir()):
+            if not force:
+                raise ExportError(f"{out_dir} is not empty; pass force=True (--force) to replace "
+                                  "a previous export")
+            if not (out_dir / MARKER).is_file():
+                raise ExportError(f"refusing to replace {out_dir}: it is not a wavefuse export (no "
+                                  f"{MARKER} file); remove it yourself or choose another folder")
+    return out_dir, parent
 
 
 def write_project(out_dir, kernels, launches, arrays, *, arch: str = "gfx942", force: bool = False,
@@ -165,10 +188,9 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: str = "gfx942", f
     ``counters``: {kernel name: simulator counters} for the kernel headers and sidecars.
     ``tolerances``: {array name: (atol, rtol)} overriding the per-dtype defaults.
     """
-    out_dir = Path(out_dir).absolute()
     plan = build_plan(kernels, launches, arrays, arch=arch, title=title, expected=expected,
                       tolerances=tolerances, warmup=warmup, repeats=repeats)
-    parent = _prepare_target(out_dir, force)
+    out_dir, parent = _prepare_target(out_dir, force)
     counters = counters or {}
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
@@ -189,6 +211,7 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: str = "gfx942", f
 
 def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: dict):
     sources = ["main.hip"]
+    (tmp / MARKER).write_text(json.dumps({"title": plan.title, "arch": plan.arch}) + "\n")
     for k, c_name in plan.kernels:
         kc = counters.get(k.name)
         src = emit_kernel(k, plan.arch, c_name=c_name, counters=kc)

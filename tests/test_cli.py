@@ -170,3 +170,14 @@ def test_foreign_error_families_are_user_errors(monkeypatch):
     assert KernelError in cli.user_error_types()
     assert cli.error_line(FileNotFoundError(2, "No such file or directory", "x.onnx")) == \
         "x.onnx: No such file or directory"
+
+
+@pytest.mark.parametrize("target", [".", ""])
+def test_export_force_into_current_folder_is_refused(capsys, tmp_path, monkeypatch, target):
+    """Issue 16's data loss: `export softmax -o . --force` replaced the current folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "precious.txt").write_text("keep me")
+    code, out, err = run(capsys, "export", "softmax:rows=64,cols=64", "-o", target, "--force",
+                         "--budget", "1", "--json")
+    assert code == 2 and err.count("\n") == 1 and "refusing" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt"]

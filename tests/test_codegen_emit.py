@@ -138,7 +138,7 @@ def _simple_project(tmp_path, name="proj", **kw):
 def test_export_contents(tmp_path):
     out = _simple_project(tmp_path)
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if "nvidia" not in p.parts)
-    assert names == ["CMakeLists.txt", "README.md", "build.sh", "data", "data/x.npy",
+    assert names == [".wavefuse-export", "CMakeLists.txt", "README.md", "build.sh", "data", "data/x.npy",
                      "data/y.expected.npy", "elementwise_f4.hip", "elementwise_f4.sim.json", "main.hip"]
     assert (out / "nvidia" / "hip" / "hip_runtime.h").exists()
     cm = (out / "CMakeLists.txt").read_text()
@@ -152,20 +152,50 @@ def test_export_contents(tmp_path):
 
 def test_export_refuses_non_empty_dir_without_force(tmp_path):
     target = tmp_path / "proj"
-    target.mkdir()
+    _simple_project(tmp_path)
     (target / "keep.txt").write_text("mine")
     with pytest.raises(ExportError, match="not empty"):
         _simple_project(tmp_path)
     assert (target / "keep.txt").read_text() == "mine"
-    _simple_project(tmp_path, force=True)
+    _simple_project(tmp_path, force=True)  # a previous export (it holds the marker) is replaced
     assert not (target / "keep.txt").exists() and (target / "main.hip").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]  # no temp or backup left
 
 
-def test_export_failure_leaves_nothing_half_written(tmp_path, monkeypatch):
+def test_force_never_replaces_a_folder_wavefuse_did_not_write(tmp_path):
     target = tmp_path / "proj"
     target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not a wavefuse export"):
+        _simple_project(tmp_path, force=True)
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
+
+
+@pytest.mark.parametrize("spelling", [".", "", "./", "..", " ", "~"])
+def test_force_never_exports_into_the_current_or_home_folder(tmp_path, monkeypatch, spelling):
+    """The data-loss case of issue 16: `-o . --force` used to replace the current folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "precious.txt").write_text("keep me")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(work))
+    k = ck.elementwise_f4()
+    with pytest.raises(ExportError, match="refusing"):
+        write_project(spelling, [k], [(k, {"x": "x", "y": "y", "n": 4096, "alpha": 2.0})], {},
+                      force=True)
+    with pytest.raises(ExportError, match="refusing"):
+        write_project(work, [k], [(k, {"x": "x", "y": "y", "n": 4096, "alpha": 2.0})], {},
+                      force=True)
+    assert sorted(p.name for p in work.iterdir()) == ["precious.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_export_failure_leaves_nothing_half_written(tmp_path, monkeypatch):
+    target = tmp_path / "proj"
+    _simple_project(tmp_path)
     (target / "old.txt").write_text("old")
+    before = sorted(p.name for p in target.iterdir())
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
@@ -173,7 +203,7 @@ def test_export_failure_leaves_nothing_half_written(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         _simple_project(tmp_path, force=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
-    assert [p.name for p in target.iterdir()] == ["old.txt"]
+    assert sorted(p.name for p in target.iterdir()) == before
     with pytest.raises(RuntimeError):
         _simple_project(tmp_path, name="fresh")
     assert not (tmp_path / "fresh").exists()
