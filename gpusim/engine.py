@@ -56,6 +56,7 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
 - Barrier: a wave waits until every live wave of its workgroup arrived.
 """
 import math
+from collections import namedtuple
 
 import numpy as np
 
@@ -83,15 +84,13 @@ NCOL = 18
 CAT_NONE, CAT_VALU, CAT_VMEM, CAT_LDS, CAT_SALU, CAT_BRANCH, CAT_BARRIER, CAT_MFMA = range(8)
 NCAT = 8
 
-# integer parameters (pi)
-(P_W, P_BLOCK, P_GRID, P_NSIMD, P_PERIOD, P_VALU, P_NF, P_NI, P_DEPTH, P_NLF, P_NLI,
- P_WGS, P_WPW, P_L1LINE, P_L2LINE, P_L1SETS, P_L1WAYS, P_L2SETS, P_L2WAYS, P_NL2,
- P_LDSLAT, P_L1LAT, P_L2LAT, P_HBMLAT, P_BARCYC, P_LAUNCH, P_TRACECAP, P_PROBE_PC,
- P_PROBE_WG, P_PROBE_WAVE, P_NBANKS, P_TIMED_WGS) = range(32)
-NPI = 32
-# float parameters (pf)
-F_L2CYC, F_HBMCYC = 0, 1
-NPF = 2
+# the launch's parameters, one typed record (see ``gpusim.sim._Launch``): arch constants
+# (issue period, cache geometry, latencies in cycles, this CU's share of L2 and HBM
+# bandwidth as cycles per line) and the launch's shape, trace capacity and probe
+Params = namedtuple("Params", (
+    "W block grid nsimd period valu nf ni depth nlf nli wgs wpw l1_line l2_line l1_sets "
+    "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks "
+    "trace_cap probe_pc probe_wg probe_wave l2_cyc hbm_cyc"))
 
 # counters
 (N_VALU, N_VMEM, N_LDS, N_SALU, N_BRANCH, N_GLD_REQ, N_GST_REQ, N_GLD_LINES, N_GST_LINES,
@@ -321,18 +320,6 @@ def unique_sorted(buf, n):
     return u
 
 
-def issue_time(t0, simd, period, cat, cat_last, valu_free):
-    """Earliest cycle >= t0 on this SIMD's issue turn with the category port free."""
-    t = math.ceil(t0)
-    if cat == CAT_VALU and valu_free[simd] > t:
-        t = math.ceil(valu_free[simd])
-    if period > 1:
-        t += (simd - t) % period
-    while cat_last[simd, cat] >= t:
-        t += period
-    return t
-
-
 def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
     n = trace_n[0]
     if n < cap:
@@ -345,20 +332,36 @@ def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
     trace_n[0] = n + 1
 
 
-def launch_wg(g, wg, t, pi, F, I, EX, NACT, SP, PC, READY, STATUS, SLOT_WG, RREADY, RPROD,
-              fconst_reg, fconst_val, iconst_reg, iconst_val, WG_ID, WG_LIVE, WG_ARR,
-              WG_BAR, WG_DONE, LDSF, LDSI, counters):
+# ------------------------------------------------------------------------------ state records
+# The engine's state travels between the jitted helpers as named tuples of arrays, so a
+# helper names what it touches (``wv.READY``, ``cu.free[FR_L1]``) instead of taking thirty
+# positional arrays. Numba compiles each helper once for these fixed types.
+Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD")
+Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
+Cache = namedtuple("Cache", "tag lru rdy dirty")
+CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
+Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals")
+Out = namedtuple("Out", "counters per_inst wg_done trace trace_n probe err")
+
+# CuState.free: the cycle each shared pipe of the CU is next free
+FR_L1, FR_L2, FR_HBM, FR_LDS = range(4)
+NFREE = 4
+
+
+def launch_wg(g, wg, t, p, wv, grp, fconst_reg, fconst_val, iconst_reg, iconst_val, counters):
     """Starts workgroup ``wg`` in workgroup slot ``g`` at cycle ``t``."""
-    W = pi[P_W]
-    wpw = pi[P_WPW]
-    block = pi[P_BLOCK]
-    WG_ID[g] = wg
-    WG_LIVE[g] = wpw
-    WG_ARR[g] = 0
-    WG_BAR[g] = 0.0
-    WG_DONE[g] = t
-    LDSF[g, :] = 0.0
-    LDSI[g, :] = 0
+    W = p.W
+    wpw = p.wpw
+    block = p.block
+    grp.ID[g] = wg
+    grp.LIVE[g] = wpw
+    grp.ARR[g] = 0
+    grp.BAR[g] = 0.0
+    grp.DONE[g] = t
+    grp.LDSF[g, :] = 0.0
+    grp.LDSI[g, :] = 0
+    F = wv.F
+    I = wv.I
     for j in range(wpw):
         s = g * wpw + j
         F[s, :, :] = 0.0
@@ -376,734 +379,899 @@ def launch_wg(g, wg, t, pi, F, I, EX, NACT, SP, PC, READY, STATUS, SLOT_WG, RREA
             I[s, 2, l] = j
             I[s, 3, l] = wg
             I[s, 4, l] = W
-            EX[s, l] = 1 if tid < block else 0
-        NACT[s] = min(W, max(0, block - j * W))
-        SP[s] = 0
-        PC[s] = 0
-        READY[s] = t + pi[P_LAUNCH]
-        STATUS[s] = S_RUN
-        SLOT_WG[s] = g
-        RREADY[s, :] = 0.0
-        RPROD[s, :] = -1
+            wv.EX[s, l] = 1 if tid < block else 0
+        wv.NACT[s] = min(W, max(0, block - j * W))
+        wv.SP[s] = 0
+        wv.PC[s] = 0
+        wv.READY[s] = t + p.launch
+        wv.STATUS[s] = S_RUN
+        wv.SLOT_WG[s] = g
+        wv.RREADY[s, :] = 0.0
+        wv.RPROD[s, :] = -1
         counters[N_WAVES] += 1
 
 
-def run(code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val, pi, pf, buf_tab, lds_tab,
+# ------------------------------------------------------------------------------ issue and scheduling
+def pick_wave(STATUS, READY, fast, s2, bt2):
+    """The running wave that is ready earliest (ties: lowest slot): returns (s, s2, bt2),
+    s < 0 when no wave runs. ``fast`` is the last wave issued; while it is still ahead of
+    the runner-up (s2 at bt2) nothing else changed, so the full scan is skipped."""
+    if fast >= 0 and STATUS[fast] == S_RUN and (READY[fast] < bt2 or (READY[fast] == bt2 and fast < s2)):
+        return fast, s2, bt2
+    s = -1
+    bt = math.inf
+    s2 = -1
+    bt2 = math.inf
+    for k in range(STATUS.shape[0]):
+        if STATUS[k] == S_RUN:
+            if READY[k] < bt:
+                s2 = s
+                bt2 = bt
+                bt = READY[k]
+                s = k
+            elif READY[k] < bt2:
+                bt2 = READY[k]
+                s2 = k
+    return s, s2, bt2
+
+
+def operands_ready(srcs, pc, RREADY, RPROD, s, t0):
+    """Scoreboard (s_waitcnt at first use): when the operands of ``pc`` have arrived and
+    the instruction that produced the latest one (-1 when none is late)."""
+    opr = t0
+    prod = -1
+    for k in range(srcs.shape[1]):
+        r = srcs[pc, k]
+        if r < 0:
+            break
+        if RREADY[s, r] > opr:
+            opr = RREADY[s, r]
+            prod = RPROD[s, r]
+    return opr, prod
+
+
+def issue_time(t0, simd, period, cat, cat_last, valu_free):
+    """Earliest cycle >= t0 on this SIMD's issue turn with the category port free."""
+    t = math.ceil(t0)
+    if cat == CAT_VALU and valu_free[simd] > t:
+        t = math.ceil(valu_free[simd])
+    if period > 1:
+        t += (simd - t) % period
+    while cat_last[simd, cat] >= t:
+        t += period
+    return t
+
+
+def issue(cat, t0, simd, period, cu):
+    """The issue cycle of an instruction of category ``cat`` whose wave is ready at ``t0``;
+    books the category's issue slot. MFMA also waits for this SIMD's matrix core."""
+    if cat == CAT_NONE or cat == CAT_BARRIER:
+        return t0
+    if cat == CAT_MFMA:
+        t = issue_time(max(t0, cu.mfma_free[simd]), simd, period, cat, cu.cat_last, cu.valu_free)
+    else:
+        t = issue_time(t0, simd, period, cat, cu.cat_last, cu.valu_free)
+    cu.cat_last[simd, cat] = t
+    return t
+
+
+# ------------------------------------------------------------------------------ vector ALU
+def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc):
+    """Functional semantics of the ALU opcodes (OP_FBIN..OP_IMOV). Returns False after
+    recording an integer division by zero in ``err``."""
+    F = wv.F
+    I = wv.I
+    EX = wv.EX
+    if op == OP_FBIN and full and aux <= B_MUL:
+        Fd = F[s, d]
+        Fa = F[s, a]
+        Fb = F[s, b]
+        if aux == B_ADD:
+            for l in range(W):
+                Fd[l] = np.float64(Fa[l]) + np.float64(Fb[l])
+        elif aux == B_SUB:
+            for l in range(W):
+                Fd[l] = np.float64(Fa[l]) - np.float64(Fb[l])
+        else:
+            for l in range(W):
+                Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l])
+    elif op == OP_FFMA and full:
+        Fd = F[s, d]
+        Fa = F[s, a]
+        Fb = F[s, b]
+        Fc = F[s, c]
+        for l in range(W):
+            Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
+    elif op == OP_IBIN and full and aux <= B_MUL:
+        Id = I[s, d]
+        Ia = I[s, a]
+        Ib = I[s, b]
+        if aux == B_ADD:
+            for l in range(W):
+                Id[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
+        elif aux == B_SUB:
+            for l in range(W):
+                Id[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
+        else:
+            for l in range(W):
+                Id[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
+    elif op == OP_FMOV and full:
+        Fd = F[s, d]
+        Fa = F[s, a]
+        for l in range(W):
+            Fd[l] = Fa[l]
+    elif op == OP_IMOV and full:
+        Id = I[s, d]
+        Ia = I[s, a]
+        for l in range(W):
+            Id[l] = Ia[l]
+    elif op == OP_FBIN:
+        for l in range(W):
+            if EX[s, l]:
+                F[s, d, l] = fbin(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
+    elif op == OP_IBIN:
+        for l in range(W):
+            if EX[s, l]:
+                xi = np.int64(I[s, a, l])
+                yi = np.int64(I[s, b, l])
+                if (aux == B_DIV or aux == B_MOD) and yi == 0:
+                    err[0] = E_DIV0
+                    err[1] = pc
+                    return False
+                I[s, d, l] = wrap32(ibin(aux, xi, yi))
+    elif op == OP_FCMP:
+        for l in range(W):
+            if EX[s, l]:
+                I[s, d, l] = fcmp(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
+    elif op == OP_ICMP:
+        for l in range(W):
+            if EX[s, l]:
+                I[s, d, l] = fcmp(aux, np.int64(I[s, a, l]), np.int64(I[s, b, l]))
+    elif op == OP_FUN:
+        for l in range(W):
+            if EX[s, l]:
+                F[s, d, l] = fun(aux, np.float64(F[s, a, l]))
+    elif op == OP_IUN:
+        for l in range(W):
+            if EX[s, l]:
+                I[s, d, l] = wrap32(iun(aux, np.int64(I[s, a, l])))
+    elif op == OP_FFMA:
+        for l in range(W):
+            if EX[s, l]:
+                F[s, d, l] = np.float64(F[s, a, l]) * np.float64(F[s, b, l]) + np.float64(F[s, c, l])
+    elif op == OP_FSEL:
+        for l in range(W):
+            if EX[s, l]:
+                F[s, d, l] = F[s, b, l] if I[s, a, l] != 0 else F[s, c, l]
+    elif op == OP_ISEL:
+        for l in range(W):
+            if EX[s, l]:
+                I[s, d, l] = I[s, b, l] if I[s, a, l] != 0 else I[s, c, l]
+    elif op == OP_CVT_IF:
+        for l in range(W):
+            if EX[s, l]:
+                F[s, d, l] = np.float64(I[s, a, l])
+    elif op == OP_CVT_FI:
+        for l in range(W):
+            if EX[s, l]:
+                xf = np.float64(F[s, a, l])
+                if xf != xf:
+                    I[s, d, l] = 0
+                elif xf >= 2147483647.0:
+                    I[s, d, l] = 2147483647
+                elif xf <= -2147483648.0:
+                    I[s, d, l] = -2147483648
+                else:
+                    I[s, d, l] = int(xf)
+    elif op == OP_FMOV:
+        for l in range(W):
+            if EX[s, l]:
+                F[s, d, l] = F[s, a, l]
+    elif op == OP_IMOV:
+        for l in range(W):
+            if EX[s, l]:
+                I[s, d, l] = I[s, a, l]
+    return True
+
+
+def exec_control(op, a, b, aux, s, pc, jump, W, wv):
+    """Structured control flow on the execution mask (the EXEC save/restore stack).
+    Returns the next pc."""
+    EX = wv.EX
+    MS = wv.MS
+    SP = wv.SP
+    I = wv.I
+    nxt_pc = pc + 1
+    if op == OP_IF:
+        MS[s, SP[s], :] = EX[s, :]
+        SP[s] += 1
+        anyl = 0
+        for l in range(W):
+            v8 = 1 if (EX[s, l] and I[s, a, l] != 0) else 0
+            EX[s, l] = v8
+            anyl += v8
+        wv.NACT[s] = anyl
+        if anyl == 0:
+            nxt_pc = jump
+    elif op == OP_ELSE:
+        top = SP[s] - 1
+        anyl = 0
+        for l in range(W):
+            v8 = 1 if (MS[s, top, l] and not EX[s, l]) else 0
+            EX[s, l] = v8
+            anyl += v8
+        wv.NACT[s] = anyl
+        if anyl == 0:
+            nxt_pc = jump
+    elif op == OP_ENDIF:
+        SP[s] -= 1
+        anyl = 0
+        for l in range(W):
+            EX[s, l] = MS[s, SP[s], l]
+            anyl += EX[s, l]
+        wv.NACT[s] = anyl
+    elif op == OP_LOOP_BEGIN:
+        MS[s, SP[s], :] = EX[s, :]
+        SP[s] += 1
+    elif op == OP_LOOP_TEST:
+        anyl = 0
+        for l in range(W):
+            v8 = 1 if (EX[s, l] and I[s, a, l] < I[s, b, l]) else 0
+            EX[s, l] = v8
+            anyl += v8
+        wv.NACT[s] = anyl
+        if anyl == 0:
+            SP[s] -= 1
+            for l in range(W):
+                EX[s, l] = MS[s, SP[s], l]
+                anyl += EX[s, l]
+            wv.NACT[s] = anyl
+            nxt_pc = jump
+    elif op == OP_LOOP_STEP:
+        for l in range(W):
+            if EX[s, l]:
+                I[s, a, l] = wrap32(np.int64(I[s, a, l]) + aux)
+        nxt_pc = jump
+    return nxt_pc
+
+
+# ------------------------------------------------------------------------------ vector memory and caches
+def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, cu, l1, l2, sc, out):
+    """A global load or store: moves the values, counts lines and TCP accesses, walks the
+    L1 / L2 / HBM model and sets when loaded registers arrive. Returns False after
+    recording an out-of-bounds access in ``out.err``."""
+    W = p.W
+    NF = p.nf
+    l1_line = p.l1_line
+    l2_line = p.l2_line
+    F = wv.F
+    I = wv.I
+    EX = wv.EX
+    lines = sc.lines
+    lane_lo = sc.lane_lo
+    lane_hi = sc.lane_hi
+    qbuf = sc.qbuf
+    counters = out.counters
+    per_inst = out.per_inst
+    probe = out.probe
+    err = out.err
+    a = code[pc, K_A]
+    aux = code[pc, K_AUX]
+    store = code[pc, K_OP] == OP_GSTORE
+    width = code[pc, K_WIDTH]
+    kind = buf_tab[aux, 0]
+    off = buf_tab[aux, 1]
+    size = buf_tab[aux, 2]
+    base = buf_tab[aux, 3]
+    es = buf_tab[aux, 4]
+    nl = 0
+    nact = 0
+    for l in range(W):
+        lane_lo[l] = -1
+        if not EX[s, l]:
+            continue
+        nact += 1
+        idx = np.int64(I[s, a, l])
+        if idx < 0 or idx + width > size:
+            err[0] = E_OOB_GLOBAL
+            err[1] = pc
+            err[2] = idx
+            err[3] = aux
+            return False
+        for v in range(width):
+            reg = code[pc, K_V0 + v]
+            if store:
+                if kind == 2:
+                    gmem_i[off + idx + v] = I[s, reg, l]
+                elif kind == 1:
+                    gmem_f[off + idx + v] = round_f16(np.float64(F[s, reg, l]))
+                else:
+                    gmem_f[off + idx + v] = F[s, reg, l]
+            else:
+                if kind == 2:
+                    I[s, reg, l] = gmem_i[off + idx + v]
+                else:
+                    F[s, reg, l] = gmem_f[off + idx + v]
+        addr = base + idx * es
+        lane_lo[l] = addr // l1_line
+        lane_hi[l] = (addr + width * es - 1) // l1_line
+        lines[nl] = lane_lo[l]
+        nl += 1
+        if lane_hi[l] != lane_lo[l]:
+            lines[nl] = lane_hi[l]
+            nl += 1
+        if probing:
+            probe[l, 0] = addr
+            probe[l, 1] = width * es
+            probe[l, 2] = 1
+    if probing:
+        probe[W, 0] = 1
+    nu = unique_sorted(lines, nl)
+    # TCP accesses: unique lines per quad of lanes (rocprof coalescing)
+    tcp = 0
+    quads = 0
+    for q in range(W // 4):
+        nq = 0
+        for l in range(4 * q, 4 * q + 4):
+            if lane_lo[l] >= 0:
+                qbuf[nq] = lane_lo[l]
+                nq += 1
+                if lane_hi[l] != lane_lo[l]:
+                    qbuf[nq] = lane_hi[l]
+                    nq += 1
+        if nq > 0:
+            quads += 1
+            tcp += unique_sorted(qbuf, nq)
+    counters[N_VMEM] += 1
+    counters[N_TCP] += tcp
+    counters[N_QUADS] += quads
+    per_inst[pc, I_LINES] += nu
+    per_inst[pc, I_TCP] += tcp
+    if store:
+        counters[N_GST_REQ] += 1
+        counters[N_GST_LINES] += nu
+        counters[N_GST_BYTES] += nact * width * es
+    else:
+        counters[N_GLD_REQ] += 1
+        counters[N_GLD_LINES] += nu
+        counters[N_GLD_BYTES] += nact * width * es
+    done = memory_lines(p, t, nu, tcp, store, l2i, lines, cu, l1, l2, counters)
+    if not store:
+        for v in range(width):
+            r = code[pc, K_V0 + v]
+            ur = (NF + r) if kind == 2 else r
+            wv.RREADY[s, ur] = done
+            wv.RPROD[s, ur] = pc
+    return True
+
+
+def memory_lines(p, t, nu, tcp, store, l2i, lines, cu, l1, l2, counters):
+    """Sends the ``nu`` unique lines of one VMEM instruction through L1, L2 and HBM; the
+    L1 pipe is held for ``tcp`` cycles. Returns when the last line is back (loads) or
+    written to L2 (stores)."""
+    l1_line = p.l1_line
+    l2_line = p.l2_line
+    l1_sets = p.l1_sets
+    l1_ways = p.l1_ways
+    l2_sets = p.l2_sets
+    l2_ways = p.l2_ways
+    l2_cyc = p.l2_cyc
+    hbm_cyc = p.hbm_cyc
+    free = cu.free
+    l1_rdy = l1.rdy
+    l2_rdy = l2.rdy
+    l2_dirty = l2.dirty
+    l2_free = free[FR_L2]
+    hbm_free = free[FR_HBM]
+    clock = cu.clock[0]
+    tl = max(float(t), free[FR_L1])
+    done = float(t)
+    step = tcp / nu if nu > 0 else 1.0  # L1 cycles per unique line
+    for j in range(nu):
+        clock += 1
+        tj = tl + j * step
+        line = lines[j]
+        l2line = (line * l1_line) // l2_line
+        if store:
+            cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets, l1_ways, line, clock, False)
+            t2 = max(tj, l2_free)
+            l2_free = t2 + l2_cyc
+            counters[N_L2_ACC] += 1
+            hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
+                                    l2_ways, l2line, clock, True)
+            st2 = l2line % l2_sets
+            if hit2:
+                counters[N_L2_HIT] += 1
+            if l2_dirty[l2i, st2, w2] == 0:
+                l2_dirty[l2i, st2, w2] = 1
+                counters[N_HBM_WR] += l2_line
+                th = max(t2, hbm_free)
+                hbm_free = th + hbm_cyc
+            done = max(done, t2 + l2_cyc)
+        else:
+            counters[N_L1_ACC] += 1
+            hit1, w1 = cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets,
+                                    l1_ways, line, clock, True)
+            st1 = line % l1_sets
+            if hit1:
+                counters[N_L1_HIT] += 1
+                arrive = max(tj + p.l1_lat, l1_rdy[0, st1, w1])
+            else:
+                t2 = max(tj, l2_free)
+                l2_free = t2 + l2_cyc
+                counters[N_L2_ACC] += 1
+                hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
+                                        l2_ways, l2line, clock, True)
+                st2 = l2line % l2_sets
+                if hit2:
+                    counters[N_L2_HIT] += 1
+                    arrive = max(t2 + p.l2_lat, l2_rdy[l2i, st2, w2] + p.l1_lat)
+                else:
+                    th = max(t2, hbm_free)
+                    hbm_free = th + hbm_cyc
+                    counters[N_HBM_RD] += l2_line
+                    arrive = th + p.hbm_lat
+                    l2_rdy[l2i, st2, w2] = arrive - p.l1_lat
+                l1_rdy[0, st1, w1] = arrive
+            done = max(done, arrive)
+    free[FR_L1] = tl + max(tcp, nu)
+    free[FR_L2] = l2_free
+    free[FR_HBM] = hbm_free
+    cu.clock[0] = clock
+    return done
+
+
+# ------------------------------------------------------------------------------ LDS
+def exec_lds(p, code, pc, s, g, t, probing, lds_tab, n_groups, group_lanes, wv, grp, cu, sc, out):
+    """An LDS load or store: moves the values, counts bank conflicts per phase group and
+    books the LDS pipe. Returns False after recording an out-of-bounds access."""
+    W = p.W
+    NF = p.nf
+    nbanks = p.nbanks
+    F = wv.F
+    I = wv.I
+    EX = wv.EX
+    LDSF = grp.LDSF
+    LDSI = grp.LDSI
+    lane_lo = sc.lane_lo
+    lane_hi = sc.lane_hi
+    dbuf = sc.dbuf
+    bank_cnt = sc.bank_cnt
+    counters = out.counters
+    per_inst = out.per_inst
+    probe = out.probe
+    err = out.err
+    a = code[pc, K_A]
+    aux = code[pc, K_AUX]
+    store = code[pc, K_OP] == OP_LSTORE
+    width = code[pc, K_WIDTH]
+    kind = lds_tab[aux, 0]
+    off = lds_tab[aux, 1]
+    size = lds_tab[aux, 2]
+    base = lds_tab[aux, 3]
+    es = lds_tab[aux, 4]
+    for l in range(W):
+        lane_lo[l] = -1
+        if not EX[s, l]:
+            continue
+        idx = np.int64(I[s, a, l])
+        if idx < 0 or idx + width > size:
+            err[0] = E_OOB_LDS
+            err[1] = pc
+            err[2] = idx
+            err[3] = aux
+            return False
+        for v in range(width):
+            reg = code[pc, K_V0 + v]
+            if store:
+                if kind == 2:
+                    LDSI[g, off + idx + v] = I[s, reg, l]
+                elif kind == 1:
+                    LDSF[g, off + idx + v] = round_f16(np.float64(F[s, reg, l]))
+                else:
+                    LDSF[g, off + idx + v] = F[s, reg, l]
+            else:
+                if kind == 2:
+                    I[s, reg, l] = LDSI[g, off + idx + v]
+                else:
+                    F[s, reg, l] = LDSF[g, off + idx + v]
+        addr = base + idx * es
+        lane_lo[l] = addr // 4
+        lane_hi[l] = (addr + width * es - 1) // 4
+        if probing:
+            probe[l, 0] = addr
+            probe[l, 1] = width * es
+            probe[l, 2] = 1
+    if probing:
+        probe[W, 0] = 1
+    wc = code[pc, K_C]  # width class 0: <=4 B, 1: 8 B, 2: 16 B per lane
+    rw = 1 if store else 0
+    ng = n_groups[rw, wc]
+    gsize = W // ng
+    conflict = 0
+    for gi in range(ng):
+        nd = 0
+        dmin = 1 << 62
+        dmax = -1
+        for k in range(gsize):
+            l = group_lanes[rw, wc, gi, k]
+            if lane_lo[l] >= 0:
+                if lane_lo[l] < dmin:
+                    dmin = lane_lo[l]
+                if lane_hi[l] > dmax:
+                    dmax = lane_hi[l]
+                for dw in range(lane_lo[l], lane_hi[l] + 1):
+                    dbuf[nd] = dw
+                    nd += 1
+        if dmax - dmin < nbanks:
+            continue  # all dwords within one bank-width window: distinct banks
+        nu = unique_sorted(dbuf, nd)
+        bank_cnt[:] = 0
+        mx = 0
+        for k in range(nu):
+            bk = dbuf[k] % nbanks
+            bank_cnt[bk] += 1
+            if bank_cnt[bk] > mx:
+                mx = bank_cnt[bk]
+        if mx > 1:
+            conflict += mx - 1
+    idx_cyc = ng + conflict
+    counters[N_LDS] += 1
+    counters[N_LDS_CONF] += conflict
+    counters[N_LDS_IDX] += idx_cyc
+    per_inst[pc, I_CONF] += conflict
+    per_inst[pc, I_IDX] += idx_cyc
+    tl = max(float(t), cu.free[FR_LDS])
+    cu.free[FR_LDS] = tl + idx_cyc
+    if not store:
+        done = tl + idx_cyc + p.lds_lat
+        for v in range(width):
+            r = code[pc, K_V0 + v]
+            ur = (NF + r) if kind == 2 else r
+            wv.RREADY[s, ur] = done
+            wv.RPROD[s, ur] = pc
+    return True
+
+
+def exec_shuffle(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
+    """A lane shuffle (xor or down, ds_swizzle / DPP) through the LDS crossbar."""
+    W = p.W
+    F = wv.F
+    I = wv.I
+    fvals = sc.fvals
+    ivals = sc.ivals
+    a = code[pc, K_A]
+    b = code[pc, K_B]
+    d = code[pc, K_DST]
+    aux = code[pc, K_AUX]
+    isf = code[pc, K_ISF]
+    for l in range(W):
+        if isf:
+            fvals[l] = F[s, a, l]
+        else:
+            ivals[l] = I[s, a, l]
+    for l in range(W):
+        if not wv.EX[s, l]:
+            continue
+        src = (l ^ b) if aux == 0 else l + b
+        if src >= W:
+            src = l
+        if isf:
+            F[s, d, l] = fvals[src]
+        else:
+            I[s, d, l] = ivals[src]
+    ng = n_groups[0, 0]
+    counters[N_LDS] += 1
+    counters[N_LDS_IDX] += ng
+    tl = max(float(t), cu.free[FR_LDS])
+    cu.free[FR_LDS] = tl + ng
+    ur = d if isf else p.nf + d
+    wv.RREADY[s, ur] = tl + ng + p.lds_lat
+    wv.RPROD[s, ur] = pc
+
+
+def exec_wave_reduce(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
+    """WaveReduce: the xor butterfly over all lanes, one LDS crossbar step per level."""
+    W = p.W
+    F = wv.F
+    I = wv.I
+    fvals = sc.fvals
+    ivals = sc.ivals
+    a = code[pc, K_A]
+    d = code[pc, K_DST]
+    aux = code[pc, K_AUX]
+    isf = code[pc, K_ISF]
+    for l in range(W):
+        if isf:
+            fvals[l] = F[s, a, l]
+        else:
+            ivals[l] = I[s, a, l]
+    steps = 0
+    off2 = W // 2
+    while off2 > 0:
+        steps += 1
+        for l in range(W):
+            m = l ^ off2
+            if l < m:
+                if isf:
+                    xf = fvals[l]
+                    yf = fvals[m]
+                    if aux == R_SUM:
+                        rf = np.float64(np.float32(xf + yf))
+                    elif aux == R_MAX:
+                        rf = fbin(B_MAX, xf, yf)
+                    else:
+                        rf = fbin(B_MIN, xf, yf)
+                    fvals[l] = rf
+                    fvals[m] = rf
+                else:
+                    xi = ivals[l]
+                    yi = ivals[m]
+                    if aux == R_SUM:
+                        ri = wrap32(xi + yi)
+                    elif aux == R_MAX:
+                        ri = xi if xi > yi else yi
+                    else:
+                        ri = xi if xi < yi else yi
+                    ivals[l] = ri
+                    ivals[m] = ri
+        off2 //= 2
+    for l in range(W):
+        if wv.EX[s, l]:
+            if isf:
+                F[s, d, l] = fvals[l]
+            else:
+                I[s, d, l] = ivals[l]
+    ng = n_groups[0, 0]
+    counters[N_LDS] += steps
+    counters[N_LDS_IDX] += steps * ng
+    tl = max(float(t), cu.free[FR_LDS])
+    cu.free[FR_LDS] = tl + steps * ng
+    ur = d if isf else p.nf + d
+    wv.RREADY[s, ur] = tl + steps * (ng + p.lds_lat + p.valu)
+    wv.RPROD[s, ur] = pc
+
+
+# ------------------------------------------------------------------------------ MFMA
+def exec_mfma(p, code, pc, s, simd, t, mfma_regs, wv, cu, sc, counters):
+    """One matrix-core instruction: every lane takes part (the validator requires full,
+    uniform waves); the SIMD's matrix core is busy ``K_MULT`` cycles."""
+    W = p.W
+    F = wv.F
+    fvals = sc.fvals
+    gvals = sc.gvals
+    a = code[pc, K_A]
+    b = code[pc, K_B]
+    mdim = 32 if code[pc, K_WIDTH] == 0 else 16
+    kdim = 2 if mdim == 32 else 4
+    nacc = mdim * mdim // W
+    mcyc = float(code[pc, K_MULT])
+    row = code[pc, K_C]
+    for l in range(W):
+        fvals[l] = np.float64(F[s, a, l])
+        gvals[l] = np.float64(F[s, b, l])
+    for l in range(W):
+        j = l % mdim
+        for r in range(nacc):
+            if mdim == 32:
+                i = 8 * (r // 4) + 4 * (l // 32) + r % 4
+            else:
+                i = 4 * (l // 16) + r
+            reg = mfma_regs[row, r]
+            acc_v = np.float64(F[s, reg, l])
+            for kk in range(kdim):
+                acc_v += fvals[i + mdim * kk] * gvals[j + mdim * kk]
+            F[s, reg, l] = acc_v
+    counters[N_MFMA] += 1
+    counters[N_MFMA_FLOPS] += 2 * mdim * mdim * kdim
+    cu.mfma_free[simd] = t + mcyc
+    for r in range(nacc):
+        reg = mfma_regs[row, r]
+        wv.RREADY[s, reg] = t + mcyc
+        wv.RPROD[s, reg] = pc
+
+
+# ------------------------------------------------------------------------------ barriers and wave end
+def barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out):
+    """Wave ``s`` reaches a barrier at cycle ``t``; the last live wave of its workgroup
+    releases all of them ``bar_cyc`` cycles after the latest arrival."""
+    wpw = p.wpw
+    cap = p.trace_cap
+    wv.STATUS[s] = S_BAR
+    grp.ARR[g] += 1
+    if t > grp.BAR[g]:
+        grp.BAR[g] = t
+    if grp.ARR[g] >= grp.LIVE[g]:
+        rel = grp.BAR[g] + p.bar_cyc
+        for k in range(g * wpw, g * wpw + wpw):
+            if wv.STATUS[k] == S_BAR:
+                if timed and cap > 0:
+                    add_trace(out.trace, out.trace_n, cap, cu_id, k % p.nsimd, grp.ID[g] * wpw + k - g * wpw,
+                              wv.READY[k], rel, T_BARRIER)
+                wv.STATUS[k] = S_RUN
+                wv.READY[k] = rel
+        grp.ARR[g] = 0
+        grp.BAR[g] = 0.0
+    else:
+        wv.READY[s] = t
+
+
+def wave_end(p, s, g, t, wv, grp):
+    """Wave ``s`` ends at cycle ``t`` (its last loads still count). A barrier the rest of
+    the workgroup waits at opens when this was the last wave missing. Returns the
+    workgroup's completion cycle when this was its last live wave, else -1."""
+    wpw = p.wpw
+    wv.STATUS[s] = S_DONE
+    fin = float(t)
+    for k in range(p.nf + p.ni):
+        if wv.RREADY[s, k] > fin:
+            fin = wv.RREADY[s, k]
+    if fin > grp.DONE[g]:
+        grp.DONE[g] = fin
+    grp.LIVE[g] -= 1
+    if grp.LIVE[g] > 0 and grp.ARR[g] >= grp.LIVE[g] and grp.ARR[g] > 0:
+        rel = grp.BAR[g] + p.bar_cyc
+        for k in range(g * wpw, g * wpw + wpw):
+            if wv.STATUS[k] == S_BAR:
+                wv.STATUS[k] = S_RUN
+                wv.READY[k] = rel
+        grp.ARR[g] = 0
+    if grp.LIVE[g] == 0:
+        return grp.DONE[g]
+    return -1.0
+
+
+# ------------------------------------------------------------------------------ the loop
+def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val, buf_tab, lds_tab,
         group_of, n_groups, group_lanes, gmem_f, gmem_i, sess_wgs, sess_off, sess_cu,
         counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe, err,
         l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty):
     """Simulates every session (a CU with its list of workgroups) in order.
 
-    Session 0 is the timed CU: its per-workgroup completion times go to ``wg_done`` and
-    its events to ``trace``. Returns nothing; results land in the output arrays.
+    ``p`` is the ``Params`` record. Session 0 is the timed CU: its per-workgroup
+    completion times go to ``wg_done`` and its events to ``trace``. Returns nothing;
+    results land in the output arrays.
     """
-    W = pi[P_W]
-    nsimd = pi[P_NSIMD]
-    period = pi[P_PERIOD]
-    valu_cyc = pi[P_VALU]
-    wgs = pi[P_WGS]
-    wpw = pi[P_WPW]
+    W = p.W
+    nsimd = p.nsimd
+    period = p.period
+    valu_cyc = p.valu
+    wgs = p.wgs
+    wpw = p.wpw
     nslots = wgs * wpw
-    NF = pi[P_NF]
-    NI = pi[P_NI]
-    depth = pi[P_DEPTH] + 1
-    l1_line = pi[P_L1LINE]
-    l2_line = pi[P_L2LINE]
-    l1_sets = pi[P_L1SETS]
-    l1_ways = pi[P_L1WAYS]
-    l2_sets = pi[P_L2SETS]
-    l2_ways = pi[P_L2WAYS]
-    n_l2 = pi[P_NL2]
-    nbanks = pi[P_NBANKS]
-    cap = pi[P_TRACECAP]
-    l2_cyc = pf[F_L2CYC]
-    hbm_cyc = pf[F_HBMCYC]
+    NF = p.nf
+    NI = p.ni
+    depth = p.depth + 1
+    cap = p.trace_cap
 
-    F = np.zeros((nslots, NF, W), np.float32)
-    I = np.zeros((nslots, NI, W), np.int32)
-    EX = np.zeros((nslots, W), np.uint8)
-    MS = np.zeros((nslots, depth, W), np.uint8)
-    SP = np.zeros(nslots, np.int64)
-    PC = np.zeros(nslots, np.int64)
-    READY = np.zeros(nslots, np.float64)
-    STATUS = np.zeros(nslots, np.int64)
-    SLOT_WG = np.zeros(nslots, np.int64)
-    NACT = np.zeros(nslots, np.int64)
-    RREADY = np.zeros((nslots, NF + NI), np.float64)
-    RPROD = np.zeros((nslots, NF + NI), np.int64)
-    WG_ID = np.zeros(wgs, np.int64)
-    WG_LIVE = np.zeros(wgs, np.int64)
-    WG_ARR = np.zeros(wgs, np.int64)
-    WG_BAR = np.zeros(wgs, np.float64)
-    WG_DONE = np.zeros(wgs, np.float64)
-    WG_IDX = np.zeros(wgs, np.int64)
-    LDSF = np.zeros((wgs, max(pi[P_NLF], 1)), np.float32)
-    LDSI = np.zeros((wgs, max(pi[P_NLI], 1)), np.int32)
-    valu_free = np.zeros(nsimd, np.float64)
-    cat_last = np.zeros((nsimd, NCAT), np.float64)
-    lines = np.zeros(W * 2, np.int64)
-    lane_lo = np.zeros(W, np.int64)
-    lane_hi = np.zeros(W, np.int64)
-    qbuf = np.zeros(8, np.int64)
-    dbuf = np.zeros(4 * W, np.int64)
-    bank_cnt = np.zeros(nbanks, np.int64)
-    fvals = np.zeros(W, np.float64)
-    gvals = np.zeros(W, np.float64)
-    mfma_free = np.zeros(nsimd, np.float64)
-    ivals = np.zeros(W, np.int64)
-    clock = 0
+    wv = Waves(np.zeros((nslots, NF, W), np.float32), np.zeros((nslots, NI, W), np.int32),
+               np.zeros((nslots, W), np.uint8), np.zeros((nslots, depth, W), np.uint8),
+               np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.float64),
+               np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
+               np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64))
+    grp = Groups(np.zeros(wgs, np.int64), np.zeros(wgs, np.int64), np.zeros(wgs, np.int64),
+                 np.zeros(wgs, np.float64), np.zeros(wgs, np.float64), np.zeros(wgs, np.int64),
+                 np.zeros((wgs, max(p.nlf, 1)), np.float32), np.zeros((wgs, max(p.nli, 1)), np.int32))
+    cu = CuState(np.zeros(nsimd, np.float64), np.zeros(nsimd, np.float64),
+                 np.zeros((nsimd, NCAT), np.float64), np.zeros(NFREE, np.float64), np.zeros(1, np.int64))
+    sc = Scratch(np.zeros(W * 2, np.int64), np.zeros(W, np.int64), np.zeros(W, np.int64),
+                 np.zeros(8, np.int64), np.zeros(4 * W, np.int64), np.zeros(p.nbanks, np.int64),
+                 np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64))
+    l1 = Cache(l1_tag, l1_lru, l1_rdy, l1_dirty)
+    l2 = Cache(l2_tag, l2_lru, l2_rdy, l2_dirty)
+    out = Out(counters, per_inst, wg_done, trace, trace_n, probe, err)
+    READY = wv.READY
+    STATUS = wv.STATUS
+    PC = wv.PC
 
     for sess in range(sess_cu.shape[0]):
-        cu = sess_cu[sess]
-        l2i = cu % n_l2
+        cu_id = sess_cu[sess]
+        l2i = cu_id % p.n_l2
         timed = sess == 0
         first = sess_off[sess]
         last = sess_off[sess + 1]
         nxt = first
         l1_tag[:, :, :] = -1
         l1_lru[:, :, :] = 0
-        valu_free[:] = 0.0
-        mfma_free[:] = 0.0
-        cat_last[:, :] = -1.0
-        l1_free = 0.0
-        l2_free = 0.0
-        hbm_free = 0.0
-        lds_free = 0.0
+        cu.valu_free[:] = 0.0
+        cu.mfma_free[:] = 0.0
+        cu.cat_last[:, :] = -1.0
+        cu.free[:] = 0.0
         STATUS[:] = S_EMPTY
         end_time = 0.0
         for g in range(wgs):
             if nxt < last:
-                WG_IDX[g] = nxt - first
-                launch_wg(g, sess_wgs[nxt], 0.0, pi, F, I, EX, NACT, SP, PC, READY, STATUS, SLOT_WG,
-                          RREADY, RPROD, fconst_reg, fconst_val, iconst_reg, iconst_val,
-                          WG_ID, WG_LIVE, WG_ARR, WG_BAR, WG_DONE, LDSF, LDSI, counters)
+                grp.IDX[g] = nxt - first
+                launch_wg(g, sess_wgs[nxt], 0.0, p, wv, grp, fconst_reg, fconst_val, iconst_reg,
+                          iconst_val, counters)
                 nxt += 1
         fast = -1  # the last wave issued, still known to be the earliest-ready one
         s2 = -1
         bt2 = math.inf
         while True:
-            if fast >= 0 and STATUS[fast] == S_RUN and (READY[fast] < bt2 or (READY[fast] == bt2 and fast < s2)):
-                s = fast  # same choice as a full scan: nothing else changed since it
-            else:
-                s = -1
-                bt = math.inf
-                s2 = -1
-                bt2 = math.inf
-                for k in range(nslots):
-                    if STATUS[k] == S_RUN:
-                        if READY[k] < bt:
-                            s2 = s
-                            bt2 = bt
-                            bt = READY[k]
-                            s = k
-                        elif READY[k] < bt2:
-                            bt2 = READY[k]
-                            s2 = k
-                if s < 0:
-                    break
+            s, s2, bt2 = pick_wave(STATUS, READY, fast, s2, bt2)
+            if s < 0:
+                break
             fast = s
             pc = PC[s]
-            g = SLOT_WG[s]
+            g = wv.SLOT_WG[s]
             simd = s % nsimd
-            wave_gid = WG_ID[g] * wpw + (s - g * wpw)
+            wave_gid = grp.ID[g] * wpw + (s - g * wpw)
             t0 = READY[s]
-            # scoreboard: wait for in-flight operands (s_waitcnt at first use)
-            opr = t0
-            prod = -1
-            for k in range(srcs.shape[1]):
-                r = srcs[pc, k]
-                if r < 0:
-                    break
-                if RREADY[s, r] > opr:
-                    opr = RREADY[s, r]
-                    prod = RPROD[s, r]
+            opr, prod = operands_ready(srcs, pc, wv.RREADY, wv.RPROD, s, t0)
             if opr > t0:
                 if prod >= 0:
                     per_inst[prod, I_STALL] += opr - t0
                 counters[N_STALL] += opr - t0
                 if timed and cap > 0:
-                    add_trace(trace, trace_n, cap, cu, simd, wave_gid, t0, opr, T_STALL)
+                    add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t0, opr, T_STALL)
                 READY[s] = opr
                 continue
             op = code[pc, K_OP]
             cat = code[pc, K_CAT]
-            if cat == CAT_NONE or cat == CAT_BARRIER:
-                t = t0
-            elif cat == CAT_MFMA:  # waits for this SIMD's matrix core
-                t = issue_time(max(t0, mfma_free[simd]), simd, period, cat, cat_last, valu_free)
-                cat_last[simd, cat] = t
-            else:
-                t = issue_time(t0, simd, period, cat, cat_last, valu_free)
-                cat_last[simd, cat] = t
+            t = issue(cat, t0, simd, period, cu)
             counters[N_VALU] += code[pc, K_NVALU]
             counters[N_SALU] += code[pc, K_NSALU]
             counters[N_BRANCH] += code[pc, K_NBRANCH]
             per_inst[pc, I_EXEC] += 1
-            a = code[pc, K_A]
-            b = code[pc, K_B]
-            c = code[pc, K_C]
-            d = code[pc, K_DST]
-            aux = code[pc, K_AUX]
             nxt_pc = pc + 1
             busy = float(period)  # cycles until this wave may issue again
             trace_kind = T_SALU
             if cat == CAT_VALU:
                 busy = float(valu_cyc * code[pc, K_MULT])
-                valu_free[simd] = t + busy
+                cu.valu_free[simd] = t + busy
                 trace_kind = T_VALU
-            full = NACT[s] == W
-            probing = (pc == pi[P_PROBE_PC] and timed and WG_ID[g] == pi[P_PROBE_WG]
-                       and s - g * wpw == pi[P_PROBE_WAVE] and probe[W, 0] == 0)
-            if op == OP_FBIN and full and aux <= B_MUL:
-                Fd = F[s, d]
-                Fa = F[s, a]
-                Fb = F[s, b]
-                if aux == B_ADD:
-                    for l in range(W):
-                        Fd[l] = np.float64(Fa[l]) + np.float64(Fb[l])
-                elif aux == B_SUB:
-                    for l in range(W):
-                        Fd[l] = np.float64(Fa[l]) - np.float64(Fb[l])
-                else:
-                    for l in range(W):
-                        Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l])
-            elif op == OP_FFMA and full:
-                Fd = F[s, d]
-                Fa = F[s, a]
-                Fb = F[s, b]
-                Fc = F[s, c]
-                for l in range(W):
-                    Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
-            elif op == OP_IBIN and full and aux <= B_MUL:
-                Id = I[s, d]
-                Ia = I[s, a]
-                Ib = I[s, b]
-                if aux == B_ADD:
-                    for l in range(W):
-                        Id[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
-                elif aux == B_SUB:
-                    for l in range(W):
-                        Id[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
-                else:
-                    for l in range(W):
-                        Id[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
-            elif op == OP_FMOV and full:
-                Fd = F[s, d]
-                Fa = F[s, a]
-                for l in range(W):
-                    Fd[l] = Fa[l]
-            elif op == OP_IMOV and full:
-                Id = I[s, d]
-                Ia = I[s, a]
-                for l in range(W):
-                    Id[l] = Ia[l]
-            elif op == OP_FBIN:
-                for l in range(W):
-                    if EX[s, l]:
-                        F[s, d, l] = fbin(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
-            elif op == OP_IBIN:
-                for l in range(W):
-                    if EX[s, l]:
-                        xi = np.int64(I[s, a, l])
-                        yi = np.int64(I[s, b, l])
-                        if (aux == B_DIV or aux == B_MOD) and yi == 0:
-                            err[0] = E_DIV0
-                            err[1] = pc
-                            return
-                        I[s, d, l] = wrap32(ibin(aux, xi, yi))
-            elif op == OP_FCMP:
-                for l in range(W):
-                    if EX[s, l]:
-                        I[s, d, l] = fcmp(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
-            elif op == OP_ICMP:
-                for l in range(W):
-                    if EX[s, l]:
-                        I[s, d, l] = fcmp(aux, np.int64(I[s, a, l]), np.int64(I[s, b, l]))
-            elif op == OP_FUN:
-                for l in range(W):
-                    if EX[s, l]:
-                        F[s, d, l] = fun(aux, np.float64(F[s, a, l]))
-            elif op == OP_IUN:
-                for l in range(W):
-                    if EX[s, l]:
-                        I[s, d, l] = wrap32(iun(aux, np.int64(I[s, a, l])))
-            elif op == OP_FFMA:
-                for l in range(W):
-                    if EX[s, l]:
-                        F[s, d, l] = np.float64(F[s, a, l]) * np.float64(F[s, b, l]) + np.float64(F[s, c, l])
-            elif op == OP_FSEL:
-                for l in range(W):
-                    if EX[s, l]:
-                        F[s, d, l] = F[s, b, l] if I[s, a, l] != 0 else F[s, c, l]
-            elif op == OP_ISEL:
-                for l in range(W):
-                    if EX[s, l]:
-                        I[s, d, l] = I[s, b, l] if I[s, a, l] != 0 else I[s, c, l]
-            elif op == OP_CVT_IF:
-                for l in range(W):
-                    if EX[s, l]:
-                        F[s, d, l] = np.float64(I[s, a, l])
-            elif op == OP_CVT_FI:
-                for l in range(W):
-                    if EX[s, l]:
-                        xf = np.float64(F[s, a, l])
-                        if xf != xf:
-                            I[s, d, l] = 0
-                        elif xf >= 2147483647.0:
-                            I[s, d, l] = 2147483647
-                        elif xf <= -2147483648.0:
-                            I[s, d, l] = -2147483648
-                        else:
-                            I[s, d, l] = int(xf)
-            elif op == OP_FMOV:
-                for l in range(W):
-                    if EX[s, l]:
-                        F[s, d, l] = F[s, a, l]
-            elif op == OP_IMOV:
-                for l in range(W):
-                    if EX[s, l]:
-                        I[s, d, l] = I[s, a, l]
+            probing = (pc == p.probe_pc and timed and grp.ID[g] == p.probe_wg
+                       and s - g * wpw == p.probe_wave and probe[W, 0] == 0)
+            if op <= OP_IMOV:
+                if not exec_alu(op, code[pc, K_AUX], code[pc, K_A], code[pc, K_B], code[pc, K_C],
+                                code[pc, K_DST], s, wv.NACT[s] == W, W, wv, err, pc):
+                    return
             elif op == OP_GLOAD or op == OP_GSTORE:
-                store = op == OP_GSTORE
-                width = code[pc, K_WIDTH]
-                kind = buf_tab[aux, 0]
-                off = buf_tab[aux, 1]
-                size = buf_tab[aux, 2]
-                base = buf_tab[aux, 3]
-                es = buf_tab[aux, 4]
-                nl = 0
-                nact = 0
-                for l in range(W):
-                    lane_lo[l] = -1
-                    if not EX[s, l]:
-                        continue
-                    nact += 1
-                    idx = np.int64(I[s, a, l])
-                    if idx < 0 or idx + width > size:
-                        err[0] = E_OOB_GLOBAL
-                        err[1] = pc
-                        err[2] = idx
-                        err[3] = aux
-                        return
-                    for v in range(width):
-                        reg = code[pc, K_V0 + v]
-                        if store:
-                            if kind == 2:
-                                gmem_i[off + idx + v] = I[s, reg, l]
-                            elif kind == 1:
-                                gmem_f[off + idx + v] = round_f16(np.float64(F[s, reg, l]))
-                            else:
-                                gmem_f[off + idx + v] = F[s, reg, l]
-                        else:
-                            if kind == 2:
-                                I[s, reg, l] = gmem_i[off + idx + v]
-                            else:
-                                F[s, reg, l] = gmem_f[off + idx + v]
-                    addr = base + idx * es
-                    lane_lo[l] = addr // l1_line
-                    lane_hi[l] = (addr + width * es - 1) // l1_line
-                    lines[nl] = lane_lo[l]
-                    nl += 1
-                    if lane_hi[l] != lane_lo[l]:
-                        lines[nl] = lane_hi[l]
-                        nl += 1
-                    if probing:
-                        probe[l, 0] = addr
-                        probe[l, 1] = width * es
-                        probe[l, 2] = 1
-                if probing:
-                    probe[W, 0] = 1
-                nu = unique_sorted(lines, nl)
-                # TCP accesses: unique lines per quad of lanes (rocprof coalescing)
-                tcp = 0
-                quads = 0
-                for q in range(W // 4):
-                    nq = 0
-                    for l in range(4 * q, 4 * q + 4):
-                        if lane_lo[l] >= 0:
-                            qbuf[nq] = lane_lo[l]
-                            nq += 1
-                            if lane_hi[l] != lane_lo[l]:
-                                qbuf[nq] = lane_hi[l]
-                                nq += 1
-                    if nq > 0:
-                        quads += 1
-                        tcp += unique_sorted(qbuf, nq)
-                counters[N_VMEM] += 1
-                counters[N_TCP] += tcp
-                counters[N_QUADS] += quads
-                per_inst[pc, I_LINES] += nu
-                per_inst[pc, I_TCP] += tcp
-                if store:
-                    counters[N_GST_REQ] += 1
-                    counters[N_GST_LINES] += nu
-                    counters[N_GST_BYTES] += nact * width * es
-                else:
-                    counters[N_GLD_REQ] += 1
-                    counters[N_GLD_LINES] += nu
-                    counters[N_GLD_BYTES] += nact * width * es
+                if not exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i,
+                                 wv, cu, l1, l2, sc, out):
+                    return
                 trace_kind = T_VMEM
-                tl = max(float(t), l1_free)
-                done = float(t)
-                step = tcp / nu if nu > 0 else 1.0  # L1 cycles per unique line
-                for j in range(nu):
-                    clock += 1
-                    tj = tl + j * step
-                    line = lines[j]
-                    l2line = (line * l1_line) // l2_line
-                    if store:
-                        hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, 0, l1_sets,
-                                                l1_ways, line, clock, False)
-                        t2 = max(tj, l2_free)
-                        l2_free = t2 + l2_cyc
-                        counters[N_L2_ACC] += 1
-                        hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2i, l2_sets,
-                                                l2_ways, l2line, clock, True)
-                        st2 = l2line % l2_sets
-                        if hit2:
-                            counters[N_L2_HIT] += 1
-                        if l2_dirty[l2i, st2, w2] == 0:
-                            l2_dirty[l2i, st2, w2] = 1
-                            counters[N_HBM_WR] += l2_line
-                            th = max(t2, hbm_free)
-                            hbm_free = th + hbm_cyc
-                        done = max(done, t2 + l2_cyc)
-                    else:
-                        counters[N_L1_ACC] += 1
-                        hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, 0, l1_sets,
-                                                l1_ways, line, clock, True)
-                        st1 = line % l1_sets
-                        if hit1:
-                            counters[N_L1_HIT] += 1
-                            arrive = max(tj + pi[P_L1LAT], l1_rdy[0, st1, w1])
-                        else:
-                            t2 = max(tj, l2_free)
-                            l2_free = t2 + l2_cyc
-                            counters[N_L2_ACC] += 1
-                            hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2i, l2_sets,
-                                                    l2_ways, l2line, clock, True)
-                            st2 = l2line % l2_sets
-                            if hit2:
-                                counters[N_L2_HIT] += 1
-                                arrive = max(t2 + pi[P_L2LAT], l2_rdy[l2i, st2, w2] + pi[P_L1LAT])
-                            else:
-                                th = max(t2, hbm_free)
-                                hbm_free = th + hbm_cyc
-                                counters[N_HBM_RD] += l2_line
-                                arrive = th + pi[P_HBMLAT]
-                                l2_rdy[l2i, st2, w2] = arrive - pi[P_L1LAT]
-                            l1_rdy[0, st1, w1] = arrive
-                        done = max(done, arrive)
-                l1_free = tl + max(tcp, nu)
-                if not store:
-                    for v in range(width):
-                        r = code[pc, K_V0 + v]
-                        ur = (NF + r) if kind == 2 else r
-                        RREADY[s, ur] = done
-                        RPROD[s, ur] = pc
             elif op == OP_LLOAD or op == OP_LSTORE:
-                store = op == OP_LSTORE
-                width = code[pc, K_WIDTH]
-                kind = lds_tab[aux, 0]
-                off = lds_tab[aux, 1]
-                size = lds_tab[aux, 2]
-                base = lds_tab[aux, 3]
-                es = lds_tab[aux, 4]
-                for l in range(W):
-                    lane_lo[l] = -1
-                    if not EX[s, l]:
-                        continue
-                    idx = np.int64(I[s, a, l])
-                    if idx < 0 or idx + width > size:
-                        err[0] = E_OOB_LDS
-                        err[1] = pc
-                        err[2] = idx
-                        err[3] = aux
-                        return
-                    for v in range(width):
-                        reg = code[pc, K_V0 + v]
-                        if store:
-                            if kind == 2:
-                                LDSI[g, off + idx + v] = I[s, reg, l]
-                            elif kind == 1:
-                                LDSF[g, off + idx + v] = round_f16(np.float64(F[s, reg, l]))
-                            else:
-                                LDSF[g, off + idx + v] = F[s, reg, l]
-                        else:
-                            if kind == 2:
-                                I[s, reg, l] = LDSI[g, off + idx + v]
-                            else:
-                                F[s, reg, l] = LDSF[g, off + idx + v]
-                    addr = base + idx * es
-                    lane_lo[l] = addr // 4
-                    lane_hi[l] = (addr + width * es - 1) // 4
-                    if probing:
-                        probe[l, 0] = addr
-                        probe[l, 1] = width * es
-                        probe[l, 2] = 1
-                if probing:
-                    probe[W, 0] = 1
-                wc = code[pc, K_C]  # width class 0: <=4 B, 1: 8 B, 2: 16 B per lane
-                rw = 1 if store else 0
-                ng = n_groups[rw, wc]
-                gsize = W // ng
-                conflict = 0
-                for gi in range(ng):
-                    nd = 0
-                    dmin = 1 << 62
-                    dmax = -1
-                    for k in range(gsize):
-                        l = group_lanes[rw, wc, gi, k]
-                        if lane_lo[l] >= 0:
-                            if lane_lo[l] < dmin:
-                                dmin = lane_lo[l]
-                            if lane_hi[l] > dmax:
-                                dmax = lane_hi[l]
-                            for dw in range(lane_lo[l], lane_hi[l] + 1):
-                                dbuf[nd] = dw
-                                nd += 1
-                    if dmax - dmin < nbanks:
-                        continue  # all dwords within one bank-width window: distinct banks
-                    nu = unique_sorted(dbuf, nd)
-                    bank_cnt[:] = 0
-                    mx = 0
-                    for k in range(nu):
-                        bk = dbuf[k] % nbanks
-                        bank_cnt[bk] += 1
-                        if bank_cnt[bk] > mx:
-                            mx = bank_cnt[bk]
-                    if mx > 1:
-                        conflict += mx - 1
-                idx_cyc = ng + conflict
-                counters[N_LDS] += 1
-                counters[N_LDS_CONF] += conflict
-                counters[N_LDS_IDX] += idx_cyc
-                per_inst[pc, I_CONF] += conflict
-                per_inst[pc, I_IDX] += idx_cyc
+                if not exec_lds(p, code, pc, s, g, t, probing, lds_tab, n_groups, group_lanes,
+                                wv, grp, cu, sc, out):
+                    return
                 trace_kind = T_LDS
-                tl = max(float(t), lds_free)
-                lds_free = tl + idx_cyc
-                if not store:
-                    done = tl + idx_cyc + pi[P_LDSLAT]
-                    for v in range(width):
-                        r = code[pc, K_V0 + v]
-                        ur = (NF + r) if kind == 2 else r
-                        RREADY[s, ur] = done
-                        RPROD[s, ur] = pc
             elif op == OP_SHFL:
-                isf = code[pc, K_ISF]
-                for l in range(W):
-                    if isf:
-                        fvals[l] = F[s, a, l]
-                    else:
-                        ivals[l] = I[s, a, l]
-                for l in range(W):
-                    if not EX[s, l]:
-                        continue
-                    src = (l ^ b) if aux == 0 else l + b
-                    if src >= W:
-                        src = l
-                    if isf:
-                        F[s, d, l] = fvals[src]
-                    else:
-                        I[s, d, l] = ivals[src]
-                ng = n_groups[0, 0]
-                counters[N_LDS] += 1
-                counters[N_LDS_IDX] += ng
+                exec_shuffle(p, code, pc, s, t, n_groups, wv, cu, sc, counters)
                 trace_kind = T_LDS
-                tl = max(float(t), lds_free)
-                lds_free = tl + ng
-                ur = d if isf else NF + d
-                RREADY[s, ur] = tl + ng + pi[P_LDSLAT]
-                RPROD[s, ur] = pc
             elif op == OP_WRED:
-                isf = code[pc, K_ISF]
-                for l in range(W):
-                    if isf:
-                        fvals[l] = F[s, a, l]
-                    else:
-                        ivals[l] = I[s, a, l]
-                steps = 0
-                off2 = W // 2
-                while off2 > 0:
-                    steps += 1
-                    for l in range(W):
-                        m = l ^ off2
-                        if l < m:
-                            if isf:
-                                xf = fvals[l]
-                                yf = fvals[m]
-                                if aux == R_SUM:
-                                    rf = np.float64(np.float32(xf + yf))
-                                elif aux == R_MAX:
-                                    rf = fbin(B_MAX, xf, yf)
-                                else:
-                                    rf = fbin(B_MIN, xf, yf)
-                                fvals[l] = rf
-                                fvals[m] = rf
-                            else:
-                                xi = ivals[l]
-                                yi = ivals[m]
-                                if aux == R_SUM:
-                                    ri = wrap32(xi + yi)
-                                elif aux == R_MAX:
-                                    ri = xi if xi > yi else yi
-                                else:
-                                    ri = xi if xi < yi else yi
-                                ivals[l] = ri
-                                ivals[m] = ri
-                    off2 //= 2
-                for l in range(W):
-                    if EX[s, l]:
-                        if isf:
-                            F[s, d, l] = fvals[l]
-                        else:
-                            I[s, d, l] = ivals[l]
-                ng = n_groups[0, 0]
-                counters[N_LDS] += steps
-                counters[N_LDS_IDX] += steps * ng
+                exec_wave_reduce(p, code, pc, s, t, n_groups, wv, cu, sc, counters)
                 trace_kind = T_LDS
-                tl = max(float(t), lds_free)
-                lds_free = tl + steps * ng
-                ur = d if isf else NF + d
-                RREADY[s, ur] = tl + steps * (ng + pi[P_LDSLAT] + valu_cyc)
-                RPROD[s, ur] = pc
             elif op == OP_MFMA:
-                # every lane takes part (the validator requires full, uniform waves)
-                mdim = 32 if code[pc, K_WIDTH] == 0 else 16
-                kdim = 2 if mdim == 32 else 4
-                nacc = mdim * mdim // W
-                mcyc = float(code[pc, K_MULT])
-                row = code[pc, K_C]
-                for l in range(W):
-                    fvals[l] = np.float64(F[s, a, l])
-                    gvals[l] = np.float64(F[s, b, l])
-                for l in range(W):
-                    j = l % mdim
-                    for r in range(nacc):
-                        if mdim == 32:
-                            i = 8 * (r // 4) + 4 * (l // 32) + r % 4
-                        else:
-                            i = 4 * (l // 16) + r
-                        reg = mfma_regs[row, r]
-                        acc_v = np.float64(F[s, reg, l])
-                        for kk in range(kdim):
-                            acc_v += fvals[i + mdim * kk] * gvals[j + mdim * kk]
-                        F[s, reg, l] = acc_v
-                counters[N_MFMA] += 1
-                counters[N_MFMA_FLOPS] += 2 * mdim * mdim * kdim
+                exec_mfma(p, code, pc, s, simd, t, mfma_regs, wv, cu, sc, counters)
                 trace_kind = T_MFMA
                 busy = float(period)
-                mfma_free[simd] = t + mcyc
-                for r in range(nacc):
-                    reg = mfma_regs[row, r]
-                    RREADY[s, reg] = t + mcyc
-                    RPROD[s, reg] = pc
             elif op == OP_BARRIER:
                 counters[N_BARRIERS] += 1
-                STATUS[s] = S_BAR
                 PC[s] = nxt_pc
-                WG_ARR[g] += 1
-                if t > WG_BAR[g]:
-                    WG_BAR[g] = t
-                if WG_ARR[g] >= WG_LIVE[g]:
-                    fast = -1
-                    rel = WG_BAR[g] + pi[P_BARCYC]
-                    for k in range(g * wpw, g * wpw + wpw):
-                        if STATUS[k] == S_BAR:
-                            if timed and cap > 0:
-                                add_trace(trace, trace_n, cap, cu, k % nsimd, WG_ID[g] * wpw + k - g * wpw,
-                                          READY[k], rel, T_BARRIER)
-                            STATUS[k] = S_RUN
-                            READY[k] = rel
-                    WG_ARR[g] = 0
-                    WG_BAR[g] = 0.0
-                else:
-                    READY[s] = t
+                barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out)
+                fast = -1
                 continue
-            elif op == OP_IF:
-                MS[s, SP[s], :] = EX[s, :]
-                SP[s] += 1
-                anyl = 0
-                for l in range(W):
-                    v8 = 1 if (EX[s, l] and I[s, a, l] != 0) else 0
-                    EX[s, l] = v8
-                    anyl += v8
-                NACT[s] = anyl
-                if anyl == 0:
-                    nxt_pc = code[pc, K_JUMP]
-            elif op == OP_ELSE:
-                top = SP[s] - 1
-                anyl = 0
-                for l in range(W):
-                    v8 = 1 if (MS[s, top, l] and not EX[s, l]) else 0
-                    EX[s, l] = v8
-                    anyl += v8
-                NACT[s] = anyl
-                if anyl == 0:
-                    nxt_pc = code[pc, K_JUMP]
-            elif op == OP_ENDIF:
-                SP[s] -= 1
-                anyl = 0
-                for l in range(W):
-                    EX[s, l] = MS[s, SP[s], l]
-                    anyl += EX[s, l]
-                NACT[s] = anyl
-            elif op == OP_LOOP_BEGIN:
-                MS[s, SP[s], :] = EX[s, :]
-                SP[s] += 1
-            elif op == OP_LOOP_TEST:
-                anyl = 0
-                for l in range(W):
-                    v8 = 1 if (EX[s, l] and I[s, a, l] < I[s, b, l]) else 0
-                    EX[s, l] = v8
-                    anyl += v8
-                NACT[s] = anyl
-                if anyl == 0:
-                    SP[s] -= 1
-                    for l in range(W):
-                        EX[s, l] = MS[s, SP[s], l]
-                        anyl += EX[s, l]
-                    NACT[s] = anyl
-                    nxt_pc = code[pc, K_JUMP]
-            elif op == OP_LOOP_STEP:
-                for l in range(W):
-                    if EX[s, l]:
-                        I[s, a, l] = wrap32(np.int64(I[s, a, l]) + aux)
-                nxt_pc = code[pc, K_JUMP]
             elif op == OP_END:
                 fast = -1
-                STATUS[s] = S_DONE
-                fin = float(t)
-                for k in range(NF + NI):
-                    if RREADY[s, k] > fin:
-                        fin = RREADY[s, k]
-                if fin > WG_DONE[g]:
-                    WG_DONE[g] = fin
-                WG_LIVE[g] -= 1
-                if WG_LIVE[g] > 0 and WG_ARR[g] >= WG_LIVE[g] and WG_ARR[g] > 0:
-                    rel = WG_BAR[g] + pi[P_BARCYC]
-                    for k in range(g * wpw, g * wpw + wpw):
-                        if STATUS[k] == S_BAR:
-                            STATUS[k] = S_RUN
-                            READY[k] = rel
-                    WG_ARR[g] = 0
-                if WG_LIVE[g] == 0:
-                    tdone = WG_DONE[g]
+                tdone = wave_end(p, s, g, t, wv, grp)
+                if tdone >= 0.0:
                     if tdone > end_time:
                         end_time = tdone
-                    if timed and WG_IDX[g] < wg_done.shape[0]:
-                        wg_done[WG_IDX[g]] = tdone
+                    if timed and grp.IDX[g] < wg_done.shape[0]:
+                        wg_done[grp.IDX[g]] = tdone
                     if nxt < last:
-                        WG_IDX[g] = nxt - first
-                        launch_wg(g, sess_wgs[nxt], tdone, pi, F, I, EX, NACT, SP, PC, READY, STATUS,
-                                  SLOT_WG, RREADY, RPROD, fconst_reg, fconst_val, iconst_reg,
-                                  iconst_val, WG_ID, WG_LIVE, WG_ARR, WG_BAR, WG_DONE, LDSF, LDSI,
-                                  counters)
+                        grp.IDX[g] = nxt - first
+                        launch_wg(g, sess_wgs[nxt], tdone, p, wv, grp, fconst_reg, fconst_val,
+                                  iconst_reg, iconst_val, counters)
                         nxt += 1
                 continue
+            else:
+                nxt_pc = exec_control(op, code[pc, K_A], code[pc, K_B], code[pc, K_AUX], s, pc,
+                                      code[pc, K_JUMP], W, wv)
             if timed and cap > 0 and cat != CAT_NONE:
-                add_trace(trace, trace_n, cap, cu, simd, wave_gid, t, t + busy, trace_kind)
+                add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t, t + busy, trace_kind)
             PC[s] = nxt_pc
             READY[s] = t + busy if cat != CAT_NONE else t
         sess_cycles[sess] = end_time

@@ -19,7 +19,9 @@ with open(_SRC) as _f:
     exec(compile(_f.read(), _SRC, "exec"), globals())
 
 _FUNCS = ("wrap32", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_access",
-          "unique_sorted", "issue_time", "add_trace", "launch_wg", "run")
+          "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready", "issue_time",
+          "issue", "exec_alu", "exec_control", "exec_vmem", "memory_lines", "exec_lds",
+          "exec_shuffle", "exec_wave_reduce", "exec_mfma", "barrier_arrive", "wave_end", "run")
 _CACHE = not numba.config.BOUNDSCHECK
 for _name in _FUNCS:
     globals()[_name] = numba.njit(cache=_CACHE, error_model="numpy")(globals()[_name])

@@ -188,48 +188,29 @@ class _Launch:
         lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
         self.lds_tab = lds_tab
         self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
-        # parameters
-        pi = np.zeros(E.NPI, np.int64)
-        pi[E.P_W] = W
-        pi[E.P_BLOCK] = kernel.block
-        pi[E.P_GRID] = kernel.grid
-        pi[E.P_NSIMD] = arch.simds_per_cu
-        pi[E.P_PERIOD] = arch.issue_period_cycles
-        pi[E.P_VALU] = arch.valu_cycles
-        pi[E.P_NF] = prog.nf
-        pi[E.P_NI] = prog.ni
-        pi[E.P_DEPTH] = prog.depth
-        pi[E.P_NLF] = nlf
-        pi[E.P_NLI] = nli
-        pi[E.P_WGS] = occ.workgroups_per_cu
-        pi[E.P_WPW] = occ.waves_per_workgroup
-        pi[E.P_L1LINE] = arch.l1_line_bytes
-        pi[E.P_L2LINE] = arch.l2_line_bytes
+        # parameters: one typed record (``engine.Params``); ints stay Python ints, cycle
+        # costs per line Python floats, so Numba sees one fixed record type
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
-        pi[E.P_L1WAYS] = arch.l1_ways
-        pi[E.P_L1SETS] = max(1, l1_lines // arch.l1_ways)
         l2_lines = arch.l2_bytes // arch.l2_line_bytes
-        pi[E.P_L2WAYS] = arch.l2_ways
-        pi[E.P_L2SETS] = max(1, l2_lines // arch.l2_ways)
-        pi[E.P_NL2] = arch.l2_instances
-        pi[E.P_LDSLAT] = arch.lds_latency_cycles
-        pi[E.P_L1LAT] = arch.l1_hit_latency_cycles
-        pi[E.P_L2LAT] = arch.l2_hit_latency_cycles
-        pi[E.P_HBMLAT] = arch.hbm_latency_cycles
-        pi[E.P_BARCYC] = arch.barrier_cycles
-        pi[E.P_LAUNCH] = arch.wave_launch_cycles
-        pi[E.P_NBANKS] = arch.lds_banks
-        pi[E.P_PROBE_PC] = -1
-        self.pi = pi
         active_cus = min(arch.num_cus, kernel.grid)
         cus_per_l2 = max(1, -(-active_cus // arch.l2_instances))
-        pf = np.zeros(E.NPF, np.float64)
         l2_bpc_cu = min(arch.l2_bytes_per_clk_per_channel * arch.l2_channels / cus_per_l2,
                         arch.l1_bytes_per_clk_per_cu)
-        pf[E.F_L2CYC] = arch.l2_line_bytes / l2_bpc_cu
         hbm_bpc_cu = min(arch.hbm_bytes_per_clk / active_cus, arch.l1_bytes_per_clk_per_cu)
-        pf[E.F_HBMCYC] = arch.l2_line_bytes / hbm_bpc_cu
-        self.pf = pf
+        self.params = E.Params(
+            W=int(W), block=int(kernel.block), grid=int(kernel.grid), nsimd=int(arch.simds_per_cu),
+            period=int(arch.issue_period_cycles), valu=int(arch.valu_cycles), nf=int(prog.nf),
+            ni=int(prog.ni), depth=int(prog.depth), nlf=int(nlf), nli=int(nli),
+            wgs=int(occ.workgroups_per_cu), wpw=int(occ.waves_per_workgroup),
+            l1_line=int(arch.l1_line_bytes), l2_line=int(arch.l2_line_bytes),
+            l1_sets=int(max(1, l1_lines // arch.l1_ways)), l1_ways=int(arch.l1_ways),
+            l2_sets=int(max(1, l2_lines // arch.l2_ways)), l2_ways=int(arch.l2_ways),
+            n_l2=int(arch.l2_instances), lds_lat=int(arch.lds_latency_cycles),
+            l1_lat=int(arch.l1_hit_latency_cycles), l2_lat=int(arch.l2_hit_latency_cycles),
+            hbm_lat=int(arch.hbm_latency_cycles), bar_cyc=int(arch.barrier_cycles),
+            launch=int(arch.wave_launch_cycles), nbanks=int(arch.lds_banks), trace_cap=0,
+            probe_pc=-1, probe_wg=0, probe_wave=0,
+            l2_cyc=float(arch.l2_line_bytes / l2_bpc_cu), hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu))
 
     def sessions(self, functional: bool, sample: int):
         C = self.arch.num_cus
@@ -252,12 +233,11 @@ class _Launch:
     def run(self, jit, functional, sample, trace_cap=0, probe=None):
         arch = self.arch
         prog = self.prog
-        pi = self.pi.copy()
-        pi[E.P_TRACECAP] = trace_cap
+        params = self.params._replace(trace_cap=int(trace_cap))
         W = arch.wave_size
         probe_arr = np.zeros((W + 1, 3), np.int64)
         if probe is not None:
-            pi[E.P_PROBE_PC], pi[E.P_PROBE_WG], pi[E.P_PROBE_WAVE] = probe
+            params = params._replace(probe_pc=int(probe[0]), probe_wg=int(probe[1]), probe_wave=int(probe[2]))
             wgs = np.array([probe[1]], np.int64)
             off = np.array([0, 1], np.int64)
             cus = np.array([probe[1] % arch.num_cus], np.int64)
@@ -273,7 +253,7 @@ class _Launch:
         err = np.zeros(4, np.int64)
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
         l1_shape = (1, max(1, l1_lines // arch.l1_ways), arch.l1_ways)
-        l2_shape = (arch.l2_instances, int(pi[E.P_L2SETS]), arch.l2_ways)
+        l2_shape = (arch.l2_instances, params.l2_sets, arch.l2_ways)
         l1_tag = np.full(l1_shape, -1, np.int64)
         l1_lru = np.zeros(l1_shape, np.int64)
         l1_rdy = np.zeros(l1_shape, np.float64)
@@ -284,8 +264,8 @@ class _Launch:
         l2_dirty = np.zeros(l2_shape, np.uint8)
         gmem_f = self.gmem_f  # one launch per _Launch: run in place
         gmem_i = self.gmem_i
-        _engine(jit)(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val, self.iconst_reg,
-                     self.iconst_val, pi, self.pf, self.buf_tab, self.lds_tab, self.group_of,
+        _engine(jit)(params, prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
+                     self.iconst_reg, self.iconst_val, self.buf_tab, self.lds_tab, self.group_of,
                      self.n_groups, self.group_lanes, gmem_f, gmem_i, wgs, off, cus, counters,
                      per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err,
                      l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty)
