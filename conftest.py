@@ -1,6 +1,82 @@
-"""Test-wide settings: gpusim's JIT runs with Numba's bounds checks on (issue 4), so an
-out-of-range index inside the interpreter fails loudly instead of reading garbage. Set
-NUMBA_BOUNDSCHECK=0 in the environment to time the suite without them."""
+"""Test-wide settings.
+
+gpusim's JIT runs with Numba's bounds checks on (issue 4), so an out-of-range index inside
+the interpreter fails loudly instead of reading garbage. Set NUMBA_BOUNDSCHECK=0 in the
+environment to time the suite without them.
+
+Hypothesis profiles, chosen with ``WAVEFUSE_HYPOTHESIS_PROFILE``:
+
+- ``ci`` (default): every property test runs the number of examples its ``@settings``
+  gives (605 in all), as CI always has;
+- ``long``: 20 times as many examples for every property test, to keep hunting for bugs
+  the CI sample misses (``WAVEFUSE_HYPOTHESIS_PROFILE=long python3 -m pytest -n 2 -k
+  property``).
+
+Both keep their example database in ``.hypothesis/examples`` at the repository root (an
+ignored folder), so a failing example is replayed first on the next run, whichever
+folder pytest was started from, and each failure prints a reproduction blob.
+"""
 import os
+from pathlib import Path
 
 os.environ.setdefault("NUMBA_BOUNDSCHECK", "1")
+
+try:
+    from hypothesis import HealthCheck, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+except ImportError:  # hypothesis is a test extra; the tutorials run without it
+    settings = None
+
+PROFILE_ENV = "WAVEFUSE_HYPOTHESIS_PROFILE"
+#: how many times each test's own example count a profile runs.
+EXAMPLE_FACTOR = {"ci": 1, "long": 20}
+DATABASE_DIR = Path(__file__).resolve().parent / ".hypothesis" / "examples"
+PROFILE = os.environ.get(PROFILE_ENV, "ci").strip() or "ci"
+if PROFILE not in EXAMPLE_FACTOR:
+    raise SystemExit(f"{PROFILE_ENV}={PROFILE!r}: unknown Hypothesis profile; "
+                     f"use one of {', '.join(EXAMPLE_FACTOR)}")
+
+if settings is not None:
+    _base = dict(database=DirectoryBasedExampleDatabase(str(DATABASE_DIR)), print_blob=True)
+    settings.register_profile("ci", **_base)
+    settings.register_profile("long", max_examples=100 * EXAMPLE_FACTOR["long"], deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow], **_base)
+    settings.load_profile(PROFILE)
+
+
+def _scale_examples(item, factor: int) -> None:
+    """Multiplies a property test's own ``max_examples`` by ``factor``.
+
+    ``@settings(max_examples=N)`` on a test overrides any profile, so a profile alone
+    cannot run "20x the examples"; the test's settings object is replaced by a child
+    with N * factor (a test that sets no count gets the profile's, already scaled).
+    """
+    test = getattr(item, "obj", None)
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    if current is None or not getattr(getattr(test, "hypothesis", None), "inner_test", None):
+        return
+    if current.max_examples == settings.default.max_examples:
+        return
+    test._hypothesis_internal_use_settings = settings(
+        current, max_examples=current.max_examples * factor)
+
+
+def pytest_collection_modifyitems(config, items):
+    if settings is None:
+        return
+    factor = EXAMPLE_FACTOR[PROFILE]
+    if factor == 1:
+        return
+    seen = set()
+    for item in items:
+        obj = getattr(item, "obj", None)
+        if obj is not None and id(obj) not in seen:
+            seen.add(id(obj))
+            _scale_examples(item, factor)
+
+
+def pytest_report_header(config):
+    if settings is not None:
+        return (f"hypothesis profile: {PROFILE} "
+                f"(set {PROFILE_ENV}=long for 20x the examples)")
+    return None
