@@ -4,13 +4,16 @@ Subcommands are modules in :mod:`compiler.commands`; each exposes ``register(sub
 which adds its parser and sets ``func``. They are found with :mod:`pkgutil`, so adding a
 command is adding a file. Errors a user can cause (bad model names, unreadable files,
 unsupported ops, shape mismatches, kernels the simulator or HIP backend rejects) are
-caught here once: one line on stderr, exit status 2, no traceback.
+caught here once: one line on stderr, exit status 2, no traceback. So are usage errors
+(argparse's usage block is replaced by one line pointing at ``--help``), running out of
+memory, and SIGTERM/SIGHUP, which unwind like Ctrl-C so that nothing half-written stays.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 
 from . import __version__
@@ -21,6 +24,27 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 # Error families of the lower layers; looked up by name so the CLI works before (and
 # without) those modules defining them. gpusim and codegen_hip never import compiler.
 _FOREIGN_ERRORS = (("gpusim", "KernelError"), ("codegen_hip", "ExportError"))
+
+
+class UsageError(Exception):
+    """A command line argparse rejects; its message is already one line."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwinds like KeyboardInterrupt (cleanup runs)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage block) and do not exit."""
+
+    def error(self, message):
+        command = self.prog.partition(" ")[2]
+        raise UsageError(f"{command + ': ' if command else ''}{message} "
+                         f"(see `{self.prog} --help`)")
 
 
 def command_modules() -> list:
@@ -37,7 +61,7 @@ def command_modules() -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="wavefuse",
         description="Kernel fusion, schedules and a cycle-approximate AMD GPU simulator, "
                     "with HIP code generation.")
@@ -74,22 +98,60 @@ def error_line(exc: BaseException) -> str:
     return " ".join(msg.split())
 
 
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+def _catch_termination() -> dict:
+    """SIGTERM and SIGHUP raise ``Terminated`` (main thread only); returns the old handlers."""
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[sig] = signal.signal(sig, _raise_terminated)
+        except (ValueError, OSError):  # not the main thread, or no such signal here
+            pass
+    return old
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
     try:
-        code = args.func(args)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            command = getattr(args, "command", None)
+            where = f"wavefuse {command}" if command else "wavefuse"
+            raise UsageError(f"{command + ': ' if command else ''}unrecognized arguments: "
+                             f"{' '.join(extra)} (see `{where} --help`)")
+    except UsageError as exc:
+        print(f"wavefuse: error: {error_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    if not getattr(args, "func", None):
+        print("wavefuse: error: no command given (see `wavefuse --help` for the commands)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    old_handlers = _catch_termination()
+    try:
+        import numpy as np
+        with np.errstate(all="ignore"):  # NaN/Inf in a model are results, not warnings
+            code = args.func(args)
     except KeyboardInterrupt:
         print("wavefuse: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"wavefuse: terminated by {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    except MemoryError:
+        print("wavefuse: error: out of memory; choose smaller model parameters (the estimate "
+              "checked before running is set with --max-memory)", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - narrowed just below
-        if not isinstance(exc, user_error_types()):
+        if not isinstance(exc, user_error_types() + (UsageError,)):
             raise
         print(f"wavefuse: error: {error_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
     return EXIT_OK if code is None else int(code)
 
 

@@ -7,6 +7,7 @@ published case (``conv_add_relu`` is rocMLIR's 1x1 convolution at its measured s
 """
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import os
@@ -23,7 +24,17 @@ class ModelError(GraphError):
     """Unknown model, bad parameter or unreadable model file."""
 
 
+#: the memory limit while a model is built: weights are checked against it before drawing.
+_WEIGHT_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("weight_limit",
+                                                                           default=None)
+
+
 def _weights(shape, seed, scale=None):
+    limit = _WEIGHT_LIMIT.get()
+    if limit is not None:
+        from .limits import check_allocation, tensor_bytes
+        check_allocation(tensor_bytes(shape, "f32"), limit,
+                         f"a weight of shape {'x'.join(map(str, shape))}")
     rng = np.random.default_rng(seed)
     scale = scale if scale is not None else 1.0 / math.sqrt(shape[0] if len(shape) else 1)
     return (rng.standard_normal(shape) * scale).astype(np.float32)
@@ -176,13 +187,21 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     kwargs = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in params:
+        key, value = key.strip(), value.strip()
+        if key not in params:
             raise ModelError(f"model {name!r} has no parameter {key!r}; its parameters are: "
                              f"{listing}")
+        if not eq or not value:
+            raise ModelError(f"model {name!r}: parameter {key!r} has no value; write "
+                             f"{key}={params[key]} (its parameters are: {listing})")
+        if key in kwargs:
+            raise ModelError(f"model {name!r}: parameter {key!r} is given twice; give each "
+                             f"parameter once")
         default = params[key]
         try:
             if isinstance(default, int):
+                if not value.isascii() or not value.isdigit():
+                    raise ValueError
                 v = int(value)
                 if v <= 0:
                     raise ValueError
@@ -196,12 +215,20 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     return name, kwargs
 
 
-def load_model(spec: str) -> Graph:
-    """A built-in model spec or a path to an ONNX file."""
+def load_model(spec: str, max_memory: int | None = None) -> Graph:
+    """A built-in model spec or a path to an ONNX file.
+
+    ``max_memory``: bytes a built-in model's constant weights may take; each is checked
+    before it is drawn (ONNX initializers are already in memory, bounded by the file).
+    """
     if spec.endswith(".onnx") or os.sep in spec:
         from .frontends.onnx import load_onnx
         return load_onnx(spec)
     name, kwargs = parse_spec(spec)
-    g = MODELS[name].build(**kwargs)
+    token = _WEIGHT_LIMIT.set(max_memory)
+    try:
+        g = MODELS[name].build(**kwargs)
+    finally:
+        _WEIGHT_LIMIT.reset(token)
     g.validate()
     return g

@@ -6,13 +6,16 @@ width, and falls back to plain text when stdout is not a terminal).
 """
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 
 import numpy as np
 from rich.console import Console
 
-from ..graph import Graph
+from .. import limits
+from ..graph import Graph, GraphError
 from ..models import load_model
 
 MODEL_HELP = ("a built-in model, optionally with parameters (NAME or NAME:key=value,...; "
@@ -24,22 +27,134 @@ def add_json(parser) -> None:
                         help="print one machine-readable JSON object on stdout")
 
 
+# ------------------------------------------------------------------ values checked at the boundary
+# argparse ``type=`` functions: a bad value becomes one "argument --x: ..." line (exit 2)
+# before any work, instead of a ValueError deep inside the search.
+MAX_SEED = 2**63 - 1
+MAX_WORKERS = 256
+
+
+def _int_in(text: str, what: str, low: int, high: int) -> int:
+    if not re.fullmatch(r"[+-]?[0-9]+", text.strip(), re.ASCII):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give {what}")
+    value = int(text)
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; give {what}")
+    return value
+
+
+def seed_value(text: str) -> int:
+    return _int_in(text, f"a seed from 0 to {MAX_SEED}", 0, MAX_SEED)
+
+
+def count_value(text: str) -> int:
+    return _int_in(text, "a count of at least 1", 1, 2**31 - 1)
+
+
+def workers_value(text: str) -> int:
+    return _int_in(text, f"1 to {MAX_WORKERS} processes", 1, MAX_WORKERS)
+
+
+def width_value(text: str) -> int:
+    return _int_in(text, "a width of at least 20 columns", 20, 10_000)
+
+
+def index_value(text: str) -> int:
+    return _int_in(text, "a statement index of 0 or more", 0, 2**31 - 1)
+
+
+def cycle_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value == value and 0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a cycle; give a number of 0 or more")
+    return value
+
+
+def arch_value(text: str) -> str:
+    """An arch the simulator models, by its LLVM target name (what hipcc's --offload-arch
+    takes, so an export's build script always names a real target)."""
+    from gpusim.hw import ALIASES, ARCHES
+    name = text.strip()
+    if name in ARCHES:
+        return name
+    hint = ALIASES.get(name.lower())
+    hint = f" ({name} is {hint})" if hint in ARCHES else ""
+    raise argparse.ArgumentTypeError(f"unknown arch {text!r}{hint}; known arches: "
+                                     f"{', '.join(sorted(ARCHES))}")
+
+
+def size_value(text: str) -> int:
+    try:
+        return limits.parse_size(text)
+    except limits.ResourceError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
+_KNOB = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+_KNOB_VALUE = re.compile(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_.]*", re.ASCII)
+
+
+def fix_value(text: str) -> tuple[str, object]:
+    """``KNOB=VALUE`` -> (knob, int or name); which values a knob has is the search's call."""
+    key, eq, value = text.partition("=")
+    key, value = key.strip(), value.strip()
+    if not eq or not key or not value:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KNOB=VALUE, e.g. --fix vector=4")
+    if not _KNOB.fullmatch(key):
+        raise argparse.ArgumentTypeError(f"{text!r}: {key!r} is not a knob name (letters, "
+                                         f"digits and _)")
+    if not _KNOB_VALUE.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a knob value (a whole "
+                                         f"number or a name such as before_fusion)")
+    return key, int(value) if value[0] in "-0123456789" else value
+
+
+def fixed_knobs(pairs) -> dict:
+    """The --fix pairs as a dict; pinning one knob twice is an error, not "last one wins"."""
+    out = {}
+    for key, value in pairs or ():
+        if key in out:
+            raise GraphError(f"--fix {key} is given twice ({key}={out[key]} and {key}={value}); "
+                             f"pin each knob once")
+        out[key] = value
+    return out
+
+
 def add_model(parser, default: str | None = None) -> None:
     if default is None:
         parser.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     else:
         parser.add_argument("model", metavar="MODEL", nargs="?", default=default,
                             help=f"{MODEL_HELP} (default: {default})")
+    parser.add_argument("--max-memory", type=size_value, default=None, metavar="SIZE",
+                        help="refuse models whose estimated working set passes SIZE (e.g. "
+                             f"16G; default ${limits.ENV_VAR} or "
+                             f"{limits.DEFAULT_MAX_MEMORY >> 30}G)")
 
 
 def add_seed(parser) -> None:
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=seed_value, default=0,
                         help="seed of the random inputs (default: 0)")
 
 
-def load(args) -> Graph:
-    """The graph named by ``args.model`` (built-in spec or .onnx path)."""
-    return load_model(args.model)
+def load(args, compute: bool = True) -> Graph:
+    """The graph named by ``args.model`` (built-in spec or .onnx path).
+
+    ``compute``: the command evaluates or simulates the model, so a model with nothing to
+    compute is refused, and so is one whose estimated memory passes ``--max-memory``; both
+    before anything is allocated (built-in weights are checked before they are drawn).
+    """
+    limit = limits.max_memory(getattr(args, "max_memory", None))
+    graph = load_model(args.model, max_memory=limit)
+    if compute:
+        limits.check_graph(graph, limit, args.model)
+        if not any(op.kind not in ("input", "constant") for op in graph.ops):
+            raise GraphError(f"{args.model}: nothing to compute, the model has no operations "
+                             f"(its outputs are its inputs or constants)")
+    return graph
 
 
 def console() -> Console:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from ..models import load_model
 from . import common
 from .show import render_graph
 
@@ -113,7 +112,7 @@ STEPS: list[tuple[str, Callable]] = [("graph", step_graph), ("fusion", step_fusi
 
 
 def run(args) -> int:
-    state = {"model": args.model, "graph": load_model(args.model)}
+    state = {"model": args.model, "graph": common.load(args)}
     con = None if args.json else common.console()
     result = {"model": args.model}
     for name, step in STEPS:

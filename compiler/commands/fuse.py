@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    plan = fuse(common.load(args), aggressive=args.aggressive)
+    plan = fuse(common.load(args, compute=False), aggressive=args.aggressive)
     if args.json:
         common.emit_json(plan.to_dict())
         return 0

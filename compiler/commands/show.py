@@ -78,7 +78,7 @@ def render_graph(graph: Graph, con) -> None:
 
 
 def run(args) -> int:
-    graph = common.load(args)
+    graph = common.load(args, compute=False)
     if args.json:
         common.emit_json(common.graph_dict(graph))
         return 0

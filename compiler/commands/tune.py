@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..search import parse_fixes, tune
+from ..search import tune
 from . import common
 
 
@@ -20,28 +20,27 @@ def register(sub) -> None:
 
 
 def add_tune_options(p) -> None:
-    p.add_argument("--arch", default="gfx942", help="gfx90a, gfx942 or gfx1100 (default gfx942)")
-    p.add_argument("--budget", type=int, default=None, metavar="N",
+    p.add_argument("--arch", type=common.arch_value, default="gfx942",
+                   help="gfx90a, gfx942 or gfx1100 (default gfx942)")
+    p.add_argument("--budget", type=common.count_value, default=None, metavar="N",
                    help="simulate at most N candidates per dispatch (seeded sample)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="score candidates in N processes")
-    p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
-                   help="pin a schedule knob, e.g. --fix swizzle=before_fusion (repeatable)")
+    p.add_argument("--workers", type=common.workers_value, default=1, metavar="N",
+                   help=f"score candidates in N processes (1 to {common.MAX_WORKERS})")
+    p.add_argument("--fix", type=common.fix_value, action="append", default=[],
+                   metavar="KNOB=VALUE",
+                   help="pin a schedule knob, e.g. --fix swizzle=before_fusion (repeatable, "
+                        "once per knob)")
     p.add_argument("--mode", choices=("auto", "aggressive", "conservative"), default="auto",
                    help="fusion plan: choose by predicted time (auto) or force one")
-    p.add_argument("--seed", type=int, default=0, help="seed for sampling and inputs")
+    p.add_argument("--seed", type=common.seed_value, default=0,
+                   help="seed for sampling and inputs")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip tuning the unfused baseline")
 
 
 def run_tune(args, quiet: bool):
+    fixed = common.fixed_knobs(args.fix)
     graph = common.load(args)
-    fixed = parse_fixes(args.fix)
-    from ..search import SearchError
-    if args.budget is not None and args.budget < 1:
-        raise SearchError("--budget must be at least 1")
-    if args.workers < 1:
-        raise SearchError("--workers must be at least 1")
     kw = dict(budget=args.budget, workers=args.workers, fixed=fixed, seed=args.seed,
               mode=args.mode, baseline=not args.no_baseline)
     if quiet:

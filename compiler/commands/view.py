@@ -26,39 +26,53 @@ def register(sub) -> None:
     common.add_model(p)
     p.add_argument("--dispatch", metavar="NAME",
                    help="dispatch to show (default: the first; for banks the first with LDS)")
-    p.add_argument("--arch", default="gfx942", help="gfx90a, gfx942 or gfx1100 (default gfx942)")
+    p.add_argument("--arch", type=common.arch_value, default="gfx942",
+                   help="gfx90a, gfx942 or gfx1100 (default gfx942)")
     p.add_argument("--mode", choices=("aggressive", "conservative"), default="aggressive",
                    help="fusion plan to view (default aggressive)")
-    p.add_argument("--budget", type=int, default=8, metavar="N",
+    p.add_argument("--budget", type=common.count_value, default=8, metavar="N",
                    help="candidates simulated per dispatch (seeded sample; default 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the candidate sample")
+    p.add_argument("--seed", type=common.seed_value, default=0, help="seed of the candidate sample")
     p.add_argument("--sort", default="time",
                    help="candidates: time | roofline | coalescing | conflicts | occupancy | bytes")
-    p.add_argument("--inst", type=int, metavar="N",
+    p.add_argument("--inst", type=common.index_value, metavar="N",
                    help="coalescing/banks: statement index (default: the worst one)")
-    p.add_argument("--from", dest="start", type=float, metavar="CYCLE",
+    p.add_argument("--from", dest="start", type=common.cycle_value, metavar="CYCLE",
                    help="timeline: first cycle of the window")
-    p.add_argument("--to", dest="end", type=float, metavar="CYCLE",
+    p.add_argument("--to", dest="end", type=common.cycle_value, metavar="CYCLE",
                    help="timeline: end cycle of the window")
     p.add_argument("--tune", action="store_true",
                    help="explain: run the search so its plan-choice decision shows costs")
-    p.add_argument("--width", type=int, metavar="N", help="render width in columns")
+    p.add_argument("--width", type=common.width_value, metavar="N", help="render width in columns")
     p.add_argument("--svg", metavar="FILE", help="also save the render as an SVG file")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from ..graph import GraphError
-    if args.budget < 1:
-        raise GraphError("--budget must be at least 1")
-    if args.width is not None and args.width < 20:
-        raise GraphError("--width must be at least 20 columns")
+    if args.svg is not None:
+        _check_svg_target(args.svg)
     renderable, title = build(args)
     con = Console(width=args.width, record=bool(args.svg), highlight=False)
     con.print(renderable)
     if args.svg:
         con.save_svg(args.svg, title=title)
     return 0
+
+
+def _check_svg_target(path: str) -> None:
+    """--svg FILE must be writable before any tuning starts (fail fast, write nothing)."""
+    import os
+    from pathlib import Path
+
+    from ..graph import GraphError
+    p = Path(path)
+    if not path.strip() or p.is_dir() or path.endswith(("/", os.sep)):
+        raise GraphError(f"--svg {path!r}: give a file name, e.g. --svg view.svg")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise GraphError(f"--svg {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise GraphError(f"--svg {path}: not writable")
 
 
 def build(args):
@@ -70,7 +84,7 @@ def build(args):
     from ..search import tune, tune_dispatches
 
     gpusim.get_arch(args.arch)  # unknown arch: one-line error before any work
-    graph = common.load(args)
+    graph = common.load(args, compute=args.kind not in ("plan", "explain") or args.tune)
     plan = fuse(graph, aggressive=args.mode == "aggressive")
     title = f"wavefuse view {args.kind} {args.model}"
     if args.kind == "plan":
