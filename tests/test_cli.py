@@ -152,11 +152,15 @@ def test_real_process_has_no_traceback(tmp_path):
         assert pattern in p.stderr
 
 
-def test_usage_errors(capsys):
-    assert cli.main([]) == 2
-    with pytest.raises(SystemExit) as e:
-        cli.main(["nosuchcommand"])
-    assert e.value.code == 2
+def test_usage_errors_are_one_line(capsys):
+    """argparse's usage block plus error became one line pointing at --help (issue 16)."""
+    for argv in ([], ["nosuchcommand"], ["show"], ["tune", "softmax", "--bogus"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and err.count("\n") == 1, (argv, err)
+        assert err.startswith("wavefuse: error: ") and "usage:" not in err
+    code, _, err = run(capsys, "tune", "softmax", "--bogus")
+    assert err == ("wavefuse: error: tune: unrecognized arguments: --bogus "
+                   "(see `wavefuse tune --help`)\n")
 
 
 def test_foreign_error_families_are_user_errors(monkeypatch):
@@ -181,3 +185,55 @@ def test_export_force_into_current_folder_is_refused(capsys, tmp_path, monkeypat
                          "--budget", "1", "--json")
     assert code == 2 and err.count("\n") == 1 and "refusing" in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt"]
+
+
+def nan_weights_onnx(tmp_path):
+    """y = x + w with NaN, +Inf and -Inf among the weights: legitimate values that must
+    compare equal to themselves (issue 16: tune reported a mismatch, export refused)."""
+    w = np.array([np.nan, np.inf, -np.inf, 1, 2, 3, 4, 5], np.float32)
+    g = h.make_graph([h.make_node("Add", ["x", "w"], ["y"])], "nanw",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [4, 8])],
+                     [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "nan_weights.onnx"
+    path.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+def test_compare_is_nan_aware():
+    from compiler import numerics
+    a = np.array([np.nan, np.inf, -np.inf, 1.0])
+    assert numerics.compare(a, a.copy(), 1e-3) == (True, 0.0)
+    assert numerics.compare(a, np.array([np.nan, np.inf, np.inf, 1.0]), 1e-3)[0] is False
+    assert numerics.compare(np.array([np.nan]), np.array([1.0]), 1e-3) == (False, float("inf"))
+    assert numerics.compare(np.array([1.0, 2.0]), np.array([1.0, 2.5]), 1e-3) == (False, 0.5)
+
+
+@pytest.mark.slow
+def test_nan_and_inf_weights_tune_verify_and_export(capsys, tmp_path):
+    model = str(nan_weights_onnx(tmp_path))
+    code, out, err = run(capsys, "tune", model, "--budget", "1", "--no-baseline", "--json")
+    assert code == 0, err
+    assert all(d["verified"] for d in json.loads(out)["dispatches"])
+    code, out, err = run(capsys, "verify", model, "--json")
+    assert code == 0 and json.loads(out)["ok"], out
+    code, out, err = run(capsys, "export", model, "--budget", "1", "-o", str(tmp_path / "e"),
+                         "--json")
+    assert code == 0, err
+    expected = np.load(next((tmp_path / "e" / "data").glob("*.expected.npy")))
+    assert np.isnan(expected).sum() == 4 and np.isinf(expected).sum() == 8
+
+
+def test_max_memory_option_and_environment(capsys, monkeypatch):
+    """The limit is a documented override: --max-memory, else WAVEFUSE_MAX_MEMORY."""
+    code, _, err = run(capsys, "verify", "softmax:rows=4096,cols=1024", "--max-memory", "8M")
+    assert code == 2 and "over the memory limit of 8 MiB" in err
+    monkeypatch.setenv("WAVEFUSE_MAX_MEMORY", "2M")
+    code, _, err = run(capsys, "verify", "softmax:rows=4096,cols=1024")
+    assert code == 2 and "limit of 2 MiB" in err
+    monkeypatch.setenv("WAVEFUSE_MAX_MEMORY", "many")
+    code, _, err = run(capsys, "verify", "softmax")
+    assert code == 2 and "WAVEFUSE_MAX_MEMORY 'many'" in err
+    code, out, _ = run(capsys, "show", "softmax:rows=4096,cols=1024", "--max-memory", "1M",
+                       "--json")  # show computes nothing: no limit to pass
+    assert code == 0 and json.loads(out)["primitive_ops"] == 5

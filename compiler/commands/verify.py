@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 from rich.table import Table
 
+from .. import numerics
 from ..graph import Graph, GraphError
 from ..reference import evaluate, random_inputs
 from . import common
@@ -59,19 +60,7 @@ def verify_check(name: str):
 def compare(ours: np.ndarray, theirs: np.ndarray, dtype: str) -> tuple[bool, float, float]:
     """(match, max abs error, tolerance): |a-b| <= tol*(1+|b|); NaN/inf must coincide."""
     tol = TOLERANCE[dtype]
-    a = np.asarray(ours, np.float64)
-    b = np.asarray(theirs, np.float64)
-    if a.size != b.size:
-        return False, float("inf"), tol
-    a, b = a.reshape(-1), b.reshape(-1)
-    finite = np.isfinite(a) & np.isfinite(b)
-    same_special = (~np.isfinite(a) & ~np.isfinite(b)
-                    & ((np.isnan(a) & np.isnan(b)) | (a == b)))
-    if not np.all(finite | same_special):
-        return False, float("inf"), tol
-    err = np.abs(a[finite] - b[finite])
-    max_err = float(err.max()) if err.size else 0.0
-    ok = bool(np.all(err <= tol * (1.0 + np.abs(b[finite]))))
+    ok, max_err = numerics.compare(ours, theirs, tol)
     return ok, max_err, tol
 
 

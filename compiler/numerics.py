@@ -1,0 +1,28 @@
+"""Comparing computed values with a reference, NaN- and Inf-aware.
+
+Weights or inputs holding NaN or Inf are legitimate (an ONNX model may carry them), and
+the same NaN must not count as a mismatch: a value matches when both are NaN, when both
+are the same infinity, or when both are finite and |ours - theirs| <= tol * (1 + |theirs|).
+Every comparison of simulated or fused results with numpy (tune's check of the chosen
+kernels, verify, export's refusal) goes through ``compare`` so they agree on this rule.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def compare(ours, theirs, tol: float) -> tuple[bool, float]:
+    """(match, max abs error over the finite pairs; inf when the special values differ)."""
+    a = np.asarray(ours, np.float64)
+    b = np.asarray(theirs, np.float64)
+    if a.size != b.size:
+        return False, float("inf")
+    a, b = a.reshape(-1), b.reshape(-1)
+    finite = np.isfinite(a) & np.isfinite(b)
+    with np.errstate(invalid="ignore"):
+        same_special = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
+    if not np.all(finite | same_special):
+        return False, float("inf")
+    err = np.abs(a[finite] - b[finite])
+    max_err = float(err.max()) if err.size else 0.0
+    return bool(np.all(err <= tol * (1.0 + np.abs(b[finite])))), max_err
