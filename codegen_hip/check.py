@@ -20,12 +20,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .simfacts import SIM_FORMAT, sim_info as _sim_info, vgpr_occupancy
+from .export import ExportError
+from .simfacts import SIM_FORMAT, VGPR_FILE, sim_info as _sim_info, vgpr_occupancy
 
 #: archs the installed clang does not know, and the one with the same ISA it checks instead.
 CHECK_AS = {"gfx942": "gfx940", "gfx941": "gfx940"}
@@ -50,6 +52,28 @@ _META = {"vgprs": r"^\s+\.vgpr_count:\s+(\d+)", "agprs": r"^\s+\.agpr_count:\s+(
          "lds_bytes": r"^\s+\.group_segment_fixed_size:\s+(\d+)",
          "scratch_bytes": r"^\s+\.private_segment_fixed_size:\s+(\d+)",
          "occupancy": r"^; Occupancy:\s+(\d+)"}
+
+
+#: the targets a check can compare with the simulator (it needs their VGPR file).
+CHECK_ARCHES = tuple(VGPR_FILE)
+
+
+def check_archs(archs) -> tuple[str, ...]:
+    """The targets to check, each once; raises ExportError for none or an unknown one."""
+    out = []
+    for a in archs:
+        a = str(a).strip()
+        if not a:
+            continue
+        if a not in CHECK_ARCHES:
+            raise ExportError(f"unknown arch {a!r} to check; known: {', '.join(CHECK_ARCHES)}")
+        if a in out:
+            raise ExportError(f"arch {a!r} is given twice; name each arch once")
+        out.append(a)
+    if not out:
+        raise ExportError(f"no arch to check; give some of {', '.join(CHECK_ARCHES)}, "
+                          "e.g. --arch gfx90a,gfx940")
+    return tuple(out)
 
 
 def check_arch(arch: str) -> tuple[str, str | None]:
@@ -137,18 +161,59 @@ def compile_to_asm(src: Path, arch: str, asm_path: Path, hipcc: str | None = Non
             "command": " ".join(cmd)}
 
 
-def _kernel_files(d: Path):
-    """(hip file, sidecar dict or None) for every kernel source in an export directory."""
-    sidecars = {}
-    for p in sorted(d.glob("*.sim.json")):
+def _sidecar(p: Path) -> dict:
+    """One ``.sim.json``, checked: a tampered or truncated one is an error naming the file."""
+    try:
         info = json.loads(p.read_text())
-        if info.get("format") == SIM_FORMAT and info.get("c_name"):
-            sidecars[info["c_name"]] = info
+    except UnicodeDecodeError:
+        info = None
+    except json.JSONDecodeError as e:
+        raise ExportError(f"{p}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                          "the export is damaged, export it again") from None
+    if not isinstance(info, dict):
+        raise ExportError(f"{p}: not a wavefuse sidecar (expected a JSON object); the export "
+                          "is damaged, export it again")
+    if info.get("format") != SIM_FORMAT:
+        raise ExportError(f"{p}: format {info.get('format')!r}, expected {SIM_FORMAT!r}; "
+                          "export it again with this wavefuse")
+    problems = [k for k, t in (("c_name", str), ("lds_bytes", int), ("accesses", list))
+                if not isinstance(info.get(k), t) or isinstance(info.get(k), bool)]
+    est = info.get("estimated_vgprs")
+    if est is not None and (not isinstance(est, int) or isinstance(est, bool) or est < 0):
+        problems.append("estimated_vgprs")
+    for a in info.get("accesses") or []:
+        if not (isinstance(a, dict) and a.get("space") in ("global", "lds")
+                and a.get("op") in ("load", "store") and isinstance(a.get("bytes"), int)
+                and isinstance(a.get("name"), str)):
+            problems.append("accesses")
+            break
+    if problems:
+        raise ExportError(f"{p}: missing or malformed field(s) {', '.join(problems)}; the "
+                          "export is damaged, export it again")
+    if info["c_name"] != p.name[:-len(".sim.json")]:
+        raise ExportError(f"{p}: describes kernel {info['c_name']!r}, not "
+                          f"{p.name[:-len('.sim.json')]!r}; the export is damaged")
+    return info
+
+
+def _kernel_files(d: Path):
+    """(hip file, sidecar dict) for every kernel source in an export directory.
+
+    A folder with no kernel source is an error (nothing to check, so no success to
+    claim), and so is a kernel without its sidecar: there would be nothing to compare.
+    """
     files = []
     for p in sorted(d.glob("*.hip")):
-        if p.name == "main.hip":
+        if p.name == "main.hip" or not p.is_file():
             continue
-        files.append((p, sidecars.get(p.stem)))
+        side = p.with_name(p.stem + ".sim.json")
+        if not side.is_file():
+            raise ExportError(f"{p}: no {side.name} beside it, so nothing to compare the ISA "
+                              "with; check a folder written by `wavefuse export`")
+        files.append((p, _sidecar(side)))
+    if not files:
+        raise ExportError(f"nothing to check: {d} holds no kernel .hip files; give a folder "
+                          "written by `wavefuse export`")
     return files
 
 
@@ -160,11 +225,13 @@ def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None
     """
     d = Path(directory)
     if not d.is_dir():
-        raise FileNotFoundError(f"{d}: not a directory")
+        raise ExportError(f"{d}: no such directory" if not d.exists() else
+                          f"{d}: not a directory; give a folder written by `wavefuse export`")
+    archs = check_archs(archs)
+    files = _kernel_files(d)
     hipcc = hipcc or hipcc_path()
     if hipcc is None:
         raise FileNotFoundError("hipcc not found on PATH (install the Debian package 'hipcc')")
-    files = _kernel_files(d)
     notes, targets = [], []
     for a in archs:
         real, note = check_arch(a)
@@ -203,7 +270,7 @@ def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None
               "wall_s": round(time.perf_counter() - t0, 3), "kernels": entries,
               "tolerances": {"occupancy_waves": OCCUPANCY_TOLERANCE,
                              "vgprs_abs": VGPR_TOLERANCE_ABS, "vgprs_rel": VGPR_TOLERANCE_REL}}
-    found = compare(report, None, {f.stem: i for f, i in files if i})
+    found = compare(report, None, {f.stem: i for f, i in files})
     report["disagreements"] = [d for d in found if d["severity"] == "error"]
     report["warnings"] = [d for d in found if d["severity"] != "error"]
     report["ok"] = not report["disagreements"]
@@ -357,7 +424,11 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="gfx90a,gfx940")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    report = check_dir(args.dir, tuple(a for a in args.arch.split(",") if a))
+    try:
+        report = check_dir(args.dir, tuple(args.arch.split(",")))
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(to_json(report))
     else:

@@ -2,9 +2,20 @@
 what the simulator assumed (vector widths, LDS bytes, scratch, VGPR-based occupancy)."""
 from __future__ import annotations
 
+import argparse
 import json
 
 from . import common
+
+
+def arch_list(text: str) -> tuple[str, ...]:
+    """``gfx90a,gfx940`` -> the targets, checked before anything is compiled."""
+    from codegen_hip import ExportError
+    from codegen_hip.check import check_archs
+    try:
+        return check_archs(text.split(","))
+    except ExportError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub) -> None:
@@ -14,7 +25,7 @@ def register(sub) -> None:
                                    "with the simulator's assumptions. gfx942 is checked as "
                                    "gfx940 (same CDNA3 ISA; clang 15 knows gfx940).")
     p.add_argument("dir", metavar="DIR", help="a directory written by `wavefuse export`")
-    p.add_argument("--arch", default="gfx90a,gfx940",
+    p.add_argument("--arch", type=arch_list, default=("gfx90a", "gfx940"),
                    help="comma-separated targets (default gfx90a,gfx940)")
     common.add_json(p)
     p.set_defaults(func=run)
@@ -22,8 +33,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from codegen_hip import check_dir, render_check
-    archs = tuple(a.strip() for a in args.arch.split(",") if a.strip())
-    report = check_dir(args.dir, archs)
+    report = check_dir(args.dir, args.arch)
     errors = report["disagreements"]
     if args.json:
         common.emit_json(json.loads(json.dumps(report, default=str)))
