@@ -5,14 +5,21 @@ simulator assumed, for ``check_dir``), ``main.hip``, ``CMakeLists.txt``, ``READM
 the ``data/*.npy`` files. It is written atomically: everything goes into a temporary
 directory next to ``out_dir`` and is renamed into place at the end, so a failure never
 leaves a half-written project, and an existing non-empty ``out_dir`` is only replaced
-with ``force=True``. Every file name is built from sanitised identifiers, so nothing is
-ever written outside ``out_dir``.
+with ``force=True`` when it holds the marker file of a previous export. SIGINT, SIGTERM
+and SIGHUP are held while the temporary folder is made, swapped in or removed, so a
+signal (which the CLI turns into an exception) always finds it either in place or gone.
+An ``ExportTarget`` checks the target and locks it (a ``flock`` on a hidden file beside
+it) before the caller's slow work, so a second export of the same folder fails at once
+instead of replacing the first one. Every file name is built from sanitised
+identifiers, so nothing is ever written outside ``out_dir``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -176,6 +183,83 @@ def _prepare_target(out_dir, force: bool) -> tuple[Path, Path]:
     return out_dir, parent
 
 
+@contextlib.contextmanager
+def _signals_held():
+    """Delays SIGINT/SIGTERM/SIGHUP (in this thread) until the block is done."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+class ExportTarget:
+    """An export folder, checked and locked until ``release`` (or the end of a ``with``).
+
+    The lock is an exclusive ``flock`` on ``.NAME.wavefuse-lock`` beside the folder,
+    taken without waiting: a concurrent export of the same folder is refused in one line.
+    The lock file is removed on release; one left by a killed process holds no lock.
+    """
+
+    def __init__(self, out_dir, force: bool = False):
+        self._fd = None
+        self.path, self.parent = _prepare_target(out_dir, force)
+        self.force = force
+        self.lock_path = self.parent / f".{self.path.name}.wavefuse-lock"
+        self._acquire()
+
+    def _acquire(self):
+        import fcntl
+        for _ in range(100):
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise ExportError(f"cannot export to {self.path}: cannot write in {self.parent} "
+                                  f"({e.strerror or e})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise ExportError(f"{self.path} is being written by another wavefuse export "
+                                  f"(lock {self.lock_path}); wait for it or choose another "
+                                  "folder") from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
+            except FileNotFoundError:
+                same = False
+            if same:  # not a file its last holder removed between our open and flock
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                self._fd = fd
+                return
+            os.close(fd)
+        raise ExportError(f"cannot lock {self.lock_path}: it keeps being replaced")
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with _signals_held():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.lock_path)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            self.release()
+
+
 def write_project(out_dir, kernels, launches, arrays, *, arch: str = "gfx942", force: bool = False,
                   title: str = "wavefuse export", expected: dict | None = None,
                   counters: dict | None = None, tolerances: dict | None = None,
@@ -190,21 +274,39 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: str = "gfx942", f
     """
     plan = build_plan(kernels, launches, arrays, arch=arch, title=title, expected=expected,
                       tolerances=tolerances, warmup=warmup, repeats=repeats)
-    out_dir, parent = _prepare_target(out_dir, force)
-    counters = counters or {}
+    if isinstance(out_dir, ExportTarget):
+        target, own = out_dir, False
+    else:
+        target, own = ExportTarget(out_dir, force), True
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
-    except OSError as e:
-        raise ExportError(f"cannot export to {out_dir}: cannot create a directory in {parent} "
-                          f"({e.strerror or e})") from None
+        return _write_locked(target, plan, arrays, expected, counters or {})
+    finally:
+        if own:
+            target.release()
+
+
+def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters) -> Path:
+    # checked again: while the caller tuned, something other than wavefuse may have
+    # created the folder (another export cannot: it would need the lock)
+    out_dir, parent = _prepare_target(target.path, target.force)
+    tmp = None
     try:
+        with _signals_held():
+            try:
+                tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
+            except OSError as e:
+                raise ExportError(f"cannot export to {out_dir}: cannot create a directory in "
+                                  f"{parent} ({e.strerror or e})") from None
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a project dir is not
         _write_files(tmp, plan, arrays or {}, expected or {}, counters)
-        _swap_into_place(tmp, out_dir)
+        with _signals_held():
+            _swap_into_place(tmp, out_dir)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            with _signals_held():
+                shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
 

@@ -53,14 +53,19 @@ def export_model(graph, result, out_dir, *, arch: str, force: bool, seed: int = 
 
 
 def run(args) -> int:
-    result = run_tune(args, quiet=args.json)
-    if result.mismatches:
-        from ..search import SearchError
-        raise SearchError("refusing to export: simulated outputs differ from numpy for "
-                          + ", ".join(d.name for d in result.mismatches))
-    graph = result.plan.graph
-    path, names = export_model(graph, result, args.output, arch=args.arch, force=args.force,
-                               seed=args.seed)
+    from codegen_hip.export import ExportTarget
+    common.fixed_knobs(args.fix)  # a bad pin fails before the target is even locked
+    # the target is checked and locked before tuning: a bad one fails in a second, not
+    # after the search, and a concurrent export of the same folder is refused
+    with ExportTarget(args.output, args.force) as target:
+        result = run_tune(args, quiet=args.json)
+        if result.mismatches:
+            from ..search import SearchError
+            raise SearchError("refusing to export: simulated outputs differ from numpy for "
+                              + ", ".join(d.name for d in result.mismatches))
+        graph = result.plan.graph
+        path, names = export_model(graph, result, target, arch=args.arch, force=args.force,
+                                   seed=args.seed)
     if args.json:
         common.emit_json({"model": result.model, "arch": args.arch, "dir": str(path),
                           "kernels": names, "total_time_us": result.total_time_us})
