@@ -194,6 +194,9 @@ def _value_info_type(vi, source, what) -> tuple[str, tuple]:
     for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value") and d.dim_value > 0:
             shape.append(d.dim_value)
+        elif d.HasField("dim_value"):
+            raise ShapeError(f"{source}: {what} {vi.name!r} has size {d.dim_value} in dimension "
+                             f"{i}; wavefuse needs every dimension to be at least 1")
         else:
             label = d.dim_param or "?"
             raise ShapeError(f"{source}: {what} {vi.name!r} has a dynamic dimension {i} "
@@ -537,9 +540,37 @@ def load_onnx(path) -> Graph:
     if os.path.isdir(path):
         raise ModelError(f"{path}: is a directory, not an .onnx file")
     try:
-        model = onnx.load(path)
+        model = onnx.load(path, load_external_data=False)
     except Exception as exc:  # protobuf DecodeError, RuntimeError, ... depending on content
         raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__})") from None
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{path}: not an ONNX model (no graph found)")
+    _load_external_data(model, path)
     return from_model(model, path)
+
+
+def _load_external_data(model, path: str) -> None:
+    """Reads initializers kept in external files, naming the file when one is missing or
+    lies outside the model's folder (onnx's own error names neither the model nor why)."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    base = os.path.dirname(os.path.realpath(path))
+    external = [t for t in model.graph.initializer if uses_external_data(t)]
+    for t in external:
+        loc = next((e.value for e in t.external_data if e.key == "location"), "")
+        full = os.path.realpath(os.path.join(base, loc))
+        if not loc or os.path.isabs(loc) or os.path.commonpath([base, full]) != base:
+            raise ModelError(f"{path}: initializer {t.name!r} keeps its data in {loc!r}, "
+                             f"outside the model's folder {base}; refusing to read it")
+        if not os.path.isfile(full):
+            raise ModelError(f"{path}: initializer {t.name!r} keeps its data in {loc!r}, "
+                             f"but {full} is missing; keep the data file next to the model")
+    if not external:
+        return
+    try:
+        onnx.load_external_data_for_model(model, base)
+    except Exception as exc:  # ValidationError, OSError, ... from onnx's reader
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                     type(exc).__name__)
+        raise ModelError(f"{path}: cannot read its external data: {first}") from None
