@@ -29,6 +29,7 @@ from compiler import cli
 from compiler.commands import export as export_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
+REAL_RUN_TUNE = export_cmd.run_tune
 OPSET = [h.make_opsetid("", 17)]
 
 
@@ -358,6 +359,21 @@ def test_export_of_a_locked_target_is_refused(capsys, box):
                            "being written by another wavefuse export")
         assert held.lock_path.exists()
     assert not held.lock_path.exists()
+
+
+@pytest.mark.parametrize("model, pattern", [
+    ("nosuch", "unknown model"),
+    ("layernorm:rows=1000000000000", "over the memory limit"),
+    ("{no_ops}", "nothing to compute"),
+    ("softmax:rows=8,rows=8", "given twice"),
+])
+def test_export_of_a_bad_model_releases_its_target(capsys, box, monkeypatch, model, pattern):
+    """The target is locked before the model is read; a bad model must unlock it and leave
+    neither the folder nor the lock file."""
+    monkeypatch.setattr(export_cmd, "run_tune", REAL_RUN_TUNE)
+    model = model.format(no_ops=box["onnx"]["no_ops"])
+    expect_usage_error(capsys, box, ["export", model, "-o", "out", "--budget", "1"], pattern)
+    assert not (box["work"] / "out").exists()
 
 
 @pytest.mark.parametrize("argv, pattern", CHECK_CASES, ids=lambda v: " ".join(v)
