@@ -88,6 +88,24 @@ def build_onnx_files(d: Path) -> dict[str, Path]:
     f["shape_mismatch"] = _save(d / "shape_mismatch.onnx", _model(
         [h.make_node("Add", ["x", "z"], ["y"])], [_vi("x", [4, 3]), _vi("z", [5])],
         [_vi("y", [4, 3])]))
+    short = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    short.raw_data = short.raw_data[:10]
+    f["short_initializer"] = _save(d / "short_initializer.onnx", _model(
+        [h.make_node("Add", ["x", "w"], ["y"])], [_vi("x", [4, 4])], [_vi("y", [4, 4])], [short]))
+    f["two_producers"] = _save(d / "two_producers.onnx", _model(
+        [h.make_node("Relu", ["x"], ["y"]), h.make_node("Neg", ["x"], ["y"])], [_vi("x", [4])],
+        [_vi("y", [4])]))
+    f["no_producer"] = _save(d / "no_producer.onnx", _model(
+        [h.make_node("Relu", ["x"], ["a"])], [_vi("x", [4])], [_vi("y", [4])]))
+    f["shape_input"] = _save(d / "shape_input.onnx", _model(
+        [h.make_node("Reshape", ["x", "s"], ["y"])], [_vi("x", [2, 3]), _vi("s", [2], T.INT64)],
+        [_vi("y", [3, 2])]))
+    f["repeated_perm"] = _save(d / "repeated_perm.onnx", _model(
+        [h.make_node("Transpose", ["x"], ["y"], perm=[0, 0])], [_vi("x", [2, 3])],
+        [_vi("y", [2, 3])]))
+    f["reshape_huge"] = _save(d / "reshape_huge.onnx", _model(
+        [h.make_node("Constant", [], ["s"], value_ints=[2**31, 2**31]),
+         h.make_node("Reshape", ["x", "s"], ["y"])], [_vi("x", [4])], [_vi("y", [2**31, 2**31])]))
     ext = _model([h.make_node("Add", ["x", "w"], ["y"])], [_vi("x", [4, 4])], [_vi("y", [4, 4])],
                  [numpy_helper.from_array(np.ones((4, 4), np.float32), "w")])
     convert_model_to_external_data(ext, all_tensors_to_one_file=True, location="weights.bin",
@@ -280,6 +298,12 @@ ONNX_CASES = [
     ("bad_reshape", ["show"], "Reshape"),
     ("wrong_output_shape", ["show"], "differ in dimension 1: (4) vs (5)"),
     ("shape_mismatch", ["show"], "shape"),
+    ("short_initializer", ["show"], "raw_data size (10 bytes) is too small"),
+    ("two_producers", ["show"], "single static assignment"),
+    ("no_producer", ["show"], "'y' is not an output of any node"),
+    ("shape_input", ["show"], "input 's' has dtype INT64"),
+    ("repeated_perm", ["show"], "repeated value"),
+    ("reshape_huge", ["show"], "cannot reshape (4,)"),
     ("missing_external", ["show"], "weights.bin"),
     ("traversal", ["show"], "outside the model's folder"),
 ]
