@@ -161,8 +161,15 @@ def compile_to_asm(src: Path, arch: str, asm_path: Path, hipcc: str | None = Non
             "command": " ".join(cmd)}
 
 
+#: a sidecar lists one kernel's accesses; anything this large is not one.
+MAX_SIDECAR_BYTES = 16 << 20
+
+
 def _sidecar(p: Path) -> dict:
     """One ``.sim.json``, checked: a tampered or truncated one is an error naming the file."""
+    if p.stat().st_size > MAX_SIDECAR_BYTES:
+        raise ExportError(f"{p}: {p.stat().st_size} bytes, far more than a sidecar holds "
+                          f"(at most {MAX_SIDECAR_BYTES}); the export is damaged")
     try:
         info = json.loads(p.read_text())
     except UnicodeDecodeError:

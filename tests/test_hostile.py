@@ -136,8 +136,23 @@ def onnx_files(tmp_path_factory):
     return build_onnx_files(tmp_path_factory.mktemp("hostile") / "models")
 
 
+@pytest.fixture(scope="module")
+def tampered_exports(tmp_path_factory):
+    """Export-like folders whose sidecar was damaged (read only by the cases)."""
+    root = tmp_path_factory.mktemp("tampered")
+    for name, content in TAMPERED.items():
+        d = root / name
+        d.mkdir()
+        (d / ".wavefuse-export").write_text("{}\n")
+        (d / "main.hip").write_text("int main() { return 0; }\n")
+        (d / "k.hip").write_text("__global__ void k(float* x) { x[0] = 1.0f; }\n")
+        if content is not None:
+            (d / "k.sim.json").write_bytes(content)
+    return root
+
+
 @pytest.fixture
-def box(tmp_path, monkeypatch, onnx_files):
+def box(tmp_path, monkeypatch, onnx_files, tampered_exports):
     """A working folder (the cwd, also $HOME), a private temporary folder, prepared
     export targets and export-like folders; tuning fails the test if it is reached."""
     work = tmp_path / "work"
@@ -164,15 +179,7 @@ def box(tmp_path, monkeypatch, onnx_files):
     for name in ("garbage", "huge"):
         (work / "onnxdir" / f"{name}.onnx").write_bytes(onnx_files[name].read_bytes())
     (work / "link").symlink_to(work / "full")
-    for name, content in TAMPERED.items():
-        d = work / f"tampered_{name}"
-        d.mkdir()
-        (d / ".wavefuse-export").write_text("{}\n")
-        (d / "main.hip").write_text("int main() { return 0; }\n")
-        (d / "k.hip").write_text("__global__ void k(float* x) { x[0] = 1.0f; }\n")
-        if content is not None:
-            (d / "k.sim.json").write_bytes(content)
-    return {"work": work, "tmp": tmp, "onnx": onnx_files}
+    return {"work": work, "tmp": tmp, "onnx": onnx_files, "tampered": tampered_exports}
 
 
 def _sidecar(**change) -> bytes:
@@ -192,6 +199,7 @@ TAMPERED = {
     "other_kernel": _sidecar(c_name="other"),
     "bad_field": _sidecar(lds_bytes="lots"),
     "bad_access": _sidecar(accesses=[{"space": "gds", "op": "load", "bytes": 4, "name": "x"}]),
+    "huge": b" " * (16 << 20) + _sidecar(),
 }
 
 
@@ -261,6 +269,8 @@ OPTION_CASES = [
     (["tune", "softmax", "--arch", ""], "unknown arch"),
     (["tune", "softmax", "--mode", "fastest"], "invalid choice"),
     (["tune", "softmax", "--bogus"], "unrecognized arguments"),
+    (["models", "softmax"], "unrecognized arguments: softmax"),
+    (["show", "softmax", "extra"], "unrecognized arguments: extra"),
     (["tune"], "required"),
     ([], "no command given"),
     (["nosuchcommand"], "invalid choice"),
@@ -336,15 +346,16 @@ CHECK_CASES = [
     (["check", "prev", "--arch", ""], "no arch to check"),
     (["check", "prev", "--arch", "gfx000"], "unknown arch 'gfx000'"),
     (["check", "prev", "--arch", "gfx90a,gfx90a"], "given twice"),
-    (["check", "tampered_truncated"], "not valid JSON"),
-    (["check", "tampered_array"], "expected a JSON object"),
-    (["check", "tampered_string"], "expected a JSON object"),
-    (["check", "tampered_binary"], "expected a JSON object"),
-    (["check", "tampered_missing"], "no k.sim.json"),
-    (["check", "tampered_format"], "wavefuse.sim/0"),
-    (["check", "tampered_other_kernel"], "'other'"),
-    (["check", "tampered_bad_field"], "lds_bytes"),
-    (["check", "tampered_bad_access"], "accesses"),
+    (["check", "{tampered}/truncated"], "not valid JSON"),
+    (["check", "{tampered}/array"], "expected a JSON object"),
+    (["check", "{tampered}/string"], "expected a JSON object"),
+    (["check", "{tampered}/binary"], "expected a JSON object"),
+    (["check", "{tampered}/missing"], "no k.sim.json"),
+    (["check", "{tampered}/format"], "wavefuse.sim/0"),
+    (["check", "{tampered}/other_kernel"], "'other'"),
+    (["check", "{tampered}/bad_field"], "lds_bytes"),
+    (["check", "{tampered}/bad_access"], "accesses"),
+    (["check", "{tampered}/huge"], "far more than a sidecar holds"),
 ]
 
 
@@ -403,7 +414,25 @@ def test_export_of_a_bad_model_releases_its_target(capsys, box, monkeypatch, mod
 @pytest.mark.parametrize("argv, pattern", CHECK_CASES, ids=lambda v: " ".join(v)
                          if isinstance(v, list) else None)
 def test_check_never_claims_success_on_nothing(capsys, box, argv, pattern):
+    argv = [a.format(tampered=box["tampered"]) for a in argv]
     expect_usage_error(capsys, box, argv, pattern)
+
+
+@pytest.mark.parametrize("damage, pattern", [
+    (lambda side: side.write_text(side.read_text()[:-40]), "not valid JSON"),
+    (lambda side: side.write_text("null\n"), "expected a JSON object"),
+    (lambda side: side.unlink(), ".sim.json beside it"),
+    (lambda side: side.write_text(side.read_text().replace('"c_name"', '"cname"')), "c_name"),
+], ids=["truncated", "null", "deleted", "renamed field"])
+def test_check_of_a_real_export_tampered_after_writing(capsys, box, damage, pattern):
+    import codegen_kernels as ck
+    from codegen_hip import write_project
+    k = ck.elementwise_f4()
+    out = write_project(box["tmp"].parent / "real", [k],
+                        [(k, {"x": "x", "y": "y", "n": 4096, "alpha": 2.0})],
+                        {"x": np.arange(4096, dtype=np.float32)})
+    damage(next(out.glob("*.sim.json")))
+    expect_usage_error(capsys, box, ["check", str(out)], pattern)
 
 
 # ------------------------------------------------------------------ real processes
