@@ -141,8 +141,8 @@ def main(argv=None) -> int:
         print(f"wavefuse: terminated by {exc}", file=sys.stderr)
         return 128 + exc.signum
     except MemoryError:
-        print("wavefuse: error: out of memory; choose smaller model parameters (the estimate "
-              "checked before running is set with --max-memory)", file=sys.stderr)
+        print("wavefuse: error: out of memory; use smaller sizes, or a lower --max-memory so "
+              "that such a model is refused before it starts", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - narrowed just below
         if not isinstance(exc, user_error_types() + (UsageError,)):

@@ -435,6 +435,16 @@ def test_check_of_a_real_export_tampered_after_writing(capsys, box, damage, patt
     expect_usage_error(capsys, box, ["check", str(out)], pattern)
 
 
+def test_running_out_of_memory_is_one_line(capsys, box, monkeypatch):
+    """The last resort behind the estimate: a MemoryError anywhere is one line, exit 2."""
+    from compiler.commands import common
+
+    def exhausted(args, compute=True):
+        raise MemoryError
+    monkeypatch.setattr(common, "load", exhausted)
+    expect_usage_error(capsys, box, ["show", "softmax"], "out of memory")
+
+
 # ------------------------------------------------------------------ real processes
 EXPORT_SCRIPT = """
 import sys, time
