@@ -296,7 +296,8 @@ def pointer_chase(steps: int, stride: int, span: int, size: int | None = None,
 def stream(kind: str, n: int, block: int = 256, width: int = 4, passes: int = 1,
            region: int | None = None) -> Kernel:
     """BabelStream-style kernels over ``n`` f32 elements, ``width``-wide vectors:
-    ``read`` (each thread sums its vectors, one store per thread), ``write`` (b[i] = 1),
+    ``read`` (each thread sums its vectors and stores the sum only if it is below -1e30,
+    which never happens for the all-zero input but keeps the loads live), ``write`` (b[i] = 1),
     ``copy`` (b[i] = a[i]). One vector per thread per workgroup chunk of ``block * width``
     elements. With ``region``, workgroup ``w`` owns elements [w * region, (w + 1) * region)
     and sweeps them ``passes`` times, chunk after chunk: after the first sweep every access
@@ -316,7 +317,7 @@ def stream(kind: str, n: int, block: int = 256, width: int = 4, passes: int = 1,
     if kind == "read":
         inner = (Assign(j, addr), Load(regs, "a", j), Assign(acc, acc + total))
         body = (Assign(acc, f32(0.0)), For(r, i32(0), i32(steps), 1, inner),
-                Store("b", block_id() * block + thread_id(), (acc,)))
+                If(acc < f32(-1e30), (Store("b", block_id() * block + thread_id(), (acc,)),)))
         params = (Buffer("a", "f32", (n,)), Buffer("b", "f32", (n // region * block,), "out"))
     elif kind == "write":
         body = (For(r, i32(0), i32(steps), 1, (Assign(j, addr), Store("b", j, (f32(1.0),) * width))),)
