@@ -206,11 +206,17 @@ class _Launch:
         active_cus = min(arch.num_cus, kernel.grid)
         cus_per_l2 = max(1, -(-active_cus // arch.l2_instances))
         # each CU's share of the achievable L2 read bandwidth of its L2 instance, per
-        # L1-line request (64 B on gfx90a, 128 B on gfx942), and of the memory level's
+        # L1-line request (64 B on gfx90a, 128 B on gfx942), of its write bandwidth, and of
+        # the memory level's read and write bandwidths
         l2_bpc_cu = min(arch.l2_read_bytes_per_clk / arch.l2_instances / cus_per_l2,
                         arch.l1_bytes_per_clk_per_cu)
-        mem_bpc = arch.memory_bytes_per_s(self.level) / (arch.clock_ghz * 1e9)
-        hbm_bpc_cu = min(mem_bpc / active_cus, arch.l1_bytes_per_clk_per_cu)
+        l2w_bpc_cu = min(arch.l2_write_bytes_per_clk / arch.l2_instances / cus_per_l2,
+                         arch.l1_bytes_per_clk_per_cu)
+        clk = arch.clock_ghz * 1e9
+        hbm_bpc_cu = min(arch.memory_bytes_per_s(self.level) / clk / active_cus,
+                         arch.l1_bytes_per_clk_per_cu)
+        hbmw_bpc_cu = min(arch.memory_bytes_per_s(self.level, True) / clk / active_cus,
+                          arch.l1_bytes_per_clk_per_cu)
         self.params = E.Params(
             W=int(W), block=int(kernel.block), grid=int(kernel.grid), nsimd=int(arch.simds_per_cu),
             period=int(arch.issue_period_cycles), valu=int(arch.valu_cycles), nf=int(prog.nf),
@@ -224,7 +230,10 @@ class _Launch:
             hbm_lat=int(arch.memory_latency_cycles(self.level)), bar_cyc=int(arch.barrier_cycles),
             launch=int(arch.wave_launch_cycles), nbanks=int(arch.lds_banks), trace_cap=0,
             probe_pc=-1, probe_wg=0, probe_wave=0,
-            l2_cyc=float(arch.l1_line_bytes / l2_bpc_cu), hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu))
+            l2_cyc=float(arch.l1_line_bytes / l2_bpc_cu),
+            l2w_cyc=float(arch.l1_line_bytes / l2w_bpc_cu),
+            hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu),
+            hbmw_cyc=float(arch.l2_line_bytes / hbmw_bpc_cu))
 
     def sessions(self, functional: bool, sample: int):
         C = self.arch.num_cus
