@@ -104,5 +104,8 @@ GFX1100 = Arch(
         "mall_write_bytes_per_s": "ASSUMPTION: as reads",
         "mall_latency_cycles": ("chipsandcheese.com/2023/06/14/latency-testing-is-hard-rdna-3-"
                                 "power-saving/: vector Infinity Cache latency 150.3 ns (fidelity row)"),
+        "l2_read_bytes_per_s": ("not measured (no published L2 stream rate found): 0, the "
+                                "channel peak above stands in"),
+        "l2_write_bytes_per_s": "not measured: 0, the channel peak above stands in",
     },
 )

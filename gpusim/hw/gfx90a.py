@@ -98,5 +98,9 @@ GFX90A = Arch(
         "hbm_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI210 (github caps-tum/mt4g; gfx90a, 104 CUs): main writeBandwidth 966.707 GiB/s (1.04 TB/s)",
         "l2_read_bytes_per_s": "mt4g sample_results/AMD Instinct MI210 (github caps-tum/mt4g; gfx90a, 104 CUs): l2 readBandwidth 4014.12 GiB/s (4.31 TB/s)",
         "l2_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI210 (github caps-tum/mt4g; gfx90a, 104 CUs): l2 writeBandwidth 2403.75 GiB/s (2.58 TB/s)",
+        "mall_bytes": "S3: MI200 has no memory-side cache (0: an L2 miss goes to HBM)",
+        "mall_read_bytes_per_s": "no MALL on MI200",
+        "mall_write_bytes_per_s": "no MALL on MI200",
+        "mall_latency_cycles": "no MALL on MI200",
     },
 )
