@@ -84,6 +84,21 @@ def check_arch(arch: str) -> tuple[str, str | None]:
     return arch, None
 
 
+_OFFSETS = re.compile(r"offset0:(\d+)\s+offset1:(\d+)|offset1:(\d+)")
+
+
+def _adjacent_pair(line: str) -> bool:
+    """A ``ds_read2_*``/``ds_write2_*`` whose two slots are neighbours (offset1 =
+    offset0 + 1, in element units): one access of twice the element width, split in two
+    by the compiler (a 16-byte read as ``ds_read2_b64``), not two accesses merged."""
+    m = _OFFSETS.search(line)
+    if not m:
+        return False
+    if m.group(3) is not None:  # offset0 omitted: 0
+        return int(m.group(3)) == 1
+    return int(m.group(2)) == int(m.group(1)) + 1
+
+
 def _access_bytes(mnemonic: str) -> tuple[str, str, int] | None:
     """(space, op, bytes per lane) of a memory instruction, or None if it is not one."""
     m = _VMEM.match(mnemonic)
@@ -104,6 +119,7 @@ def parse_asm(text: str) -> dict:
         m = re.search(pat, text, re.M)
         out[key] = int(m.group(1)) if m else None
     insts = {}
+    pairs = {}  # ds_read2/ds_write2 mnemonic -> how many address adjacent slots
     for line in text.splitlines():
         m = _INSN.match(line)
         if not m or line.lstrip().startswith((".", ";")):
@@ -112,6 +128,8 @@ def parse_asm(text: str) -> dict:
         if name.endswith(":"):
             continue
         insts[name] = insts.get(name, 0) + 1
+        if re.match(r"^ds_(read|write)2_", name) and _adjacent_pair(line):
+            pairs[name] = pairs.get(name, 0) + 1
     mem = {k: v for k, v in insts.items()
            if k.startswith(("global_", "buffer_", "flat_", "ds_", "scratch_", "s_load_",
                             "s_buffer_load_", "s_store_"))}
@@ -122,7 +140,11 @@ def parse_asm(text: str) -> dict:
             continue
         space, op, nbytes = acc
         key = ("lds" if space == "lds" else "global") + "_" + op
-        widths[key][nbytes] = widths[key].get(nbytes, 0) + n
+        split = pairs.get(name, 0)  # adjacent pairs: one access of 2x the element width
+        if split:
+            widths[key][2 * nbytes] = widths[key].get(2 * nbytes, 0) + split
+        if n - split:
+            widths[key][nbytes] = widths[key].get(nbytes, 0) + n - split
     out.update({
         "mem_insts": dict(sorted(mem.items())),
         "widths": {k: dict(sorted(v.items())) for k, v in widths.items()},

@@ -102,6 +102,7 @@ class TuneResult:
     roofline_time_us: float
     launch_overhead_us: float
     plan_choice: dict = field(default_factory=dict)
+    roofline_basis: str = ""  # which bandwidth the roofline divides by (roofline_basis())
 
     @property
     def mismatches(self) -> list:
@@ -120,6 +121,7 @@ class TuneResult:
                 "total_time_us": self.total_time_us,
                 "unfused_time_us": self.unfused_time_us,
                 "roofline_time_us": self.roofline_time_us,
+                "roofline_basis": self.roofline_basis,
                 "num_dispatches": len(self.dispatches),
                 "unfused_dispatches": self.unfused_dispatches,
                 "launch_overhead_us": self.launch_overhead_us,
@@ -232,10 +234,20 @@ def dispatch_flops(graph: Graph, dispatch) -> int:
     return flops
 
 
+def roofline_basis(nbytes: int, arch) -> str:
+    """Names the bandwidth ``roofline_us`` uses, for the tune report."""
+    level = "MALL" if arch.memory_level(nbytes) == "mall" else "HBM"
+    return (f"achievable {level} bandwidth {arch.stream_bytes_per_s(nbytes) / 1e12:.2f} TB/s "
+            f"(measured copy rate, not the {arch.hbm_bytes_per_s / 1e12:.1f} TB/s HBM peak)")
+
+
 def roofline_us(nbytes: int, flops: int, arch, launches: int = 1) -> float:
-    """max(bytes / HBM bandwidth, flops / FP32 vector peak) plus the launch overheads."""
+    """max(bytes / achievable memory bandwidth, flops / FP32 vector peak) plus the launch
+    overheads. The bandwidth is the measured copy rate of the level that holds the bytes
+    (``Arch.stream_bytes_per_s``: HBM, or the MALL when they fit it), the same one the
+    simulator charges, not the datasheet peak no kernel reaches."""
     peak = arch.peak_fp32_flops_per_clk_per_cu * arch.num_cus * arch.clock_ghz * 1e9
-    return max(nbytes / arch.hbm_bytes_per_s, flops / peak) * 1e6 + \
+    return max(nbytes / arch.stream_bytes_per_s(nbytes), flops / peak) * 1e6 + \
         launches * arch.launch_overhead_us
 
 
@@ -369,6 +381,8 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
     if verify:
         verify_dispatches(graph, tuned, arch, seed)
     flops = sum(d.flops for d in tuned)
-    roof = roofline_us(minimal_bytes(graph), flops, hw)
+    nbytes = minimal_bytes(graph)
+    roof = roofline_us(nbytes, flops, hw)
     return TuneResult(graph.name, arch, chosen, plan, tuned, sum(d.best.time_us for d in tuned),
-                      unfused_us, len(unfused), roof, hw.launch_overhead_us, choice)
+                      unfused_us, len(unfused), roof, hw.launch_overhead_us, choice,
+                      roofline_basis(nbytes, hw))

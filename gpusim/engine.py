@@ -38,11 +38,15 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
   their lines are shared across quads. SIMPLIFICATION: misses to one line from several
   quads of the instruction merge ("hit-on-miss", S6): one L2 request per unique line.
   Each unique line is looked up in an LRU set-associative L1
-  (per CU) and on a miss in the L2 (per XCD on gfx942); an L2 miss costs HBM latency and
-  occupies this CU's share of HBM bandwidth (HBM bytes/clk divided by the CUs that have
-  work). Lines still in flight are waited for. Loads return when their last line arrives;
-  stores are write-through to L2 (no L1 allocate), write-back L2: a line's bytes are
-  charged to HBM when it first becomes dirty.
+  (per CU) and on a miss in the L2 (per XCD on gfx942). The L2 keeps 32-byte sectors: a
+  load fetches from memory only the sectors of its L1 line the L2 lacks (64 B per miss on
+  gfx90a, whose L1 lines are half an L2 line), at the memory level's latency (HBM, or the
+  MALL when the kernel fits it, ``gpusim.sim``) and this CU's share of its achievable
+  read bandwidth. Each L2 request holds this CU's share of the L2's achievable read (or,
+  for stores, write) bandwidth. Lines still in flight are waited for. Loads return when
+  their last line arrives; stores are write-through to L2 (no L1 allocate), write-back
+  L2: each sector's 32 bytes are charged to memory write bandwidth when it first becomes
+  dirty, so a partial-line store costs its sectors, not the line.
 - LDS: per phase group, the maximum number of distinct dwords on one bank, minus one, is
   that group's conflict cycles (same-address lanes broadcast); the LDS pipe is busy
   (groups + conflicts) cycles, then data returns after the LDS latency.
@@ -90,7 +94,12 @@ NCAT = 8
 Params = namedtuple("Params", (
     "W block grid nsimd period valu nf ni depth nlf nli wgs wpw l1_line l2_line l1_sets "
     "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks "
-    "trace_cap probe_pc probe_wg probe_wave l2_cyc hbm_cyc"))
+    "trace_cap probe_pc probe_wg probe_wave l2_cyc l2w_cyc hbm_cyc hbmw_cyc"))
+
+#: L2 lines are tracked in 32-byte sectors (the L2 -> memory request size, S7): a line's
+#: ``Cache.dirty`` byte holds its dirty sectors in bits 0-3 and its valid sectors in bits
+#: 4-7 (up to 4 sectors: 128-byte lines).
+SECTOR = 32
 
 # counters
 (N_VALU, N_VMEM, N_LDS, N_SALU, N_BRANCH, N_GLD_REQ, N_GST_REQ, N_GLD_LINES, N_GST_LINES,
@@ -664,7 +673,9 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
     size = buf_tab[aux, 2]
     base = buf_tab[aux, 3]
     es = buf_tab[aux, 4]
+    secs = sc.dbuf
     nl = 0
+    ns = 0
     nact = 0
     for l in range(W):
         lane_lo[l] = -1
@@ -695,6 +706,10 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
         addr = base + idx * es
         lane_lo[l] = addr // l1_line
         lane_hi[l] = (addr + width * es - 1) // l1_line
+        if store:
+            for sec in range(addr // SECTOR, (addr + width * es - 1) // SECTOR + 1):
+                secs[ns] = sec
+                ns += 1
         lines[nl] = lane_lo[l]
         nl += 1
         if lane_hi[l] != lane_lo[l]:
@@ -735,7 +750,8 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
         counters[N_GLD_REQ] += 1
         counters[N_GLD_LINES] += nu
         counters[N_GLD_BYTES] += nact * width * es
-    done = memory_lines(p, t, nu, tcp, store, l2i, lines, cu, l1, l2, counters)
+    ns = unique_sorted(secs, ns) if store else 0
+    done = memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counters)
     if not store:
         for v in range(width):
             r = code[pc, K_V0 + v]
@@ -745,18 +761,26 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
     return True
 
 
-def memory_lines(p, t, nu, tcp, store, l2i, lines, cu, l1, l2, counters):
-    """Sends the ``nu`` unique lines of one VMEM instruction through L1, L2 and HBM; the
-    L1 pipe is held for ``tcp`` cycles. Returns when the last line is back (loads) or
-    written to L2 (stores)."""
+def popcount4(m):
+    return (m & 1) + ((m >> 1) & 1) + ((m >> 2) & 1) + ((m >> 3) & 1)
+
+
+def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counters):
+    """Sends the ``nu`` unique lines of one VMEM instruction through L1, L2 and memory;
+    the L1 pipe is held for ``tcp`` cycles. ``secs[:ns]`` are the sorted 32-byte sectors a
+    store writes. Returns when the last line is back (loads) or written to L2 (stores).
+
+    The L2 keeps valid and dirty bits per 32-byte sector (``SECTOR``): a load that misses
+    the L1 needs the sectors of its L1 line (two on gfx90a's 64-byte lines, a whole
+    128-byte line on gfx942) and fetches from memory only those the L2 lacks; a store
+    dirties the sectors it writes, and each newly dirty sector costs 32 bytes of memory
+    write bandwidth (partial-line writes cost their sectors, not the line)."""
     l1_line = p.l1_line
     l2_line = p.l2_line
     l1_sets = p.l1_sets
     l1_ways = p.l1_ways
     l2_sets = p.l2_sets
     l2_ways = p.l2_ways
-    l2_cyc = p.l2_cyc
-    hbm_cyc = p.hbm_cyc
     free = cu.free
     l1_rdy = l1.rdy
     l2_rdy = l2.rdy
@@ -767,27 +791,38 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, cu, l1, l2, counters):
     tl = max(float(t), free[FR_L1])
     done = float(t)
     step = tcp / nu if nu > 0 else 1.0  # L1 cycles per unique line
+    per_l2 = l2_line // SECTOR
+    k = 0  # next sector of secs
     for j in range(nu):
         clock += 1
         tj = tl + j * step
         line = lines[j]
         l2line = (line * l1_line) // l2_line
         if store:
+            wmask = 0
+            while k < ns and (secs[k] * SECTOR) // l1_line < line:
+                k += 1
+            while k < ns and (secs[k] * SECTOR) // l1_line == line:
+                wmask |= 1 << (secs[k] % per_l2)
+                k += 1
             cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets, l1_ways, line, clock, False)
             t2 = max(tj, l2_free)
-            l2_free = t2 + l2_cyc
+            l2_free = t2 + p.l2w_cyc
             counters[N_L2_ACC] += 1
             hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
                                     l2_ways, l2line, clock, True)
             st2 = l2line % l2_sets
             if hit2:
                 counters[N_L2_HIT] += 1
-            if l2_dirty[l2i, st2, w2] == 0:
-                l2_dirty[l2i, st2, w2] = 1
-                counters[N_HBM_WR] += l2_line
+            state = l2_dirty[l2i, st2, w2]
+            new = wmask & ~(state & 15)
+            if new:
+                nb = popcount4(new) * SECTOR
+                counters[N_HBM_WR] += nb
                 th = max(t2, hbm_free)
-                hbm_free = th + hbm_cyc
-            done = max(done, t2 + l2_cyc)
+                hbm_free = th + p.hbmw_cyc * nb / l2_line
+            l2_dirty[l2i, st2, w2] = state | wmask | (wmask << 4)
+            done = max(done, t2 + p.l2w_cyc)
         else:
             counters[N_L1_ACC] += 1
             hit1, w1 = cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets,
@@ -797,21 +832,29 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, cu, l1, l2, counters):
                 counters[N_L1_HIT] += 1
                 arrive = max(tj + p.l1_lat, l1_rdy[0, st1, w1])
             else:
+                first = ((line * l1_line) % l2_line) // SECTOR
+                need = 0
+                for q in range(first, first + l1_line // SECTOR):
+                    need |= 1 << q
                 t2 = max(tj, l2_free)
-                l2_free = t2 + l2_cyc
+                l2_free = t2 + p.l2_cyc
                 counters[N_L2_ACC] += 1
                 hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
                                         l2_ways, l2line, clock, True)
                 st2 = l2line % l2_sets
-                if hit2:
+                state = l2_dirty[l2i, st2, w2]
+                missing = need & ~(state >> 4)
+                if missing == 0:
                     counters[N_L2_HIT] += 1
                     arrive = max(t2 + p.l2_lat, l2_rdy[l2i, st2, w2] + p.l1_lat)
                 else:
+                    nb = popcount4(missing) * SECTOR
                     th = max(t2, hbm_free)
-                    hbm_free = th + hbm_cyc
-                    counters[N_HBM_RD] += l2_line
+                    hbm_free = th + p.hbm_cyc * nb / l2_line
+                    counters[N_HBM_RD] += nb
                     arrive = th + p.hbm_lat
                     l2_rdy[l2i, st2, w2] = arrive - p.l1_lat
+                    l2_dirty[l2i, st2, w2] = state | (need << 4)
                 l1_rdy[0, st1, w1] = arrive
             done = max(done, arrive)
     free[FR_L1] = tl + max(tcp, nu)

@@ -20,7 +20,7 @@ with open(_SRC) as _f:
 
 _FUNCS = ("wrap32", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_access",
           "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready", "issue_time",
-          "issue", "exec_alu", "exec_control", "exec_vmem", "memory_lines", "exec_lds",
+          "issue", "exec_alu", "exec_control", "exec_vmem", "popcount4", "memory_lines", "exec_lds",
           "exec_shuffle", "exec_wave_reduce", "exec_mfma", "barrier_arrive", "wave_end", "run")
 _CACHE = not numba.config.BOUNDSCHECK
 for _name in _FUNCS:

@@ -256,3 +256,105 @@ def mfma_gemm(m: int, n: int, k: int, shape: str = "32x32x2f32", waves: int = 1)
               Buffer("D", "f32", (m, n), "out"))
     return Kernel(f"mfma_gemm_{shape}", params, grid=nblocks // waves, block=64 * waves,
                   body=tuple(body), meta={"shape": shape})
+
+
+# ------------------------------------------------------------------ fidelity microbenchmarks
+# The kernels ``gpusim.fidelity`` times to set the model beside published measurements.
+# Each mirrors the published harness it is compared with (the docstring says which).
+
+def pointer_chase(steps: int, stride: int, span: int, size: int | None = None,
+                  lds: bool = False, wave: int = 64) -> Kernel:
+    """One lane follows a dependent chain (a p-chase, as mt4g's latency tests), every
+    address waiting for the previous load. Global memory: ``idx = (idx + a[idx] +
+    stride) % span`` over an all-zero buffer of ``size`` elements (the three dependent
+    integer ops stand for the address arithmetic a compiled chase does per step), so the
+    footprint ``span * 4`` bytes picks the level that answers. ``lds=True``: the wave first
+    writes ``s[i] = (i + stride) % span`` into an LDS array, then lane 0 chases
+    ``idx = s[idx]`` (mt4g's shared-memory latency test)."""
+    size = span if size is None else size
+    idx, x, k = Var("idx", "i32"), Var("x", "i32"), Var("k", "i32")
+    if lds:
+        init = (For(k, thread_id(), i32(span), wave,
+                    (LdsStore("s", k, ((k + stride) % span,)),)), Barrier())
+        step = (LdsLoad((idx,), "s", idx),)
+    else:
+        init = ()
+        step = (Load((x,), "a", idx), Assign(idx, (idx + x + stride) % span))
+    body = init + (Assign(idx, thread_id() * 0),
+                   If(thread_id() < 1, (For(k, i32(0), i32(steps), 1, step),
+                                        Store("out", thread_id(), (idx,)))))
+    params = (Buffer("out", "i32", (wave,), "out"),)
+    arrays = ()
+    if lds:
+        arrays = (LdsArray("s", "i32", (size,)),)
+    else:
+        params = (Buffer("a", "i32", (size,)),) + params
+    return Kernel(f"chase_{'lds' if lds else 'global'}_{span}_{steps}", params, grid=1,
+                  block=wave, body=body, lds=arrays)
+
+
+def stream(kind: str, n: int, block: int = 256, width: int = 4, passes: int = 1,
+           region: int | None = None) -> Kernel:
+    """BabelStream-style kernels over ``n`` f32 elements, ``width``-wide vectors:
+    ``read`` (each thread sums its vectors and stores the sum only if it is below -1e30,
+    which never happens for the all-zero input but keeps the loads live), ``write`` (b[i] = 1),
+    ``copy`` (b[i] = a[i]). One vector per thread per workgroup chunk of ``block * width``
+    elements. With ``region``, workgroup ``w`` owns elements [w * region, (w + 1) * region)
+    and sweeps them ``passes`` times, chunk after chunk: after the first sweep every access
+    hits whichever cache holds the resident workgroups' regions (mt4g's cache bandwidth
+    tests); without it, one chunk per workgroup, once (``n`` elements in all)."""
+    chunk = block * width
+    region = chunk if region is None else region
+    assert n % region == 0 and region % chunk == 0
+    steps = passes * (region // chunk)
+    regs = tuple(Var(f"v{i}") for i in range(width))
+    j, r = Var("j", "i32"), Var("r", "i32")
+    acc = Var("acc")
+    total = regs[0]
+    for v in regs[1:]:
+        total = total + v
+    addr = block_id() * region + (thread_id() * width + r * chunk) % region
+    if kind == "read":
+        inner = (Assign(j, addr), Load(regs, "a", j), Assign(acc, acc + total))
+        body = (Assign(acc, f32(0.0)), For(r, i32(0), i32(steps), 1, inner),
+                If(acc < f32(-1e30), (Store("b", block_id() * block + thread_id(), (acc,)),)))
+        params = (Buffer("a", "f32", (n,)), Buffer("b", "f32", (n // region * block,), "out"))
+    elif kind == "write":
+        body = (For(r, i32(0), i32(steps), 1, (Assign(j, addr), Store("b", j, (f32(1.0),) * width))),)
+        params = (Buffer("b", "f32", (n,), "out"),)
+    elif kind == "copy":
+        body = (For(r, i32(0), i32(steps), 1, (Assign(j, addr), Load(regs, "a", j), Store("b", j, regs))),)
+        params = (Buffer("a", "f32", (n,)), Buffer("b", "f32", (n,), "out"))
+    else:
+        raise ValueError(f"stream kind {kind!r}: use read, write or copy")
+    return Kernel(f"stream_{kind}_{n}_r{region}_p{passes}", params, grid=n // region,
+                  block=block, body=body)
+
+
+def lds_burst(reads: int, stride_bytes: int, width: int = 1, grid: int = 1,
+              wave: int = 64, lds_bytes: int = 32 * 1024) -> Kernel:
+    """nod-ai's ``lds_phase_mask`` block (S11): one wave, lane l reads ``width`` dwords at
+    byte ``l * stride_bytes`` of a ``lds_bytes`` LDS array, ``reads`` times into distinct
+    registers between two barriers, then sums them. The harness declares ~32 KiB of LDS per
+    workgroup, so two workgroups share a CU, as here when ``grid`` is 2 x the CU count."""
+    words = lds_bytes // 4
+    regs = [tuple(Var(f"r{k}_{c}") for c in range(width)) for k in range(reads)]
+    addr = Var("addr", "i32")
+    acc = Var("acc")
+    body = [Assign(addr, (lane() * (stride_bytes // 4)) % words),
+            Assign(acc, f32(0.0)), Barrier()]
+    body += [LdsLoad(rg, "s", addr) for rg in regs]
+    body += [Barrier()]
+    for rg in regs:
+        for v in rg:
+            body.append(Assign(acc, acc + v))
+    body.append(Store("out", block_id() * wave + thread_id(), (acc,)))
+    return Kernel(f"lds_burst_{reads}_s{stride_bytes}_b{width * 32}",
+                  (Buffer("out", "f32", (grid * wave,), "out"),), grid=grid, block=wave,
+                  body=tuple(body), lds=(LdsArray("s", "f32", (words,)),))
+
+
+def empty_kernel(block: int = 64) -> Kernel:
+    """One store per thread of one workgroup: the launch overhead test."""
+    return Kernel("empty", (Buffer("out", "f32", (block,), "out"),), grid=1, block=block,
+                  body=(Store("out", thread_id(), (f32(0.0),)),))

@@ -32,7 +32,8 @@ Occupancy (waves per SIMD, S9): the minimum of
 - wave slots (8 per SIMD on CDNA, 16 on gfx1100),
 - VGPR file: vgprs_per_lane // roundup(vgprs, granule),
 - LDS: lds_bytes_per_cu // kernel LDS bytes workgroups per CU,
-- workgroups per CU: 16 (one hardware barrier per workgroup),
+- workgroups per CU: 16 (one hardware barrier per workgroup); single-wave workgroups
+  use no barrier and are not bound by it (LLVM's getMaxWorkGroupsPerCU, review D138443),
 counted in whole workgroups (a workgroup's waves are resident together).
 """
 from __future__ import annotations
@@ -192,7 +193,10 @@ def occupancy(kernel, arch="gfx942", vgprs: int | None = None) -> Occupancy:
     }
     wg_limits = {name: (w * nsimd) // wpw for name, w in per_simd.items()}
     wg_limits["LDS"] = (arch.lds_bytes_per_cu // kernel.lds_bytes) if kernel.lds_bytes else 10 ** 9
-    wg_limits["workgroups per CU (barriers)"] = arch.max_workgroups_per_cu
+    # S9 (LLVM getMaxWorkGroupsPerCU, review D138443): single-wave workgroups need no
+    # barrier resource, so only the wave slots bound them
+    wg_limits["workgroups per CU (barriers)"] = (arch.max_workgroups_per_cu if wpw > 1
+                                                 else 10 ** 9)
     order = ["wave slots", "VGPRs", "LDS", "workgroups per CU (barriers)"]
     wgs = min(wg_limits.values())
     if wgs == 0:

@@ -11,22 +11,31 @@ computed in functional mode; with ``functional=False`` only CU 0 runs, and only 
 first ``sample`` workgroups when it owns more (3 rounds of resident workgroups), so the
 outputs are then partial.
 
+Memory level. Behind the L2 sits HBM, or, when every buffer of the kernel fits it, the
+memory-side cache (MI300X's 256 MB MALL, RDNA3's Infinity Cache): SIMPLIFICATION, by
+footprint and warm, as in a benchmark that runs the kernel repeatedly (the seed's
+measurements, BabelStream, mt4g); an L2 miss then costs the MALL's latency and bandwidth.
+
 Whole-GPU time (in cycles), the combination rule:
   T_cu   = CU 0's simulated time; when sampled, the time of the first K workgroups plus
            (n - K) times the steady per-workgroup time of the last sampled round;
-  T_hbm  = HBM bytes / HBM bytes per cycle (all CUs share HBM);
-  T_l2   = L2 accesses x 128 B / L2 bytes per cycle (all channels of all L2s);
-  cycles = max(T_cu, T_hbm, T_l2); time_us = cycles / clock + launch overhead.
-Inside T_cu each CU already gets only its share of HBM bandwidth (HBM bytes per cycle
-divided by the number of CUs that have work) and of L2 bandwidth, so a bandwidth-bound
-kernel's CU time approaches T_hbm as the grid grows.
+  T_mem  = bytes read / achievable read bandwidth + bytes written / achievable write
+           bandwidth of the memory level (measured rates, ``Arch.memory_bytes_per_s``,
+           not the datasheet peak: a stream reaches ~75-83% of MI300X's 5.3 TB/s);
+  T_l2   = L2 read requests x L1 line / achievable L2 read bandwidth + L2 write requests
+           x L1 line / achievable L2 write bandwidth (all L2s; one request per L1 line,
+           64 B on gfx90a, 128 B on gfx942);
+  cycles = max(T_cu, T_mem, T_l2); time_us = cycles / clock + launch overhead.
+Inside T_cu each CU already gets only its share of the memory level's read bandwidth
+(divided by the number of CUs that have work) and of its L2 instance's read bandwidth,
+so a bandwidth-bound kernel's CU time approaches T_mem as the grid grows.
 
 Counters are summed over every simulated workgroup; with sampling they are scaled by
 grid / simulated workgroups (exact for workgroups that do the same work; L2 reuse between
 workgroups on different CUs is then not seen, so HBM bytes are an upper bound).
-Model simplifications beyond the engine's: the MI300X Infinity Cache and RDNA3's are not
-modelled (an L2 miss goes to HBM); the timed CU sees the L2 as if it were the first CU to
-touch every line (pessimistic for data shared across CUs).
+Model simplifications beyond the engine's: the memory-side cache is all-or-nothing by
+footprint (above); the timed CU sees the L2 as if it were the first CU to touch every line
+(pessimistic for data shared across CUs).
 """
 from __future__ import annotations
 
@@ -192,11 +201,22 @@ class _Launch:
         # costs per line Python floats, so Numba sees one fixed record type
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
         l2_lines = arch.l2_bytes // arch.l2_line_bytes
+        footprint = sum(b.size * DTYPE_BYTES[b.dtype] for b in kernel.buffers)
+        self.level = arch.memory_level(footprint)
         active_cus = min(arch.num_cus, kernel.grid)
         cus_per_l2 = max(1, -(-active_cus // arch.l2_instances))
-        l2_bpc_cu = min(arch.l2_bytes_per_clk_per_channel * arch.l2_channels / cus_per_l2,
+        # each CU's share of the achievable L2 read bandwidth of its L2 instance, per
+        # L1-line request (64 B on gfx90a, 128 B on gfx942), of its write bandwidth, and of
+        # the memory level's read and write bandwidths
+        l2_bpc_cu = min(arch.l2_read_bytes_per_clk / arch.l2_instances / cus_per_l2,
                         arch.l1_bytes_per_clk_per_cu)
-        hbm_bpc_cu = min(arch.hbm_bytes_per_clk / active_cus, arch.l1_bytes_per_clk_per_cu)
+        l2w_bpc_cu = min(arch.l2_write_bytes_per_clk / arch.l2_instances / cus_per_l2,
+                         arch.l1_bytes_per_clk_per_cu)
+        clk = arch.clock_ghz * 1e9
+        hbm_bpc_cu = min(arch.memory_bytes_per_s(self.level) / clk / active_cus,
+                         arch.l1_bytes_per_clk_per_cu)
+        hbmw_bpc_cu = min(arch.memory_bytes_per_s(self.level, True) / clk / active_cus,
+                          arch.l1_bytes_per_clk_per_cu)
         self.params = E.Params(
             W=int(W), block=int(kernel.block), grid=int(kernel.grid), nsimd=int(arch.simds_per_cu),
             period=int(arch.issue_period_cycles), valu=int(arch.valu_cycles), nf=int(prog.nf),
@@ -207,10 +227,13 @@ class _Launch:
             l2_sets=int(max(1, l2_lines // arch.l2_ways)), l2_ways=int(arch.l2_ways),
             n_l2=int(arch.l2_instances), lds_lat=int(arch.lds_latency_cycles),
             l1_lat=int(arch.l1_hit_latency_cycles), l2_lat=int(arch.l2_hit_latency_cycles),
-            hbm_lat=int(arch.hbm_latency_cycles), bar_cyc=int(arch.barrier_cycles),
+            hbm_lat=int(arch.memory_latency_cycles(self.level)), bar_cyc=int(arch.barrier_cycles),
             launch=int(arch.wave_launch_cycles), nbanks=int(arch.lds_banks), trace_cap=0,
             probe_pc=-1, probe_wg=0, probe_wave=0,
-            l2_cyc=float(arch.l2_line_bytes / l2_bpc_cu), hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu))
+            l2_cyc=float(arch.l1_line_bytes / l2_bpc_cu),
+            l2w_cyc=float(arch.l1_line_bytes / l2w_bpc_cu),
+            hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu),
+            hbmw_cyc=float(arch.l2_line_bytes / hbmw_bpc_cu))
 
     def sessions(self, functional: bool, sample: int):
         C = self.arch.num_cus
@@ -365,17 +388,25 @@ def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars:
     t_cu, method = _cu_time(raw, n0, k, occ.workgroups_per_cu)
     scale = 1.0 if functional else kernel.grid / k
     c = raw["counters"] * scale
-    t_hbm = (c[E.N_HBM_RD] + c[E.N_HBM_WR]) / arch.hbm_bytes_per_clk
-    t_l2 = c[E.N_L2_ACC] * arch.l2_line_bytes / arch.l2_bytes_per_clk
+    level = launch.level
+    clk = arch.clock_ghz * 1e9
+    t_hbm = (c[E.N_HBM_RD] / (arch.memory_bytes_per_s(level) / clk)
+             + c[E.N_HBM_WR] / (arch.memory_bytes_per_s(level, True) / clk))
+    l2_writes = c[E.N_GST_LINES]  # stores write through to the L2, one request per line
+    l2_reads = max(c[E.N_L2_ACC] - l2_writes, 0.0)
+    t_l2 = (l2_reads / arch.l2_read_bytes_per_clk
+            + l2_writes / arch.l2_write_bytes_per_clk) * arch.l1_line_bytes
     cycles = max(t_cu, t_hbm, t_l2)
-    bound = "CU" if cycles == t_cu else ("HBM bandwidth" if cycles == t_hbm else "L2 bandwidth")
+    mem = "MALL" if level == "mall" else "HBM"
+    bound = "CU" if cycles == t_cu else (f"{mem} bandwidth" if cycles == t_hbm else "L2 bandwidth")
     lo = arch.launch_overhead_us if launch_overhead_us is None else float(launch_overhead_us)
     t_wo = cycles / (arch.clock_ghz * 1e3)
     counters = _counters(raw, scale, arch, occ, t_wo * 1e-6)
     method = (f"{method}; functional values for all {kernel.grid} workgroups"
               if functional else f"{method}; counters scaled by {scale:.3g} from {k} sampled "
                                  f"workgroups (outputs partial)")
-    method += f"; whole GPU = max(CU time, HBM bytes / bandwidth, L2 bytes / bandwidth): {bound}-bound"
+    method += (f"; whole GPU = max(CU time, {mem} bytes / achievable bandwidth, L2 bytes / "
+               f"achievable bandwidth): {bound}-bound")
     per_inst = _per_inst(prog, raw["per_inst"], scale)
     tr = None
     if trace:

@@ -304,7 +304,8 @@ elementwise:
 def test_parse_asm():
     r = parse_asm(ASM)
     assert (r["vgprs"], r["sgprs"], r["lds_bytes"], r["scratch_bytes"], r["occupancy"]) == (11, 9, 4224, 0, 8)
-    assert r["widths"] == {"global_load": {16: 1}, "global_store": {2: 1}, "lds_load": {4: 1},
+    # ds_read2_b32 with neighbouring slots (offset1:1) is one 8-byte read, split in two
+    assert r["widths"] == {"global_load": {16: 1}, "global_store": {2: 1}, "lds_load": {8: 1},
                            "lds_store": {16: 1}}
     assert r["cross_lane_insts"] == 1 and r["valu_insts"] == 1 and r["salu_insts"] == 2
 

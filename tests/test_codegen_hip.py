@@ -133,3 +133,24 @@ def test_mfma_kernel_compiles_to_matrix_core_instructions(shape, tmp_path):
         spelled = shape if arch == "gfx90a" else shape.replace("x2f32", "x2_f32").replace("x4f32", "x4_f32")
         assert f"v_mfma_f32_{spelled}" in text
         assert parse_asm(text)["scratch_bytes"] == 0
+
+
+def test_adjacent_ds_read2_counts_as_one_wide_access():
+    # hipcc splits a 16-byte LDS read it cannot prove 16-byte aligned into ds_read2_b64
+    # with neighbouring slots: that is the IR's width, not a disagreement; two slots far
+    # apart (offset1:8) are two 8-byte reads merged, which is one
+    from codegen_hip.check import compare, parse_asm
+    text = ("\tds_read2_b64 v[0:3], v4 offset1:1\n"
+            "\tds_read2_b64 v[4:7], v4 offset0:2 offset1:3\n"
+            "\tds_read2_b64 v[8:11], v4 offset0:0 offset1:8\n")
+    assert parse_asm(text)["widths"]["lds_load"] == {8: 1, 16: 2}
+    entry = {"kernel": "k", "arch": "gfx90a", "rc": 0, "scratch_bytes": 0, "lds_bytes": 64,
+             "flat_insts": 0, "vgprs": None,
+             "widths": {"global_load": {}, "global_store": {}, "lds_load": {16: 2},
+                        "lds_store": {}}}
+    info = {"lds_bytes": 64, "accesses": [{"space": "lds", "op": "load", "bytes": 16,
+                                           "name": "t"}]}
+    assert compare({"kernels": [entry]}, sim_info={"k": info}) == []
+    entry["widths"]["lds_load"] = {8: 1, 16: 2}
+    assert [d["what"] for d in compare({"kernels": [entry]}, sim_info={"k": info})] == \
+        ["lds_load_width"]

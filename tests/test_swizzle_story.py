@@ -132,11 +132,15 @@ def test_mfma_is_faster_than_the_fma_tile(arch):
 def test_mfma_placement_is_a_wash_when_layouts_differ(arch):
     """In the MFMA layout 32 consecutive lanes hold 32 consecutive channels, as in the
     swizzled layout: a channel-major residual is read with 4 lines per quad either way
-    (same TCP accesses, same coalescing). So before_fusion gains nothing here; the two
-    placements differ by under 0.1% (after_fusion's extra LDS pass against nothing)."""
+    (same TCP accesses, same coalescing, same L2 and memory traffic). So the placement
+    moves nothing in memory; what is left is the epilogue's index arithmetic, a little
+    cheaper on the swizzled rows (fewer VALU instructions) than on the 16 scattered
+    accumulator rows: under 0.5% either way, a wash."""
     _, after = predict_mfma(models.conv_add_relu_mismatch, "after_fusion", arch)
     _, before = predict_mfma(models.conv_add_relu_mismatch, "before_fusion", arch)
     assert residual_reads(before) == residual_reads(after)
     assert before.counters["coalescing_pct"] == after.counters["coalescing_pct"]
-    assert before.time_us >= after.time_us, (before.counters, after.counters)
-    assert before.time_us - after.time_us < 1e-3 * after.time_us
+    for c in ("l2_accesses", "hbm_bytes_read", "hbm_bytes_written", "global_store_lines"):
+        assert before.counters[c] == after.counters[c], c
+    assert before.counters["valu_insts"] <= after.counters["valu_insts"]
+    assert abs(before.time_us - after.time_us) < 5e-3 * after.time_us

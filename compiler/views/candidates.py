@@ -2,7 +2,7 @@
 marked, the illegal points counted by reason, and a bar chart of predicted times.
 
 The numbers are gpusim's predictions in timing mode (``compiler.search.score``); the
-ratio to roofline divides by the dispatch's bound (bytes over HBM bandwidth or flops over
+ratio to roofline divides by the dispatch's bound (bytes over the achievable memory bandwidth or flops over
 peak, plus one launch), so 1.0 would be a perfect kernel.
 """
 from __future__ import annotations

@@ -80,6 +80,20 @@ class Arch:
     wave_launch_cycles: int
     launch_overhead_us: float
     peak_fp32_flops_per_clk_per_cu: int
+    #: Achievable (measured) bandwidths, whole GPU, bytes/s; 0 = not measured, the peak
+    #: above stands in. HBM: a stream past every cache; L2: re-reads (re-writes) of data
+    #: the L2s hold. The simulator and the roofline use these, not the datasheet peaks.
+    hbm_read_bytes_per_s: float = 0.0
+    hbm_write_bytes_per_s: float = 0.0
+    l2_read_bytes_per_s: float = 0.0
+    l2_write_bytes_per_s: float = 0.0
+    #: Memory-side last-level cache (MI300X's 256 MB MALL, RDNA3's Infinity Cache); 0 =
+    #: none. Modelled by footprint: a kernel whose buffers all fit is served from it
+    #: (latency and bandwidth below instead of HBM's), as in repeated benchmark runs.
+    mall_bytes: int = 0
+    mall_read_bytes_per_s: float = 0.0
+    mall_write_bytes_per_s: float = 0.0
+    mall_latency_cycles: int = 0
     #: MFMA shape -> passes (one pass = 4 cycles of the SIMD's matrix core); empty: no
     #: matrix cores (MFMA rejected by the validator).
     mfma_passes: dict = field(default_factory=dict, compare=False, hash=False)
@@ -105,8 +119,42 @@ class Arch:
 
     @property
     def l2_bytes_per_clk(self) -> float:
-        """All L2 instances together."""
+        """All L2 instances together, peak."""
         return self.l2_bytes_per_clk_per_channel * self.l2_channels * self.l2_instances
+
+    def _per_clk(self, bytes_per_s: float) -> float:
+        return bytes_per_s / (self.clock_ghz * 1e9)
+
+    @property
+    def l2_read_bytes_per_clk(self) -> float:
+        """Achievable L2 read bandwidth (all instances), bytes per cycle."""
+        return self._per_clk(self.l2_read_bytes_per_s) if self.l2_read_bytes_per_s else self.l2_bytes_per_clk
+
+    @property
+    def l2_write_bytes_per_clk(self) -> float:
+        """Achievable L2 write bandwidth (all instances), bytes per cycle."""
+        return self._per_clk(self.l2_write_bytes_per_s) if self.l2_write_bytes_per_s else self.l2_bytes_per_clk
+
+    def memory_level(self, footprint_bytes: int) -> str:
+        """"mall" when a kernel's buffers all fit the memory-side cache, else "hbm"."""
+        return "mall" if self.mall_bytes and footprint_bytes <= self.mall_bytes else "hbm"
+
+    def memory_bytes_per_s(self, level: str, write: bool = False) -> float:
+        """Achievable bandwidth of the level behind the L2 (reads, or writes)."""
+        if level == "mall":
+            return self.mall_write_bytes_per_s if write else self.mall_read_bytes_per_s
+        bw = self.hbm_write_bytes_per_s if write else self.hbm_read_bytes_per_s
+        return bw or self.hbm_bytes_per_s
+
+    def memory_latency_cycles(self, level: str) -> int:
+        return self.mall_latency_cycles if level == "mall" else self.hbm_latency_cycles
+
+    def stream_bytes_per_s(self, footprint_bytes: int) -> float:
+        """Achievable rate of a copy (as many bytes read as written): what the roofline
+        divides minimal bytes by."""
+        level = self.memory_level(footprint_bytes)
+        r, w = self.memory_bytes_per_s(level), self.memory_bytes_per_s(level, True)
+        return 2.0 / (1.0 / r + 1.0 / w)
 
     #: cycles per MFMA pass (S17: SISchedule.td's WriteNPassMAI latencies are 4 * N).
     MFMA_CYCLES_PER_PASS = 4

@@ -3,7 +3,7 @@
 Each SIMD32 has its own scheduler and a wave32 VALU op issues in one cycle, so the issue
 period is 1 (no round-robin across SIMDs). LDS is 128 KiB per WGP (two CUs); a workgroup
 may use 64 KiB and we give each simulated CU half of the WGP's LDS. The 96 MB Infinity
-Cache is not modelled.
+Cache serves L2 misses of kernels whose buffers fit it (``gpusim.sim``).
 """
 from gpusim.hw.arch import Arch, RDNA3_READ_B128_GROUPS, contiguous_groups
 
@@ -28,7 +28,7 @@ GFX1100 = Arch(
                      16: RDNA3_READ_B128_GROUPS},
     lds_write_groups={4: contiguous_groups(32, 32), 8: contiguous_groups(32, 16),
                       16: contiguous_groups(32, 8)},
-    lds_latency_cycles=64,
+    lds_latency_cycles=47,
     l1_bytes=32 * 1024,
     l1_line_bytes=128,
     l1_ways=4,
@@ -49,6 +49,12 @@ GFX1100 = Arch(
     wave_launch_cycles=32,
     launch_overhead_us=3.5,
     peak_fp32_flops_per_clk_per_cu=128,
+    hbm_read_bytes_per_s=0.85 * 960e9,
+    hbm_write_bytes_per_s=0.85 * 960e9,
+    mall_bytes=96 * 2**20,
+    mall_read_bytes_per_s=0.85 * 5.3e12,
+    mall_write_bytes_per_s=0.85 * 5.3e12,
+    mall_latency_cycles=371,
     mfma_passes={},
     sources={
         "num_cus": "S1: 96 CUs",
@@ -67,7 +73,7 @@ GFX1100 = Arch(
         "lds_bank_bytes": "S11: 4 bytes",
         "lds_read_groups": "S11: b32 one phase of 32, b64 2x16, b128 4x8 non-contiguous",
         "lds_write_groups": "ASSUMPTION: reads' b32/b64 groups, contiguous 8-lane b128",
-        "lds_latency_cycles": "ASSUMPTION: ~64 cycles, not published",
+        "lds_latency_cycles": "ASSUMPTION: the MI300X value (mt4g, calibrated there)",
         "l1_bytes": "HARDWARE.md: 32 KiB L0",
         "l1_line_bytes": "ASSUMPTION: 128 B lines",
         "l1_ways": "ASSUMPTION: 4-way LRU",
@@ -89,5 +95,17 @@ GFX1100 = Arch(
         "launch_overhead_us": "HARDWARE.md: ~3.5 us per batched dispatch (community report)",
         "mfma_passes": "S1, S9: RDNA3 has no MFMA matrix cores (WMMA is not modelled)",
         "peak_fp32_flops_per_clk_per_cu": "ASSUMPTION: 64 lanes x FMA, dual-issue ignored",
+        "hbm_read_bytes_per_s": ("ASSUMPTION: 85% of the 960 GB/s GDDR6 peak (no stream "
+                                 "measurement found; MI300X reaches 75-83% of its peak)"),
+        "hbm_write_bytes_per_s": "ASSUMPTION: as reads",
+        "mall_bytes": "techpowerup RX 7900 XTX review: 96 MB Infinity Cache, 16 MB per MCD",
+        "mall_read_bytes_per_s": ("ASSUMPTION: 85% of the 5.3 TB/s GCD-MCD Infinity Link peak "
+                                  "(AMD, tweaktown.com 2022-11-15)"),
+        "mall_write_bytes_per_s": "ASSUMPTION: as reads",
+        "mall_latency_cycles": ("chipsandcheese.com/2023/06/14/latency-testing-is-hard-rdna-3-"
+                                "power-saving/: vector Infinity Cache latency 150.3 ns (fidelity row)"),
+        "l2_read_bytes_per_s": ("not measured (no published L2 stream rate found): 0, the "
+                                "channel peak above stands in"),
+        "l2_write_bytes_per_s": "not measured: 0, the channel peak above stands in",
     },
 )

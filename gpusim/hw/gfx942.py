@@ -1,8 +1,10 @@
 """AMD Instinct MI300X (gfx942, CDNA3, wave64): 8 XCDs of 38 CUs, an L2 per XCD.
 
 Workgroups are dispatched round-robin across XCDs (S2), so CU ``c`` is placed on XCD
-``c % 8`` and uses that XCD's L2. The 256 MB Infinity Cache (MALL) is not modelled: an L2
-miss goes to HBM.
+``c % 8`` and uses that XCD's L2. The 256 MB Infinity Cache (MALL) serves L2 misses of
+kernels whose buffers fit it (``gpusim.sim``); bandwidths are the measured (achievable)
+ones of mt4g's sample results, latencies calibrated on its pointer chases
+(``python -m gpusim.fidelity``).
 """
 from gpusim.hw.arch import Arch, CDNA_READ_B128_GROUPS, contiguous_groups
 
@@ -27,27 +29,35 @@ GFX942 = Arch(
                      16: CDNA_READ_B128_GROUPS},
     lds_write_groups={4: contiguous_groups(64, 32), 8: contiguous_groups(64, 16),
                       16: contiguous_groups(64, 8)},
-    lds_latency_cycles=64,
+    lds_latency_cycles=47,
     l1_bytes=32 * 1024,
     l1_line_bytes=128,
     l1_ways=4,
     l1_bytes_per_clk_per_cu=128,
-    l1_hit_latency_cycles=120,
+    l1_hit_latency_cycles=96,
     l2_bytes=4 * 1024 * 1024,
     l2_line_bytes=128,
     l2_ways=16,
     l2_channels=16,
     l2_instances=8,
     l2_bytes_per_clk_per_channel=128,
-    l2_hit_latency_cycles=280,
+    l2_hit_latency_cycles=268,
     hbm_bytes_per_s=5.3e12,
-    hbm_latency_cycles=800,
+    hbm_latency_cycles=880,
     issue_period_cycles=4,
     transcendental_rate_divisor=4,
     barrier_cycles=4,
     wave_launch_cycles=32,
     launch_overhead_us=3.5,
     peak_fp32_flops_per_clk_per_cu=256,
+    hbm_read_bytes_per_s=3689.67 * 2**30,
+    hbm_write_bytes_per_s=4116.64 * 2**30,
+    l2_read_bytes_per_s=14364.7 * 2**30,
+    l2_write_bytes_per_s=6562.21 * 2**30,
+    mall_bytes=256 * 2**20,
+    mall_read_bytes_per_s=5399.65 * 2**30,
+    mall_write_bytes_per_s=5090.35 * 2**30,
+    mall_latency_cycles=500,
     mfma_passes={"32x32x2f32": 16, "16x16x4f32": 8},
     sources={
         "num_cus": "S1: 304 CUs, 38 per XCD",
@@ -66,21 +76,22 @@ GFX942 = Arch(
         "lds_bank_bytes": "S4, S5: 4 bytes per bank",
         "lds_read_groups": "S10, S11: measured on MI300X",
         "lds_write_groups": "S10, S11 (b32/b64 as reads, ASSUMPTION); S12 b128 contiguous",
-        "lds_latency_cycles": "ASSUMPTION: ~64 cycles ds_read issue-to-data, not published",
+        "lds_latency_cycles": ("mt4g MI300X VF: shared-memory p-chase 51.3 cycles, minus the 2 LDS "
+                               "index cycles and ~2 of loop issue (fidelity row)"),
         "l1_bytes": "S1, S10: 32 KiB vL1D",
         "l1_line_bytes": "S1, S10: 128 B lines",
         "l1_ways": "ASSUMPTION: 4-way set associative, LRU (not published)",
         "l1_bytes_per_clk_per_cu": "S7: 128 B/clk/CU, one line per clock",
-        "l1_hit_latency_cycles": "ASSUMPTION: ~120 cycles, not published",
+        "l1_hit_latency_cycles": "mt4g MI300X VF: L1 p-chase 116 cycles (fidelity row; the chase's 3 dependent integer ops and loop add ~20 cycles)",
         "l2_bytes": "S1: 4 MB per XCD",
         "l2_line_bytes": "S1: 128 B lines",
         "l2_ways": "ASSUMPTION: 16-way set associative, LRU",
         "l2_channels": "S1: 16 channels per XCD",
         "l2_instances": "S1, S2: one L2 per XCD, 8 XCDs",
         "l2_bytes_per_clk_per_channel": "S7: 128 B/clk per channel",
-        "l2_hit_latency_cycles": "ASSUMPTION: ~280 cycles, not published",
+        "l2_hit_latency_cycles": "mt4g MI300X VF: L2 p-chase 287.5 cycles (fidelity row; the chase's 3 dependent integer ops and loop add ~20 cycles)",
         "hbm_bytes_per_s": "S2: 5.3 TB/s HBM3",
-        "hbm_latency_cycles": "ASSUMPTION: ~800 cycles (~380 ns) incl. Infinity Fabric",
+        "hbm_latency_cycles": "mt4g MI300X VF: main-memory p-chase 899.7 cycles mean (fidelity row; the chase's 3 dependent integer ops and loop add ~20 cycles)",
         "issue_period_cycles": "S4: the scheduler visits one of 4 SIMDs per cycle",
         "transcendental_rate_divisor": "ASSUMPTION: exp/log/sqrt/rcp run at quarter rate",
         "barrier_cycles": "ASSUMPTION: one issue turn to release s_barrier",
@@ -90,5 +101,14 @@ GFX942 = Arch(
                         "16x16x4f32 8 passes, 4 cycles per pass; cross-check S2/S3: 32*32*2*2 "
                         "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU"),
         "peak_fp32_flops_per_clk_per_cu": "S2: 256 FP32 vector FLOPs/clk/CU (163 TFLOP/s)",
+        "hbm_read_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): main readBandwidth 3689.67 GiB/s (3.96 TB/s; peak 5.3)",
+        "hbm_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): main writeBandwidth 4116.64 GiB/s (4.42 TB/s)",
+        "l2_read_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): l2 readBandwidth 14364.7 GiB/s (15.4 TB/s, all 8 L2s)",
+        "l2_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): l2 writeBandwidth 6562.21 GiB/s (7.05 TB/s)",
+        "mall_bytes": "S2, mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): 256 MB Infinity Cache (l3 size 268435456)",
+        "mall_read_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): l3 readBandwidth 5399.65 GiB/s (5.80 TB/s)",
+        "mall_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): l3 writeBandwidth 5090.35 GiB/s (5.47 TB/s)",
+        "mall_latency_cycles": ("ASSUMPTION: ~500 cycles, mt4g's L2 latency (287.5) plus its "
+                                "measured L2 miss penalty (208.9); no direct MALL latency published"),
     },
 )
