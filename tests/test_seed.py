@@ -45,3 +45,16 @@ def test_epilogue_is_too_small_to_carry_the_measured_gain():
     assert tail < 0.05
     # even a free epilogue would gain less than the smallest measured gain
     assert 1 / (1 - tail) < min(seed.published_gains())
+
+
+@pytest.mark.slow
+def test_tune_command_prints_the_seed_case(capsys):
+    """The CLI path of the seed question (a merge once left it calling a removed helper)."""
+    import json
+
+    from compiler import cli
+    code = cli.main(["tune", "conv_add_relu", "--fix", "mma=mfma", "--fix",
+                     "swizzle=before_fusion", "--budget", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "54.1" in json.dumps(json.loads(out))  # the published develop-branch time sits beside it

@@ -73,7 +73,7 @@ def _seed_case(result, args) -> bool:
     from gpusim.hw import get_arch
 
     from ..seed import SEED_MODELS
-    return (result.model in SEED_MODELS and parse_fixes(args.fix).get("mma") == "mfma"
+    return (result.model in SEED_MODELS and common.fixed_knobs(args.fix).get("mma") == "mfma"
             and bool(get_arch(result.arch).mfma_passes))
 
 
