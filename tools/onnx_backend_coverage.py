@@ -51,6 +51,13 @@ def _match(ours, want, rtol, atol) -> str:
     return ""
 
 
+def _array(x):
+    """Cases give numpy arrays, or TensorProtos for dtypes numpy lacks."""
+    import onnx
+    from onnx import numpy_helper
+    return numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
+
+
 def run_case(case) -> tuple[bool, str, str]:
     """(supported, status, reason): status is 'pass' or 'fail'."""
     from compiler.frontends.onnx import SUPPORTED_OPS, from_model
@@ -69,6 +76,7 @@ def run_case(case) -> tuple[bool, str, str]:
             in_names = [vi.name for vi in model.graph.input if vi.name not in init]
             out_names = [vi.name for vi in model.graph.output]
             for inputs, outputs in case.data_sets:
+                inputs, outputs = [_array(a) for a in inputs], [_array(a) for a in outputs]
                 feed = {}
                 for name, arr in zip(in_names, inputs):
                     if name in meta["onnx_inputs"]:
