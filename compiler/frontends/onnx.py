@@ -845,8 +845,8 @@ def _split(im: _Importer, node):
         sizes = [int(v) for v in im.static(split_name, node, "split").reshape(-1)]
     elif im.attr(node, "num_outputs") is not None:
         k = int(im.attr(node, "num_outputs"))
-        chunk = -(-n // k)
-        sizes = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+        chunk = -(-n // k)  # the last chunk is smaller (possibly empty)
+        sizes = [max(0, min(chunk, n - i * chunk)) for i in range(k)]
     else:
         if n % count:
             raise ShapeError(f"{im.where(node)}: {n} does not split into {count} equal parts")
