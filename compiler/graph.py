@@ -438,6 +438,15 @@ class Graph:
         return f"Graph({self.name!r}, {len(self)} ops, outputs={self.outputs})"
 
 
+def slice_windows(attrs: dict) -> tuple:
+    """The Python slices a ``slice`` view's attributes select (one per dimension)."""
+    out = []
+    for st, sp, n in zip(attrs["starts"], attrs["steps"], attrs["shape"]):
+        stop = st + (n - 1) * sp + (1 if sp > 0 else -1)
+        out.append(slice(st, stop if stop >= 0 else None, sp))
+    return tuple(out)
+
+
 # ----------------------------------------------------------------------- type inference
 def _norm_axes(axes, rank, where):
     if axes is None:

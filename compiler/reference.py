@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op
+from .graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op, slice_windows
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -66,11 +66,7 @@ def _eval_injective(op: Op, a: list) -> np.ndarray:
     if k == "concat":
         return np.concatenate(a, axis=op.attrs["axis"])
     if k == "slice":
-        window = tuple(slice(st, st + (n - 1) * sp + (1 if sp > 0 else -1) if
-                             st + (n - 1) * sp + (1 if sp > 0 else -1) >= 0 else None, sp)
-                       for st, sp, n in zip(op.attrs["starts"], op.attrs["steps"],
-                                            op.attrs["shape"]))
-        return a[0][window]
+        return a[0][slice_windows(op.attrs)]
     raise GraphError(f"node {op.name!r}: the reference interpreter has no rule for {k!r}")
 
 
