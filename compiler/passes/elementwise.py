@@ -2,7 +2,9 @@
 
 An elementwise producer whose value is read by exactly one op fuses into the dispatch of
 that op when the indexing maps on the edge put producer and consumer at the same parallel
-point. Views between them (transpose, reshape, broadcast) are not dispatches: they become
+point. Injective producers (gather, pad, concat: one chosen element per output element)
+fuse the same way; the dimensions they gather, pad or concatenate are not projections, so
+their own producers stay boundaries across those dimensions. Views between them (transpose, reshape, broadcast) are not dispatches: they become
 the consumer's index map into the producer, so ``exp(x).T + y`` is one loop nest. A
 producer read through a broadcast is recomputed along the broadcast loops (cheap for
 elementwise ops; IREE and XLA do the same), and the decision says so.
@@ -25,7 +27,7 @@ NAME = "elementwise"
 def apply(st: FusionState) -> bool:
     g = st.graph
     for grp in st.sorted_groups():
-        if not st.elementwise_only(grp):
+        if not st.injective_only(grp):
             continue
         u = st.sole_user(grp)
         if u is None:

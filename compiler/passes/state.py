@@ -110,6 +110,12 @@ class FusionState:
     def elementwise_only(self, g: Group) -> bool:
         return all(self.graph.op(o).is_elementwise for o in g.ops)
 
+    def injective_only(self, g: Group) -> bool:
+        """Elementwise and injective (gather/pad/concat) ops only: one cheap value per
+        output element, like IREE's "elementwise or injective" producers."""
+        return all(self.graph.op(o).is_elementwise or self.graph.op(o).is_injective
+                   for o in g.ops)
+
     def sorted_groups(self, reverse=False) -> list[Group]:
         return sorted(self.groups.values(), key=lambda g: self.order[g.root], reverse=reverse)
 
