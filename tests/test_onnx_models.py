@@ -115,3 +115,23 @@ def test_dim_option_pins_symbolic_dimensions(tmp_path, capsys):
     assert "no symbolic input dimension" in capsys.readouterr().err
     assert cli.main(["show", "softmax", "--dim", "batch=2"]) == 2
     assert "built-in models take parameters" in capsys.readouterr().err
+
+
+def test_verify_with_bool_and_int64_outputs(tmp_path, capsys):
+    """Bool and int64 graph outputs go through every verify check (exact comparisons)."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper
+    nodes = [h.make_node("Greater", ["x", "z"], ["m"]),
+             h.make_node("Cast", ["m"], ["mi"], to=T.INT64),
+             h.make_node("Add", ["mi", "k"], ["y"])]
+    g = h.make_graph(nodes, "b", [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+                     [h.make_tensor_value_info("m", T.BOOL, [4, 8]),
+                      h.make_tensor_value_info("y", T.INT64, [4, 8])],
+                     initializer=[numpy_helper.from_array(np.array(0.0, np.float32), "z"),
+                                  numpy_helper.from_array(np.array(3, np.int64), "k")])
+    path = tmp_path / "b.onnx"
+    path.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 18)]).SerializeToString())
+    assert cli.main(["verify", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c["status"] for c in out["checks"]] == ["pass"] * 4
