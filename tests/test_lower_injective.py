@@ -90,3 +90,44 @@ def test_max_pool_as_windows_of_a_pad():
     # the strided windows are not projections of the pad's loops, so the pad stays its
     # own dispatch and the nine windows + max form the other
     assert plan.num_dispatches == 2
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def injective_graphs(draw):
+    """x -> pad -> strided slice, concatenated with relu(x)'s window, then a select
+    against a threshold: random sizes, pads, starts, steps and concat axis."""
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank)))
+    pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
+    g = Graph("prop")
+    x = g.input("x", shape)
+    p = g.pad(x, pads, draw(st.sampled_from([0.0, -1.0, 2.5])))
+    starts, steps, out = [], [], []
+    for n in p.shape:
+        step = draw(st.sampled_from([1, 1, 2, -1]))
+        count = draw(st.integers(1, max(1, (n + abs(step) - 1) // abs(step))))
+        span = (count - 1) * abs(step) + 1
+        first = draw(st.integers(0, n - span))
+        starts.append(first if step > 0 else first + span - 1)
+        steps.append(step)
+        out.append(count)
+    win = g.slice(p, starts, steps, out)
+    axis = draw(st.integers(0, rank - 1))
+    other = list(out)
+    other[axis] = draw(st.integers(1, 4))
+    y = g.input("y", tuple(other))
+    cat = g.concat([win, g.relu(y)], axis)
+    keep = g.compare("gt", cat, g.constant(np.array([0.25], np.float32)))
+    g.output(g.select(keep, cat, g.neg(cat)))
+    return g, draw(st.integers(0, 10**6))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=injective_graphs())
+def test_property_pad_slice_concat_select_lower_to_the_reference(case):
+    g, pick = case
+    check_all_dispatches(g, picks=(pick,))

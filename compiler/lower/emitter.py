@@ -412,6 +412,8 @@ class ValueEmitter:
                 cond = inside if cond is None else P.land(cond, inside)
                 six.append(self._clamp(j, n))
             v = self.values(src, [tuple(six)], 1)[0]
+            if cond is None:  # nothing padded: a copy
+                return v
             return self.assign(P.Select(cond, v, _const(op.attrs["value"], op.type.dtype)),
                                "pad", cse=True)
         if op.kind == "concat":
