@@ -12,6 +12,12 @@ from .common import LoweringError, dispatch_kind
 
 def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
     kind = dispatch_kind(graph, dispatch)
+    for n in dispatch.ops:  # simplification: integer math is elementwise only
+        op = graph.op(n)
+        if op.type.dtype in ("i32", "bool") and (op.is_reduction or op.kind == "pow"):
+            raise LoweringError(f"node {n!r}: {op.kind} on {op.type.dtype} values is not "
+                                f"lowered (only float reductions and powers are); cast "
+                                f"to float first")
     if kind == "contraction":
         from .contraction import lower_contraction
         return lower_contraction(graph, dispatch, schedule, arch_name)
