@@ -485,3 +485,19 @@ def test_unsupported_ops_are_all_listed():
     with pytest.raises(UnsupportedError, match="Celu, Mish") as e:
         from_model(m)
     assert "ConstantOfShape" not in str(e.value).split("(supported")[0]
+
+
+def test_large_initializers_skip_the_serialising_checks_but_still_import():
+    """Weights over LARGE_INITIALIZER_BYTES are typed inputs for the checker and shape
+    inference (speed), read by numpy_helper at import; a malformed one is one clear error."""
+    from compiler.frontends.onnx import LARGE_INITIALIZER_BYTES
+    from compiler.models import ModelError
+    n = 1 + int((LARGE_INITIALIZER_BYTES / 4) ** 0.5)
+    w = np.random.default_rng(0).uniform(-1, 1, (n, n)).astype(np.float32)
+    m = model([h.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", [2, n])], [vi("y", [2, n])],
+              [init("w", w)])
+    assert_matches(m, tol=1e-4)
+    bad = m.graph.initializer[0]
+    bad.raw_data = bad.raw_data[:-4]
+    with pytest.raises(ModelError, match="initializer 'w' is malformed"):
+        from_model(m)
