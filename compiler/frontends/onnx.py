@@ -795,6 +795,8 @@ def _cast_like(im: _Importer, node):
     dtype = target.dtype if isinstance(target, Value) else _dtype_of_array(target.array)
     if dtype is None:
         raise UnsupportedError(f"{im.where(node)}: CastLike to {target.array.dtype}")
+    if im.is_static(node.input[0]):  # only the target's dtype is needed: fold
+        return _Static(_as_dtype(im.static(node.input[0], node, ""), dtype, im.where(node)))
     x = im.value(node.input[0], node)
     return x if x.dtype == dtype else im.g.cast(x, dtype)
 
