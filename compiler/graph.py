@@ -160,6 +160,14 @@ class Value:
         return f"Value({self.name}: {self.type})"
 
 
+def live_ops(graph: "Graph") -> set:
+    """Ops some graph output depends on; the rest is dead code and gets no dispatch."""
+    live = set(graph.outputs)
+    for o in graph.outputs:
+        live |= nx.ancestors(graph.g, o)
+    return live
+
+
 def broadcast_shapes(a: tuple, b: tuple, where: str) -> tuple:
     try:
         return tuple(np.broadcast_shapes(a, b))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph import Graph, TensorType
+from .graph import Graph, TensorType, live_ops
 from .reference import evaluate, random_inputs
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
@@ -101,7 +101,6 @@ def unfused_traffic(graph: Graph) -> tuple[int, int]:
             n = graph.op(n).inputs[0]
         return n
 
-    from .passes.state import live_ops
     live = live_ops(graph)
     total, count = 0, 0
     for n in graph.topo_order():

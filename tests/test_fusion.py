@@ -210,3 +210,24 @@ def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
             lower(g, d, legal[0].knobs)
     for mode, err in check_plan(g):
         assert err == 0.0, mode
+
+
+@pytest.mark.parametrize("name", ["encoder_layer", "layernorm", "attention"])
+@pytest.mark.parametrize("aggressive", [True, False])
+def test_incremental_bookkeeping_matches_a_rebuild(name, aggressive):
+    """The core updates the condensed graph, each group's leaving edges and its op counts
+    merge by merge; after every rule has run they equal what a rebuild gives."""
+    from compiler.passes import CONDITIONS, RULES, SPACE_CONDITIONS
+    from compiler.passes.core import FusionState, RootKind
+    g = load_model(name)
+    st = FusionState.start(g, aggressive, CONDITIONS, SPACE_CONDITIONS)
+    while any(rule.apply(st) for rule in RULES):
+        pass
+    assert set(st.condensed().edges) == set(st._build_condensed().edges)
+    for grp in st.groups.values():
+        assert grp.out == [e for e in st.edges if e.src in grp.ops and e.dst not in grp.ops]
+        assert grp.n_roots == sum(RootKind.of(g.op(o)) > RootKind.ELEMENTWISE for o in grp.ops)
+        assert grp.n_other == sum(not g.op(o).is_elementwise for o in grp.ops)
+        assert all(st.owner[o] == grp.id for o in grp.ops)
+    assert [grp.id for grp in st.sorted_groups()] == \
+        [grp.id for grp in sorted(st.groups.values(), key=lambda x: st.order[x.root])]

@@ -1,7 +1,7 @@
 """`wavefuse fuse MODEL`: the fusion plan — dispatches, boundary tensors, traffic, reasons.
 
 How the plan is formed (details in :mod:`compiler.passes`): every primitive op starts as
-its own dispatch; seven rules, one per module, merge dispatches when the indexing maps of
+its own dispatch; named rules, one per module, merge dispatches when the indexing maps of
 the ops put both sides on the same parallel point, and record a reason for every pair
 they fuse or keep apart. ``--no-aggressive`` gives IREE's default (one root per
 dispatch): softmax and layer norm take 2 dispatches instead of 1.

@@ -175,8 +175,3 @@ def loop_links(graph: Graph, producer: str, tensor_links: dict) -> dict:
 
 def is_compute(op: Op) -> bool:
     return op.kind not in ("input", "constant") and not op.is_view
-
-
-def root_rank(op: Op) -> int:
-    """Which op leads a dispatch: contraction > reduction > elementwise."""
-    return 3 if op.is_contraction else 2 if op.is_reduction else 1
