@@ -25,11 +25,11 @@ import numpy as np
 
 from . import numerics
 from .graph import Graph, GraphError
-from .lower import LoweringError, dispatch_kind, lower, schedule_space
+from .lower import LoweringError, dispatch_kind, lower
 from .lower.common import memory_image
 from .plan import Decision
 from .reference import evaluate, random_inputs
-from .schedule import Candidate
+from .schedule import Candidate, check_pins, schedule_space
 
 KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict_rate_pct",
                 "hbm_bytes", "occupancy_waves_per_simd", "valu_insts", "vmem_insts",
@@ -347,6 +347,7 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
 
     from .passes import fuse
     hw = get_arch(arch)
+    check_pins(fixed or {})
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress)
     modes = ("aggressive", "conservative") if mode == "auto" else (mode,)
     tried = {}

@@ -178,7 +178,8 @@ def test_epilogue_keeps_the_contraction_shape(aggressive):
     """A (2, 1) GEMM result read as (1, 2) through a unit-dim transpose: the consumer holds
     the same elements in another shape, so it does not join the epilogue (the GEMM writes
     its tile in its own shape), and every dispatch still lowers and computes the graph."""
-    from compiler.lower import lower, schedule_space
+    from compiler.lower import lower
+    from compiler.schedule import schedule_space
     g = Graph("unit_transpose")
     y = g.matmul(g.input("x", (2, 3)), g.input("w", (3, 1)))
     g.output(g.neg(g.transpose(y, (1, 0))))
@@ -195,7 +196,8 @@ def test_epilogue_keeps_the_contraction_shape(aggressive):
 def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
     """neg(rowsum) is (2, 1), added to a (2, 3) GEMM result and also a graph output: the
     GEMM dispatch cannot write it, so it is computed in its own dispatch."""
-    from compiler.lower import lower, schedule_space
+    from compiler.lower import lower
+    from compiler.schedule import schedule_space
     g = Graph("side_output")
     x = g.input("x", (2, 2))
     side = g.neg(g.reduce_sum(x, 1, keepdims=True))

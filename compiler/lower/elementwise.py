@@ -25,7 +25,6 @@ import math
 from gpusim import program as P
 
 from ..graph import Graph
-from ..schedule import Candidate
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 
@@ -169,39 +168,3 @@ def _store(em, graph, out, idxs, root_shape, inner, vec, stmts):
         stmts.append(P.If(cond, tuple(store)))
     else:
         stmts.extend(store)
-
-
-def elementwise_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
-    """Workgroup x vector x elems x order, with illegal points marked."""
-    try:
-        shape = iteration_shape(graph, dispatch)
-    except LoweringError as e:
-        return [Candidate({"workgroup": 256}, False, str(e))]
-    n = math.prod(shape)
-    orders = ["output"]
-    for t in dispatch.inputs:
-        ty = graph.op(t).type
-        if ty.shape == shape and not ty.is_row_major:
-            orders.append(f"input:{t}")
-    out = []
-    for order in orders:
-        inner = iteration_order(graph, dispatch, order)[-1]
-        for wg in (64, 128, 256, 512, 1024):
-            for vec in (1, 2, 4):
-                for elems in (vec, 2 * vec, 4 * vec):
-                    knobs = {"workgroup": wg, "vector": vec, "elems": elems, "order": order}
-                    reason = ""
-                    if shape[inner] % vec:
-                        reason = f"vector {vec} does not divide dim {shape[inner]}"
-                    elif elems > 16:
-                        reason = "more than 16 elements per thread"
-                    elif wg > 64 and ceil_div(n, elems) < wg:
-                        reason = "workgroup larger than the work"
-                    out.append(Candidate(knobs, not reason, reason))
-    from .transpose import transpose_space
-    tiled = transpose_space(graph, dispatch, arch_name)
-    if tiled:  # a permute: the naive walks compete with the LDS-tiled ones
-        for c in out:
-            c.knobs["transpose"] = "none"
-        out += tiled
-    return out

@@ -35,7 +35,6 @@ import math
 from gpusim import program as P
 
 from ..graph import Graph
-from ..schedule import Candidate
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 
@@ -508,52 +507,3 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx9
 
 def grid_threads(n: int, wg: int) -> int:
     return ceil_div(n, wg) * wg
-
-
-# ------------------------------------------------------------------------- space
-def rows_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
-    """Candidates for a row dispatch; a non-row dispatch gets the generic fallback only."""
-    try:
-        rows = RowShape(graph, dispatch)
-    except LoweringError as e:
-        return [Candidate({"lowering": "generic", "workgroup": wg}, True,
-                          f"generic: {e}") for wg in (64, 256)]
-    ws = _wave_size(arch_name)
-    has_pair = any(_single_pass_pair(graph, dispatch, a, b)
-                   for a in rows.reductions for b in rows.reductions)
-    out = []
-    for mapping in ("wave", "workgroup"):
-        for wg in (ws, 2 * ws, 4 * ws, 256, 512, 1024):
-            if wg > 1024 or wg % ws:
-                continue
-            for vec in (1, 2, 4):
-                for cache in ("reread", "registers"):
-                    for reduce in ("wave", "shuffle", "lds_tree"):
-                        for passes in (("multi", "single") if has_pair else ("multi",)):
-                            knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
-                                     "cache": cache, "reduce": reduce, "passes": passes}
-                            T = ws if mapping == "wave" else wg
-                            chunk = T * vec
-                            reason = ""
-                            if rows.C % vec:
-                                reason = f"vector {vec} does not divide the row {rows.C}"
-                            elif reduce == "lds_tree" and mapping != "workgroup":
-                                reason = "lds_tree needs a workgroup per row"
-                            elif cache == "registers" and (rows.C % chunk or
-                                                           rows.C // chunk * vec > 32):
-                                reason = "row does not fit in 32 registers per thread"
-                            elif mapping == "workgroup" and chunk > rows.C:
-                                reason = f"workgroup of {wg} x {vec} wider than the row"
-                            elif mapping == "wave" and wg != ws and wg > 256:
-                                reason = "more than 4 rows per workgroup"
-                            elif mapping == "wave" and reduce == "shuffle" and wg != ws * 4:
-                                reason = "shuffle variant only tried at 4 waves"
-                            out.append(Candidate(knobs, not reason, reason))
-    # deduplicate (256 may equal 4 * wave size)
-    seen, uniq = set(), []
-    for c in out:
-        k = tuple(sorted(c.knobs.items()))
-        if k not in seen:
-            seen.add(k)
-            uniq.append(c)
-    return uniq
