@@ -160,6 +160,18 @@ class Value:
         return f"Value({self.name}: {self.type})"
 
 
+def is_compute(op: "Op") -> bool:
+    """An op that a dispatch computes: not a graph input or constant, not a view."""
+    return op.kind not in ("input", "constant") and not op.is_view
+
+
+def is_identity_view(op: "Op", g: "Graph") -> bool:
+    """A view that moves no element (same shape, identity permutation)."""
+    if op.kind == "transpose":
+        return tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
+    return op.type.shape == g.op(op.inputs[0]).type.shape
+
+
 def live_ops(graph: "Graph") -> set:
     """Ops some graph output depends on; the rest is dead code and gets no dispatch."""
     live = set(graph.outputs)

@@ -27,7 +27,7 @@ from . import numerics
 from .graph import Graph, GraphError
 from .lower import LoweringError, dispatch_kind, lower
 from .lower.common import memory_image
-from .plan import Decision
+from .plan import Decision, unfused_dispatches
 from .reference import evaluate, random_inputs
 from .schedule import Candidate, check_pins, schedule_space
 
@@ -38,16 +38,6 @@ KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict
 
 class SearchError(GraphError):
     """A search that cannot run as asked (e.g. a pinned knob value no candidate has)."""
-
-
-@dataclass
-class SimpleDispatch:
-    """A dispatch built by the search itself (the unfused baseline's one-op dispatches)."""
-    name: str
-    root: str
-    ops: list
-    inputs: list
-    outputs: list
 
 
 @dataclass
@@ -186,34 +176,6 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
 
 
 # ----------------------------------------------------------------------------- baseline
-def unfused_dispatches(graph: Graph) -> list:
-    """Every non-view op its own dispatch; views fold into their consumers as index maps
-    (a view that is itself a graph output becomes a copy)."""
-    out = []
-    for name in graph.topo_order():
-        op = graph.op(name)
-        if op.kind in ("input", "constant"):
-            continue
-        if op.is_view and name not in graph.outputs:
-            continue
-        ops, inputs = [], []
-
-        def collect(t):
-            o = graph.op(t)
-            if o.is_view and t != name:
-                if t not in ops:
-                    collect(o.inputs[0])
-                    ops.append(t)
-            elif t != name and t not in inputs:
-                inputs.append(t)
-
-        for i in op.inputs:
-            collect(i)
-        ops.append(name)
-        out.append(SimpleDispatch(f"{op.kind}_{len(out)}", name, ops, inputs, [name]))
-    return out
-
-
 def dispatch_bytes(graph: Graph, dispatch) -> int:
     return sum(graph.op(t).type.nbytes for t in list(dispatch.inputs) + list(dispatch.outputs)
                if not (graph.op(t).kind == "constant" and graph.op(t).type.size == 1))

@@ -7,8 +7,8 @@ import pytest
 from compiler import cli
 from compiler.graph import Graph
 from compiler.models import MODELS, load_model
-from compiler.passes import fuse
-from compiler.plan import check_plan, execute_plan
+from compiler.passes import check_plan, fuse
+from compiler.plan import execute_plan
 from compiler.reference import evaluate, random_inputs
 
 COUNTS = {  # model: (aggressive, conservative)

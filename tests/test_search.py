@@ -152,3 +152,25 @@ def test_mfma_tiles_are_opt_in():
     assert pinned[0].verified
     with pytest.raises(SearchError, match="every candidate with the pinned knobs is illegal"):
         tune_dispatches(g, plan.dispatches, "gfx1100", fixed={"mma": "mfma"})
+
+
+def test_one_unfused_baseline_for_fuse_and_tune():
+    """A dead op gets no dispatch in either baseline: fuse's traffic and tune's time count
+    the same unfused dispatches (they once disagreed, 1 against 3)."""
+    g = Graph("dead")
+    x = g.input("x", (64, 256))
+    g.exp(g.neg(x))          # dead: no output depends on it
+    g.output(g.relu(x))
+    plan = fuse(g)
+    assert plan.num_dispatches_unfused == len(unfused_dispatches(g)) == 1
+    r = tune(g, "gfx942", budget=1, mode="aggressive", verify=False)
+    assert r.unfused_dispatches == plan.num_dispatches_unfused == 1
+
+
+def test_unfused_baseline_writes_a_view_output_from_its_producer():
+    g = Graph("view_out")
+    x = g.input("x", (64, 256))
+    g.output(g.transpose(g.exp(x), (1, 0)))
+    ds = unfused_dispatches(g)
+    assert len(ds) == fuse(g).num_dispatches_unfused == 1
+    assert ds[0].outputs[-1] == g.outputs[0]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..graph import Graph
+from ..graph import Graph, is_identity_view
 from ..plan import Decision, Dispatch, EpilogueInput, FusionPlan, IterationSpace
 from . import epilogue, indexing as ix
 from .elementwise import place_views
@@ -32,13 +32,6 @@ def _iteration(g: Graph, root: str) -> IterationSpace:
     dom = ix.domain(op, g)
     return IterationSpace(tuple(s for s, k in dom if k == "parallel"),
                           tuple(s for s, k in dom if k == "reduction"))
-
-
-def is_identity_view(op, g) -> bool:
-    """A view that moves no element (same shape, identity permutation)."""
-    if op.kind == "transpose":
-        return tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
-    return op.type.shape == g.op(op.inputs[0]).type.shape
 
 
 def build_plan(st: FusionState) -> FusionPlan:
