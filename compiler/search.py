@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpusim.hw import DEFAULT_ARCH
+
 from . import numerics
 from .graph import Graph, GraphError
 from .lower import LoweringError, dispatch_kind, lower
@@ -301,7 +303,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
         d.max_error, d.verified = worst, ok
 
 
-def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
+def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None) -> TuneResult:
     """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline."""

@@ -13,6 +13,8 @@ from typing import Callable
 import numpy as np
 from rich.table import Table
 
+from gpusim.hw import DEFAULT_ARCH
+
 from .. import numerics
 from ..graph import Graph, GraphError
 from ..reference import evaluate, random_inputs
@@ -136,7 +138,7 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     """The tuned kernels (a small seeded search on gfx942), run functionally by gpusim,
     equal numpy: what the simulator times is a correct program."""
     from ..search import tune
-    result = tune(ctx.graph, "gfx942", budget=ctx.budget, seed=ctx.seed, baseline=False,
+    result = tune(ctx.graph, DEFAULT_ARCH, budget=ctx.budget, seed=ctx.seed, baseline=False,
                   mode="auto")
     worst = max((d.max_error or 0.0) for d in result.dispatches)
     bad = [d.name for d in result.mismatches]

@@ -9,10 +9,12 @@ this package, never the other way round).
 """
 from __future__ import annotations
 
+from gpusim.hw import DEFAULT_ARCH
+
 from .common import LoweringError, dispatch_kind
 
 
-def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower(graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     kind = dispatch_kind(graph, dispatch)
     if kind == "contraction":
         from .contraction import lower_contraction

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
+from gpusim.hw import DEFAULT_ARCH
 
 from ..graph import Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
@@ -57,7 +58,7 @@ def iteration_shape(graph: Graph, dispatch) -> tuple:
     return shape
 
 
-def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     shape = iteration_shape(graph, dispatch)
     wg = int(schedule.get("workgroup", 256))
     vec = int(schedule.get("vector", 1))

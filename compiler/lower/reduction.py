@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
+from gpusim.hw import DEFAULT_ARCH
 
 from ..graph import Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
@@ -118,7 +119,7 @@ def _reduction_deps(graph, dispatch, tensor, reds, seen=None):
 
 
 # ------------------------------------------------------------------------- lowering
-def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     rows = RowShape(graph, dispatch)
     ws = _wave_size(arch_name)
     mapping = schedule.get("mapping", "wave")
@@ -444,7 +445,7 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 
 # ------------------------------------------------------------------------- fallback
 
-def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
     need not share an iteration space: a fallback must lower whatever fusion formed."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpusim.hw import DEFAULT_ARCH
+
 from ..graph import GraphError
 from ..lower import dispatch_kind
 from . import contraction, elementwise, generic, rows, transpose
@@ -42,7 +44,7 @@ def check_pins(fixed: dict) -> None:
                          f"knobs per kind: {listing}")
 
 
-def schedule_space(graph, dispatch, arch_name: str = "gfx942") -> list:
+def schedule_space(graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
     kind = dispatch_kind(graph, dispatch)
     if kind == "contraction":

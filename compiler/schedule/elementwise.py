@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpusim.hw import DEFAULT_ARCH
+
 from ..graph import Graph
 from ..lower.common import LoweringError, ceil_div
 from ..lower.elementwise import iteration_order, iteration_shape
@@ -29,7 +31,7 @@ class Knobs:
     transpose: str = knob("none", "none: this naive walk; lds: the transpose kind's tile")
 
 
-def space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     """Workgroup x vector x elems x order, with illegal points marked."""
     try:
         shape = iteration_shape(graph, dispatch)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpusim.hw import DEFAULT_ARCH
+
 from ..graph import Graph
 from ..lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
 from .common import Candidate, knob
@@ -21,7 +23,7 @@ class Knobs:
     workgroup: int = knob(64, "threads per workgroup (64 or 256)")
 
 
-def space(graph: Graph, dispatch, arch_name: str = "gfx942", why: str = "") -> list:
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH, why: str = "") -> list:
     """The fallback's points; ``why``: what kept the dispatch off the row lowering."""
     return [Candidate({"lowering": "generic", "workgroup": wg}, True, f"generic: {why}")
             for wg in (64, 256)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpusim.hw import DEFAULT_ARCH
+
 from ..graph import Graph
 from ..lower.common import LoweringError
 from ..lower.reduction import RowShape, _single_pass_pair, _wave_size
@@ -31,7 +33,7 @@ class Knobs:
                                 "online softmax for two dependent reductions")
 
 
-def space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     """Candidates for a row dispatch; a non-row dispatch gets the generic fallback only."""
     try:
         rows = RowShape(graph, dispatch)

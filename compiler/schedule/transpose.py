@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpusim.hw import DEFAULT_ARCH
+
 from ..graph import Graph
 from ..lower.transpose import PADS, TILES, WORKGROUPS, staging_plan
 from ..lower.transpose import lower_transpose as lower  # noqa: F401  (the kind's lowering)
@@ -25,7 +27,7 @@ class Knobs:
     lds_pad: int = knob(1, "words of padding per tile row: 1 spreads a column over the banks")
 
 
-def space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     """The LDS-tiled candidates of an elementwise dispatch (empty when none applies)."""
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
