@@ -298,16 +298,3 @@ def render_plan(plan: FusionPlan, console) -> None:
     t.add_row("saved", str(plan.num_dispatches_unfused - plan.num_dispatches),
               f"{_fmt_bytes(saved)} ({pct:.0f}%)")
     console.print(t)
-
-
-def render_explain(plan: FusionPlan, console) -> None:
-    """Every decision of every rule, fused or not, with its reason."""
-    from rich.table import Table
-
-    t = Table(title=f"{plan.graph.name}: fusion decisions ({plan.mode})", show_lines=False)
-    for col in ("rule", "producer", "consumer", "fused", "reason"):
-        t.add_column(col, overflow="fold")
-    for d in plan.decisions:
-        t.add_row(d.rule, d.producer, d.consumer,
-                  "[green]yes[/]" if d.fused else "[red]no[/]", d.reason)
-    console.print(t)

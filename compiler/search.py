@@ -140,18 +140,6 @@ def _score_job(job):
     return score(graph, dispatch, knobs, arch)
 
 
-def parse_fixes(items) -> dict:
-    """``["swizzle=before_fusion", "vector=4"]`` -> {"swizzle": "before_fusion", "vector": 4}."""
-    out = {}
-    for item in items or ():
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise SearchError(f"--fix {item!r}: expected KNOB=VALUE, e.g. --fix vector=4")
-        v = v.strip()
-        out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
-    return out
-
-
 def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
                       where: str) -> tuple[list, list]:
     """(legal candidates to simulate, illegal ones) after pins and the budget."""
@@ -296,7 +284,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
                 continue
             ref = np.asarray(env[b.name], np.float64)
             got = np.asarray(res.outputs[b.name], np.float64).reshape(ref.shape)
-            tol = 1e-3 if b.dtype == "f32" else 2e-2
+            tol = numerics.tolerance("simulated", "f32" if b.dtype == "f32" else "f16")
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match

@@ -11,7 +11,7 @@ from compiler.cli import main
 from compiler.graph import Graph
 from compiler.models import load_model
 from compiler.passes import fuse
-from compiler.search import (SearchError, parse_fixes, tune, tune_dispatches,
+from compiler.search import (SearchError, tune, tune_dispatches,
                              unfused_dispatches, verify_dispatches)
 from gpusim import program as P
 
@@ -81,10 +81,6 @@ def test_fix_pins_a_knob_and_rejects_unknown_values():
                for c in t[0].candidates)
     with pytest.raises(SearchError, match="values it has"):
         tune_dispatches(g, plan.dispatches, "gfx942", fixed={"vector": 8})
-    assert parse_fixes(["swizzle=before_fusion", "vector=4"]) == \
-        {"swizzle": "before_fusion", "vector": 4}
-    with pytest.raises(SearchError, match="KNOB=VALUE"):
-        parse_fixes(["vector"])
     with pytest.raises(SearchError, match="no dispatch of this model has that knob"):
         tune_dispatches(g, plan.dispatches, "gfx942", fixed={"swizle": "none"})
 

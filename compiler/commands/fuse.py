@@ -17,7 +17,8 @@ dispatch of its own; the head reshapes/transposes cost nothing (index maps).
 from __future__ import annotations
 
 from ..passes import fuse
-from ..plan import render_explain, render_plan
+from ..plan import render_plan
+from ..views.plan import explain_view
 from . import common
 
 
@@ -43,5 +44,6 @@ def run(args) -> int:
     con = common.console()
     render_plan(plan, con)
     if args.explain:
-        render_explain(plan, con)
+        con.print(explain_view(plan, cost_hint="`wavefuse view MODEL explain --tune` adds "
+                                               "them"))
     return 0

@@ -978,10 +978,6 @@ class _Builder:
         self.em.bound.pop(root, None)
         return results
 
-    def ctile_elems(self, sv):
-        return (self.BM * (self.BN + sv) if self.gemm.vec_dim == "n"
-                else self.BN * (self.BM + sv))
-
     def ctile_index(self, ml, nl, sv):
         if self.gemm.vec_dim == "n":
             return iadd(imul(ml, self.BN + sv), nl)
