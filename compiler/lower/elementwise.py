@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, get_arch
 
 from ..graph import Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
@@ -72,8 +72,9 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = D
                             f"({shape[inner]})")
     if elems % vec:
         raise LoweringError(f"elems={elems} must be a multiple of vector={vec}")
-    if not 1 <= wg <= 1024:
-        raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to 1024 threads")
+    max_wg = get_arch(arch_name).max_block_threads
+    if not 1 <= wg <= max_wg:
+        raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to {max_wg} threads")
 
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     perm_shape = tuple(shape[d] for d in perm)
@@ -107,7 +108,6 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = D
                 _store(em, graph, out, idxs, shape, inner, vec, stmts)
         body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
-    from gpusim.hw import get_arch
     body = em.provably_aligned(tuple(body), get_arch(arch_name).wave_size)
     return P.Kernel(name, buffers(graph, dispatch), grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",

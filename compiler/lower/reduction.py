@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, get_arch
 
 from ..graph import Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
@@ -44,7 +44,6 @@ REDUCE_KINDS = ("reduce_sum", "reduce_max", "reduce_mean")
 
 
 def _wave_size(arch_name):
-    from gpusim.hw import get_arch
     return get_arch(arch_name).wave_size
 
 
@@ -129,9 +128,10 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_
     reduce = schedule.get("reduce", "wave")
     passes = schedule.get("passes", "multi")
     C, R = rows.C, rows.R
-    if wg % ws or not ws <= wg <= 1024:
+    max_wg = get_arch(arch_name).max_block_threads
+    if wg % ws or not ws <= wg <= max_wg:
         raise LoweringError(f"workgroup={wg} must be a multiple of the wave size {ws}, "
-                            f"at most 1024")
+                            f"at most {max_wg}")
     if vec not in (1, 2, 4) or C % vec:
         raise LoweringError(f"vector={vec} must be 1, 2 or 4 and divide the row ({C})")
     if mapping not in ("wave", "workgroup"):

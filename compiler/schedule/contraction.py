@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..lower.common import LoweringError
-from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, _arch_limits, check_schedule)
+from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, arch_limits, check_schedule)
 from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from .common import Candidate, knob
 
@@ -77,7 +77,7 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         gemm = Gemm(graph, dispatch)
     except LoweringError as e:
         return [Candidate({}, False, str(e))]
-    wave_size, lds_limit = _arch_limits(arch_name)
+    wave_size, lds_limit = arch_limits(arch_name)
     va = gemm.A.max_vec[gemm.A.inner]
     vb = gemm.B.max_vec[gemm.B.inner]
     legal, illegal = [], []

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, get_arch
 
 from ..graph import Graph
 from ..lower.common import LoweringError
-from ..lower.reduction import RowShape, _single_pass_pair, _wave_size
+from ..lower.reduction import RowShape, _single_pass_pair
 from ..lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
 from . import generic
 from .common import Candidate, knob
@@ -39,13 +39,14 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
         rows = RowShape(graph, dispatch)
     except LoweringError as e:
         return generic.space(graph, dispatch, arch_name, str(e))
-    ws = _wave_size(arch_name)
+    ws = get_arch(arch_name).wave_size
+    max_wg = get_arch(arch_name).max_block_threads
     has_pair = any(_single_pass_pair(graph, dispatch, a, b)
                    for a in rows.reductions for b in rows.reductions)
     out = []
     for mapping in ("wave", "workgroup"):
         for wg in (ws, 2 * ws, 4 * ws, 256, 512, 1024):
-            if wg > 1024 or wg % ws:
+            if wg > max_wg or wg % ws:
                 continue
             for vec in (1, 2, 4):
                 for cache in ("reread", "registers"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, get_arch
 
 from ..graph import Graph
 from ..lower.transpose import PADS, TILES, WORKGROUPS, staging_plan
@@ -33,6 +33,8 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     if isinstance(plan, str):
         return []
     _, d_i, d_o, shape = plan
+    arch = get_arch(arch_name)
+    lds_kib = arch.lds_bytes_per_workgroup // 1024
     out = []
     for tile in TILES:
         for wg in WORKGROUPS:
@@ -41,8 +43,8 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
                 reason = ""
                 if wg % tile or wg > tile * tile:
                     reason = f"workgroup {wg} is not a multiple of the tile {tile} up to {tile}^2"
-                elif tile * (tile + pad) * 4 > 64 * 1024:
-                    reason = "the tile does not fit in 64 KiB of LDS"
+                elif tile * (tile + pad) * 4 > arch.lds_bytes_per_workgroup:
+                    reason = f"the tile does not fit in {lds_kib} KiB of LDS"
                 elif tile > 32 and min(shape[d_i], shape[d_o]) <= 32:
                     reason = f"tile {tile} is larger than the permuted dims {shape[d_i]}x{shape[d_o]}"
                 out.append(Candidate(knobs, not reason, reason))
