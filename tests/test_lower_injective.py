@@ -8,7 +8,8 @@ import pytest
 
 import gpusim
 from compiler.graph import Graph
-from compiler.lower import LoweringError, lower, schedule_space
+from compiler.lower import LoweringError, lower
+from compiler.schedule import schedule_space
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
 from compiler.reference import evaluate, random_inputs

@@ -39,8 +39,7 @@ import re
 import numpy as np
 
 from .. import builders as B
-from ..graph import FLOAT_DTYPES, Graph, GraphError, ShapeError, UnsupportedError, Value
-from ..models import ModelError
+from ..graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
 
 MIN_OPSET = 13
 
@@ -52,7 +51,6 @@ def _max_opset() -> int:
 
 # ONNX TensorProto element types we accept for graph values (int64 is narrowed to i32).
 _VALUE_TYPES = {1: "f32", 10: "f16", 6: "i32", 7: "i32", 9: "bool"}
-_ONNX_OF = {"f32": 1, "f16": 10, "i32": 7, "bool": 9}  # what a Cast/output declares
 _NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
 _I32 = np.iinfo(np.int32)
 
