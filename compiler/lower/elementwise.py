@@ -198,6 +198,9 @@ def elementwise_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list
                     elif wg > 64 and ceil_div(n, elems) < wg:
                         reason = "workgroup larger than the work"
                     out.append(Candidate(knobs, not reason, reason))
+    # the always-lowerable point: one scalar element per thread in output order
+    out.append(Candidate({"workgroup": 64, "vector": 1, "elems": 1, "order": "output"},
+                         fallback=True))
     from .transpose import transpose_space
     tiled = transpose_space(graph, dispatch, arch_name)
     if tiled:  # a permute: the naive walks compete with the LDS-tiled ones

@@ -19,6 +19,9 @@ class Candidate:
     #: a knob the user must pin (``--fix KNOB=VALUE``) before the search tries this point;
     #: for schedules the model cannot yet score as well as the rest (see the space's doc)
     opt_in: str = ""
+    #: the space's always-lowerable point (scalar loads, no swizzle): scored only when no
+    #: other candidate could be lowered and simulated, so ``tune`` never gives up
+    fallback: bool = False
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.knobs.items())

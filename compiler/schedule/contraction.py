@@ -86,4 +86,16 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
             illegal.append(Candidate(knobs, False,
                                      check_schedule(gemm, knobs, wave_size, lds_limit)))
     legal.sort(key=lambda c: _prior(c.knobs))
-    return legal + illegal
+    return legal + [fallback_candidate(gemm, wave_size, lds_limit)] + illegal
+
+
+#: The always-lowerable point: 256 threads (a whole number of waves on wave32 and wave64),
+#: 10 KiB of LDS, scalar global loads (legal whatever the operands' alignment), no split-K
+#: and no swizzle; the guards on M, N and K make it correct at every size.
+FALLBACK = {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1,
+            "lds_pad": 4, "vec_a": 1, "vec_b": 1, "swizzle": "none"}
+
+
+def fallback_candidate(gemm, wave_size: int, lds_limit: int) -> Candidate:
+    why = check_schedule(gemm, FALLBACK, wave_size, lds_limit)
+    return Candidate(dict(FALLBACK), not why, why, fallback=True)
