@@ -56,7 +56,8 @@ before_fusion: LDS round trip first). CDNA only; opt-in in the schedule space
 (``--fix mma=mfma``, see ``compiler.schedule.contraction``).
 
 Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
-LDS double buffering; dispatch outputs must have the root's shape.
+LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
+or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
 """
 from __future__ import annotations
 
@@ -250,6 +251,25 @@ class Gemm:
                                 f"{root.kind}, not a matmul or conv2d")
         for opnd in (self.A, self.B):
             opnd.analyse(self.batch)
+        self._propagate_layout(dispatch)
+
+    def _propagate_layout(self, dispatch):
+        """Output index maps and, when an output is a view of the result in another
+        order, the write direction from its memory (``compiler.lower.layout``)."""
+        from .layout import is_identity, output_maps, output_vectors
+        self.out_maps = output_maps(self.graph, dispatch, self.root.name)
+        self.out_vec = None
+        if all(is_identity(self.graph, p) for p in self.out_maps.values()):
+            return
+        self.out_vec = output_vectors(self, self.graph, self.out_maps)
+        other = "m" if self.vec_dim == "n" else "n"
+        if self.out_vec[other] > self.out_vec[self.vec_dim]:
+            self.vec_dim = other
+
+    def out_index(self, o, idx):
+        """Index of dispatch output ``o`` holding the root element at ``idx``."""
+        from .layout import forward_index
+        return forward_index(self.graph, self.out_maps[o], idx)
 
     # ---------------------------------------------------------------- matmul
     def _matmul(self, dispatch):
@@ -321,8 +341,15 @@ class Gemm:
     def swizzle_width(self, BM, BN):
         """Elements per thread after the output swizzle: 4 along the output's contiguous
         dim when that keeps vectors inside one row of the output, else 2 or 1."""
+        if self.out_vec is not None:  # an output in another order: its memory decides
+            tile = BN if self.vec_dim == "n" else BM
+            for w in (4, 2, 1):
+                if w <= self.out_vec[self.vec_dim] and tile % w == 0:
+                    return w
         if self.vec_dim == "n":
             size, tile = self.N, BN
+        elif self.kind == "matmul":
+            size, tile = self.M, BM
         else:
             size, tile = self.conv[8], BM  # consecutive m stay in one output row
         for w in (4, 2, 1):
@@ -500,10 +527,10 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) ->
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:
-        if graph.op(o).type.shape != gemm.root.type.shape:
+        if graph.op(o).type.size != gemm.root.type.size:
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} has shape "
                                 f"{graph.op(o).type.shape}, not the root's "
-                                f"{gemm.root.type.shape}")
+                                f"{gemm.root.type.shape} or a view of it")
     return _Builder(graph, dispatch, gemm, s, arch_name).build()
 
 
@@ -912,9 +939,10 @@ class _Builder:
                 with self.em.scope(stmts):
                     self.em.bound[root] = lambda ix, r=acc[i][j]: r
                     for o in self.d.outputs:
-                        val = self.em.value(o, idx)
+                        oidx = self.gemm.out_index(o, idx)
+                        val = self.em.value(o, oidx)
                         if store:
-                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, idx),
+                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, oidx),
                                                  (val,)))
                         else:
                             r = self.var(f"ep_{o}", "f32")
@@ -986,7 +1014,7 @@ class _Builder:
             with self.em.scope(body):
                 vals = compute(regs, idxs)
                 for o in outputs:
-                    off = self.em.offset(self.g.op(o).type, idxs[0])
+                    off = self.em.offset(self.g.op(o).type, self.gemm.out_index(o, idxs[0]))
                     body.append(P.Store(o, off, tuple(vals[o])))
             pre, post = split_at_last_load(body)
             guard = self._guard(m, n, sv)
@@ -1017,7 +1045,8 @@ class _Builder:
         out = {}
         for o in self.d.outputs:
             self.em.analyse_access(o, len(regs), stop_at=(root,))
-            out[o] = self.em.values(o, idxs, len(regs)) if len(regs) > 1 else \
-                [self.em.value(o, idxs[0])]
+            oidxs = [self.gemm.out_index(o, ix) for ix in idxs]
+            out[o] = self.em.values(o, oidxs, len(regs)) if len(regs) > 1 else \
+                [self.em.value(o, oidxs[0])]
         self.em.bound.pop(root, None)
         return out

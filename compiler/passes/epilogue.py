@@ -16,6 +16,7 @@ attention scores) stay separate dispatches; producers of the operands are never 
 from __future__ import annotations
 
 from . import indexing as ix
+from .layout import written_dims
 from .state import FusionState
 
 NAME = "epilogue"
@@ -35,7 +36,11 @@ def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:
     g = st.graph
     root = g.op(grp.root)
     ploops = ix.parallel_loops(root, g)
-    out_dim_of_loop = {l: d for d, l in enumerate(ix.result_map(root, g)) if l is not None}
+    # compared with the tensor the tile writes (a transposed view of the result is
+    # written in its own order: layout propagation, see passes.layout)
+    written = written_dims(g, grp.root, ops)
+    out_dim_of_loop = {l: written[d] for d, l in enumerate(ix.result_map(root, g))
+                       if l is not None}
     facts, seen = [], set()
     for o in sorted(ops, key=st.order.__getitem__):
         op = g.op(o)

@@ -23,6 +23,7 @@ import networkx as nx
 from ..graph import Graph
 from ..plan import Decision
 from . import indexing as ix
+from .layout import epilogue_shape_reason
 
 
 def live_ops(graph: Graph) -> set:
@@ -236,20 +237,12 @@ class FusionState:
         if 3 in (pr, cr):
             # the GEMM writes tile by tile in its own shape: every tensor of the epilogue
             # that leaves the dispatch must have that shape
+            # (or a one-to-one view of it: the tile writes in the view's order)
             gemm, other = (prod, cons) if pr == 3 else (cons, prod)
-            shape = g.op(gemm.root).type.shape
-            for n in sorted(other.ops, key=self.order.__getitem__):
-                t = g.op(n).type
-                if t.shape == shape or g.op(n).is_view:
-                    continue
-                if t.size == math.prod(shape):
-                    return False, (f"{n} holds the contraction's elements in shape {t.shape}, "
-                                   f"not {shape}: the epilogue writes the result tile in "
-                                   f"the contraction's own shape")
-                if n in g.outputs or any(u not in other.ops | gemm.ops for u in g.users(n)):
-                    return False, (f"{n} (shape {t.shape}) is also needed outside the "
-                                   f"epilogue, and the GEMM writes only tensors of its own "
-                                   f"shape {shape}")
+            why = epilogue_shape_reason(g, gemm.root, gemm.ops, other.ops,
+                                        self.order.__getitem__)
+            if why:
+                return False, why
         chained = sibling_links is None and prod.roots(g) and cons.roots(g)
         if chained and not self.aggressive:
             return False, ("conservative mode keeps one root per dispatch: "
