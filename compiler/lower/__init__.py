@@ -13,6 +13,9 @@ from .common import LoweringError, dispatch_kind
 def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
     kind = dispatch_kind(graph, dispatch)
     if kind == "contraction":
+        if schedule.get("lowering") == "direct":
+            from .conv import lower_direct_conv
+            return lower_direct_conv(graph, dispatch, schedule, arch_name)
         from .contraction import lower_contraction
         return lower_contraction(graph, dispatch, schedule, arch_name)
     if kind == "reduction":

@@ -11,6 +11,8 @@ micro-tiles) or ``mfma`` (one matrix-core block per wave, CDNA only).
 The tiles are a short ranked list (small-M tiles with split-K first, then the classic
 64x64); each is crossed with the swizzle placements, and the first tile also with every
 lds_pad, so the space stays a few dozen legal points. Illegal points carry the reason.
+A conv with few taps per output (depthwise) also gets the direct lowering (knob
+``lowering``: gemm | direct), and every space ends its legal points with ``FALLBACK``.
 """
 from __future__ import annotations
 
@@ -86,7 +88,20 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
             illegal.append(Candidate(knobs, False,
                                      check_schedule(gemm, knobs, wave_size, lds_limit)))
     legal.sort(key=lambda c: _prior(c.knobs))
-    return legal + [fallback_candidate(gemm, wave_size, lds_limit)] + illegal
+    out = legal + [fallback_candidate(gemm, wave_size, lds_limit)] + illegal
+    return with_direct_conv(graph, dispatch, out)
+
+
+def with_direct_conv(graph, dispatch, space: list) -> list:
+    """A conv with few taps per output (depthwise) also gets the direct lowering
+    (``compiler.lower.conv``); the knob ``lowering`` (gemm | direct) then tells them apart."""
+    from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
+    if direct_applies(graph, graph.op(dispatch.root)):
+        return space
+    for c in space:
+        c.knobs = {"lowering": "gemm", **c.knobs}
+    direct = [Candidate({"lowering": "direct", "workgroup": wg}) for wg in DIRECT_WORKGROUPS]
+    return direct + space
 
 
 #: The always-lowerable point: 256 threads (a whole number of waves on wave32 and wave64),
