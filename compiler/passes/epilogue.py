@@ -3,8 +3,12 @@
 Bias add, residual add, activation (relu, GELU) run on each output element right after
 the contraction's accumulator is final, so the result is written once, post-epilogue.
 The consumer dispatch must have exactly the root's parallel space (one epilogue
-evaluation per output element). For every extra tensor the epilogue reads, the plan
-records whether its memory layout matches the root's output layout (row-major): that is
+evaluation per output element). The epilogue may read the result through views (the
+exporter's Reshape (128, 256) -> (1, 128, 256) after a 2-D Gemm, a squeeze, the Transpose
+NCHW -> NHWC after an ONNX Conv): a tensor holding the result's elements one-to-one in
+another shape or order is written by the tile in that order (``passes.layout`` decides
+it exactly; IREE's layout propagation). For every extra tensor the epilogue reads, the plan
+records whether its memory layout matches the written output's layout: that is
 the fact rocMLIR's output-swizzle placement turns on — swizzling the output through LDS
 *before* the epilogue makes the epilogue's reads coalesced only when those tensors are
 laid out like the output (conv+add+relu NHWC: 0.0541 ms -> 0.0464 ms on MI300), and can
