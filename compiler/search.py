@@ -181,9 +181,11 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
         legal = [c for c in legal if not c.fallback]
     illegal = [c for c in space if not c.legal]
     if budget is not None and len(legal) > budget:
+        always = [c for c in legal if c.always]
+        legal = [c for c in legal if not c.always]
         rng = random.Random(seed)
-        keep = sorted(rng.sample(range(len(legal)), budget))
-        legal = [legal[i] for i in keep]
+        keep = sorted(rng.sample(range(len(legal)), max(0, budget - len(always))))
+        legal = always + [legal[i] for i in keep]
     return legal, illegal
 
 

@@ -87,6 +87,8 @@ def output_maps(graph, dispatch, root: str) -> dict:
     maps = {}
     for o in dispatch.outputs:
         path = [] if o == root else forward_path(graph, dispatch, root, o)
+        if path is None and graph.op(o).type.shape == graph.op(root).type.shape:
+            path = []  # computed beside the result (not from it), element for element
         if path is None:
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} does not depend "
                                 f"on the contraction {root!r}; the tile writes only its "

@@ -22,6 +22,9 @@ class Candidate:
     #: the space's always-lowerable point (scalar loads, no swizzle): scored only when no
     #: other candidate could be lowered and simulated, so ``tune`` never gives up
     fallback: bool = False
+    #: tried whatever the budget (another algorithm, e.g. a direct conv, is compared with
+    #: the sampled tiles rather than sampled among them)
+    always: bool = False
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.knobs.items())

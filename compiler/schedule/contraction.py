@@ -94,13 +94,15 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
 
 def with_direct_conv(graph, dispatch, space: list) -> list:
     """A conv with few taps per output (depthwise) also gets the direct lowering
-    (``compiler.lower.conv``); the knob ``lowering`` (gemm | direct) then tells them apart."""
+    (``compiler.lower.conv``), tried whatever the budget; the knob ``lowering`` (gemm |
+    direct) then tells them apart."""
     from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
     if direct_applies(graph, graph.op(dispatch.root)):
         return space
     for c in space:
         c.knobs = {"lowering": "gemm", **c.knobs}
-    direct = [Candidate({"lowering": "direct", "workgroup": wg}) for wg in DIRECT_WORKGROUPS]
+    direct = [Candidate({"lowering": "direct", "workgroup": wg}, always=True)
+              for wg in DIRECT_WORKGROUPS]
     return direct + space
 
 
