@@ -128,6 +128,7 @@ class Operand:
         self.index_fn = None          # (b, r, c) -> (logical index, valid) for the emitter
         self.max_vec = {"r": 1, "c": 1}
         self.inner = "c"
+        self.simplify_affine = False  # see _simplify_affine (conv filters set it)
 
     def analyse(self, batch: int):
         """Largest legal vector width along rows and cols, from the exact offset table."""
@@ -138,7 +139,7 @@ class Operand:
         c = np.arange(self.cols).reshape(1, 1, -1)
         off, valid = self.offset_fn(b, r, c)
         off = np.broadcast_to(off, (batch, self.rows, self.cols))
-        if valid is None:
+        if valid is None and self.simplify_affine:
             self._simplify_affine(off)
         valid = np.broadcast_to(True if valid is None else valid, off.shape)
         for dim, (o, v) in {"c": (off, valid),
@@ -165,7 +166,9 @@ class Operand:
         """An unpredicated operand whose offsets are ``base + b*sb + r*sr + c*sc`` gets
         that formula as its IR: a conv filter's K index (c, kh, kw) split by div/mod and
         recombined is just ``k * stride``, which the validator can prove aligned for
-        vector loads (it cannot see through the div/mod) and which costs fewer VALU ops."""
+        vector loads (it cannot see through the div/mod) and which costs fewer VALU ops.
+        Only conv filters ask for it: an activation's (m, k) offsets keep their per-
+        dimension form, whose address arithmetic the timing model was calibrated on."""
         base = int(off[0, 0, 0])
         steps = [int(off[1, 0, 0] - base) if off.shape[0] > 1 else 0,
                  int(off[0, 1, 0] - base) if off.shape[1] > 1 else 0,

@@ -116,6 +116,7 @@ def setup_conv_gemm(gemm, dispatch, affine_strides, ops) -> None:
 
     gemm.A = Operand(x_t, xa[0], gemm.M, gemm.K, a_offset)
     gemm.B = Operand(w_t, wa[0], gemm.K, gemm.N, b_offset)
+    gemm.B.simplify_affine = True  # K = (ci, ky, kx) recombined: one provable stride
 
 
 def conv_root_index(gemm, b, m, n, ops) -> tuple:
