@@ -259,3 +259,20 @@ def test_gpt2_like_block_epilogues_fuse_through_the_reshapes():
     out = g.outputs[0]
     np.testing.assert_allclose(execute_plan(plan, x)[out], evaluate(g, x)[out], rtol=1e-4,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("swizzle", SWIZZLES)
+def test_seed_from_onnx_is_predicted_like_the_builtin_nhwc_seed(swizzle):
+    """Layout propagation makes the transposes free: the ONNX seed's one dispatch is
+    simulated with the same cycles and coalescing as the built-in NHWC conv_add_relu
+    under the same schedule (the README's swizzle table holds for the ONNX model)."""
+    from compiler import models
+    from compiler.search import score
+    onnx_g, builtin = seed_nhwc(c=64, k=32), models.conv_add_relu(c=64, k=32)
+    d_onnx, d_builtin = fuse(onnx_g).dispatches[0], fuse(builtin).dispatches[0]
+    knobs = next(c.knobs for c in contraction_space(builtin, d_builtin, "gfx942")
+                 if c.legal and c.knobs["swizzle"] == swizzle)
+    a, b = score(onnx_g, d_onnx, knobs, "gfx942"), score(builtin, d_builtin, knobs, "gfx942")
+    assert a.ok and b.ok
+    assert a.cycles == b.cycles
+    assert a.counters["coalescing_pct"] == b.counters["coalescing_pct"]
