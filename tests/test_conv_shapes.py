@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.graph import Graph
-from compiler.lower import schedule_space
+from compiler.schedule import schedule_space
 from compiler.passes import fuse
 from compiler.search import tune, tune_dispatches, verify_dispatches
 
