@@ -23,6 +23,9 @@ def lower(graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
                                 f"lowered (only float reductions and powers are); cast "
                                 f"to float first")
     if kind == "contraction":
+        if schedule.get("lowering") == "direct":
+            from .conv import lower_direct_conv
+            return lower_direct_conv(graph, dispatch, schedule, arch_name)
         from .contraction import lower_contraction
         return lower_contraction(graph, dispatch, schedule, arch_name)
     if kind == "reduction":
