@@ -1,6 +1,7 @@
 """Lowering: (dispatch, schedule) -> gpusim.program.Kernel, and the schedule spaces.
 
-One lowering per dispatch kind: contractions (matmul, conv as implicit GEMM, with their
+One lowering per dispatch kind: attention (QK^T, softmax and PV in one kernel, online
+softmax: ``attention.py``), contractions (matmul, conv as implicit GEMM, with their
 fused epilogue), row reductions (softmax/norms with fused producers and consumers, or the
 generic serial fallback) and elementwise/injective dispatches (including pure copies
 such as a materialised transpose), naive or, for permutes, through an LDS tile.
@@ -12,6 +13,9 @@ from .common import LoweringError, dispatch_kind
 
 def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
     kind = dispatch_kind(graph, dispatch)
+    if kind == "attention":
+        from .attention import lower_attention
+        return lower_attention(graph, dispatch, schedule, arch_name)
     if kind == "contraction":
         from .contraction import lower_contraction
         return lower_contraction(graph, dispatch, schedule, arch_name)
@@ -30,6 +34,9 @@ def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
 def schedule_space(graph, dispatch, arch_name: str = "gfx942") -> list:
     """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
     kind = dispatch_kind(graph, dispatch)
+    if kind == "attention":
+        from .attention import attention_space
+        return attention_space(graph, dispatch, arch_name)
     if kind == "contraction":
         from ..schedule.contraction import contraction_space
         return contraction_space(graph, dispatch, arch_name)

@@ -9,11 +9,14 @@ legality check (parallel loops pair one-to-one through the indexing maps; no cyc
 between dispatches; rule 2's all-uses condition; the mode).
 
 Order: 1 ``elementwise`` -> 7 ``epilogue`` -> 2 ``multi_use`` -> 3 ``reduction_producers``
--> 6 ``sibling`` -> 4 ``root_consumers``; then rule 2's recomputation of cheap chains over
+-> 6 ``sibling`` -> 4 ``root_consumers`` -> 8 ``attention`` (last: it folds the three
+settled dispatches of an attention into one, aggressive mode only); then rule 2's recomputation of cheap chains over
 graph inputs, and rule 5 (``multi_result``) forms the dispatches.
 
 Built-in models (aggressive / conservative): softmax 1/2, layernorm 1/2, rmsnorm 1/1,
-conv_add_relu 1/1, mlp 2/2, attention 3/4, encoder_layer 11/14. The encoder layer's 11:
+conv_add_relu 1/1, mlp 2/2, attention 1/4, encoder_layer 9/14; without rule 8
+(``attention=False``, the plan the search compares with): attention 3, encoder_layer 11.
+The encoder layer's 11:
 q, k, v projections (3: matmul + bias epilogue each; horizontal fusion of contractions
 is not done), QK^T + scale (1), softmax (1), PV (1), output projection + bias + residual
 (1), layer norm 1 (1), FFN1 + bias + GELU (1), FFN2 + bias + residual (1), layer norm 2
@@ -25,17 +28,20 @@ from __future__ import annotations
 
 from ..graph import Graph
 from ..plan import FusionPlan
-from . import (elementwise, epilogue, multi_result, multi_use, reduction_producers,
+from . import (attention, elementwise, epilogue, multi_result, multi_use, reduction_producers,
                root_consumers, sibling)
 from .state import FusionState
 
-RULES = (elementwise, epilogue, multi_use, reduction_producers, sibling, root_consumers)
+RULES = (elementwise, epilogue, multi_use, reduction_producers, sibling, root_consumers,
+         attention)
 
 
-def fuse(graph: Graph, aggressive: bool = True) -> FusionPlan:
-    """Forms dispatches for ``graph``; ``aggressive=False`` is IREE's default behaviour."""
+def fuse(graph: Graph, aggressive: bool = True, attention: bool = True) -> FusionPlan:
+    """Forms dispatches for ``graph``; ``aggressive=False`` is IREE's default behaviour;
+    ``attention=False`` leaves rule 8 out (the 3-dispatch attention the search compares)."""
     st = FusionState.start(graph, aggressive)
-    while any(rule.apply(st) for rule in RULES):
+    rules = RULES if attention else tuple(r for r in RULES if r.NAME != "attention")
+    while any(rule.apply(st) for rule in rules):
         pass
     multi_use.recompute(st)
     return multi_result.build_plan(st)

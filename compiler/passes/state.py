@@ -40,6 +40,7 @@ class Group:
     ops: set
     pmap: dict            # op -> tuple over the parallel space: member loop or None
     psizes: tuple         # extent of each parallel loop of the group
+    kind: str = ""        # "attention" once rule 8 (passes/attention.py) formed it
 
     def roots(self, graph: Graph) -> list[str]:
         return [o for o in self.ops
@@ -209,6 +210,9 @@ class FusionState:
         The merged group keeps the root of higher rank (contraction > reduction >
         elementwise; the larger parallel space among elementwise groups)."""
         g = self.graph
+        if "attention" in (prod.kind, cons.kind):
+            return False, ("an attention dispatch (rule 8) is closed: its lowering streams "
+                           "keys through LDS and takes no further ops")
         edges = self.between(prod, cons)
         if sibling_links is None and not edges:
             return False, "no tensor flows between the two dispatches"

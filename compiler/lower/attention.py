@@ -1,0 +1,425 @@
+"""The attention dispatch kind (rule 8, ``compiler.passes.attention``): knobs, schedule
+space, the one legality check, and the lowering of ``O = softmax(f(Q K^T)) V`` in one
+kernel with the online softmax (FlashAttention's algorithm, FMA micro-kernels).
+
+One workgroup owns ``BQ`` query rows of one (batch, head). It stages its Q block in LDS
+once, then walks the keys in blocks of ``BK``: stage the K and V blocks in LDS, compute
+the ``BQ x BK`` scores, apply the fused score chain ``f`` (scale, masks) through the
+ValueEmitter, and update per row
+
+    m_new = max(m, max_c x_c);  alpha = exp(m - m_new);  p_c = exp(x_c - m_new)
+    l = l * alpha + sum_c p_c;   acc = acc * alpha + sum_c p_c V[c];   m = m_new
+
+and finally writes ``acc / l`` (through PV's epilogue, if any). Exactly the softmax:
+after the last block every p_c has been multiplied by the alphas of the later blocks,
+exp(x_c - m_j) * prod exp(m_j - m_{j+1}) = exp(x_c - m_final), so acc / l = sum_c
+softmax(x)_c V[c]. S and P never reach global memory: the kernel reads Q, K, V (and the
+mask) and writes O.
+
+Threads: ``T = waves * wave_size``; a row has ``TPR = T / BQ`` threads (consecutive
+lanes). Thread ``j`` of a row computes the scores of keys ``j, j+TPR, ...`` of the block
+and owns output columns ``j, j+TPR, ...`` of the row (``NV = ceil(Dv / TPR)``
+accumulators). The row's maximum and sum combine the TPR partials either by xor shuffles
+inside a wave (``row_stats=registers``: TPR <= wave size, each lane keeps m and l in
+registers) or through an LDS array of partials with barriers (``row_stats=lds``: a row
+may span waves). ``lds_pad`` (0, 1, 4 words per LDS row of Q, K and P) trades the bank
+conflicts of the column walk (K rows read by TPR lanes at a stride of the head dim) for
+vector reads: 0 and 4 allow 16-byte ``ds_read_b128`` along the head dim, 1 makes the
+stride odd but reads are scalar. Keys past the end of a block (``Sk`` not a multiple of
+``BK``) get the score -1e30 (probability 0); query rows past ``Sq`` are clamped on load
+and not stored.
+
+Numerics (what the tests hold it to, see :func:`tolerance`): the fused kernel reorders
+the sums of the reference (numpy computes S, then the softmax row by row, then P @ V) and
+adds one rounding per rescale, so its error grows with the number of key blocks.
+Model simplification: the MFMA variant of this kernel is not built; the FMA one is what
+the search scores.
+"""
+from __future__ import annotations
+
+import math
+
+from gpusim import program as P
+
+from ..graph import Graph
+from ..schedule import Candidate
+from .common import LoweringError, buffers, ceil_div, sanitize
+from .emitter import RegisterNamer, ValueEmitter, unravel
+
+#: the score of a key past the end of the last block: exp(-1e30 - m) is exactly 0, and
+#: no rescale sees -inf - -inf (every row's first block holds key 0)
+NEG = -1.0e30
+BQS = (16, 32, 64, 128)
+BKS = (16, 32, 64)
+WAVES = (1, 2, 4)
+ROW_STATS = ("registers", "lds")
+LDS_PADS = (4, 1, 0)
+#: per-thread registers the score and accumulator tiles may take (of 256 VGPRs; the
+#: rest holds addresses, staging values and the row statistics)
+MAX_TILE_REGS = 160
+F32_EPS = 2.0 ** -24
+#: elements each thread copies per trip of a staging loop (loads in flight at once)
+CHUNK = 8
+
+
+def hoist_loads(stmts: list) -> list:
+    """Global loads and the integer index arithmetic before them, first: a stable
+    partition that is legal because no index depends on a float value, and lets the
+    loads of a block overlap instead of waiting one memory latency each."""
+    first = [x for x in stmts if isinstance(x, P.Load) or
+             (isinstance(x, P.Assign) and x.dst.dtype == "i32")]
+    ids = {id(x) for x in first}
+    return first + [x for x in stmts if id(x) not in ids]
+
+
+class Attention:
+    """The attention of a dispatch: roles of its ops and the extents."""
+
+    def __init__(self, graph: Graph, dispatch):
+        from ..passes.attention import AttentionPattern, match
+        pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
+        pats = [p for p in pats if isinstance(p, AttentionPattern)]
+        if len(pats) != 1:
+            raise LoweringError(f"dispatch {dispatch.name!r} is not one attention "
+                                f"(QK^T, row softmax, PV)")
+        self.pat = p = pats[0]
+        missing = [n for n in p.ops if n not in dispatch.ops]
+        if missing:
+            raise LoweringError(f"dispatch {dispatch.name!r} lacks {missing} of the attention")
+        if len(dispatch.outputs) != 1 or \
+                graph.op(dispatch.outputs[0]).type.shape != graph.op(p.pv).type.shape:
+            raise LoweringError(f"dispatch {dispatch.name!r}: an attention writes one "
+                                f"result of PV's shape, not {list(dispatch.outputs)}")
+        self.graph, self.dispatch = graph, dispatch
+        self.out = dispatch.outputs[0]
+        self.q, self.kt = graph.op(p.qk).inputs
+        self.v = graph.op(p.pv).inputs[1]
+        self.batch, self.sq, self.sk, self.dk, self.dv = p.batch, p.sq, p.sk, p.dk, p.dv
+
+
+def geometry(a: Attention, s: dict, wave_size: int) -> dict:
+    """Derived sizes of a schedule: threads, threads per row, tiles, LDS bytes."""
+    t = s["waves"] * wave_size
+    tpr = max(t // s["BQ"], 1)
+    nv = ceil_div(a.dv, tpr)
+    pad = s["lds_pad"]
+    qk_vec = 4 if a.dk % 4 == 0 and pad % 4 == 0 else 1
+    p_vec = 4 if s["BK"] % 4 == 0 and pad % 4 == 0 else 1
+    lds = {"Qs": (s["BQ"], a.dk + pad), "Ks": (s["BK"], a.dk + pad),
+           "Vs": (s["BK"], nv * tpr), "Ps": (s["BQ"], s["BK"] + pad)}
+    if s["row_stats"] == "lds":
+        lds["Red"] = (s["BQ"], tpr)
+    return {"T": t, "TPR": tpr, "NC": s["BK"] // tpr if s["BK"] >= tpr else 0, "NV": nv,
+            "DVP": nv * tpr, "qk_vec": qk_vec, "p_vec": p_vec, "lds": lds,
+            "lds_bytes": 4 * sum(r * c for r, c in lds.values()),
+            "grid": math.prod(a.batch) * ceil_div(a.sq, s["BQ"])}
+
+
+def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int) -> str:
+    """'' when the schedule is legal, else why not (the space and the lowering share it)."""
+    t = s["waves"] * wave_size
+    if t > 1024:
+        return f"{t} threads per workgroup, over 1024"
+    if t % s["BQ"]:
+        return f"{t} threads do not split evenly over BQ={s['BQ']} rows"
+    tpr = t // s["BQ"]
+    if tpr & (tpr - 1):
+        return f"{tpr} threads per row is not a power of two"
+    if s["BK"] % tpr:
+        return f"BK={s['BK']} keys do not split over {tpr} threads per row"
+    if s["row_stats"] == "registers" and tpr > wave_size:
+        return (f"row_stats=registers needs a row inside one wave: {tpr} threads per row "
+                f"over a wave of {wave_size}")
+    g = geometry(a, s, wave_size)
+    if g["NC"] + g["NV"] > MAX_TILE_REGS:
+        return (f"{g['NC']} score + {g['NV']} accumulator registers per thread, over "
+                f"{MAX_TILE_REGS}")
+    if g["lds_bytes"] > lds_limit:
+        return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
+    return ""
+
+
+def _limits(arch_name):
+    from gpusim.hw import get_arch
+    a = get_arch(arch_name)
+    return a.wave_size, a.lds_bytes_per_workgroup
+
+
+def _prior(k: dict) -> tuple:
+    """Tried first: 4 waves, 64-row blocks, 32-key blocks, shuffles, vector-padded LDS."""
+    return (abs(k["waves"] - 4), abs(k["BQ"] - 64), abs(k["BK"] - 32),
+            ROW_STATS.index(k["row_stats"]), LDS_PADS.index(k["lds_pad"]))
+
+
+def attention_space(graph, dispatch, arch_name: str) -> list[Candidate]:
+    """Every candidate schedule: BQ x BK x waves x row_stats, lds_pad crossed on the
+    first (prior-best) legal tile only, so the space stays a few dozen points."""
+    try:
+        a = Attention(graph, dispatch)
+    except LoweringError as e:
+        return [Candidate({}, False, str(e))]
+    ws, lds = _limits(arch_name)
+    legal, illegal = [], []
+    for bq in BQS:
+        for bk in BKS:
+            for w in WAVES:
+                for rs in ROW_STATS:
+                    knobs = {"BQ": bq, "BK": bk, "waves": w, "row_stats": rs, "lds_pad": 4}
+                    why = check_schedule(a, knobs, ws, lds)
+                    (illegal if why else legal).append(Candidate(knobs, not why, why))
+    legal.sort(key=lambda c: _prior(c.knobs))
+    if legal:
+        first = legal[0].knobs
+        for pad in LDS_PADS[1:]:
+            knobs = {**first, "lds_pad": pad}
+            why = check_schedule(a, knobs, ws, lds)
+            (illegal if why else legal).append(Candidate(knobs, not why, why))
+    return legal + illegal
+
+
+def tolerance(a: Attention, bk: int, score_range: float, vmax: float) -> float:
+    """Bound on |O_fused - O_numpy| to first order in the f32 unit roundoff u = 2^-24.
+
+    Per output element O = sum_c p_c v_c / l:
+    - the dot products Q.K are summed in another order: |dS| <= dk * u * |S|_abs, which
+      is a relative error dk * u * |S|_abs on each exp (|S|_abs: the largest sum of
+      |q_d k_d| times the scale, bounded by ``score_range``);
+    - each p_c = exp(x_c - m_j) is rescaled by the alphas of up to nb = ceil(Sk/BK)
+      later blocks; each alpha adds an exp rounding (2u) and the rounding of m_j - m_{j+1}
+      (u * range); each exp(x_c - m) rounds x_c - m (u * range) and itself (2u);
+    - l and acc are sums of Sk terms (Sk * u each, relative, since p_c >= 0), in the
+      reference and in the fused kernel.
+    All of these are relative to sum p_c |v_c| / l <= max |v|, so
+    |dO| <= max|v| * u * (dk * range + nb * (2 + range) + 2 + range + 4 * Sk),
+    doubled for the reference's own rounding.
+    """
+    nb = ceil_div(a.sk, bk)
+    r = max(score_range, 1.0)
+    return 2.0 * vmax * F32_EPS * (a.dk * r + nb * (2 + r) + 2 + r + 4 * a.sk)
+
+
+# ------------------------------------------------------------------------- lowering
+def lower_attention(graph, dispatch, schedule: dict, arch_name: str = "gfx942") -> P.Kernel:
+    a = Attention(graph, dispatch)
+    ws, lds_limit = _limits(arch_name)
+    s = dict(schedule)
+    why = check_schedule(a, s, ws, lds_limit)
+    if why:
+        raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
+    return _Builder(a, s, ws).build()
+
+
+class _Builder:
+    def __init__(self, a: Attention, s: dict, ws: int):
+        self.a, self.s, self.ws = a, s, ws
+        self.g = geometry(a, s, ws)
+        self.regs = RegisterNamer()
+        self.em = ValueEmitter(a.graph, a.dispatch.ops, a.dispatch.inputs, self.regs)
+
+    def reg(self, hint, dtype="f32"):
+        return P.Var(self.regs.new(hint), dtype)
+
+    def let(self, out: list, hint, value, dtype=None):
+        v = self.reg(hint, dtype or value.dtype)
+        out.append(P.Assign(v, value))
+        return v
+
+    def stage(self, out: list, n: int, it_name: str, load, store):
+        """Cooperative copy of ``n`` elements by all threads, ``CHUNK`` per thread per loop
+        trip: every load of a trip is issued before the first LDS store waits on one (one
+        memory latency per trip, as hipcc schedules an unrolled copy). ``load(e)`` gives
+        element ``e``'s value (emitted through the ValueEmitter), ``store(e, v)`` the
+        LdsStore; elements past ``n`` load element ``n - 1`` and store nothing."""
+        T = self.g["T"]
+        per = ceil_div(n, T)
+        chunk = min(per, CHUNK)
+        trips = ceil_div(per, chunk)
+        it = P.Var(it_name, "i32")
+        body = []
+        with self.em.scope(body):
+            es, vals = [], []
+            for u in range(chunk):
+                base = (it * chunk + u) * T if trips > 1 else P.i32(u * T)
+                e = self.let(body, "e", base + self.tid, "i32")
+                exact = trips * chunk * T == n
+                ec = e if exact else self.let(body, "ec", P.minimum(e, n - 1), "i32")
+                es.append((e, exact))
+                vals.append(load(ec))
+            for (e, exact), v in zip(es, vals):
+                st = store(e, v)
+                body.append(st if exact else P.If(e < n, (st,)))
+        body = hoist_loads(body)
+        if trips == 1:
+            out.extend(body)
+        else:
+            out.append(P.For(it, P.i32(0), P.i32(trips), 1, tuple(body)))
+
+    def row_reduce(self, out: list, value, op: str):
+        """The row's combined max/sum of each thread's partial ``value``."""
+        tpr = self.g["TPR"]
+        f = P.maximum if op == "max" else (lambda x, y: x + y)
+        acc = self.let(out, f"row{op}", value)
+        if tpr == 1:
+            return acc
+        if self.s["row_stats"] == "registers":
+            off = tpr // 2
+            while off:
+                o = self.reg(f"sh{op}")
+                out.append(P.Shuffle(o, acc, "xor", off))
+                out.append(P.Assign(acc, f(acc, o)))
+                off //= 2
+            return acc
+        base = self.r * tpr
+        out.append(P.LdsStore("Red", base + self.j, (acc,)))
+        out.append(P.Barrier())
+        first = self.reg(f"red{op}")
+        out.append(P.LdsLoad((first,), "Red", base))
+        out.append(P.Assign(acc, first))
+        for jj in range(1, tpr):
+            o = self.reg(f"red{op}")
+            out.append(P.LdsLoad((o,), "Red", base + jj))
+            out.append(P.Assign(acc, f(acc, o)))
+        out.append(P.Barrier())   # the partials are read before the next reduction writes
+        return acc
+
+    def build(self) -> P.Kernel:
+        a, s, g, em = self.a, self.s, self.g, self.em
+        BQ, BK, pad = s["BQ"], s["BK"], s["lds_pad"]
+        T, TPR, NC, NV, DVP = g["T"], g["TPR"], g["NC"], g["NV"], g["DVP"]
+        D, Dv, Sq, Sk = a.dk, a.dv, a.sq, a.sk
+        nqb = ceil_div(Sq, BQ)
+        body = []
+        self.tid = self.let(body, "tid", P.thread_id(), "i32")
+        self.r = self.let(body, "r", self.tid // TPR if TPR > 1 else self.tid, "i32")
+        self.j = self.let(body, "j", self.tid % TPR, "i32") if TPR > 1 else P.i32(0)
+        bid = P.block_id()
+        bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
+        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else P.i32(0)
+        row = self.let(body, "row", qb * BQ + self.r, "i32")
+        rowc = self.let(body, "rowc", P.minimum(row, Sq - 1), "i32") if Sq % BQ else row
+        bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
+
+        # Q block -> LDS, once
+        def load_q(e):
+            qrow = qb * BQ + e // D
+            qrow = P.minimum(qrow, Sq - 1) if Sq % BQ else qrow
+            return em.value(a.q, bidx + (qrow, e % D))
+        self.stage(body, BQ * D, "iq", load_q,
+                   lambda e, v: P.LdsStore("Qs", (e // D) * (D + pad) + e % D, (v,)))
+
+        m = self.reg("m")
+        l_ = self.reg("l")
+        accs = [self.reg(f"acc{e}") for e in range(NV)]
+        body += [P.Assign(m, P.f32(NEG)), P.Assign(l_, P.f32(0.0))]
+        body += [P.Assign(x, P.f32(0.0)) for x in accs]
+
+        kb = P.Var("kb", "i32")
+        loop = [P.Barrier()]   # Q staged / the previous block's K, V, P no longer read
+        key0 = self.let(loop, "key0", kb * BK, "i32")
+
+        def clamp_key(k):
+            return P.minimum(k, Sk - 1) if Sk % BK else k
+
+        def load_k(e):
+            return em.value(a.kt, bidx + (e % D, clamp_key(key0 + e // D)))
+
+        def load_v(e):
+            key = clamp_key(key0 + e // DVP)
+            dd = e % DVP
+            if DVP == Dv:
+                return em.value(a.v, bidx + (key, dd))
+            return ("pad", dd, em.value(a.v, bidx + (key, P.minimum(dd, Dv - 1))))
+
+        def store_v(e, v):
+            if isinstance(v, tuple):
+                v = P.select(v[1] < Dv, v[2], P.f32(0.0))
+            return P.LdsStore("Vs", e, (v,))
+        self.stage(loop, BK * D, "ik", load_k,
+                   lambda e, v: P.LdsStore("Ks", (e // D) * (D + pad) + e % D, (v,)))
+        self.stage(loop, BK * DVP, "iv", load_v, store_v)
+        loop.append(P.Barrier())
+
+        # scores of this thread's keys j, j + TPR, ...
+        sc = [self.reg(f"s{i}") for i in range(NC)]
+        loop += [P.Assign(x, P.f32(0.0)) for x in sc]
+        w = g["qk_vec"]
+        dd = P.Var("d", "i32")
+        inner = []
+        qv = tuple(self.reg("q") for _ in range(w))
+        inner.append(P.LdsLoad(qv, "Qs", self.r * (D + pad) + dd))
+        for i in range(NC):
+            kv = tuple(self.reg("k") for _ in range(w))
+            inner.append(P.LdsLoad(kv, "Ks", (self.j + i * TPR) * (D + pad) + dd))
+            for x, y in zip(qv, kv):
+                inner.append(P.Assign(sc[i], P.fma(x, y, sc[i])))
+        loop.append(P.For(dd, P.i32(0), P.i32(D), w, tuple(inner)))
+
+        xs = []
+        chain = []
+        with em.scope(chain):
+            for i in range(NC):
+                key = self.let(chain, "key", key0 + self.j + i * TPR, "i32")
+                em.bound = {a.pat.qk: (lambda ix, r=sc[i]: r)}
+                x = em.value(a.pat.scores, bidx + (rowc, clamp_key(key)))
+                if Sk % BK:
+                    x = P.select(key < Sk, x, P.f32(NEG))
+                xs.append(self.let(chain, "x", x))
+        em.bound = {}
+        loop.extend(hoist_loads(chain))   # the mask's loads, all before the first use
+        bmax = xs[0]
+        for x in xs[1:]:
+            bmax = P.maximum(bmax, x)
+        bmax = self.row_reduce(loop, bmax, "max")
+        m_new = self.let(loop, "mnew", P.maximum(m, bmax))
+        alpha = self.let(loop, "alpha", P.exp(m - m_new))
+        ps = [self.let(loop, "p", P.exp(x - m_new)) for x in xs]
+        psum = ps[0]
+        for p in ps[1:]:
+            psum = psum + p
+        psum = self.row_reduce(loop, psum, "sum")
+        loop.append(P.Assign(l_, P.fma(l_, alpha, psum)))
+        loop.append(P.Assign(m, m_new))
+        for i, p in enumerate(ps):
+            loop.append(P.LdsStore("Ps", self.r * (BK + pad) + self.j + i * TPR, (p,)))
+        for x in accs:
+            loop.append(P.Assign(x, x * alpha))
+        loop.append(P.Barrier())
+
+        # acc += P V over the block's keys
+        pw = g["p_vec"]
+        c = P.Var("c", "i32")
+        inner = []
+        pv = tuple(self.reg("pp") for _ in range(pw))
+        inner.append(P.LdsLoad(pv, "Ps", self.r * (BK + pad) + c))
+        for u, p in enumerate(pv):   # a row of V's loads, then its FMAs
+            vv = [self.reg("vv") for _ in range(NV)]
+            inner += [P.LdsLoad((x,), "Vs", (c + u) * DVP + self.j + e * TPR)
+                      for e, x in enumerate(vv)]
+            inner += [P.Assign(accs[e], P.fma(p, x, accs[e])) for e, x in enumerate(vv)]
+        loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner)))
+        body.append(P.For(kb, P.i32(0), P.i32(ceil_div(Sk, BK)), 1, tuple(loop)))
+
+        # O = acc / l, through PV's epilogue
+        inv = self.let(body, "inv_l", P.f32(1.0) / l_)
+        outt = a.graph.op(a.out).type
+        stores = []
+        with em.scope(stores):
+            for e in range(NV):
+                col = self.j + e * TPR
+                st = []
+                with em.scope(st):
+                    em.bound = {a.pat.pv: (lambda ix, x=accs[e]: x * inv)}
+                    val = em.value(a.out, bidx + (row, col))
+                    st.append(P.Store(a.out, em.offset(outt, bidx + (row, col)), (val,)))
+                stores.extend(st if DVP == Dv else [P.If(col < Dv, tuple(st))])
+        em.bound = {}
+        body.extend(stores if Sq % BQ == 0 else [P.If(row < Sq, tuple(stores))])
+
+        lds = tuple(P.LdsArray(name, "f32", shp, pad if name in ("Qs", "Ks", "Ps") else 0)
+                    for name, shp in g["lds"].items())
+        return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
+                        T, tuple(body), lds=lds,
+                        meta={"dispatch": a.dispatch.name, "kind": "attention",
+                              "schedule": dict(s), "lds_bytes": g["lds_bytes"],
+                              "threads_per_row": TPR, "key_blocks": ceil_div(Sk, BK),
+                              "seq_q": Sq, "seq_k": Sk, "head_dim": D})
