@@ -259,6 +259,45 @@ def minimal_bytes(graph: Graph) -> int:
         sum(graph.op(n).type.nbytes for n in graph.outputs)
 
 
+# ----------------------------------------------------------------------------- attention
+#: the plan name of the aggressive plan without rule 8 (attention as QK^T | softmax | PV)
+SPLIT_ATTENTION = "split-attention"
+
+
+def _part_figures(parts: list) -> dict:
+    """Time, HBM bytes, LDS and occupancy of some tuned dispatches (one plan's attention)."""
+    return {"us": round(sum(d.best.time_us for d in parts), 3),
+            "dispatches": len(parts),
+            "hbm_bytes": int(sum(d.best.counters.get("hbm_bytes", 0) for d in parts)),
+            "lds_bytes": max((d.kernel.lds_bytes for d in parts), default=0),
+            "waves_per_simd": min((d.best.counters.get("occupancy_waves_per_simd", 0)
+                                   for d in parts), default=0)}
+
+
+def attention_decisions(graph: Graph, fused: list, split: list) -> list:
+    """One ``search`` decision per fused attention: its tuned dispatch against the tuned
+    dispatches of the same ops in the 3-dispatch plan, with time, HBM bytes, LDS use and
+    occupancy of both (simulated predictions)."""
+    out = []
+    for d in fused:
+        if d.kind != "attention":
+            continue
+        ops = {n for n in d.dispatch.ops if not graph.op(n).is_view}
+        parts = [s for s in split if ops & set(s.dispatch.ops)]
+        f, u = _part_figures([d]), _part_figures(parts)
+        win = f["us"] <= u["us"]
+        why = (f"fused attention {f['us']:.2f} us in 1 dispatch ({f['hbm_bytes']} B HBM, "
+               f"{f['lds_bytes']} B LDS, {f['waves_per_simd']:.0f} waves/SIMD) vs "
+               f"{u['dispatches']} dispatches {u['us']:.2f} us ({u['hbm_bytes']} B HBM, "
+               f"{u['lds_bytes']} B LDS, {u['waves_per_simd']:.0f} waves/SIMD): "
+               + ("one launch and S never written win" if win else
+                  "the split plan's parallelism and GEMM tiles beat the saved traffic"))
+        cost = {f"fused_{k}": v for k, v in f.items()}
+        cost.update({f"split_{k}": v for k, v in u.items()})
+        out.append(Decision("search", d.name, ", ".join(p.name for p in parts), win, why, cost))
+    return out
+
+
 # ----------------------------------------------------------------------------- tuning
 def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
                     seed=0, workers=1, progress=None, label="") -> list:
@@ -352,13 +391,18 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
     tried = {}
     plans = {}
     for m in modes:
-        plan = fuse(graph, aggressive=(m == "aggressive"))
-        key = tuple(tuple(d.ops) for d in plan.dispatches)
-        if any(k == key for k, _ in tried.values()):
-            continue  # same plan as an earlier mode: nothing to compare
-        tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{m} plan", **kw)
-        tried[m] = (key, tuned)
-        plans[m] = plan
+        variants = [(m, fuse(graph, aggressive=(m == "aggressive")))]
+        if any(d.kind == "attention" for d in variants[0][1].dispatches):
+            # rule 8's fused attention is one candidate, its 3-dispatch plan another
+            variants.append((SPLIT_ATTENTION if m == "aggressive" else f"{m}-split-attention",
+                             fuse(graph, aggressive=(m == "aggressive"), attention=False)))
+        for name, plan in variants:
+            key = tuple(tuple(d.ops) for d in plan.dispatches)
+            if any(k == key for k, _ in tried.values()):
+                continue  # same plan as an earlier mode: nothing to compare
+            tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{name} plan", **kw)
+            tried[name] = (key, tuned)
+            plans[name] = plan
     totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
     chosen = min(totals, key=totals.get)
     tuned = tried[chosen][1]
@@ -369,9 +413,16 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
                          + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
               if len(totals) > 1 else f"{chosen} plan (the other mode gives the same plan)"}
     plan = plans[chosen]
-    plan.decisions.append(Decision("search", "aggressive", "conservative",
-                                   chosen == "aggressive", choice["reason"],
-                                   {f"{m}_us": v for m, v in totals.items()}))
+    if "conservative" in totals and "aggressive" in totals:
+        plan.decisions.append(Decision("search", "aggressive", "conservative",
+                                       chosen == "aggressive", choice["reason"],
+                                       {f"{m}_us": v for m, v in totals.items()}))
+    elif len(totals) > 1 or mode != "auto":
+        plan.decisions.append(Decision("search", chosen, "", True, choice["reason"],
+                                       {f"{m}_us": v for m, v in totals.items()}))
+    if "aggressive" in tried and SPLIT_ATTENTION in tried:
+        plan.decisions.extend(attention_decisions(graph, tried["aggressive"][1],
+                                                  tried[SPLIT_ATTENTION][1]))
     unfused_us = None
     unfused = unfused_dispatches(graph)
     if baseline:

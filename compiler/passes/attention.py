@@ -196,11 +196,9 @@ def apply(st: FusionState) -> bool:
         pat = match(g, grp.root)
         if pat is None:
             continue
-        prob = g.op(pat.pv).inputs[0]
-        if (prob, pat.pv) in st.decisions and st.decisions[(prob, pat.pv)].rule == NAME:
-            continue  # already decided
+        prob = g.op(grp.root).inputs[0]
         if isinstance(pat, str):
-            st.record(NAME, prob, pat.pv, False, pat)
+            st.record(NAME, prob, grp.root, False, pat)
             continue
         if not st.aggressive:
             st.record(NAME, prob, pat.pv, False,
