@@ -52,6 +52,7 @@ NEG = -1.0e30
 BQS = (16, 32, 64, 128)
 BKS = (16, 32, 64)
 WAVES = (1, 2, 4)
+RMS = (1, 2, 4)
 ROW_STATS = ("registers", "lds")
 LDS_PADS = (4, 1, 0)
 #: per-thread registers the score and accumulator tiles may take (of 256 VGPRs; the
@@ -100,7 +101,7 @@ class Attention:
 def geometry(a: Attention, s: dict, wave_size: int) -> dict:
     """Derived sizes of a schedule: threads, threads per row, tiles, LDS bytes."""
     t = s["waves"] * wave_size
-    tpr = max(t // s["BQ"], 1)
+    tpr = max(t * s["RM"] // s["BQ"], 1)
     nv = ceil_div(a.dv, tpr)
     pad = s["lds_pad"]
     qk_vec = 4 if a.dk % 4 == 0 and pad % 4 == 0 else 1
@@ -120,9 +121,10 @@ def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int) -> str
     t = s["waves"] * wave_size
     if t > 1024:
         return f"{t} threads per workgroup, over 1024"
-    if t % s["BQ"]:
-        return f"{t} threads do not split evenly over BQ={s['BQ']} rows"
-    tpr = t // s["BQ"]
+    if s["BQ"] % s["RM"] or (t * s["RM"]) % s["BQ"]:
+        return (f"{t} threads do not split evenly over BQ={s['BQ']} rows in groups of "
+                f"RM={s['RM']}")
+    tpr = t * s["RM"] // s["BQ"]
     if tpr & (tpr - 1):
         return f"{tpr} threads per row is not a power of two"
     if s["BK"] % tpr:
@@ -131,9 +133,9 @@ def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int) -> str
         return (f"row_stats=registers needs a row inside one wave: {tpr} threads per row "
                 f"over a wave of {wave_size}")
     g = geometry(a, s, wave_size)
-    if g["NC"] + g["NV"] > MAX_TILE_REGS:
-        return (f"{g['NC']} score + {g['NV']} accumulator registers per thread, over "
-                f"{MAX_TILE_REGS}")
+    if s["RM"] * (g["NC"] + g["NV"]) > MAX_TILE_REGS:
+        return (f"{s['RM']} rows x ({g['NC']} scores + {g['NV']} accumulators) registers "
+                f"per thread, over {MAX_TILE_REGS}")
     if g["lds_bytes"] > lds_limit:
         return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
     return ""
@@ -146,8 +148,9 @@ def _limits(arch_name):
 
 
 def _prior(k: dict) -> tuple:
-    """Tried first: 4 waves, 64-row blocks, 32-key blocks, shuffles, vector-padded LDS."""
-    return (abs(k["waves"] - 4), abs(k["BQ"] - 64), abs(k["BK"] - 32),
+    """Tried first: 4 rows per thread, 64-row blocks, 4 waves, 32-key blocks, shuffles,
+    vector-padded LDS."""
+    return (-k["RM"], abs(k["BQ"] - 64), abs(k["waves"] - 4), abs(k["BK"] - 32),
             ROW_STATS.index(k["row_stats"]), LDS_PADS.index(k["lds_pad"]))
 
 
@@ -163,10 +166,12 @@ def attention_space(graph, dispatch, arch_name: str) -> list[Candidate]:
     for bq in BQS:
         for bk in BKS:
             for w in WAVES:
-                for rs in ROW_STATS:
-                    knobs = {"BQ": bq, "BK": bk, "waves": w, "row_stats": rs, "lds_pad": 4}
-                    why = check_schedule(a, knobs, ws, lds)
-                    (illegal if why else legal).append(Candidate(knobs, not why, why))
+                for rm in RMS:
+                    for rs in ROW_STATS:
+                        knobs = {"BQ": bq, "BK": bk, "waves": w, "RM": rm, "row_stats": rs,
+                                 "lds_pad": 4}
+                        why = check_schedule(a, knobs, ws, lds)
+                        (illegal if why else legal).append(Candidate(knobs, not why, why))
     legal.sort(key=lambda c: _prior(c.knobs))
     if legal:
         first = legal[0].knobs
@@ -254,7 +259,7 @@ class _Builder:
         else:
             out.append(P.For(it, P.i32(0), P.i32(trips), 1, tuple(body)))
 
-    def row_reduce(self, out: list, value, op: str):
+    def row_reduce(self, out: list, value, op: str, lrow):
         """The row's combined max/sum of each thread's partial ``value``."""
         tpr = self.g["TPR"]
         f = P.maximum if op == "max" else (lambda x, y: x + y)
@@ -269,7 +274,7 @@ class _Builder:
                 out.append(P.Assign(acc, f(acc, o)))
                 off //= 2
             return acc
-        base = self.r * tpr
+        base = lrow * tpr
         out.append(P.LdsStore("Red", base + self.j, (acc,)))
         out.append(P.Barrier())
         first = self.reg(f"red{op}")
@@ -284,19 +289,23 @@ class _Builder:
 
     def build(self) -> P.Kernel:
         a, s, g, em = self.a, self.s, self.g, self.em
-        BQ, BK, pad = s["BQ"], s["BK"], s["lds_pad"]
+        BQ, BK, pad, RM = s["BQ"], s["BK"], s["lds_pad"], s["RM"]
         T, TPR, NC, NV, DVP = g["T"], g["TPR"], g["NC"], g["NV"], g["DVP"]
         D, Dv, Sq, Sk = a.dk, a.dv, a.sq, a.sk
         nqb = ceil_div(Sq, BQ)
         body = []
         self.tid = self.let(body, "tid", P.thread_id(), "i32")
-        self.r = self.let(body, "r", self.tid // TPR if TPR > 1 else self.tid, "i32")
+        rg = self.let(body, "rg", self.tid // TPR if TPR > 1 else self.tid, "i32")
         self.j = self.let(body, "j", self.tid % TPR, "i32") if TPR > 1 else P.i32(0)
         bid = P.block_id()
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
         qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else P.i32(0)
-        row = self.let(body, "row", qb * BQ + self.r, "i32")
-        rowc = self.let(body, "rowc", P.minimum(row, Sq - 1), "i32") if Sq % BQ else row
+        # this thread's RM rows: local rg * RM + k, global row0 + k
+        lrow = [rg * RM + k if RM > 1 else rg for k in range(RM)]
+        row0 = self.let(body, "row0", qb * BQ + rg * RM if RM > 1 else qb * BQ + rg, "i32")
+        rows = [row0 + k if k else row0 for k in range(RM)]
+        rowc = [self.let(body, "rowc", P.minimum(r, Sq - 1), "i32") if Sq % BQ else r
+                for r in rows]
         bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
 
         # Q block -> LDS, once
@@ -307,11 +316,11 @@ class _Builder:
         self.stage(body, BQ * D, "iq", load_q,
                    lambda e, v: P.LdsStore("Qs", (e // D) * (D + pad) + e % D, (v,)))
 
-        m = self.reg("m")
-        l_ = self.reg("l")
-        accs = [self.reg(f"acc{e}") for e in range(NV)]
-        body += [P.Assign(m, P.f32(NEG)), P.Assign(l_, P.f32(0.0))]
-        body += [P.Assign(x, P.f32(0.0)) for x in accs]
+        m = [self.reg("m") for _ in range(RM)]
+        l_ = [self.reg("l") for _ in range(RM)]
+        accs = [[self.reg(f"acc{k}_{e}") for e in range(NV)] for k in range(RM)]
+        body += [P.Assign(x, P.f32(NEG)) for x in m] + [P.Assign(x, P.f32(0.0)) for x in l_]
+        body += [P.Assign(x, P.f32(0.0)) for row in accs for x in row]
 
         kb = P.Var("kb", "i32")
         loop = [P.Barrier()]   # Q staged / the previous block's K, V, P no longer read
@@ -339,81 +348,93 @@ class _Builder:
         self.stage(loop, BK * DVP, "iv", load_v, store_v)
         loop.append(P.Barrier())
 
-        # scores of this thread's keys j, j + TPR, ...
-        sc = [self.reg(f"s{i}") for i in range(NC)]
-        loop += [P.Assign(x, P.f32(0.0)) for x in sc]
+        # scores of rows (k) x keys j, j + TPR, ... (i): RM x NC FMAs per head-dim step
+        sc = [[self.reg(f"s{k}_{i}") for i in range(NC)] for k in range(RM)]
+        loop += [P.Assign(x, P.f32(0.0)) for row in sc for x in row]
         w = g["qk_vec"]
         dd = P.Var("d", "i32")
         inner = []
-        qv = tuple(self.reg("q") for _ in range(w))
-        inner.append(P.LdsLoad(qv, "Qs", self.r * (D + pad) + dd))
+        qv = [tuple(self.reg("q") for _ in range(w)) for _ in range(RM)]
+        for k in range(RM):
+            inner.append(P.LdsLoad(qv[k], "Qs", lrow[k] * (D + pad) + dd))
+        kv = [tuple(self.reg("k") for _ in range(w)) for _ in range(NC)]
         for i in range(NC):
-            kv = tuple(self.reg("k") for _ in range(w))
-            inner.append(P.LdsLoad(kv, "Ks", (self.j + i * TPR) * (D + pad) + dd))
-            for x, y in zip(qv, kv):
-                inner.append(P.Assign(sc[i], P.fma(x, y, sc[i])))
+            inner.append(P.LdsLoad(kv[i], "Ks", (self.j + i * TPR) * (D + pad) + dd))
+        for k in range(RM):
+            for i in range(NC):
+                for x, y in zip(qv[k], kv[i]):
+                    inner.append(P.Assign(sc[k][i], P.fma(x, y, sc[k][i])))
         loop.append(P.For(dd, P.i32(0), P.i32(D), w, tuple(inner)))
 
-        xs = []
         chain = []
+        xs = [[None] * NC for _ in range(RM)]
         with em.scope(chain):
-            for i in range(NC):
-                key = self.let(chain, "key", key0 + self.j + i * TPR, "i32")
-                em.bound = {a.pat.qk: (lambda ix, r=sc[i]: r)}
-                x = em.value(a.pat.scores, bidx + (rowc, clamp_key(key)))
-                if Sk % BK:
-                    x = P.select(key < Sk, x, P.f32(NEG))
-                xs.append(self.let(chain, "x", x))
+            keys = [self.let(chain, "key", key0 + self.j + i * TPR, "i32") for i in range(NC)]
+            for k in range(RM):
+                for i in range(NC):
+                    em.bound = {a.pat.qk: (lambda ix, r=sc[k][i]: r)}
+                    x = em.value(a.pat.scores, bidx + (rowc[k], clamp_key(keys[i])))
+                    if Sk % BK:
+                        x = P.select(keys[i] < Sk, x, P.f32(NEG))
+                    xs[k][i] = self.let(chain, "x", x)
         em.bound = {}
         loop.extend(hoist_loads(chain))   # the mask's loads, all before the first use
-        bmax = xs[0]
-        for x in xs[1:]:
-            bmax = P.maximum(bmax, x)
-        bmax = self.row_reduce(loop, bmax, "max")
-        m_new = self.let(loop, "mnew", P.maximum(m, bmax))
-        alpha = self.let(loop, "alpha", P.exp(m - m_new))
-        ps = [self.let(loop, "p", P.exp(x - m_new)) for x in xs]
-        psum = ps[0]
-        for p in ps[1:]:
-            psum = psum + p
-        psum = self.row_reduce(loop, psum, "sum")
-        loop.append(P.Assign(l_, P.fma(l_, alpha, psum)))
-        loop.append(P.Assign(m, m_new))
-        for i, p in enumerate(ps):
-            loop.append(P.LdsStore("Ps", self.r * (BK + pad) + self.j + i * TPR, (p,)))
-        for x in accs:
-            loop.append(P.Assign(x, x * alpha))
+        alphas = []
+        for k in range(RM):
+            bmax = xs[k][0]
+            for x in xs[k][1:]:
+                bmax = P.maximum(bmax, x)
+            bmax = self.row_reduce(loop, bmax, "max", lrow[k])
+            m_new = self.let(loop, "mnew", P.maximum(m[k], bmax))
+            alpha = self.let(loop, "alpha", P.exp(m[k] - m_new))
+            ps = [self.let(loop, "p", P.exp(x - m_new)) for x in xs[k]]
+            psum = ps[0]
+            for p in ps[1:]:
+                psum = psum + p
+            psum = self.row_reduce(loop, psum, "sum", lrow[k])
+            loop.append(P.Assign(l_[k], P.fma(l_[k], alpha, psum)))
+            loop.append(P.Assign(m[k], m_new))
+            for i, p in enumerate(ps):
+                loop.append(P.LdsStore("Ps", lrow[k] * (BK + pad) + self.j + i * TPR, (p,)))
+            alphas.append(alpha)
+        for k in range(RM):
+            for x in accs[k]:
+                loop.append(P.Assign(x, x * alphas[k]))
         loop.append(P.Barrier())
 
-        # acc += P V over the block's keys
+        # acc += P V over the block's keys: RM x NV FMAs per key
         pw = g["p_vec"]
         c = P.Var("c", "i32")
         inner = []
-        pv = tuple(self.reg("pp") for _ in range(pw))
-        inner.append(P.LdsLoad(pv, "Ps", self.r * (BK + pad) + c))
-        for u, p in enumerate(pv):   # a row of V's loads, then its FMAs
+        pv = [tuple(self.reg("pp") for _ in range(pw)) for _ in range(RM)]
+        for k in range(RM):
+            inner.append(P.LdsLoad(pv[k], "Ps", lrow[k] * (BK + pad) + c))
+        for u in range(pw):   # a row of V's loads, then its FMAs
             vv = [self.reg("vv") for _ in range(NV)]
             inner += [P.LdsLoad((x,), "Vs", (c + u) * DVP + self.j + e * TPR)
                       for e, x in enumerate(vv)]
-            inner += [P.Assign(accs[e], P.fma(p, x, accs[e])) for e, x in enumerate(vv)]
+            for k in range(RM):
+                inner += [P.Assign(accs[k][e], P.fma(pv[k][u], x, accs[k][e]))
+                          for e, x in enumerate(vv)]
         loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner)))
         body.append(P.For(kb, P.i32(0), P.i32(ceil_div(Sk, BK)), 1, tuple(loop)))
 
         # O = acc / l, through PV's epilogue
-        inv = self.let(body, "inv_l", P.f32(1.0) / l_)
         outt = a.graph.op(a.out).type
-        stores = []
-        with em.scope(stores):
-            for e in range(NV):
-                col = self.j + e * TPR
-                st = []
-                with em.scope(st):
-                    em.bound = {a.pat.pv: (lambda ix, x=accs[e]: x * inv)}
-                    val = em.value(a.out, bidx + (row, col))
-                    st.append(P.Store(a.out, em.offset(outt, bidx + (row, col)), (val,)))
-                stores.extend(st if DVP == Dv else [P.If(col < Dv, tuple(st))])
-        em.bound = {}
-        body.extend(stores if Sq % BQ == 0 else [P.If(row < Sq, tuple(stores))])
+        for k in range(RM):
+            inv = self.let(body, "inv_l", P.f32(1.0) / l_[k])
+            stores = []
+            with em.scope(stores):
+                for e in range(NV):
+                    col = self.j + e * TPR
+                    st = []
+                    with em.scope(st):
+                        em.bound = {a.pat.pv: (lambda ix, x=accs[k][e], y=inv: x * y)}
+                        val = em.value(a.out, bidx + (rowc[k], col))
+                        st.append(P.Store(a.out, em.offset(outt, bidx + (rows[k], col)), (val,)))
+                    stores.extend(st if DVP == Dv else [P.If(col < Dv, tuple(st))])
+            em.bound = {}
+            body.extend(stores if Sq % BQ == 0 else [P.If(rows[k] < Sq, tuple(stores))])
 
         lds = tuple(P.LdsArray(name, "f32", shp, pad if name in ("Qs", "Ks", "Ps") else 0)
                     for name, shp in g["lds"].items())
