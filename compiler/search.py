@@ -381,28 +381,25 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
 def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None) -> TuneResult:
-    """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline."""
+    """Tunes a model: plan choice (aggressive, aggressive without rule 8's fused
+    attention, conservative), schedules, baseline. ``mode`` pins one of them."""
     from gpusim.hw import get_arch
 
     from .passes import fuse
     hw = get_arch(arch)
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress)
-    modes = ("aggressive", "conservative") if mode == "auto" else (mode,)
+    modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
     tried = {}
     plans = {}
     for m in modes:
-        variants = [(m, fuse(graph, aggressive=(m == "aggressive")))]
-        if any(d.kind == "attention" for d in variants[0][1].dispatches):
-            # rule 8's fused attention is one candidate, its 3-dispatch plan another
-            variants.append((SPLIT_ATTENTION if m == "aggressive" else f"{m}-split-attention",
-                             fuse(graph, aggressive=(m == "aggressive"), attention=False)))
-        for name, plan in variants:
-            key = tuple(tuple(d.ops) for d in plan.dispatches)
-            if any(k == key for k, _ in tried.values()):
-                continue  # same plan as an earlier mode: nothing to compare
-            tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{name} plan", **kw)
-            tried[name] = (key, tuned)
-            plans[name] = plan
+        # rule 8's fused attention is one candidate, its 3-dispatch plan another
+        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION))
+        key = tuple(tuple(d.ops) for d in plan.dispatches)
+        if any(k == key for k, _ in tried.values()):
+            continue  # same plan as an earlier mode: nothing to compare
+        tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{m} plan", **kw)
+        tried[m] = (key, tuned)
+        plans[m] = plan
     totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
     chosen = min(totals, key=totals.get)
     tuned = tried[chosen][1]
@@ -417,8 +414,10 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
         plan.decisions.append(Decision("search", "aggressive", "conservative",
                                        chosen == "aggressive", choice["reason"],
                                        {f"{m}_us": v for m, v in totals.items()}))
-    elif len(totals) > 1 or mode != "auto":
-        plan.decisions.append(Decision("search", chosen, "", True, choice["reason"],
+    elif len(totals) > 1:
+        plan.decisions.append(Decision("search", chosen, ", ".join(m for m in totals
+                                                                    if m != chosen),
+                                       True, choice["reason"],
                                        {f"{m}_us": v for m, v in totals.items()}))
     if "aggressive" in tried and SPLIT_ATTENTION in tried:
         plan.decisions.extend(attention_decisions(graph, tried["aggressive"][1],

@@ -229,30 +229,63 @@ class _Builder:
         out.append(P.Assign(v, value))
         return v
 
-    def stage(self, out: list, n: int, it_name: str, load, store):
-        """Cooperative copy of ``n`` elements by all threads, ``CHUNK`` per thread per loop
-        trip: every load of a trip is issued before the first LDS store waits on one (one
-        memory latency per trip, as hipcc schedules an unrolled copy). ``load(e)`` gives
-        element ``e``'s value (emitted through the ValueEmitter), ``store(e, v)`` the
-        LdsStore; elements past ``n`` load element ``n - 1`` and store nothing."""
-        T = self.g["T"]
-        per = ceil_div(n, T)
+    def width(self, tensor: str, cols: int) -> int:
+        """4 when the rows of ``tensor`` can be read as aligned 16-byte vectors (the
+        emitter's exact offset-table test), else 1."""
+        if cols % 4:
+            return 1
+        kinds = self.em.analyse_access(tensor, 4)
+        return 4 if kinds and all(k == "vector" for k in kinds.values()) else 1
+
+    def copy_tile(self, out: list, lds: str, R: int, C: int, LS: int, row0, limit: int,
+                  tensor: str, index, it_name: str):
+        """Cooperative copy of rows ``row0 .. row0 + R`` (clamped below ``limit``), columns
+        ``0 .. C`` of ``tensor`` into LDS array ``lds`` (row stride ``LS``). ``index(row,
+        col)`` is the tensor index of an element. Each thread copies ``CHUNK`` vectors
+        per trip, every load issued before the first LDS store waits on one (one memory
+        latency per trip, as hipcc schedules an unrolled copy)."""
+        T, em = self.g["T"], self.em
+        w = self.width(tensor, C)
+        cg = C // w
+        fast = T % cg == 0
+        rpp = T // cg if fast else 0
+        n = R if fast else R * cg            # rows (fast) or vectors to cover
+        per = ceil_div(n, rpp) if fast else ceil_div(n, T)
         chunk = min(per, CHUNK)
         trips = ceil_div(per, chunk)
+        exact = trips * chunk * (rpp if fast else T) == n
         it = P.Var(it_name, "i32")
         body = []
-        with self.em.scope(body):
-            es, vals = [], []
+        if fast:
+            tr = self.let(body, "tr", self.tid // cg if cg > 1 else self.tid, "i32")
+            tc = self.let(body, "tc", (self.tid % cg) * w, "i32") if cg > 1 else P.i32(0)
+        items = []
+        with em.scope(body):
             for u in range(chunk):
-                base = (it * chunk + u) * T if trips > 1 else P.i32(u * T)
-                e = self.let(body, "e", base + self.tid, "i32")
-                exact = trips * chunk * T == n
-                ec = e if exact else self.let(body, "ec", P.minimum(e, n - 1), "i32")
-                es.append((e, exact))
-                vals.append(load(ec))
-            for (e, exact), v in zip(es, vals):
-                st = store(e, v)
-                body.append(st if exact else P.If(e < n, (st,)))
+                if fast:
+                    base = (it * chunk + u) * rpp if trips > 1 else P.i32(u * rpp)
+                    r = self.let(body, "tr", base + tr, "i32")
+                    rc = r if exact else self.let(body, "trc", P.minimum(r, R - 1), "i32")
+                    col = tc
+                    guard = r < R
+                else:
+                    base = (it * chunk + u) * T if trips > 1 else P.i32(u * T)
+                    e = self.let(body, "e", base + self.tid, "i32")
+                    ec = e if exact else self.let(body, "ec", P.minimum(e, n - 1), "i32")
+                    rc, col = ec // cg, (ec % cg) * w
+                    r, guard = rc, e < n
+                src = row0 + rc
+                if limit % R or not exact:
+                    src = P.minimum(src, limit - 1)
+                src = self.let(body, "src", src, "i32")
+                idxs = [index(src, col + x if x else col) for x in range(w)]
+                vals = em.values(tensor, idxs, w) if w > 1 else [em.value(tensor, idxs[0])]
+                items.append((r, col, guard, vals))
+            for r, col, guard, vals in items:
+                at = r * LS + col
+                sts = ([P.LdsStore(lds, at, tuple(vals))] if LS % w == 0 else
+                       [P.LdsStore(lds, at + x, (v,)) for x, v in enumerate(vals)])
+                body.extend(sts if exact else [P.If(guard, tuple(sts))])
         body = hoist_loads(body)
         if trips == 1:
             out.extend(body)
@@ -309,12 +342,15 @@ class _Builder:
         bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
 
         # Q block -> LDS, once
-        def load_q(e):
-            qrow = qb * BQ + e // D
-            qrow = P.minimum(qrow, Sq - 1) if Sq % BQ else qrow
-            return em.value(a.q, bidx + (qrow, e % D))
-        self.stage(body, BQ * D, "iq", load_q,
-                   lambda e, v: P.LdsStore("Qs", (e // D) * (D + pad) + e % D, (v,)))
+        self.copy_tile(body, "Qs", BQ, D, D + pad, qb * BQ, Sq, a.q,
+                       lambda r, c: bidx + (r, c), "iq")
+        if DVP > Dv:   # V's pad columns stay zero: their accumulators are never stored
+            for u in range(ceil_div(BK * (DVP - Dv), T)):
+                e = self.tid + u * T
+                st = P.LdsStore("Vs", (e // (DVP - Dv)) * DVP + Dv + e % (DVP - Dv),
+                                (P.f32(0.0),))
+                body.append(st if (u + 1) * T <= BK * (DVP - Dv) else
+                            P.If(e < BK * (DVP - Dv), (st,)))
 
         m = [self.reg("m") for _ in range(RM)]
         l_ = [self.reg("l") for _ in range(RM)]
@@ -329,42 +365,43 @@ class _Builder:
         def clamp_key(k):
             return P.minimum(k, Sk - 1) if Sk % BK else k
 
-        def load_k(e):
-            return em.value(a.kt, bidx + (e % D, clamp_key(key0 + e // D)))
-
-        def load_v(e):
-            key = clamp_key(key0 + e // DVP)
-            dd = e % DVP
-            if DVP == Dv:
-                return em.value(a.v, bidx + (key, dd))
-            return ("pad", dd, em.value(a.v, bidx + (key, P.minimum(dd, Dv - 1))))
-
-        def store_v(e, v):
-            if isinstance(v, tuple):
-                v = P.select(v[1] < Dv, v[2], P.f32(0.0))
-            return P.LdsStore("Vs", e, (v,))
-        self.stage(loop, BK * D, "ik", load_k,
-                   lambda e, v: P.LdsStore("Ks", (e // D) * (D + pad) + e % D, (v,)))
-        self.stage(loop, BK * DVP, "iv", load_v, store_v)
+        kop = a.graph.op(a.kt)
+        rank = kop.type.rank
+        if a.kt in a.dispatch.ops and kop.kind == "transpose" and tuple(kop.attrs["perm"]) \
+                == tuple(range(rank - 2)) + (rank - 1, rank - 2):
+            ksrc, kidx = kop.inputs[0], (lambda r, c: bidx + (r, c))   # K itself, rows = keys
+        else:
+            ksrc, kidx = a.kt, (lambda r, c: bidx + (c, r))            # K^T from memory
+        self.copy_tile(loop, "Ks", BK, D, D + pad, key0, Sk, ksrc, kidx, "ik")
+        self.copy_tile(loop, "Vs", BK, Dv, DVP, key0, Sk, a.v, lambda r, c: bidx + (r, c), "iv")
         loop.append(P.Barrier())
 
         # scores of rows (k) x keys j, j + TPR, ... (i): RM x NC FMAs per head-dim step
         sc = [[self.reg(f"s{k}_{i}") for i in range(NC)] for k in range(RM)]
         loop += [P.Assign(x, P.f32(0.0)) for row in sc for x in row]
         w = g["qk_vec"]
+        steps = 2 if (D // w) % 2 == 0 else 1   # head-dim steps per trip, loads first
         dd = P.Var("d", "i32")
-        inner = []
-        qv = [tuple(self.reg("q") for _ in range(w)) for _ in range(RM)]
-        for k in range(RM):
-            inner.append(P.LdsLoad(qv[k], "Qs", lrow[k] * (D + pad) + dd))
-        kv = [tuple(self.reg("k") for _ in range(w)) for _ in range(NC)]
-        for i in range(NC):
-            inner.append(P.LdsLoad(kv[i], "Ks", (self.j + i * TPR) * (D + pad) + dd))
-        for k in range(RM):
-            for i in range(NC):
-                for x, y in zip(qv[k], kv[i]):
-                    inner.append(P.Assign(sc[k][i], P.fma(x, y, sc[k][i])))
-        loop.append(P.For(dd, P.i32(0), P.i32(D), w, tuple(inner)))
+        # per-lane LDS bases computed once; the uniform rest of each address is SALU work
+        # (what hipcc folds into the ds_read offset field)
+        qbase = [self.let(body, "qbase", lrow[k] * (D + pad), "i32") for k in range(RM)]
+        kbase = self.let(body, "kbase", self.j * (D + pad), "i32") if TPR > 1 else P.i32(0)
+
+        def plus(base, uniform):
+            return base + uniform if not (isinstance(uniform, P.Const) and uniform.value == 0) \
+                else base
+        loads, fmas = [], []
+        for h in range(steps):
+            qv = [tuple(self.reg("q") for _ in range(w)) for _ in range(RM)]
+            kv = [tuple(self.reg("k") for _ in range(w)) for _ in range(NC)]
+            loads += [P.LdsLoad(qv[k], "Qs", plus(qbase[k], dd + h * w if h else dd))
+                      for k in range(RM)]
+            loads += [P.LdsLoad(kv[i], "Ks", plus(kbase, dd + (h * w + i * TPR * (D + pad))
+                                                  if h or i else dd))
+                      for i in range(NC)]
+            fmas += [P.Assign(sc[k][i], P.fma(x, y, sc[k][i]))
+                     for k in range(RM) for i in range(NC) for x, y in zip(qv[k], kv[i])]
+        loop.append(P.For(dd, P.i32(0), P.i32(D), w * steps, tuple(loads + fmas)))
 
         chain = []
         xs = [[None] * NC for _ in range(RM)]
@@ -405,17 +442,15 @@ class _Builder:
         # acc += P V over the block's keys: RM x NV FMAs per key
         pw = g["p_vec"]
         c = P.Var("c", "i32")
-        inner = []
         pv = [tuple(self.reg("pp") for _ in range(pw)) for _ in range(RM)]
-        for k in range(RM):
-            inner.append(P.LdsLoad(pv[k], "Ps", lrow[k] * (BK + pad) + c))
-        for u in range(pw):   # a row of V's loads, then its FMAs
-            vv = [self.reg("vv") for _ in range(NV)]
-            inner += [P.LdsLoad((x,), "Vs", (c + u) * DVP + self.j + e * TPR)
-                      for e, x in enumerate(vv)]
-            for k in range(RM):
-                inner += [P.Assign(accs[k][e], P.fma(pv[k][u], x, accs[k][e]))
-                          for e, x in enumerate(vv)]
+        vv = [[self.reg("vv") for _ in range(NV)] for _ in range(pw)]
+        pbase = [self.let(body, "pbase", lrow[k] * (BK + pad), "i32") for k in range(RM)]
+        inner = [P.LdsLoad(pv[k], "Ps", pbase[k] + c) for k in range(RM)]
+        inner += [P.LdsLoad((x,), "Vs", ((c * DVP + (u * DVP + e * TPR)) if u or e else c * DVP)
+                            + self.j)
+                  for u in range(pw) for e, x in enumerate(vv[u])]   # the trip's loads first
+        inner += [P.Assign(accs[k][e], P.fma(pv[k][u], x, accs[k][e]))
+                  for u in range(pw) for k in range(RM) for e, x in enumerate(vv[u])]
         loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner)))
         body.append(P.For(kb, P.i32(0), P.i32(ceil_div(Sk, BK)), 1, tuple(loop)))
 
@@ -438,6 +473,7 @@ class _Builder:
 
         lds = tuple(P.LdsArray(name, "f32", shp, pad if name in ("Qs", "Ks", "Ps") else 0)
                     for name, shp in g["lds"].items())
+        body = em.provably_aligned(tuple(body), self.ws)
         return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
                         meta={"dispatch": a.dispatch.name, "kind": "attention",
