@@ -80,11 +80,13 @@ def test_fused_attention_equals_numpy(heads, sq, sk, dk, dv, mask, pick, arch):
     run(g, legal[pick % len(legal)].knobs, arch)
 
 
-@pytest.mark.parametrize("mask", ["none", "additive", "causal"])
-@pytest.mark.parametrize("row_stats", ["registers", "lds"])
-def test_jit_and_python_engines_agree(mask, row_stats):
+@pytest.mark.parametrize("mask,row_stats,q_in", [("none", "registers", "registers"),
+                                                  ("additive", "lds", "lds"),
+                                                  ("causal", "registers", "lds")])
+def test_jit_and_python_engines_agree(mask, row_stats, q_in):
     g = attention_graph(1, 19, 19, 16, 20, mask)
-    knobs = {"BQ": 16, "BK": 16, "waves": 1, "row_stats": row_stats, "lds_pad": 1}
+    knobs = {"BQ": 16, "BK": 16, "waves": 1, "RM": 2, "q_in": q_in, "row_stats": row_stats,
+             "lds_pad": 1}
     k, a, _, _ = run(g, knobs, jit=True)
     _, b, _, _ = run(g, knobs, jit=False)
     for name in a.outputs:

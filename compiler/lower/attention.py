@@ -37,6 +37,7 @@ the search scores.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from gpusim import program as P
@@ -53,6 +54,7 @@ BQS = (16, 32, 64, 128)
 BKS = (16, 32, 64)
 WAVES = (1, 2, 4)
 RMS = (1, 2, 4)
+Q_IN = ("registers", "lds")
 ROW_STATS = ("registers", "lds")
 LDS_PADS = (4, 1, 0)
 #: per-thread registers the score and accumulator tiles may take (of 256 VGPRs; the
@@ -106,8 +108,9 @@ def geometry(a: Attention, s: dict, wave_size: int) -> dict:
     pad = s["lds_pad"]
     qk_vec = 4 if a.dk % 4 == 0 and pad % 4 == 0 else 1
     p_vec = 4 if s["BK"] % 4 == 0 and pad % 4 == 0 else 1
-    lds = {"Qs": (s["BQ"], a.dk + pad), "Ks": (s["BK"], a.dk + pad),
-           "Vs": (s["BK"], nv * tpr), "Ps": (s["BQ"], s["BK"] + pad)}
+    lds = {"Qs": (s["BQ"], a.dk + pad)} if s["q_in"] == "lds" else {}
+    lds.update({"Ks": (s["BK"], a.dk + pad), "Vs": (s["BK"], nv * tpr),
+                "Ps": (s["BQ"], s["BK"] + pad)})
     if s["row_stats"] == "lds":
         lds["Red"] = (s["BQ"], tpr)
     return {"T": t, "TPR": tpr, "NC": s["BK"] // tpr if s["BK"] >= tpr else 0, "NV": nv,
@@ -133,9 +136,11 @@ def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int) -> str
         return (f"row_stats=registers needs a row inside one wave: {tpr} threads per row "
                 f"over a wave of {wave_size}")
     g = geometry(a, s, wave_size)
-    if s["RM"] * (g["NC"] + g["NV"]) > MAX_TILE_REGS:
-        return (f"{s['RM']} rows x ({g['NC']} scores + {g['NV']} accumulators) registers "
-                f"per thread, over {MAX_TILE_REGS}")
+    qregs = s["RM"] * a.dk if s["q_in"] == "registers" else 0
+    if s["RM"] * (g["NC"] + g["NV"]) + qregs > MAX_TILE_REGS:
+        return (f"{s['RM']} rows x ({g['NC']} scores + {g['NV']} accumulators"
+                + (f" + {a.dk} of Q" if qregs else "") + f") registers per thread, over "
+                f"{MAX_TILE_REGS}")
     if g["lds_bytes"] > lds_limit:
         return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
     return ""
@@ -148,10 +153,12 @@ def _limits(arch_name):
 
 
 def _prior(k: dict) -> tuple:
-    """Tried first: 4 rows per thread, 64-row blocks, 4 waves, 32-key blocks, shuffles,
-    vector-padded LDS."""
-    return (-k["RM"], abs(k["BQ"] - 64), abs(k["waves"] - 4), abs(k["BK"] - 32),
-            ROW_STATS.index(k["row_stats"]), LDS_PADS.index(k["lds_pad"]))
+    """Tried first (the best points of a scan at seq 1024, head dim 64 on gfx942): Q in
+    registers, 4 waves, 32-key blocks, 2 rows per thread, small query blocks (more
+    workgroups), shuffles, vector-padded LDS."""
+    return (Q_IN.index(k["q_in"]), abs(k["waves"] - 4), abs(k["BK"] - 32),
+            abs(k["RM"] - 2), k["BQ"], ROW_STATS.index(k["row_stats"]),
+            LDS_PADS.index(k["lds_pad"]))
 
 
 def attention_space(graph, dispatch, arch_name: str) -> list[Candidate]:
@@ -167,9 +174,9 @@ def attention_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         for bk in BKS:
             for w in WAVES:
                 for rm in RMS:
-                    for rs in ROW_STATS:
-                        knobs = {"BQ": bq, "BK": bk, "waves": w, "RM": rm, "row_stats": rs,
-                                 "lds_pad": 4}
+                    for rs, qin in itertools.product(ROW_STATS, Q_IN):
+                        knobs = {"BQ": bq, "BK": bk, "waves": w, "RM": rm, "q_in": qin,
+                                 "row_stats": rs, "lds_pad": 4}
                         why = check_schedule(a, knobs, ws, lds)
                         (illegal if why else legal).append(Candidate(knobs, not why, why))
     legal.sort(key=lambda c: _prior(c.knobs))
@@ -341,9 +348,22 @@ class _Builder:
                 for r in rows]
         bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
 
-        # Q block -> LDS, once
-        self.copy_tile(body, "Qs", BQ, D, D + pad, qb * BQ, Sq, a.q,
-                       lambda r, c: bidx + (r, c), "iq")
+        # Q block -> LDS, or this thread's RM rows of Q -> registers, once
+        if s["q_in"] == "lds":
+            self.copy_tile(body, "Qs", BQ, D, D + pad, qb * BQ, Sq, a.q,
+                           lambda r, c: bidx + (r, c), "iq")
+            qreg = None
+        else:
+            wq = self.width(a.q, D)
+            qreg = [[] for _ in range(RM)]
+            qload = []
+            with em.scope(qload):
+                for k in range(RM):
+                    for d0 in range(0, D, wq):
+                        idxs = [bidx + (rowc[k], P.i32(d0 + x)) for x in range(wq)]
+                        qreg[k] += (em.values(a.q, idxs, wq) if wq > 1 else
+                                    [em.value(a.q, idxs[0])])
+            body += hoist_loads(qload)
         if DVP > Dv:   # V's pad columns stay zero: their accumulators are never stored
             for u in range(ceil_div(BK * (DVP - Dv), T)):
                 e = self.tid + u * T
@@ -384,14 +404,24 @@ class _Builder:
         dd = P.Var("d", "i32")
         # per-lane LDS bases computed once; the uniform rest of each address is SALU work
         # (what hipcc folds into the ds_read offset field)
-        qbase = [self.let(body, "qbase", lrow[k] * (D + pad), "i32") for k in range(RM)]
+        qbase = [self.let(body, "qbase", lrow[k] * (D + pad), "i32") for k in range(RM)] \
+            if s["q_in"] == "lds" else []
         kbase = self.let(body, "kbase", self.j * (D + pad), "i32") if TPR > 1 else P.i32(0)
 
         def plus(base, uniform):
             return base + uniform if not (isinstance(uniform, P.Const) and uniform.value == 0) \
                 else base
+        if s["q_in"] == "registers":   # unrolled over the head dim: Q never re-read
+            for h0 in range(0, D // w, 2):
+                hs = range(h0, min(h0 + 2, D // w))
+                kv = {(h, i): tuple(self.reg("k") for _ in range(w)) for h in hs
+                      for i in range(NC)}
+                loop += [P.LdsLoad(kv[h, i], "Ks", plus(kbase, P.i32(h * w + i * TPR * (D + pad))))
+                         for h in hs for i in range(NC)]
+                loop += [P.Assign(sc[k][i], P.fma(qreg[k][h * w + x], kv[h, i][x], sc[k][i]))
+                         for h in hs for k in range(RM) for i in range(NC) for x in range(w)]
         loads, fmas = [], []
-        for h in range(steps):
+        for h in range(steps if s["q_in"] == "lds" else 0):
             qv = [tuple(self.reg("q") for _ in range(w)) for _ in range(RM)]
             kv = [tuple(self.reg("k") for _ in range(w)) for _ in range(NC)]
             loads += [P.LdsLoad(qv[k], "Qs", plus(qbase[k], dd + h * w if h else dd))
@@ -401,7 +431,8 @@ class _Builder:
                       for i in range(NC)]
             fmas += [P.Assign(sc[k][i], P.fma(x, y, sc[k][i]))
                      for k in range(RM) for i in range(NC) for x, y in zip(qv[k], kv[i])]
-        loop.append(P.For(dd, P.i32(0), P.i32(D), w * steps, tuple(loads + fmas)))
+        if loads:
+            loop.append(P.For(dd, P.i32(0), P.i32(D), w * steps, tuple(loads + fmas)))
 
         chain = []
         xs = [[None] * NC for _ in range(RM)]
