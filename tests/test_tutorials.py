@@ -229,3 +229,24 @@ def test_isa_check_rejects_scalar_loads():
 def test_swizzle_check_rejects(wrong, why):
     v = ex.check_swizzle_placement(wrong)
     assert not v.ok and any(why in p for p in v.problems)
+
+
+# ------------------------------------------------------ lesson 5a: attention in one dispatch
+def test_online_softmax_check_rejects_a_missing_rescale():
+    import numpy as np
+
+    def no_rescale(m, l, acc, x, v):
+        m_new = max(m, float(np.max(x)))
+        p = np.exp(x - m_new)
+        return m_new, l + p.sum(), acc + p @ v
+
+    v = ex.check_online_softmax(no_rescale)
+    assert not v.ok and "rescaled" in v.problems[0]
+
+    def right(m, l, acc, x, v):
+        m_new = max(m, float(np.max(x)))
+        a = np.exp(m - m_new)
+        p = np.exp(x - m_new)
+        return m_new, a * l + p.sum(), a * acc + p @ v
+
+    assert ex.check_online_softmax(right).ok
