@@ -109,7 +109,9 @@ def geometry(a: Attention, s: dict, wave_size: int) -> dict:
     qk_vec = 4 if a.dk % 4 == 0 and pad % 4 == 0 else 1
     p_vec = 4 if s["BK"] % 4 == 0 and pad % 4 == 0 else 1
     lds = {"Qs": (s["BQ"], a.dk + pad)} if s["q_in"] == "lds" else {}
-    lds.update({"Ks": (s["BK"], a.dk + pad), "Vs": (s["BK"], nv * tpr),
+    # q_in=registers stages the Q block through the K array once (rows: max(BQ, BK))
+    krows = s["BK"] if s["q_in"] == "lds" else max(s["BK"], s["BQ"])
+    lds.update({"Ks": (krows, a.dk + pad), "Vs": (s["BK"], nv * tpr),
                 "Ps": (s["BQ"], s["BK"] + pad)})
     if s["row_stats"] == "lds":
         lds["Red"] = (s["BQ"], tpr)
@@ -353,17 +355,18 @@ class _Builder:
             self.copy_tile(body, "Qs", BQ, D, D + pad, qb * BQ, Sq, a.q,
                            lambda r, c: bidx + (r, c), "iq")
             qreg = None
-        else:
-            wq = self.width(a.q, D)
+        else:   # through the K array (free until the first key block): one cooperative
+            # copy instead of TPR lanes loading the same row, then LDS -> registers once
+            self.copy_tile(body, "Ks", BQ, D, D + pad, qb * BQ, Sq, a.q,
+                           lambda r, c: bidx + (r, c), "iq")
+            body.append(P.Barrier())
+            wq = g["qk_vec"]
             qreg = [[] for _ in range(RM)]
-            qload = []
-            with em.scope(qload):
-                for k in range(RM):
-                    for d0 in range(0, D, wq):
-                        idxs = [bidx + (rowc[k], P.i32(d0 + x)) for x in range(wq)]
-                        qreg[k] += (em.values(a.q, idxs, wq) if wq > 1 else
-                                    [em.value(a.q, idxs[0])])
-            body += hoist_loads(qload)
+            for k in range(RM):
+                for d0 in range(0, D, wq):
+                    regs = tuple(self.reg("q") for _ in range(wq))
+                    body.append(P.LdsLoad(regs, "Ks", lrow[k] * (D + pad) + d0))
+                    qreg[k] += list(regs)
         if DVP > Dv:   # V's pad columns stay zero: their accumulators are never stored
             for u in range(ceil_div(BK * (DVP - Dv), T)):
                 e = self.tid + u * T
