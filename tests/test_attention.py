@@ -143,3 +143,23 @@ def test_tolerance_grows_with_blocks_and_keys():
     a = Attention(g, next(d for d in fuse(g).dispatches if d.kind == "attention"))
     assert tolerance(a, 16, 4.0, 1.0) > tolerance(a, 64, 4.0, 1.0)
     assert tolerance(a, 64, 4.0, 1.0) < 1e-3
+
+
+def test_search_compares_the_fused_and_the_split_plan():
+    from compiler.search import SPLIT_ATTENTION, tune
+    from compiler.views import explain_view  # noqa: F401  (the view renders these costs)
+
+    g = attention_graph(1, 32, 32, 16, 16, "additive")
+    r = tune(g, "gfx942", budget=2, baseline=False)
+    assert set(r.plan_choice["predicted_us"]) == {"aggressive", SPLIT_ATTENTION, "conservative"}
+    assert r.plan_choice["dispatches"]["aggressive"] == 1
+    assert r.plan_choice["dispatches"][SPLIT_ATTENTION] == 3
+    assert r.plan_choice["chosen"] == min(r.plan_choice["predicted_us"],
+                                          key=r.plan_choice["predicted_us"].get)
+    [dec] = [d for d in r.plan.decisions if d.rule == "search" and d.cost
+             and "fused_us" in d.cost]
+    for side in ("fused", "split"):
+        for k in ("us", "hbm_bytes", "lds_bytes", "waves_per_simd"):
+            assert dec.cost[f"{side}_{k}"] > 0, (side, k)
+    assert dec.fused == (dec.cost["fused_us"] <= dec.cost["split_us"])
+    assert all(d.verified for d in r.dispatches)
