@@ -3,8 +3,11 @@
 For each dispatch of a fusion plan, every legal candidate schedule (or a seeded sample of
 ``budget`` of them) is lowered to a kernel and scored by ``gpusim.simulate`` in timing
 mode; the fastest predicted one wins. The plan itself is chosen the same way: the
-aggressive and the conservative plans are both tuned and the faster total wins, launch
-overheads included, and the decision records both numbers. The unfused baseline (every
+aggressive plan, the aggressive plan without rule 8's fused attention (``split-attention``:
+QK^T, softmax and PV as three dispatches) and the conservative plan are all tuned and the
+fastest total wins, launch overheads included; the decisions record the numbers, and
+each fused attention gets a decision setting its dispatch beside its three rivals (time,
+HBM bytes, LDS, occupancy). The unfused baseline (every
 primitive op its own dispatch, views folded into their consumers) is tuned too, so the
 gain of fusion is a difference of two predictions of the same model, split into launch
 overhead saved and kernel time saved.
