@@ -163,3 +163,16 @@ def test_search_compares_the_fused_and_the_split_plan():
             assert dec.cost[f"{side}_{k}"] > 0, (side, k)
     assert dec.fused == (dec.cost["fused_us"] <= dec.cost["split_us"])
     assert all(d.verified for d in r.dispatches)
+
+
+def test_causal_mask_skips_the_blocks_after_the_diagonal():
+    knobs = {"BQ": 16, "BK": 16, "waves": 2, "RM": 2, "q_in": "registers",
+             "row_stats": "registers", "lds_pad": 4}
+    g = attention_graph(2, 70, 70, 32, 32, "causal")
+    k, res, err, bound = run(g, knobs)
+    assert k.meta["causal_skip"]
+    plain = attention_graph(2, 70, 70, 32, 32, "additive")
+    kp, resp, _, _ = run(plain, knobs)
+    assert not kp.meta["causal_skip"]
+    # 5 query blocks walk 1..5 of the 5 key blocks: 15 of 25 block visits
+    assert res.counters["lds_insts"] < 0.7 * resp.counters["lds_insts"]

@@ -486,7 +486,13 @@ class _Builder:
         inner += [P.Assign(accs[k][e], P.fma(pv[k][u], x, accs[k][e]))
                   for u in range(pw) for k in range(RM) for e, x in enumerate(vv[u])]
         loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner)))
-        body.append(P.For(kb, P.i32(0), P.i32(ceil_div(Sk, BK)), 1, tuple(loop)))
+        nkb = P.i32(ceil_div(Sk, BK))
+        if a.pat.causal and Sq == Sk:
+            # keys after this query block's last row are masked to -1e4 or less: their
+            # probabilities are exactly 0 in f32, so their blocks are skipped
+            last = P.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
+            nkb = P.minimum((last + (BK - 1)) // BK, nkb)
+        body.append(P.For(kb, P.i32(0), nkb, 1, tuple(loop)))
 
         # O = acc / l, through PV's epilogue
         outt = a.graph.op(a.out).type
@@ -513,4 +519,5 @@ class _Builder:
                         meta={"dispatch": a.dispatch.name, "kind": "attention",
                               "schedule": dict(s), "lds_bytes": g["lds_bytes"],
                               "threads_per_row": TPR, "key_blocks": ceil_div(Sk, BK),
+                              "causal_skip": bool(a.pat.causal and Sq == Sk),
                               "seq_q": Sq, "seq_k": Sk, "head_dim": D})

@@ -18,8 +18,11 @@ is the serial loop of all three. The chain ``f`` may scale (a scalar constant), 
 mask and apply any elementwise op, as long as every other operand is one the rule can
 see: a scalar, a graph input or constant (an additive BERT mask broadcast over the query
 rows, a causal GPT-2 mask as a constant triangle), or an elementwise chain over those,
-each read block by block at the (batch, row, key) point. None of S, the statistics or P
-may be needed outside (a graph output or another reader).
+each read block by block at the (batch, row, key) point. A causal constant (0 on and
+below the diagonal, <= -1e4 above) is recognised (``is_causal_mask``): the lowering then
+skips the key blocks after each query block, half the work, as FlashAttention's causal
+mode does. None of S, the statistics or P may be needed outside (a graph output or
+another reader).
 
 It stays three dispatches, with the reason recorded, when: the mode is conservative (one
 root per dispatch); a mask is computed by another dispatch from data (a reduction or
@@ -68,6 +71,7 @@ class AttentionPattern:
     sk: int            # keys
     dk: int            # head dim of Q and K
     dv: int            # head dim of V
+    causal: bool = False  # an additive constant hides every key after the query row
 
     @property
     def ops(self) -> tuple:
@@ -165,7 +169,8 @@ def match(g: Graph, pv: str):
                 f"({MIN_BLOCK} rows x {MIN_BLOCK} keys), over the {ATTENTION_LDS_LIMIT} B a "
                 f"workgroup may use: the 3-dispatch plan is kept")
     pat = AttentionPattern(qk, x, tuple(chain), rm, sub, e, rs, probs, pv,
-                           tuple(s0[:-2]), s0[-2], s0[-1], dk, dv)
+                           tuple(s0[:-2]), s0[-2], s0[-1], dk, dv,
+                           any(is_causal_mask(g, n) for n in chain))
     inner = set(pat.ops) - {pv}
     for n in sorted(inner):
         if n in g.outputs:
@@ -175,6 +180,36 @@ def match(g: Graph, pv: str):
             return (f"{n} is also read by {', '.join(sorted(outside))}: the fused dispatch "
                     f"keeps it in registers and LDS only")
     return pat
+
+
+#: the additive value at or below which a masked score counts as -inf: exp(-1e4 + s - m)
+#: is 0 in f32 for any score range under ~9900, so skipping such keys changes nothing
+CAUSAL_MASKED = -1.0e4
+
+
+def is_causal_mask(g: Graph, n: str) -> bool:
+    """``n`` adds a constant that is 0 at and below the diagonal and <= -1e4 above it (a
+    GPT-2 causal mask): the lowering can then skip the key blocks after a query block."""
+    import numpy as np
+
+    op = g.op(n)
+    if op.kind != "add":
+        return False
+    for i in op.inputs:
+        c = g.op(i)
+        while c.is_view and c.kind == "broadcast":
+            c = g.op(c.inputs[0])
+        if c.kind != "constant" or c.type.rank < 2:
+            continue
+        val = np.asarray(c.attrs["value"])
+        sq, sk = val.shape[-2:]
+        if sq != sk or val.size != sq * sk:
+            continue
+        m = val.reshape(sq, sk)
+        upper = np.triu(np.ones((sq, sk), bool), 1)
+        if np.all(m[~upper] == 0) and np.all(m[upper] <= CAUSAL_MASKED):
+            return True
+    return False
 
 
 def _reaches_matmul(g: Graph, n: str) -> bool:
