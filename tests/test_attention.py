@@ -176,3 +176,15 @@ def test_causal_mask_skips_the_blocks_after_the_diagonal():
     assert not kp.meta["causal_skip"]
     # 5 query blocks walk 1..5 of the 5 key blocks: 15 of 25 block visits
     assert res.counters["lds_insts"] < 0.7 * resp.counters["lds_insts"]
+
+
+def test_k_given_transposed_in_memory():
+    """K^T as a graph input (head dim before keys): the tile copy reads it with scalar
+    loads along the head dim, never a vector across keys."""
+    g = Graph("attn_kt")
+    q = g.input("q", (2, 24, 16))
+    kt = g.input("kt", (2, 16, 24))
+    v = g.input("v", (2, 24, 16))
+    g.output(g.matmul(B.softmax(g, g.mul(g.matmul(q, kt), 0.25)), v))
+    run(g, {"BQ": 16, "BK": 16, "waves": 1, "RM": 1, "q_in": "lds", "row_stats": "lds",
+            "lds_pad": 0})

@@ -247,14 +247,15 @@ class _Builder:
         return 4 if kinds and all(k == "vector" for k in kinds.values()) else 1
 
     def copy_tile(self, out: list, lds: str, R: int, C: int, LS: int, row0, limit: int,
-                  tensor: str, index, it_name: str):
+                  tensor: str, index, it_name: str, vector: bool = True):
         """Cooperative copy of rows ``row0 .. row0 + R`` (clamped below ``limit``), columns
         ``0 .. C`` of ``tensor`` into LDS array ``lds`` (row stride ``LS``). ``index(row,
-        col)`` is the tensor index of an element. Each thread copies ``CHUNK`` vectors
+        col)`` is the tensor index of an element; ``vector`` says that ``col`` is the
+        tensor's innermost index (only then may a vector load run along it). Each thread copies ``CHUNK`` vectors
         per trip, every load issued before the first LDS store waits on one (one memory
         latency per trip, as hipcc schedules an unrolled copy)."""
         T, em = self.g["T"], self.em
-        w = self.width(tensor, C)
+        w = self.width(tensor, C) if vector else 1
         cg = C // w
         fast = T % cg == 0
         rpp = T // cg if fast else 0
@@ -395,7 +396,8 @@ class _Builder:
             ksrc, kidx = kop.inputs[0], (lambda r, c: bidx + (r, c))   # K itself, rows = keys
         else:
             ksrc, kidx = a.kt, (lambda r, c: bidx + (c, r))            # K^T from memory
-        self.copy_tile(loop, "Ks", BK, D, D + pad, key0, Sk, ksrc, kidx, "ik")
+        self.copy_tile(loop, "Ks", BK, D, D + pad, key0, Sk, ksrc, kidx, "ik",
+                       vector=ksrc != a.kt)
         self.copy_tile(loop, "Vs", BK, Dv, DVP, key0, Sk, a.v, lambda r, c: bidx + (r, c), "iv")
         loop.append(P.Barrier())
 

@@ -135,7 +135,7 @@ def match(g: Graph, pv: str):
                     f"a contraction")
         shape = cur.type.shape
         on_path = [i for i in cur.inputs if g.op(i).type.shape == shape
-                   and not g.op(i).kind in ("input", "constant")
+                   and g.op(i).kind not in ("input", "constant")
                    and _reaches_matmul(g, i)]
         if len(on_path) != 1:
             return (f"{n} combines two score tensors: the rule needs one path from the "
