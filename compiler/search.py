@@ -3,11 +3,11 @@
 For each dispatch of a fusion plan, every legal candidate schedule (or a seeded sample of
 ``budget`` of them) is lowered to a kernel and scored by ``gpusim.simulate`` in timing
 mode; the fastest predicted one wins. The plan itself is chosen the same way: the
-aggressive plan, the aggressive plan without rule 8's fused attention (``split-attention``:
-QK^T, softmax and PV as three dispatches) and the conservative plan are all tuned and the
-fastest total wins, launch overheads included; the decisions record the numbers, and
-each fused attention gets a decision setting its dispatch beside its three rivals (time,
-HBM bytes, LDS, occupancy). The unfused baseline (every
+aggressive plan, the aggressive plan without the attention rule's fused dispatch
+(``split-attention``: QK^T, softmax and PV as three dispatches) and the conservative plan
+are all tuned and the fastest total wins, launch overheads included; the decisions record
+the numbers, and each fused attention gets a decision setting its dispatch beside its
+three rivals (time, HBM bytes, LDS, occupancy). The unfused baseline (every
 primitive op its own dispatch, views folded into their consumers) is tuned too, so the
 gain of fusion is a difference of two predictions of the same model, split into launch
 overhead saved and kernel time saved.
@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpusim.hw import DEFAULT_ARCH
+
 from . import numerics
 from .graph import Graph, GraphError
-from .lower import LoweringError, dispatch_kind, lower, schedule_space
+from .lower import LoweringError, dispatch_kind, lower
 from .lower.common import memory_image
-from .plan import Decision
+from .plan import Decision, unfused_dispatches
 from .reference import evaluate, random_inputs
-from .schedule import Candidate
+from .schedule import Candidate, check_pins, schedule_space
 
 KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict_rate_pct",
                 "hbm_bytes", "occupancy_waves_per_simd", "valu_insts", "vmem_insts",
@@ -41,16 +43,6 @@ KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict
 
 class SearchError(GraphError):
     """A search that cannot run as asked (e.g. a pinned knob value no candidate has)."""
-
-
-@dataclass
-class SimpleDispatch:
-    """A dispatch built by the search itself (the unfused baseline's one-op dispatches)."""
-    name: str
-    root: str
-    ops: list
-    inputs: list
-    outputs: list
 
 
 @dataclass
@@ -151,18 +143,6 @@ def _score_job(job):
     return score(graph, dispatch, knobs, arch)
 
 
-def parse_fixes(items) -> dict:
-    """``["swizzle=before_fusion", "vector=4"]`` -> {"swizzle": "before_fusion", "vector": 4}."""
-    out = {}
-    for item in items or ():
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise SearchError(f"--fix {item!r}: expected KNOB=VALUE, e.g. --fix vector=4")
-        v = v.strip()
-        out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
-    return out
-
-
 def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
                       where: str) -> tuple[list, list]:
     """(legal candidates to simulate, illegal ones) after pins and the budget."""
@@ -189,34 +169,6 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
 
 
 # ----------------------------------------------------------------------------- baseline
-def unfused_dispatches(graph: Graph) -> list:
-    """Every non-view op its own dispatch; views fold into their consumers as index maps
-    (a view that is itself a graph output becomes a copy)."""
-    out = []
-    for name in graph.topo_order():
-        op = graph.op(name)
-        if op.kind in ("input", "constant"):
-            continue
-        if op.is_view and name not in graph.outputs:
-            continue
-        ops, inputs = [], []
-
-        def collect(t):
-            o = graph.op(t)
-            if o.is_view and t != name:
-                if t not in ops:
-                    collect(o.inputs[0])
-                    ops.append(t)
-            elif t != name and t not in inputs:
-                inputs.append(t)
-
-        for i in op.inputs:
-            collect(i)
-        ops.append(name)
-        out.append(SimpleDispatch(f"{op.kind}_{len(out)}", name, ops, inputs, [name]))
-    return out
-
-
 def dispatch_bytes(graph: Graph, dispatch) -> int:
     return sum(graph.op(t).type.nbytes for t in list(dispatch.inputs) + list(dispatch.outputs)
                if not (graph.op(t).kind == "constant" and graph.op(t).type.size == 1))
@@ -263,7 +215,7 @@ def minimal_bytes(graph: Graph) -> int:
 
 
 # ----------------------------------------------------------------------------- attention
-#: the plan name of the aggressive plan without rule 8 (attention as QK^T | softmax | PV)
+#: the name of the aggressive plan without the attention rule (QK^T | softmax | PV)
 SPLIT_ATTENTION = "split-attention"
 
 
@@ -374,28 +326,29 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
                 continue
             ref = np.asarray(env[b.name], np.float64)
             got = np.asarray(res.outputs[b.name], np.float64).reshape(ref.shape)
-            tol = 1e-3 if b.dtype == "f32" else 2e-2
+            tol = numerics.tolerance("simulated", "f32" if b.dtype == "f32" else "f16")
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match
         d.max_error, d.verified = worst, ok
 
 
-def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
+def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None) -> TuneResult:
-    """Tunes a model: plan choice (aggressive, aggressive without rule 8's fused
-    attention, conservative), schedules, baseline. ``mode`` pins one of them."""
+    """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
+    fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them."""
     from gpusim.hw import get_arch
 
     from .passes import fuse
     hw = get_arch(arch)
+    check_pins(fixed or {})
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress)
     modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
     tried = {}
     plans = {}
     for m in modes:
-        # rule 8's fused attention is one candidate, its 3-dispatch plan another
+        # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another
         plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION))
         key = tuple(tuple(d.ops) for d in plan.dispatches)
         if any(k == key for k, _ in tried.values()):

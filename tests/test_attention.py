@@ -1,4 +1,4 @@
-"""Attention in one dispatch (rule 8, ``compiler.lower.attention``): the fused kernel equals
+"""Attention in one dispatch (the attention rule, ``compiler.lower.attention``): the fused kernel equals
 numpy within the online softmax's stated bound for random shapes, masks and schedules, on
 the JIT and the pure-Python engine; the rule fuses what it can see and falls back with a
 reason otherwise; the search compares the fused and the 3-dispatch plans."""
@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 import gpusim
 from compiler import builders as B
 from compiler.graph import Graph
-from compiler.lower import lower, schedule_space
+from compiler.lower import lower
 from compiler.lower.attention import Attention, tolerance
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
 from compiler.plan import execute_plan, max_error
 from compiler.reference import evaluate, random_inputs
+from compiler.schedule import schedule_space
 
 SETTINGS = settings(max_examples=12, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -1,6 +1,6 @@
-"""The attention dispatch kind (rule 8, ``compiler.passes.attention``): knobs, schedule
-space, the one legality check, and the lowering of ``O = softmax(f(Q K^T)) V`` in one
-kernel with the online softmax (FlashAttention's algorithm, FMA micro-kernels).
+"""The lowering of the attention dispatch kind (``compiler.passes.attention``) and the one
+legality check its space (``compiler.schedule.attention``) shares: ``O = softmax(f(Q K^T))
+V`` in one kernel with the online softmax (FlashAttention's algorithm, FMA micro-kernels).
 
 One workgroup owns ``BQ`` query rows of one (batch, head). It stages its Q block in LDS
 once, then walks the keys in blocks of ``BK``: stage the K and V blocks in LDS, compute
@@ -37,13 +37,11 @@ the search scores.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 from gpusim import program as P
 
 from ..graph import Graph
-from ..schedule import Candidate
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, unravel
 
@@ -152,43 +150,6 @@ def _limits(arch_name):
     from gpusim.hw import get_arch
     a = get_arch(arch_name)
     return a.wave_size, a.lds_bytes_per_workgroup
-
-
-def _prior(k: dict) -> tuple:
-    """Tried first (the best points of a scan at seq 1024, head dim 64 on gfx942): Q in
-    registers, 4 waves, 32-key blocks, 2 rows per thread, small query blocks (more
-    workgroups), shuffles, vector-padded LDS."""
-    return (Q_IN.index(k["q_in"]), abs(k["waves"] - 4), abs(k["BK"] - 32),
-            abs(k["RM"] - 2), k["BQ"], ROW_STATS.index(k["row_stats"]),
-            LDS_PADS.index(k["lds_pad"]))
-
-
-def attention_space(graph, dispatch, arch_name: str) -> list[Candidate]:
-    """Every candidate schedule: BQ x BK x waves x row_stats, lds_pad crossed on the
-    first (prior-best) legal tile only, so the space stays a few dozen points."""
-    try:
-        a = Attention(graph, dispatch)
-    except LoweringError as e:
-        return [Candidate({}, False, str(e))]
-    ws, lds = _limits(arch_name)
-    legal, illegal = [], []
-    for bq in BQS:
-        for bk in BKS:
-            for w in WAVES:
-                for rm in RMS:
-                    for rs, qin in itertools.product(ROW_STATS, Q_IN):
-                        knobs = {"BQ": bq, "BK": bk, "waves": w, "RM": rm, "q_in": qin,
-                                 "row_stats": rs, "lds_pad": 4}
-                        why = check_schedule(a, knobs, ws, lds)
-                        (illegal if why else legal).append(Candidate(knobs, not why, why))
-    legal.sort(key=lambda c: _prior(c.knobs))
-    if legal:
-        first = legal[0].knobs
-        for pad in LDS_PADS[1:]:
-            knobs = {**first, "lds_pad": pad}
-            why = check_schedule(a, knobs, ws, lds)
-            (illegal if why else legal).append(Candidate(knobs, not why, why))
-    return legal + illegal
 
 
 def tolerance(a: Attention, bk: int, score_range: float, vmax: float) -> float:

@@ -47,7 +47,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def dispatch_kind(graph: Graph, dispatch) -> str:
-    """attention (two matmuls and a softmax: rule 8), contraction (a matmul/conv root),
+    """attention (two matmuls and a softmax: the attention rule), contraction (a matmul/conv root),
     reduction, or elementwise (incl. pure copies)."""
     kinds = {graph.op(n).kind for n in dispatch.ops}
     if sum(graph.op(n).kind == "matmul" for n in dispatch.ops) >= 2 and "reduce_max" in kinds:

@@ -1,4 +1,4 @@
-"""Rule 8 — attention in one dispatch: a contraction, the row softmax over its output and the
+"""Attention in one dispatch: a contraction, the row softmax over its output and the
 contraction that consumes the normalised result fuse into one dispatch (FlashAttention).
 
 ``O = softmax(f(Q K^T)) V`` arrives as three dispatches (QK^T with its epilogue ``f``, the
@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..graph import Graph
-from .state import FusionState, Group
+from .core import Attempt, FusionState, Group
 
 NAME = "attention"
 
@@ -226,7 +226,7 @@ def apply(st: FusionState) -> bool:
     """Merges the three (or, conservative, four) groups of one attention into one."""
     g = st.graph
     for grp in st.sorted_groups():
-        if grp.kind == "attention" or g.op(grp.root).kind != "matmul":
+        if grp.closed or g.op(grp.root).kind != "matmul":
             continue
         pat = match(g, grp.root)
         if pat is None:
@@ -261,15 +261,20 @@ def apply(st: FusionState) -> bool:
     return False
 
 
+def condition(st: FusionState, at: Attempt) -> str | None:
+    """An attention dispatch takes no further ops (checked on every merge)."""
+    if at.prod.closed == NAME or at.cons.closed == NAME:
+        return ("an attention dispatch is closed: its lowering streams keys through LDS "
+                "and takes no further ops")
+    return None
+
+
 def _merge(st: FusionState, pv_group: Group, others: list, pat: AttentionPattern) -> None:
-    """Folds the QK^T and softmax groups into PV's: one dispatch, kind ``attention``."""
+    """Folds the QK^T and softmax groups into PV's: one dispatch, kind ``attention``.
+    No cycle can appear: none of the folded ops has a reader outside the attention."""
     for o in others:
-        for n in o.ops:
-            pv_group.pmap[n] = tuple(None for _ in pv_group.psizes)
-            st.owner[n] = pv_group.id
-        pv_group.ops |= o.ops
-        del st.groups[o.id]
-    pv_group.kind = "attention"
+        st.absorb(pv_group, o)
+    pv_group.closed = NAME
     space = "x".join(map(str, pat.batch + (pat.sq,)))
     reason = (f"one attention dispatch over (batch, heads, query rows) {space}: QK^T, the "
               f"row softmax over {pat.sk} keys and PV line up; S and P stay in registers/LDS "
