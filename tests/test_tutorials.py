@@ -66,7 +66,11 @@ def test_unclosed_fence_is_an_error():
 def test_lessons_are_numbered_in_order():
     names = [os.path.basename(p) for p in lesson_paths()]
     assert names and names == sorted(names)
-    assert [n[:2] for n in names] == [f"{i:02d}" for i in range(1, len(names) + 1)]
+    plain = [n for n in names if n[2] == "_"]
+    assert [n[:2] for n in plain] == [f"{i:02d}" for i in range(1, len(plain) + 1)]
+    for n in names:   # an inserted lesson (05a_) follows the lesson it extends (05_)
+        assert n[2] == "_" or (n[2].isalpha() and n[3] == "_" and
+                               any(p[:2] == n[:2] for p in plain)), n
 
 
 # ------------------------------------------------------------------ lesson 1: coalescing
