@@ -221,14 +221,18 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     return name, kwargs
 
 
-def load_model(spec: str, max_memory: int | None = None) -> Graph:
-    """A built-in model spec or a path to an ONNX file.
+def load_model(spec: str, max_memory: int | None = None, dims: dict | None = None) -> Graph:
+    """A built-in model spec or a path to an ONNX file (``dims`` pins its symbolic
+    dimensions by name; built-in models take parameters instead).
 
     ``max_memory``: bytes a built-in model's constant weights may take; each is checked
     before it is drawn (ONNX initializers are already in memory, bounded by the file).
     """
     if spec.endswith(".onnx") or os.sep in spec:
-        return load_onnx(spec)
+        return load_onnx(spec, dims)
+    if dims:
+        raise ModelError(f"--dim {next(iter(dims))}: --dim pins symbolic dimensions of .onnx "
+                         f"models; built-in models take parameters (NAME:key=value)")
     name, kwargs = parse_spec(spec)
     token = _WEIGHT_LIMIT.set(max_memory)
     try:

@@ -160,11 +160,15 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
                               f"{matching[0].reason}")
         space = matching
     legal = [c for c in space if c.legal and (not c.opt_in or c.opt_in in relevant)]
+    if any(not c.fallback for c in legal):  # the fallback is the last resort only
+        legal = [c for c in legal if not c.fallback]
     illegal = [c for c in space if not c.legal]
     if budget is not None and len(legal) > budget:
+        always = [c for c in legal if c.always]
+        legal = [c for c in legal if not c.always]
         rng = random.Random(seed)
-        keep = sorted(rng.sample(range(len(legal)), budget))
-        legal = [legal[i] for i in keep]
+        keep = sorted(rng.sample(range(len(legal)), max(0, budget - len(always))))
+        legal = always + [legal[i] for i in keep]
     return legal, illegal
 
 
@@ -254,6 +258,33 @@ def attention_decisions(graph: Graph, fused: list, split: list) -> list:
 
 
 # ----------------------------------------------------------------------------- tuning
+def _reason_list(reasons, limit: int = 6) -> str:
+    """The distinct reasons, whole (never cut mid-word): the first ``limit`` and a count
+    of the rest."""
+    distinct = sorted(set(reasons))
+    shown = "; ".join(distinct[:limit])
+    more = len(distinct) - limit
+    return shown + (f"; and {more} more reason(s) (see `wavefuse view candidates`)"
+                    if more > 0 else "")
+
+
+def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> list:
+    """Scores the space's always-lowerable fallback points not yet tried (when every
+    sampled candidate failed to lower or simulate) that agree with the pins; the ones
+    that worked, fastest first."""
+    tried = [s.knobs for s in scored]
+    out = []
+    for c in space:
+        pinned = all(c.knobs.get(k, v) == v for k, v in fixed.items())
+        if c.fallback and c.legal and pinned and c.knobs not in tried:
+            s = score(graph, dispatch, c.knobs, arch)
+            if s.ok:
+                out.append(s)
+            else:
+                illegal.append(Candidate(s.knobs, False, s.error))
+    return sorted(out, key=lambda s: s.time_us)
+
+
 def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
                     seed=0, workers=1, progress=None, label="") -> list:
     """Scores candidates of every dispatch; returns DispatchTune per dispatch."""
@@ -268,6 +299,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     if unknown:
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
+    space_of = {d.name: space for d, space in spaces}
     for d, space in spaces:
         legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
         plans.append((d, legal, illegal))
@@ -300,7 +332,9 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
             s.counters.get("valu_insts", 0) + s.counters.get("vmem_insts", 0)
             + s.counters.get("lds_insts", 0)))
         if not ok:
-            reasons = "; ".join(sorted({c.reason for c in illegal}))[:300]
+            ok = _score_fallbacks(graph, d, space_of[d.name], scored, arch, illegal, fixed)
+        if not ok:
+            reasons = _reason_list(c.reason for c in illegal)
             raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "
                               f"simulated ({reasons})")
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
@@ -326,7 +360,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
                 continue
             ref = np.asarray(env[b.name], np.float64)
             got = np.asarray(res.outputs[b.name], np.float64).reshape(ref.shape)
-            tol = numerics.tolerance("simulated", "f32" if b.dtype == "f32" else "f16")
+            tol = numerics.tolerance("simulated", b.dtype)  # i32 (int/bool): exact
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match
