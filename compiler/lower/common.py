@@ -53,8 +53,11 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def dispatch_kind(graph: Graph, dispatch) -> str:
-    """contraction (a matmul/conv root), reduction, or elementwise (incl. pure copies)."""
+    """attention (two matmuls and a softmax: the attention rule), contraction (a matmul/conv
+    root), reduction, or elementwise (incl. pure copies)."""
     kinds = {graph.op(n).kind for n in dispatch.ops}
+    if sum(graph.op(n).kind == "matmul" for n in dispatch.ops) >= 2 and "reduce_max" in kinds:
+        return "attention"
     if kinds & {"matmul", "conv2d"}:
         return "contraction"
     if kinds & {"reduce_sum", "reduce_max", "reduce_mean"}:

@@ -72,6 +72,7 @@ class Group:
     n_roots: int = 0      # members that are reductions or contractions
     n_other: int = 0      # members that are not elementwise
     n_heavy: int = 0      # members that are neither elementwise nor injective
+    closed: str = ""      # the rule that closed the group to further merges (attention)
 
     def kind(self, graph: Graph) -> RootKind:
         return RootKind.of(graph.op(self.root))
@@ -459,6 +460,12 @@ class FusionState:
             pair = (e.src, e.dst) if isinstance(e, Edge) else e
             self.record(rule, pair[0], pair[1], True, reason)
         return True, reason
+
+    def absorb(self, keep: Group, other: Group) -> None:
+        """``other``'s ops join ``keep`` without pairing the spaces: for a rule that proved
+        the merge legal by its own condition (the attention rule); the members keep no
+        parallel loop of ``keep``'s space (their loops become the kernel's own)."""
+        self._commit(Pairing(keep, other, {}, True, [], 0))
 
     def _commit(self, p: Pairing) -> None:
         """O's members join R, re-expressed over R's parallel space. When the pairing is
