@@ -4,10 +4,12 @@ kernels' outputs, fed dispatch to dispatch, equal the numpy reference of the gra
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpusim
+from compiler.graph import Graph
 from compiler.lower import lower, schedule_space
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
@@ -49,3 +51,43 @@ def test_simulated_kernels_compute_the_graph(g, aggressive, pick, arch):
             np.testing.assert_allclose(got, env[o], rtol=1e-4, atol=1e-5,
                                        err_msg=f"output {o} of {where}")
             values[o] = got  # the next dispatch reads what this kernel wrote
+
+
+def _square_matmul_transpose_neg(then_transpose_back: bool) -> Graph:
+    g = Graph("square_transpose_epilogue")
+    x = g.input("x", (3, 2))
+    w = g.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+    t = g.neg(g.transpose(g.matmul(x, w), (1, 0)))
+    if then_transpose_back:
+        t = g.neg(g.transpose(t, (1, 0)))
+    g.output(t)
+    return g
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+@pytest.mark.parametrize("back", [False, True])
+def test_square_gemm_epilogue_keeps_its_transpose(aggressive, back):
+    """Regression (found by the ``long`` profile): a square matmul -> transpose -> neg has
+    the GEMM's shape, so the shape test let the transpose into the epilogue, which writes
+    each result at its accumulator's own index and so dropped the transpose. Transposed
+    back, each output element again sits at its accumulator's index and may fuse."""
+    g = _square_matmul_transpose_neg(back)
+    plan = fuse(g, aggressive=aggressive)
+    (gemm,) = [d for d in plan.dispatches if d.kind == "contraction"]
+    if back:
+        assert plan.num_dispatches == 1
+    else:
+        assert gemm.outputs == [gemm.root]
+        assert any("accumulator's own index" in d.reason for d in plan.decisions
+                   if not d.fused)
+    env = evaluate(g, random_inputs(g, 5), keep_all=True)
+    values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
+    for d in plan.dispatches:
+        knobs = next(c for c in schedule_space(g, d, "gfx942") if c.legal).knobs
+        k = lower(g, d, knobs, "gfx942")
+        ins = {b.name: memory_image(g, b.name, values[b.name]) for b in k.buffers
+               if b.intent == "in"}
+        res = gpusim.simulate(k, "gfx942", inputs=ins)
+        for o in d.outputs:
+            values[o] = np.asarray(res.outputs[o]).reshape(env[o].shape)
+            np.testing.assert_allclose(values[o], env[o], rtol=1e-5, atol=1e-6)

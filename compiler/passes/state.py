@@ -178,6 +178,53 @@ class FusionState:
                 return "the parallel loops of the two sides do not pair one-to-one"
         return rel_a, rel_b
 
+    def _misplaced_epilogue_output(self, gemm: Group, other: Group, pmap: dict):
+        """Why a tensor the merged epilogue writes would land at the wrong place, or None.
+
+        The contraction lowering evaluates every epilogue output at the accumulator's own
+        index (output element (i, j) is computed from accumulator (i, j)). A result of the
+        root's shape read through a transpose (square matmul -> transpose -> neg) pairs
+        its dim 0 with the root's dim 1: same shape, different element, so the shape test
+        alone passes it. Every result that leaves the dispatch must therefore run each
+        parallel loop of the root along the *same* dimension as the root does."""
+        g = self.graph
+        root = g.op(gemm.root)
+        ploops = ix.parallel_loops(root, g)
+        root_dim = {l: d for d, l in enumerate(ix.result_map(root, g)) if l is not None}
+        members = other.ops | gemm.ops
+        for n in sorted(other.ops, key=self.order.__getitem__):
+            op = g.op(n)
+            if op.is_view or not self._leaves(n, members):
+                continue
+            rmap = ix.result_map(op, g)
+            for kr, loop in enumerate(pmap[n]):
+                if loop is None or loop not in rmap:
+                    continue
+                want, got = root_dim[ploops[kr]], rmap.index(loop)
+                if want != got:
+                    return (f"{n} holds the contraction's dim {want} along its dim {got} "
+                            f"(a transpose between {gemm.root} and {n}): the epilogue writes "
+                            f"each result at its accumulator's own index")
+        return None
+
+    def _leaves(self, n: str, members: set) -> bool:
+        """Whether ``n``'s value is needed outside ``members``: a graph output, or read
+        (directly or through a chain of views) by an op outside them."""
+        g, todo, seen = self.graph, [n], set()
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in g.outputs:
+                return True
+            for u in g.users(t):
+                if g.op(u).is_view:
+                    todo.append(u)
+                elif u not in members:
+                    return True
+        return False
+
     def sole_user(self, grp: Group):
         """The one op reading ``grp``'s results, or None when there are several."""
         users = {e.dst for e in self.out_edges(grp)}
@@ -327,15 +374,19 @@ class FusionState:
         if nx.has_path(dg, prod.id, cons.id) or nx.has_path(dg, cons.id, prod.id):
             return False, ("fusing would create a cycle between dispatches (a path leaves "
                            "one and re-enters the other through a third dispatch)")
-        # commit: re-express O's members over R's parallel space
+        # re-express O's members over R's parallel space
         inv = {}
         for kr in range(len(R.psizes)):
             v = rel_R.get(kr)
             inv[kr] = v if isinstance(v, int) else None
-        for o in O.ops:
-            pm = O.pmap[o]
-            R.pmap[o] = tuple(pm[inv[kr]] if inv[kr] is not None else None
-                              for kr in range(len(R.psizes)))
+        new_pmap = {o: tuple(O.pmap[o][inv[kr]] if inv[kr] is not None else None
+                             for kr in range(len(R.psizes))) for o in O.ops}
+        if R.rank(g) == 3:
+            why = self._misplaced_epilogue_output(R, O, new_pmap)
+            if why:
+                return False, why
+        # commit
+        R.pmap.update(new_pmap)
         R.ops |= O.ops
         for o in O.ops:
             self.owner[o] = R.id
