@@ -17,11 +17,9 @@ from typing import Callable
 import numpy as np
 
 from . import builders as B
-from .graph import Graph, GraphError
-
-
-class ModelError(GraphError):
-    """Unknown model, bad parameter or unreadable model file."""
+from .frontends.onnx import load_onnx
+from .graph import Graph, ModelError
+from .limits import check_allocation, tensor_bytes
 
 
 #: the memory limit while a model is built: weights are checked against it before drawing.
@@ -32,7 +30,6 @@ _WEIGHT_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("weig
 def _weights(shape, seed, scale=None):
     limit = _WEIGHT_LIMIT.get()
     if limit is not None:
-        from .limits import check_allocation, tensor_bytes
         check_allocation(tensor_bytes(shape, "f32"), limit,
                          f"a weight of shape {'x'.join(map(str, shape))}")
     rng = np.random.default_rng(seed)
@@ -215,15 +212,18 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     return name, kwargs
 
 
-def load_model(spec: str, max_memory: int | None = None) -> Graph:
-    """A built-in model spec or a path to an ONNX file.
+def load_model(spec: str, max_memory: int | None = None, dims: dict | None = None) -> Graph:
+    """A built-in model spec or a path to an ONNX file (``dims`` pins its symbolic
+    dimensions by name; built-in models take parameters instead).
 
     ``max_memory``: bytes a built-in model's constant weights may take; each is checked
     before it is drawn (ONNX initializers are already in memory, bounded by the file).
     """
     if spec.endswith(".onnx") or os.sep in spec:
-        from .frontends.onnx import load_onnx
-        return load_onnx(spec)
+        return load_onnx(spec, dims)
+    if dims:
+        raise ModelError(f"--dim {next(iter(dims))}: --dim pins symbolic dimensions of .onnx "
+                         f"models; built-in models take parameters (NAME:key=value)")
     name, kwargs = parse_spec(spec)
     token = _WEIGHT_LIMIT.set(max_memory)
     try:

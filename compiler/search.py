@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpusim.hw import DEFAULT_ARCH
+
 from . import numerics
 from .graph import Graph, GraphError
-from .lower import LoweringError, dispatch_kind, lower, schedule_space
+from .lower import LoweringError, dispatch_kind, lower
 from .lower.common import memory_image
-from .plan import Decision
+from .plan import Decision, unfused_dispatches
 from .reference import evaluate, random_inputs
-from .schedule import Candidate
+from .schedule import Candidate, check_pins, schedule_space
 
 KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict_rate_pct",
                 "hbm_bytes", "occupancy_waves_per_simd", "valu_insts", "vmem_insts",
@@ -38,16 +40,6 @@ KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict
 
 class SearchError(GraphError):
     """A search that cannot run as asked (e.g. a pinned knob value no candidate has)."""
-
-
-@dataclass
-class SimpleDispatch:
-    """A dispatch built by the search itself (the unfused baseline's one-op dispatches)."""
-    name: str
-    root: str
-    ops: list
-    inputs: list
-    outputs: list
 
 
 @dataclass
@@ -148,18 +140,6 @@ def _score_job(job):
     return score(graph, dispatch, knobs, arch)
 
 
-def parse_fixes(items) -> dict:
-    """``["swizzle=before_fusion", "vector=4"]`` -> {"swizzle": "before_fusion", "vector": 4}."""
-    out = {}
-    for item in items or ():
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise SearchError(f"--fix {item!r}: expected KNOB=VALUE, e.g. --fix vector=4")
-        v = v.strip()
-        out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
-    return out
-
-
 def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
                       where: str) -> tuple[list, list]:
     """(legal candidates to simulate, illegal ones) after pins and the budget."""
@@ -177,43 +157,19 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
                               f"{matching[0].reason}")
         space = matching
     legal = [c for c in space if c.legal and (not c.opt_in or c.opt_in in relevant)]
+    if any(not c.fallback for c in legal):  # the fallback is the last resort only
+        legal = [c for c in legal if not c.fallback]
     illegal = [c for c in space if not c.legal]
     if budget is not None and len(legal) > budget:
+        always = [c for c in legal if c.always]
+        legal = [c for c in legal if not c.always]
         rng = random.Random(seed)
-        keep = sorted(rng.sample(range(len(legal)), budget))
-        legal = [legal[i] for i in keep]
+        keep = sorted(rng.sample(range(len(legal)), max(0, budget - len(always))))
+        legal = always + [legal[i] for i in keep]
     return legal, illegal
 
 
 # ----------------------------------------------------------------------------- baseline
-def unfused_dispatches(graph: Graph) -> list:
-    """Every non-view op its own dispatch; views fold into their consumers as index maps
-    (a view that is itself a graph output becomes a copy)."""
-    out = []
-    for name in graph.topo_order():
-        op = graph.op(name)
-        if op.kind in ("input", "constant"):
-            continue
-        if op.is_view and name not in graph.outputs:
-            continue
-        ops, inputs = [], []
-
-        def collect(t):
-            o = graph.op(t)
-            if o.is_view and t != name:
-                if t not in ops:
-                    collect(o.inputs[0])
-                    ops.append(t)
-            elif t != name and t not in inputs:
-                inputs.append(t)
-
-        for i in op.inputs:
-            collect(i)
-        ops.append(name)
-        out.append(SimpleDispatch(f"{op.kind}_{len(out)}", name, ops, inputs, [name]))
-    return out
-
-
 def dispatch_bytes(graph: Graph, dispatch) -> int:
     return sum(graph.op(t).type.nbytes for t in list(dispatch.inputs) + list(dispatch.outputs)
                if not (graph.op(t).kind == "constant" and graph.op(t).type.size == 1))
@@ -260,6 +216,33 @@ def minimal_bytes(graph: Graph) -> int:
 
 
 # ----------------------------------------------------------------------------- tuning
+def _reason_list(reasons, limit: int = 6) -> str:
+    """The distinct reasons, whole (never cut mid-word): the first ``limit`` and a count
+    of the rest."""
+    distinct = sorted(set(reasons))
+    shown = "; ".join(distinct[:limit])
+    more = len(distinct) - limit
+    return shown + (f"; and {more} more reason(s) (see `wavefuse view candidates`)"
+                    if more > 0 else "")
+
+
+def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> list:
+    """Scores the space's always-lowerable fallback points not yet tried (when every
+    sampled candidate failed to lower or simulate) that agree with the pins; the ones
+    that worked, fastest first."""
+    tried = [s.knobs for s in scored]
+    out = []
+    for c in space:
+        pinned = all(c.knobs.get(k, v) == v for k, v in fixed.items())
+        if c.fallback and c.legal and pinned and c.knobs not in tried:
+            s = score(graph, dispatch, c.knobs, arch)
+            if s.ok:
+                out.append(s)
+            else:
+                illegal.append(Candidate(s.knobs, False, s.error))
+    return sorted(out, key=lambda s: s.time_us)
+
+
 def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
                     seed=0, workers=1, progress=None, label="") -> list:
     """Scores candidates of every dispatch; returns DispatchTune per dispatch."""
@@ -274,6 +257,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     if unknown:
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
+    space_of = {d.name: space for d, space in spaces}
     for d, space in spaces:
         legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
         plans.append((d, legal, illegal))
@@ -306,7 +290,9 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
             s.counters.get("valu_insts", 0) + s.counters.get("vmem_insts", 0)
             + s.counters.get("lds_insts", 0)))
         if not ok:
-            reasons = "; ".join(sorted({c.reason for c in illegal}))[:300]
+            ok = _score_fallbacks(graph, d, space_of[d.name], scored, arch, illegal, fixed)
+        if not ok:
+            reasons = _reason_list(c.reason for c in illegal)
             raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "
                               f"simulated ({reasons})")
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
@@ -332,14 +318,14 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
                 continue
             ref = np.asarray(env[b.name], np.float64)
             got = np.asarray(res.outputs[b.name], np.float64).reshape(ref.shape)
-            tol = 1e-3 if b.dtype == "f32" else 2e-2
+            tol = numerics.tolerance("simulated", b.dtype)  # i32 (int/bool): exact
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match
         d.max_error, d.verified = worst, ok
 
 
-def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
+def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None) -> TuneResult:
     """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline."""
@@ -347,6 +333,7 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
 
     from .passes import fuse
     hw = get_arch(arch)
+    check_pins(fixed or {})
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress)
     modes = ("aggressive", "conservative") if mode == "auto" else (mode,)
     tried = {}

@@ -103,13 +103,25 @@ def test_operand_vectors_and_illegal_widths():
         lower_contraction(g, whole(g), {**TILE, "vec_a": 4, "vec_b": 1}, "gfx942")
 
 
-def test_grouped_conv_is_rejected_clearly():
+@pytest.mark.parametrize("fmt,c,o,groups", [("NCHW", 4, 6, 2), ("NHWC", 8, 8, 8),
+                                             ("NCHW", 8, 16, 8), ("NHWC", 8, 12, 2)])
+def test_grouped_and_depthwise_convs_match_numpy(fmt, c, o, groups):
+    """Groups are the implicit GEMM's batch: grouped, depthwise (groups = channels) and
+    depthwise with a channel multiplier, padded and strided, equal numpy."""
     g = Graph("grouped")
-    x = g.input("x", (1, 4, 8, 8))
-    w = g.input("w", (4, 2, 3, 3))
-    g.output(g.conv2d(x, w, groups=2, padding=(1, 1, 1, 1)))
-    with pytest.raises(LoweringError, match="groups=2"):
-        lower_contraction(g, whole(g), TILE, "gfx942")
+    if fmt == "NCHW":
+        x, w = g.input("x", (2, c, 9, 8)), g.input("w", (o, c // groups, 3, 3))
+    else:
+        x, w = g.input("x", (2, 9, 8, c)), g.input("w", (o, 3, 3, c // groups))
+    g.output(g.relu(g.conv2d(x, w, data_format=fmt, groups=groups, padding=(1, 1, 1, 1),
+                             stride=(1, 2))))
+    d = whole(g)
+    knobs = next(c.knobs for c in contraction_space(g, d, "gfx942") if c.legal)
+    k = lower_contraction(g, d, knobs, "gfx942")
+    assert k.meta["gemm"]["batch"] == groups
+    res, ref = run_functional(g, k)
+    np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_space_marks_illegal_points_with_reasons():

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from gpusim.hw import DEFAULT_ARCH
+
 from . import common
 from .show import render_graph
 
@@ -103,7 +105,7 @@ def step_source(state: dict, con) -> dict:
     return {"kernel": d.kernel.name, "hip_lines": emit_kernel(d.kernel, DEMO_ARCH).count("\n")}
 
 
-DEMO_ARCH = "gfx942"
+DEMO_ARCH = DEFAULT_ARCH
 DEMO_BUDGET = 24
 
 STEPS: list[tuple[str, Callable]] = [("graph", step_graph), ("fusion", step_fusion),

@@ -3,16 +3,29 @@
 One lowering per dispatch kind: contractions (matmul, conv as implicit GEMM, with their
 fused epilogue), row reductions (softmax/norms with fused producers and consumers, or the
 generic serial fallback) and elementwise/injective dispatches (including pure copies
-such as a materialised transpose), naive or, for permutes, through an LDS tile.
+such as a materialised transpose), naive or, for permutes, through an LDS tile. The
+schedule spaces and the knobs of each kind are in ``compiler.schedule`` (which imports
+this package, never the other way round).
 """
 from __future__ import annotations
+
+from gpusim.hw import DEFAULT_ARCH
 
 from .common import LoweringError, dispatch_kind
 
 
-def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower(graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     kind = dispatch_kind(graph, dispatch)
+    for n in dispatch.ops:  # simplification: integer math is elementwise only
+        op = graph.op(n)
+        if op.type.dtype in ("i32", "bool") and (op.is_reduction or op.kind == "pow"):
+            raise LoweringError(f"node {n!r}: {op.kind} on {op.type.dtype} values is not "
+                                f"lowered (only float reductions and powers are); cast "
+                                f"to float first")
     if kind == "contraction":
+        if schedule.get("lowering") == "direct":
+            from .conv import lower_direct_conv
+            return lower_direct_conv(graph, dispatch, schedule, arch_name)
         from .contraction import lower_contraction
         return lower_contraction(graph, dispatch, schedule, arch_name)
     if kind == "reduction":
@@ -27,17 +40,4 @@ def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
     return lower_elementwise(graph, dispatch, schedule, arch_name)
 
 
-def schedule_space(graph, dispatch, arch_name: str = "gfx942") -> list:
-    """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
-    kind = dispatch_kind(graph, dispatch)
-    if kind == "contraction":
-        from ..schedule.contraction import contraction_space
-        return contraction_space(graph, dispatch, arch_name)
-    if kind == "reduction":
-        from .reduction import rows_space
-        return rows_space(graph, dispatch, arch_name)
-    from .elementwise import elementwise_space
-    return elementwise_space(graph, dispatch, arch_name)
-
-
-__all__ = ["lower", "schedule_space", "LoweringError", "dispatch_kind"]
+__all__ = ["lower", "LoweringError", "dispatch_kind"]

@@ -4,7 +4,8 @@ The GEMM view. A batched matmul is ``C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]`
 convolution is the same GEMM, implicitly (no im2col buffer): M = N*OH*OW output positions,
 N = filters, K = C*kH*kW. For NHWC the K order is (kh, kw, c) so channels are innermost
 and an A row reads contiguous memory; for NCHW it is (c, kh, kw). Padding becomes a
-guard on the A load (out-of-image reads are zero). Groups > 1 are not supported.
+guard on the A load (out-of-image reads are zero); groups are the GEMM's batch
+(``compiler.lower.conv`` holds the addressing).
 
 Operand access is one formula, written once over "numbers or IR": the same Python code
 that builds a load's offset expression also fills numpy tables of every offset of A and
@@ -55,7 +56,8 @@ before_fusion: LDS round trip first). CDNA only; opt-in in the schedule space
 (``--fix mma=mfma``, see ``compiler.schedule.contraction``).
 
 Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
-LDS double buffering; dispatch outputs must have the root's shape.
+LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
+or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
 """
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ import math
 import numpy as np
 
 from gpusim import program as P
+from gpusim.hw import get_arch
 
 from ..graph import Graph
 from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
@@ -132,6 +135,7 @@ class Operand:
         self.index_fn = None          # (b, r, c) -> (logical index, valid) for the emitter
         self.max_vec = {"r": 1, "c": 1}
         self.inner = "c"
+        self.simplify_affine = False  # see _simplify_affine (conv filters set it)
 
     def analyse(self, batch: int):
         """Largest legal vector width along rows and cols, from the exact offset table."""
@@ -142,6 +146,8 @@ class Operand:
         c = np.arange(self.cols).reshape(1, 1, -1)
         off, valid = self.offset_fn(b, r, c)
         off = np.broadcast_to(off, (batch, self.rows, self.cols))
+        if valid is None and self.simplify_affine:
+            self._simplify_affine(off)
         valid = np.broadcast_to(True if valid is None else valid, off.shape)
         for dim, (o, v) in {"c": (off, valid),
                             "r": (off.transpose(0, 2, 1), valid.transpose(0, 2, 1))}.items():
@@ -161,6 +167,31 @@ class Operand:
                     break
             self.max_vec[dim] = best
         # stride-1 dimension innermost, even for scalar loads (coalescing across lanes)
+        self._pick_inner(off)
+
+    def _simplify_affine(self, off):
+        """An unpredicated operand whose offsets are ``base + b*sb + r*sr + c*sc`` gets
+        that formula as its IR: a conv filter's K index (c, kh, kw) split by div/mod and
+        recombined is just ``k * stride``, which the validator can prove aligned for
+        vector loads (it cannot see through the div/mod) and which costs fewer VALU ops.
+        Only conv filters ask for it: an activation's (m, k) offsets keep their per-
+        dimension form, whose address arithmetic the timing model was calibrated on."""
+        base = int(off[0, 0, 0])
+        steps = [int(off[1, 0, 0] - base) if off.shape[0] > 1 else 0,
+                 int(off[0, 1, 0] - base) if off.shape[1] > 1 else 0,
+                 int(off[0, 0, 1] - base) if off.shape[2] > 1 else 0]
+        axes = [np.arange(n, dtype=np.int64).reshape([-1 if d == i else 1 for d in range(3)])
+                for i, n in enumerate(off.shape)]
+        if not np.array_equal(base + sum(a * st for a, st in zip(axes, steps)), off):
+            return
+        sb, sr, sc = steps
+
+        def affine(b, r, c):
+            return _add(_add(_add(base, _mul(b, sb)), _mul(r, sr)), _mul(c, sc)), None
+
+        self.offset_fn = affine
+
+    def _pick_inner(self, off):
         o2 = off[0]
         dc = abs(int(o2[0, 1] - o2[0, 0])) if self.cols > 1 else 1 << 30
         dr = abs(int(o2[1, 0] - o2[0, 0])) if self.rows > 1 else 1 << 30
@@ -230,6 +261,25 @@ class Gemm:
                                 f"{root.kind}, not a matmul or conv2d")
         for opnd in (self.A, self.B):
             opnd.analyse(self.batch)
+        self._propagate_layout(dispatch)
+
+    def _propagate_layout(self, dispatch):
+        """Output index maps and, when an output is a view of the result in another
+        order, the write direction from its memory (``compiler.lower.layout``)."""
+        from .layout import is_identity, output_maps, output_vectors
+        self.out_maps = output_maps(self.graph, dispatch, self.root.name)
+        self.out_vec = None
+        if all(is_identity(self.graph, p) for p in self.out_maps.values()):
+            return
+        self.out_vec = output_vectors(self, self.graph, self.out_maps)
+        other = "m" if self.vec_dim == "n" else "n"
+        if self.out_vec[other] > self.out_vec[self.vec_dim]:
+            self.vec_dim = other
+
+    def out_index(self, o, idx):
+        """Index of dispatch output ``o`` holding the root element at ``idx``."""
+        from .layout import forward_index
+        return forward_index(self.graph, self.out_maps[o], idx)
 
     # ---------------------------------------------------------------- matmul
     def _matmul(self, dispatch):
@@ -281,72 +331,9 @@ class Gemm:
 
     # ---------------------------------------------------------------- conv
     def _conv(self, dispatch):
-        g = self.graph
-        at = self.root.attrs
-        if at.get("groups", 1) != 1:
-            raise LoweringError(f"conv {self.root.name!r}: groups={at['groups']} is not "
-                                f"supported by the implicit-GEMM lowering (groups=1 only)")
-        x_t, w_t = self.root.inputs
-        fmt = at.get("data_format", "NCHW")
-        xs, ws = g.op(x_t).type.shape, g.op(w_t).type.shape
-        if fmt == "NHWC":
-            n, h, wd, c = xs
-            o, kh, kw, _ = ws
-            _, oh, ow, _ = self.root.type.shape
-        else:
-            n, c, h, wd = xs
-            o, _, kh, kw = ws
-            _, _, oh, ow = self.root.type.shape
-        self.fmt = fmt
-        self.batch, self.bshape = 1, ()
-        self.M, self.N, self.K = n * oh * ow, o, c * kh * kw
-        self.vec_dim = "n" if fmt == "NHWC" else "m"
-        self.conv = (n, c, h, wd, o, kh, kw, oh, ow)
-        sh, sw = at.get("stride", (1, 1))
-        dh, dw = at.get("dilation", (1, 1))
-        xa = _affine_strides(g, dispatch, x_t)
-        wa = _affine_strides(g, dispatch, w_t)
-        if xa is None or wa is None:
-            raise LoweringError(f"conv {self.root.name!r}: operands must be inputs or views "
-                                f"of inputs (a fused producer of a conv operand is not "
-                                f"supported)")
-
-        pt, pl, pb, pr = at.get("padding", (0, 0, 0, 0))
-
-        def split_k(k):
-            """(kh, kw, c) of a K index in this format's K order."""
-            if kh == kw == 1:  # 1x1: K is the channel index
-                return 0, 0, k
-            if fmt == "NHWC":  # (kh, kw, c): channels innermost
-                return _div(k, kw * c), _mod(_div(k, c), kw), _mod(k, c)
-            return _mod(_div(k, kw), kh), _mod(k, kw), _div(k, kh * kw)  # (c, kh, kw)
-
-        def a_offset(b, m, k):
-            src, st, base = xa
-            nb, y, x = _div(m, oh * ow), _mod(_div(m, ow), oh), _mod(m, ow)
-            ki, kj, ci = split_k(k)
-            ih = _add(_add(_mul(y, sh), _mul(ki, dh)), -pt)
-            iw = _add(_add(_mul(x, sw), _mul(kj, dw)), -pl)
-            ix = (nb, ih, iw, ci) if fmt == "NHWC" else (nb, ci, ih, iw)
-            off = base
-            for i, s in zip(ix, st):
-                off = _add(off, _mul(i, s))
-            # only padding can take a tap outside the image
-            valid = _and(_in_range(ih, 0 if pt else None, h if pb else None),
-                         _in_range(iw, 0 if pl else None, wd if pr else None))
-            return off, valid
-
-        def b_offset(b, k, f):
-            src, st, base = wa
-            ki, kj, ci = split_k(k)
-            ix = (f, ki, kj, ci) if fmt == "NHWC" else (f, ci, ki, kj)
-            off = base
-            for i, s in zip(ix, st):
-                off = _add(off, _mul(i, s))
-            return off, None
-
-        self.A = Operand(x_t, xa[0], self.M, self.K, a_offset)
-        self.B = Operand(w_t, wa[0], self.K, self.N, b_offset)
+        from .conv import setup_conv_gemm
+        setup_conv_gemm(self, dispatch, _affine_strides,
+                        (Operand, _add, _mul, _div, _mod, _and, _in_range))
 
     # ---------------------------------------------------------------- root index
     def root_index(self, b, m, n):
@@ -358,15 +345,21 @@ class Gemm:
                 idx.append(_mod(rest, s))
                 rest = _div(rest, s)
             return tuple(reversed(idx)) + (m, n)
-        _, _, _, _, _, _, _, oh, ow = self.conv
-        nb, y, x = _div(m, oh * ow), _mod(_div(m, ow), oh), _mod(m, ow)
-        return (nb, y, x, n) if self.fmt == "NHWC" else (nb, n, y, x)
+        from .conv import conv_root_index
+        return conv_root_index(self, b, m, n, (_add, _mul, _div, _mod))
 
     def swizzle_width(self, BM, BN):
         """Elements per thread after the output swizzle: 4 along the output's contiguous
         dim when that keeps vectors inside one row of the output, else 2 or 1."""
+        if self.out_vec is not None:  # an output in another order: its memory decides
+            tile = BN if self.vec_dim == "n" else BM
+            for w in (4, 2, 1):
+                if w <= self.out_vec[self.vec_dim] and tile % w == 0:
+                    return w
         if self.vec_dim == "n":
             size, tile = self.N, BN
+        elif self.kind == "matmul":
+            size, tile = self.M, BM
         else:
             size, tile = self.conv[8], BM  # consecutive m stay in one output row
         for w in (4, 2, 1):
@@ -515,41 +508,31 @@ def vgpr_estimate(s, threads) -> int:
 
 
 # ------------------------------------------------------------------ the lowering
-def _arch_limits(arch_name):
-    """(wave size, LDS bytes per CU) from gpusim.hw when present, else CDNA defaults."""
-    try:
-        from gpusim.hw import get_arch  # type: ignore
-        a = get_arch(arch_name)
-        ws = getattr(a, "wave_size", 64)
-        lds = getattr(a, "lds_bytes_per_cu", None) or getattr(a, "lds_bytes", None) or 65536
-        return int(ws), int(lds)
-    except (ImportError, AttributeError):
-        return (32 if arch_name.startswith("gfx11") else 64), 65536
+def arch_limits(arch_name):
+    """(wave size, LDS bytes a workgroup may use) of the Arch; an unknown arch is an error."""
+    a = get_arch(arch_name)
+    return a.wave_size, a.lds_bytes_per_workgroup
 
 
 def _arch_has_mfma(arch_name) -> bool:
-    try:
-        from gpusim.hw import get_arch
-        return bool(get_arch(arch_name).mfma_passes)
-    except Exception:  # unknown arch names: only the CDNA ones have matrix cores
-        return str(arch_name).startswith(("gfx90a", "gfx94"))
+    return bool(get_arch(arch_name).mfma_passes)
 
 
 def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) -> P.Kernel:
     """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in."""
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
-    wave_size, lds_limit = _arch_limits(arch_name)
+    wave_size, lds_limit = arch_limits(arch_name)
     why = check_schedule(gemm, s, wave_size, lds_limit)
     if not why and s["mma"] == "mfma" and not _arch_has_mfma(arch_name):
         why = f"mma=mfma: {arch_name} has no MFMA matrix cores (CDNA only)"
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:
-        if graph.op(o).type.shape != gemm.root.type.shape:
+        if graph.op(o).type.size != gemm.root.type.size:
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} has shape "
                                 f"{graph.op(o).type.shape}, not the root's "
-                                f"{gemm.root.type.shape}")
+                                f"{gemm.root.type.shape} or a view of it")
     return _Builder(graph, dispatch, gemm, s, arch_name).build()
 
 
@@ -970,9 +953,10 @@ class _Builder:
                 with self.em.scope(stmts):
                     self.em.bound[root] = lambda ix, r=acc[i][j]: r
                     for o in self.d.outputs:
-                        val = self.em.value(o, idx)
+                        oidx = self.gemm.out_index(o, idx)
+                        val = self.em.value(o, oidx)
                         if store:
-                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, idx),
+                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, oidx),
                                                  (val,)))
                         else:
                             r = self.var(f"ep_{o}", "f32")
@@ -997,10 +981,6 @@ class _Builder:
         self.body += loads_phase + compute_phase
         self.em.bound.pop(root, None)
         return results
-
-    def ctile_elems(self, sv):
-        return (self.BM * (self.BN + sv) if self.gemm.vec_dim == "n"
-                else self.BN * (self.BM + sv))
 
     def ctile_index(self, ml, nl, sv):
         if self.gemm.vec_dim == "n":
@@ -1044,7 +1024,7 @@ class _Builder:
             with self.em.scope(body):
                 vals = compute(regs, idxs)
                 for o in outputs:
-                    off = self.em.offset(self.g.op(o).type, idxs[0])
+                    off = self.em.offset(self.g.op(o).type, self.gemm.out_index(o, idxs[0]))
                     body.append(P.Store(o, off, tuple(vals[o])))
             pre, post = split_at_last_load(body)
             guard = self._guard(m, n, sv)
@@ -1075,7 +1055,8 @@ class _Builder:
         out = {}
         for o in self.d.outputs:
             self.em.analyse_access(o, len(regs), stop_at=(root,))
-            out[o] = self.em.values(o, idxs, len(regs)) if len(regs) > 1 else \
-                [self.em.value(o, idxs[0])]
+            oidxs = [self.gemm.out_index(o, ix) for ix in idxs]
+            out[o] = self.em.values(o, oidxs, len(regs)) if len(regs) > 1 else \
+                [self.em.value(o, oidxs[0])]
         self.em.bound.pop(root, None)
         return out

@@ -1,23 +1,26 @@
-"""Rule 1 — elementwise producer-consumer fusion, through broadcasts and views.
+"""Elementwise producer-consumer fusion, through broadcasts and views.
 
 An elementwise producer whose value is read by exactly one op fuses into the dispatch of
 that op when the indexing maps on the edge put producer and consumer at the same parallel
-point. Views between them (transpose, reshape, broadcast) are not dispatches: they become
-the consumer's index map into the producer, so ``exp(x).T + y`` is one loop nest. A
+point. Injective producers (gather, pad, concat: one chosen element per output element)
+fuse the same way; the dimensions they gather, pad or concatenate are not projections, so
+their own producers stay boundaries across those dimensions. Views between them
+(transpose, reshape, broadcast, slice) are not dispatches: they become the consumer's
+index map into the producer, so ``exp(x).T + y`` is one loop nest. A
 producer read through a broadcast is recomputed along the broadcast loops (cheap for
 elementwise ops; IREE and XLA do the same), and the decision says so.
 
 Limits: a reshape that splits or merges dimensions is not a projection of the loops, so a
 producer behind one stays a boundary; a producer that feeds a contraction's operand is
-never fused (rule 7 covers the contraction's *consumers* instead); producers with several
-readers are rule 2's business. Views are placed at the end (``place_views``): each view is
-copied into every dispatch that reads through it (free: an index map), and only a view
+never fused (the epilogue rule covers the contraction's *consumers* instead); producers
+with several readers are the multi-use rule's business. Views are placed at the end
+(``place_views``): each view is copied into every dispatch that reads through it (free: an index map), and only a view
 that is itself a graph output of an input/constant needs a copy dispatch of its own.
 """
 from __future__ import annotations
 
 from . import indexing as ix
-from .state import FusionState
+from .core import FusionState
 
 NAME = "elementwise"
 
@@ -25,13 +28,13 @@ NAME = "elementwise"
 def apply(st: FusionState) -> bool:
     g = st.graph
     for grp in st.sorted_groups():
-        if not st.elementwise_only(grp):
+        if not st.injective_only(grp):
             continue
         u = st.sole_user(grp)
         if u is None:
             continue
         if g.op(u).is_reduction:
-            continue  # rule 3
+            continue  # the reduction-producer rule's
         if st.merge_or_record(NAME, grp, st.group_of(u)):
             return True
     return False

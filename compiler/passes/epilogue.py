@@ -1,32 +1,70 @@
-"""Rule 7 — contraction epilogues: a matmul/conv root absorbs its elementwise consumers.
+"""Contraction epilogues: a matmul/conv root absorbs its elementwise consumers.
 
 Bias add, residual add, activation (relu, GELU) run on each output element right after
 the contraction's accumulator is final, so the result is written once, post-epilogue.
 The consumer dispatch must have exactly the root's parallel space (one epilogue
-evaluation per output element). For every extra tensor the epilogue reads, the plan
-records whether its memory layout matches the root's output layout (row-major): that is
+evaluation per output element). The epilogue may read the result through views (the
+exporter's Reshape (128, 256) -> (1, 128, 256) after a 2-D Gemm, a squeeze, the Transpose
+NCHW -> NHWC after an ONNX Conv): a tensor holding the result's elements one-to-one in
+another shape or order is written by the tile in that order (``passes.layout`` decides
+it exactly; IREE's layout propagation). For every extra tensor the epilogue reads, the plan
+records whether its memory layout matches the written output's layout: that is
 the fact rocMLIR's output-swizzle placement turns on — swizzling the output through LDS
 *before* the epilogue makes the epilogue's reads coalesced only when those tensors are
 laid out like the output (conv+add+relu NHWC: 0.0541 ms -> 0.0464 ms on MI300), and can
 regress when they are not.
 
-Limits: only elementwise consumers; reductions over the contraction result (softmax of
-attention scores) stay separate dispatches; producers of the operands are never fused.
+Limits (``condition``, checked for every merge, whichever rule tries it): only elementwise
+consumers join a contraction; two contractions never share a dispatch; reductions over the
+contraction result (softmax of attention scores) stay separate dispatches, since the
+epilogue runs once per output element of the tile; producers of the operands are never
+fused (a GEMM reads its operands from memory, as in IREE); every tensor of the epilogue
+that leaves the dispatch holds the contraction's elements, in its shape or one-to-one
+through a view (``passes.layout``), the only tensors its tiles write.
 """
 from __future__ import annotations
 
 from . import indexing as ix
-from .state import FusionState
+from .core import Attempt, FusionState, RootKind
+from .layout import epilogue_shape_reason, written_dims
 
 NAME = "epilogue"
+C = RootKind.CONTRACTION
 
 
 def apply(st: FusionState) -> bool:
     g = st.graph
     for grp in st.sorted_groups():
-        if grp.rank(g) == 3 and st.fuse_into_consumers(NAME, grp):
+        if grp.kind(g) == C and st.fuse_into_consumers(NAME, grp):
             return True
     return False
+
+
+def condition(st: FusionState, at: Attempt) -> str | None:
+    """Why a merge touching a contraction is refused, or None."""
+    g = st.graph
+    for e in at.edges:
+        if g.op(e.dst).is_contraction:
+            return (f"{e.src} is an operand of the contraction {e.dst}: "
+                    f"contractions read their operands from memory (producer "
+                    f"fusion into a GEMM/conv tile is not done, as in IREE)")
+    pr, cr = at.kinds(g)
+    if pr == C and cr == C:
+        return "two contractions never share a dispatch"
+    if C in (pr, cr) and RootKind.REDUCTION in (pr, cr):
+        return ("a reduction and a contraction do not share a dispatch: the "
+                "epilogue runs once per output element of the contraction tile")
+    if pr == C and not st.elementwise_only(at.cons):
+        return "only elementwise ops join a contraction epilogue"
+    if C in (pr, cr):
+        # the GEMM writes tile by tile: every tensor of the epilogue that leaves the
+        # dispatch holds the result's elements in its shape or one-to-one through a view
+        # (then the tile writes in the view's order: layout propagation)
+        gemm, other = (at.prod, at.cons) if pr == C else (at.cons, at.prod)
+        why = epilogue_shape_reason(g, gemm.root, gemm.ops, other.ops, st.order.__getitem__)
+        if why:
+            return why
+    return None
 
 
 def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:
@@ -35,7 +73,11 @@ def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:
     g = st.graph
     root = g.op(grp.root)
     ploops = ix.parallel_loops(root, g)
-    out_dim_of_loop = {l: d for d, l in enumerate(ix.result_map(root, g)) if l is not None}
+    # compared with the tensor the tile writes (a transposed view of the result is
+    # written in its own order: layout propagation, see passes.layout)
+    written = written_dims(g, grp.root, ops)
+    out_dim_of_loop = {l: written[d] for d, l in enumerate(ix.result_map(root, g))
+                       if l is not None}
     facts, seen = [], set()
     for o in sorted(ops, key=st.order.__getitem__):
         op = g.op(o)

@@ -11,14 +11,40 @@ micro-tiles) or ``mfma`` (one matrix-core block per wave, CDNA only).
 The tiles are a short ranked list (small-M tiles with split-K first, then the classic
 64x64); each is crossed with the swizzle placements, and the first tile also with every
 lds_pad, so the space stays a few dozen legal points. Illegal points carry the reason.
+A conv with few taps per output (depthwise) also gets the direct lowering (knob
+``lowering``: gemm | direct), and every space ends its legal points with ``FALLBACK``.
 """
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from ..lower.common import LoweringError
-from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, _arch_limits, check_schedule)
-from . import Candidate
+from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, arch_limits, check_schedule)
+from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
+from .common import Candidate, knob
+
+NAME = "contraction"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    mma: str = knob("fma", "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
+                           "(CDNA only, opt-in)")
+    BM: int = knob(64, "block tile rows (M)")
+    BN: int = knob(64, "block tile columns (N)")
+    BK: int = knob(16, "block tile depth (K) per LDS stage")
+    TM: int = knob(4, "thread micro-tile rows")
+    TN: int = knob(4, "thread micro-tile columns")
+    KW: int = knob(1, "wave groups splitting each K tile (partials combined in LDS)")
+    lds_pad: object = knob(4, f"LDS row padding, one of {LDS_PADS}")
+    vec_a: int = knob(4, "global load width of A (the widest legal; narrower is slower)")
+    vec_b: int = knob(4, "global load width of B (the widest legal; narrower is slower)")
+    swizzle: str = knob("none", f"output swizzle placement, one of {SWIZZLES}")
+    lowering: str = knob("gemm", "gemm: implicit-GEMM tiles; direct: a thread per output "
+                                 "(convs with few taps per output, e.g. depthwise)")
+    workgroup: int = knob(64, "lowering=direct: threads per workgroup (64 or 256)")
+
 
 TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
     (16, 32, 64, 2, 4, 8), (32, 32, 64, 4, 4, 16), (16, 32, 32, 2, 4, 4),
@@ -45,10 +71,6 @@ MFMA_TILES = [
 ]
 
 
-def tiles() -> list:
-    return list(TILES)
-
-
 def _prior(k: dict) -> tuple:
     """Smaller is tried first: FMA before MFMA, the tile's rank, vector-padded LDS,
     swizzle order."""
@@ -64,7 +86,7 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         gemm = Gemm(graph, dispatch)
     except LoweringError as e:
         return [Candidate({}, False, str(e))]
-    wave_size, lds_limit = _arch_limits(arch_name)
+    wave_size, lds_limit = arch_limits(arch_name)
     va = gemm.A.max_vec[gemm.A.inner]
     vb = gemm.B.max_vec[gemm.B.inner]
     legal, illegal = [], []
@@ -89,4 +111,34 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
             illegal.append(Candidate(knobs, False,
                                      check_schedule(gemm, knobs, wave_size, lds_limit)))
     legal.sort(key=lambda c: _prior(c.knobs))
-    return legal + illegal
+    out = legal + [fallback_candidate(gemm, wave_size, lds_limit)] + illegal
+    return with_direct_conv(graph, dispatch, out)
+
+
+def with_direct_conv(graph, dispatch, space: list) -> list:
+    """A conv with few taps per output (depthwise) also gets the direct lowering
+    (``compiler.lower.conv``), tried whatever the budget; the knob ``lowering`` (gemm |
+    direct) then tells them apart."""
+    from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
+    if direct_applies(graph, graph.op(dispatch.root)):
+        return space
+    for c in space:
+        c.knobs = {"lowering": "gemm", **c.knobs}
+    direct = [Candidate({"lowering": "direct", "workgroup": wg}, always=True)
+              for wg in DIRECT_WORKGROUPS]
+    return direct + space
+
+
+#: The always-lowerable point: 256 threads (a whole number of waves on wave32 and wave64),
+#: 10 KiB of LDS, scalar global loads (legal whatever the operands' alignment), no split-K
+#: and no swizzle; the guards on M, N and K make it correct at every size.
+FALLBACK = {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1,
+            "lds_pad": 4, "vec_a": 1, "vec_b": 1, "swizzle": "none"}
+
+
+def fallback_candidate(gemm, wave_size: int, lds_limit: int) -> Candidate:
+    why = check_schedule(gemm, FALLBACK, wave_size, lds_limit)
+    return Candidate(dict(FALLBACK), not why, why, fallback=True)
+
+
+space = contraction_space
