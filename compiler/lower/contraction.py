@@ -76,6 +76,12 @@ from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, o
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")
 MMAS = ("fma", "mfma")
+#: mma=mfma: the GEMM dim the accumulator's columns (lane % TN) run along. "n" (default):
+#: lanes along N, so a row-major (M, N) output is stored a row of lanes at a time; "m":
+#: the block computes C^T (A and B swapped in the MFMA), lanes along M, each lane holding
+#: runs of N, as rocMLIR's conv GEMM (gemmM = filters, gemmN = output positions) leaves
+#: an NHWC output: consecutive lanes 2 KiB apart, every lane on its own line.
+MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma"}
 #: mma=mfma: the wave block TM x TN picks the instruction.
@@ -437,6 +443,8 @@ def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65
             return f"mma=mfma: each wave group's K slice BK/KW must be a multiple of {kstep}"
         if KW not in (1, 2, 4, 8, 16) or nacc % KW:
             return f"KW={KW} must divide the {nacc} MFMA accumulators per lane"
+        if s.get("mfma_lanes", "n") not in MFMA_LANES:
+            return f"mfma_lanes={s['mfma_lanes']!r} not in {MFMA_LANES}"
         group *= wave_size  # one wave per TM x TN block
     threads = group * KW
     if threads > 1024:
@@ -780,6 +788,7 @@ class _Builder:
         _, _, ks, nacc, _ = P.MFMA_SHAPES[shape]
         va, vb = int(s["vec_a"]), int(s["vec_b"])
         rv = mfma_read_width(s)
+        lanes_m = s.get("mfma_lanes", "n") == "m"
         bkw = BK // KW
         steps = bkw // ks
         t = P.thread_id()
@@ -814,17 +823,28 @@ class _Builder:
                 out.append(P.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
                 out.append(P.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
                 for e in range(rv):
-                    out.append(P.Mfma(acc_regs, av[e], bv[e], shape))
+                    # lanes along M: the block computed is C^T = B^T A^T
+                    x, y = (bv[e], av[e]) if lanes_m else (av[e], bv[e])
+                    out.append(P.Mfma(acc_regs, x, y, shape))
             return out
 
         self.k_loop(stage_tile, compute)
-        # from here on the epilogue sees an (nacc x 1) accumulator grid per lane
-        acc = [[r] for r in acc_regs]
-        self.TM, self.TN = nacc, 1
+        # from here on the epilogue sees an (nacc x 1) accumulator grid per lane (lanes
+        # along N), or (1 x nacc) with lanes along M
+        if lanes_m:
+            acc = [list(acc_regs)]
+            self.TM, self.TN = 1, nacc
+        else:
+            acc = [[r] for r in acc_regs]
+            self.TM, self.TN = nacc, 1
         if KW > 1:
             self.combine_split_k(acc)
-        mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
-        nls = [iadd(wn, imod(lane, TN))]
+        if lanes_m:
+            mls = [iadd(wm, imod(lane, TM))]
+            nls = [iadd(wn, _acc_row(shape, lane, r)) for r in range(nacc)]
+        else:
+            mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
+            nls = [iadd(wn, imod(lane, TN))]
         return self.finish(b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n)
 
     # ---------------------------------------------------------------- K pipeline
