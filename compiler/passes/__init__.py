@@ -12,8 +12,8 @@ cycle between dispatches) plus the conditions the rules state in their own files
 Rules, in the order they are tried: ``elementwise`` -> ``epilogue`` -> ``multi_use`` ->
 ``reduction_producers`` -> ``sibling`` -> ``root_consumers`` -> ``attention`` (last: it
 folds the three settled dispatches of an attention into one, aggressive mode only); then
-the multi-use rule's
-recomputation of cheap chains over graph inputs, and ``multi_result`` forms the
+the multi-use rule's recomputation of cheap chains over graph inputs, and
+``multi_result`` forms the
 dispatches.
 
 Built-in models (aggressive / conservative): softmax 1/2, layernorm 1/2, rmsnorm 1/1,
