@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import random
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -261,13 +260,25 @@ def minimal_bytes(graph: Graph) -> int:
 
 # ----------------------------------------------------------------------------- tuning
 def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
-                    seed=0, workers=1, progress=None, label="") -> list:
-    """Scores candidates of every dispatch; returns DispatchTune per dispatch."""
+                    seed=0, workers=1, progress=None, label="", store=None,
+                    cluster=None) -> list:
+    """Scores candidates of every dispatch; returns DispatchTune per dispatch.
+
+    Candidates are looked up in ``store`` (a ``tunedb`` store; a fresh in-memory one when
+    None) by dispatch fingerprint, arch, knobs and model version; only the misses are
+    simulated, each distinct one once, so identical dispatches of a model cost one
+    tuning. The misses run serially, in ``workers`` processes or on a Dask ``cluster``
+    (``compiler.cluster``); results come back in job order, so the choice is the same.
+    """
     from gpusim.hw import get_arch
+
+    from . import cluster as runner
+    from . import tunedb
     hw = get_arch(arch)
     fixed = fixed or {}
+    store = tunedb.MemoryStore() if store is None else store
+    version = tunedb.model_version()
     plans = []
-    jobs = []
     spaces = [(d, schedule_space(graph, d, arch)) for d in dispatches]
     known = {k for _, space in spaces for c in space for k in c.knobs}
     unknown = sorted(set(fixed) - known)
@@ -276,26 +287,39 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
                           f"knob; its knobs are: {', '.join(sorted(known))}")
     for d, space in spaces:
         legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
-        plans.append((d, legal, illegal))
-        jobs.extend((graph, d, c.knobs, arch) for c in legal)
-    task = progress.add_task(label or "scoring", total=len(jobs)) if progress else None
-    results = []
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for r in pool.map(_score_job, jobs, chunksize=max(1, len(jobs) // (workers * 8))):
-                results.append(r)
-                if progress:
+        fp = tunedb.dispatch_fingerprint(graph, d)
+        keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
+        plans.append((d, legal, illegal, keys))
+    cached = store.get_many("scores", [k for *_, keys in plans for k in keys])
+    jobs, job_keys, owners = [], [], {}   # owners: dispatch index -> its distinct misses
+    for i, (d, legal, _, keys) in enumerate(plans):
+        for c, k in zip(legal, keys):
+            if k not in cached and k not in job_keys:
+                job_keys.append(k)
+                jobs.append((graph, d, c.knobs, arch))
+                owners.setdefault(i, set()).add(len(jobs) - 1)
+    left = {i: set(js) for i, js in owners.items()}
+    task = None
+    if progress:
+        task = progress.add_task(f"{label or 'scoring'} ({len(owners)} distinct of "
+                                 f"{len(dispatches)} dispatches to simulate)",
+                                 total=len(owners))
+
+    def done(j):
+        for i, js in left.items():
+            if j in js:
+                js.discard(j)
+                if not js and progress:
                     progress.advance(task)
-    else:
-        for j in jobs:
-            results.append(_score_job(j))
-            if progress:
-                progress.advance(task)
+
+    results = runner.run_jobs(_score_job, jobs, workers=workers, cluster=cluster,
+                              on_done=done)
+    fresh = {k: _scored_dict(r) for k, r in zip(job_keys, results)}
+    store.put_many("scores", fresh, version)
+    cached.update(fresh)
     out = []
-    pos = 0
-    for d, legal, illegal in plans:
-        scored = results[pos:pos + len(legal)]
-        pos += len(legal)
+    for d, legal, illegal, keys in plans:
+        scored = [_scored_of(cached[k], c.knobs) for c, k in zip(legal, keys)]
         for s in scored:
             if not s.ok:
                 illegal.append(Candidate(s.knobs, False, s.error))
@@ -316,14 +340,43 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     return out
 
 
-def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> None:
-    """Runs every chosen kernel functionally in gpusim and compares with numpy."""
+def _scored_dict(s: Scored) -> dict:
+    return {"time_us": s.time_us, "cycles": s.cycles, "counters": s.counters,
+            "occupancy_limiter": s.occupancy_limiter, "error": s.error}
+
+
+def _scored_of(row: dict, knobs: dict) -> Scored:
+    return Scored(dict(knobs), row["time_us"], row["cycles"], dict(row["counters"]),
+                  row["occupancy_limiter"], row["error"])
+
+
+def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
+                      store=None) -> None:
+    """Runs every chosen kernel functionally in gpusim and compares with numpy.
+
+    A check is remembered in ``store`` under the kernel's key and the exact input bytes:
+    the same kernel on the same inputs gives the same values."""
     import gpusim
+
+    from . import tunedb
     env = evaluate(graph, random_inputs(graph, seed), keep_all=True)
+    version = tunedb.model_version()
     for d in tuned:
         k = d.kernel
         inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
                   if b.intent != "out"}
+        key = None
+        if store is not None:
+            # the exact bytes fed in and the exact reference expected out
+            positional = {f"{i}:{b.intent}:{part}": arr for i, b in enumerate(k.buffers)
+                          for part, arr in (("in", inputs.get(b.name)),
+                                            ("ref", env[b.name] if b.intent != "in" else None))
+                          if arr is not None}
+            key = tunedb.check_key(k, arch, version, positional, "all")
+            hit = store.get_many("checks", [key]).get(key)
+            if hit is not None:
+                d.max_error, d.verified = hit["max_error"], hit["verified"]
+                continue
         res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
         worst = 0.0
         ok = True
@@ -337,17 +390,26 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> No
             worst = max(worst, err)
             ok = ok and match
         d.max_error, d.verified = worst, ok
+        if key is not None:
+            store.put_many("checks", {key: {"max_error": worst, "verified": bool(ok)}},
+                           version)
 
 
 def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
-         progress=None) -> TuneResult:
-    """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline."""
+         progress=None, store=None, cluster=None) -> TuneResult:
+    """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline.
+
+    ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
+    fresh in-memory one when None); ``cluster``: a ``compiler.cluster.Cluster``."""
     from gpusim.hw import get_arch
 
+    from . import tunedb
     from .passes import fuse
     hw = get_arch(arch)
-    kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress)
+    store = tunedb.MemoryStore() if store is None else store
+    kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
+              store=store, cluster=cluster)
     modes = ("aggressive", "conservative") if mode == "auto" else (mode,)
     tried = {}
     plans = {}
@@ -379,7 +441,7 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
                                **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
         unfused_us = sum(d.best.time_us for d in base)
     if verify:
-        verify_dispatches(graph, tuned, arch, seed)
+        verify_dispatches(graph, tuned, arch, seed, store=store)
     flops = sum(d.flops for d in tuned)
     nbytes = minimal_bytes(graph)
     roof = roofline_us(nbytes, flops, hw)

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Callable
 
 from . import common
+from .cache import add_cache_options, store_of
 from .show import render_graph
 
 DEFAULT_MODEL = "layernorm:rows=4096,cols=1024"
@@ -59,7 +60,8 @@ def step_tune(state: dict, con) -> dict:
     """Both plans and the unfused baseline tuned on gfx942; times are simulated."""
     from ..search import tune
     from .tune import render_tune
-    result = tune(state["graph"], DEMO_ARCH, budget=DEMO_BUDGET, seed=0)
+    result = tune(state["graph"], DEMO_ARCH, budget=DEMO_BUDGET, seed=0,
+                  store=state.get("store"))
     state["tune"] = result
     if con is not None:
         render_tune(result, con)
@@ -115,10 +117,11 @@ def run(args) -> int:
     state = {"model": args.model, "graph": common.load(args)}
     con = None if args.json else common.console()
     result = {"model": args.model}
-    for name, step in STEPS:
-        if con is not None:
-            con.rule(f"[bold]{name}")
-        result[name] = step(state, con)
+    with store_of(args) as state["store"]:
+        for name, step in STEPS:
+            if con is not None:
+                con.rule(f"[bold]{name}")
+            result[name] = step(state, con)
     if args.json:
         common.emit_json(result)
     return 0
@@ -127,5 +130,6 @@ def run(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="the end-to-end story on a built-in model")
     common.add_model(p, default=DEFAULT_MODEL)
+    add_cache_options(p)
     common.add_json(p)
     p.set_defaults(func=run)

@@ -17,6 +17,7 @@ from .. import numerics
 from ..graph import Graph, GraphError
 from ..reference import evaluate, random_inputs
 from . import common
+from .cache import add_cache_options, store_of
 
 # Tolerances for comparing two float computations of the same graph: relative + absolute.
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2}
@@ -44,6 +45,7 @@ class VerifyContext:
     inputs: dict
     reference: dict = field(default_factory=dict)  # graph output name -> array
     budget: int = 6  # candidates per dispatch for the simulated-kernels check
+    store: object = None  # the tuning database (compiler.tunedb), None: this run only
 
 
 CHECKS: list[tuple[str, Callable[[VerifyContext], CheckResult]]] = []
@@ -137,7 +139,7 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     equal numpy: what the simulator times is a correct program."""
     from ..search import tune
     result = tune(ctx.graph, "gfx942", budget=ctx.budget, seed=ctx.seed, baseline=False,
-                  mode="auto")
+                  mode="auto", store=ctx.store)
     worst = max((d.max_error or 0.0) for d in result.dispatches)
     bad = [d.name for d in result.mismatches]
     detail = (f"{len(result.dispatches)} kernel(s), {result.mode} plan, "
@@ -147,8 +149,8 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     return CheckResult("simulated kernels", "fail" if bad else "pass", worst, 1e-3, detail)
 
 
-def run_checks(spec: str, graph: Graph, seed: int = 0) -> list[CheckResult]:
-    ctx = VerifyContext(spec, graph, seed, random_inputs(graph, seed))
+def run_checks(spec: str, graph: Graph, seed: int = 0, store=None) -> list[CheckResult]:
+    ctx = VerifyContext(spec, graph, seed, random_inputs(graph, seed), store=store)
     results = []
     for name, fn in CHECKS:
         r = fn(ctx)
@@ -163,7 +165,8 @@ STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skip": "yellow"}
 
 def run(args) -> int:
     graph = common.load(args)
-    results = run_checks(args.model, graph, args.seed)
+    with store_of(args) as store:
+        results = run_checks(args.model, graph, args.seed, store)
     failed = any(r.failed for r in results)
     if args.json:
         common.emit_json({"model": args.model, "graph": graph.name, "seed": args.seed,
@@ -189,5 +192,6 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("verify", help="check a model's results against references")
     common.add_model(p)
     common.add_seed(p)
+    add_cache_options(p)
     common.add_json(p)
     p.set_defaults(func=run)
