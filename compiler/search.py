@@ -16,6 +16,8 @@ All times are simulated microseconds on the modelled architecture, not measureme
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -78,6 +80,10 @@ class DispatchTune:
     max_error: float | None = None
     verified: bool | None = None
 
+    # the winner's kernel is lowered when first asked for (a cached run that only
+    # reports times never lowers); ``_lower`` holds (graph, arch) until then
+    _lower = None
+
     def to_json(self) -> dict:
         c = self.best.counters
         return {"name": self.name, "kind": self.kind, "schedule": self.best.knobs,
@@ -86,6 +92,22 @@ class DispatchTune:
                 "occupancy_limiter": self.best.occupancy_limiter,
                 "candidates": len(self.candidates), "illegal": len(self.illegal),
                 "verified": self.verified, "max_error": self.max_error}
+
+
+def _kernel_get(self):
+    if self.__dict__.get("_kernel") is None and self._lower is not None:
+        graph, arch = self._lower
+        self.__dict__["_kernel"] = lower(graph, self.dispatch, self.best.knobs, arch)
+    return self.__dict__.get("_kernel")
+
+
+def _kernel_set(self, kernel):
+    self.__dict__["_kernel"] = kernel
+    if kernel is not None:  # not the lowering of the winner's knobs: never a cache hit
+        self.__dict__["_custom"] = True
+
+
+DispatchTune.kernel = property(_kernel_get, _kernel_set)
 
 
 @dataclass
@@ -279,15 +301,15 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     store = tunedb.MemoryStore() if store is None else store
     version = tunedb.model_version()
     plans = []
-    spaces = [(d, schedule_space(graph, d, arch)) for d in dispatches]
+    fps = [tunedb.dispatch_fingerprint(graph, d) for d in dispatches]
+    spaces = list(zip(dispatches, _spaces(graph, dispatches, fps, arch, store, version)))
     known = {k for _, space in spaces for c in space for k in c.knobs}
     unknown = sorted(set(fixed) - known)
     if unknown:
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
-    for d, space in spaces:
+    for (d, space), fp in zip(spaces, fps):
         legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
-        fp = tunedb.dispatch_fingerprint(graph, d)
         keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
         plans.append((d, legal, illegal, keys))
     cached = store.get_many("scores", [k for *_, keys in plans for k in keys])
@@ -334,9 +356,29 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
             raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "
                               f"simulated ({reasons})")
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
-        out.append(DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal,
-                                lower(graph, d, ok[0].knobs, arch), nbytes, flops,
-                                roofline_us(nbytes, flops, hw)))
+        t = DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal, None,
+                         nbytes, flops, roofline_us(nbytes, flops, hw))
+        t._lower = (graph, arch)
+        out.append(t)
+    return out
+
+
+def _spaces(graph, dispatches, fps, arch, store, version) -> list:
+    """Each dispatch's schedule space, computed once per fingerprint and remembered in
+    the store (a pure function of the dispatch, the arch and the lowering sources)."""
+    from . import tunedb
+    keys = [tunedb.space_key(fp, arch, version) for fp in fps]
+    known = store.get_many("spaces", keys)
+    fresh, out = {}, []
+    for d, key in zip(dispatches, keys):
+        if key not in known:
+            space = schedule_space(graph, d, arch)
+            rows = [dataclasses.asdict(c) for c in space]
+            known[key] = rows
+            if json.loads(json.dumps(rows)) == rows:  # knob values JSON keeps as they are
+                fresh[key] = rows
+        out.append([Candidate(**r) for r in known[key]])
+    store.put_many("spaces", fresh, version)
     return out
 
 
@@ -362,21 +404,22 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
     env = evaluate(graph, random_inputs(graph, seed), keep_all=True)
     version = tunedb.model_version()
     for d in tuned:
-        k = d.kernel
-        inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
-                  if b.intent != "out"}
         key = None
-        if store is not None:
-            # the exact bytes fed in and the exact reference expected out
-            positional = {f"{i}:{b.intent}:{part}": arr for i, b in enumerate(k.buffers)
-                          for part, arr in (("in", inputs.get(b.name)),
-                                            ("ref", env[b.name] if b.intent != "in" else None))
-                          if arr is not None}
-            key = tunedb.check_key(k, arch, version, positional, "all")
+        if store is not None and not d.__dict__.get("_custom"):
+            # the kernel is the lowering of (dispatch, knobs) at this model version; the
+            # exact bytes fed in and the exact reference expected out complete the key
+            fp = tunedb.dispatch_fingerprint(graph, d.dispatch)
+            data = {f"in{i}": env[t] for i, t in enumerate(d.dispatch.inputs)}
+            data.update({f"out{i}": env[t] for i, t in enumerate(d.dispatch.outputs)})
+            key = tunedb.check_key(f"{fp}|{tunedb.knobs_text(d.best.knobs)}", arch, version,
+                                   data, "all")
             hit = store.get_many("checks", [key]).get(key)
             if hit is not None:
                 d.max_error, d.verified = hit["max_error"], hit["verified"]
                 continue
+        k = d.kernel
+        inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
+                  if b.intent != "out"}
         res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
         worst = 0.0
         ok = True

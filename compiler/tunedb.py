@@ -25,10 +25,10 @@ file and the way out (``wavefuse cache clear``, or ``--no-cache``), never a wron
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -81,23 +81,33 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)",
+                   re.MULTILINE)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n]+)", re.MULTILINE)
+
+
+def _names(text: str) -> list[str]:
+    text = re.sub(r"#[^\n]*", "", text).replace("(", " ").replace(")", " ").replace("\\", " ")
+    return [part.split()[0] for part in text.split(",") if part.split()]
+
+
 def _imports(path: Path, package: str) -> set:
     """Modules of ``gpusim`` or ``compiler`` that ``path`` imports, anywhere in the file
-    (function-level imports included: ``gpusim.sim`` loads the JIT engine lazily)."""
+    (function-level imports included: ``gpusim.sim`` loads the JIT engine lazily). A
+    textual scan, not a parse: an import named in a string only adds a file to the hash."""
     out = set()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1])
-                mod = f"{base}.{node.module}" if node.module else base
-            else:
-                mod = node.module or ""
-            out.add(mod)
-            out.update(f"{mod}.{a.name}" for a in node.names)
+    text = path.read_text(encoding="utf-8")
+    for dots, module, names in _FROM.findall(text):
+        if dots:
+            parts = package.split(".")
+            base = ".".join(parts[:len(parts) - len(dots) + 1])
+            mod = f"{base}.{module}" if module else base
+        else:
+            mod = module
+        out.add(mod)
+        out.update(f"{mod}.{n}" for n in _names(names))
+    for names in _IMPORT.findall(text):
+        out.update(_names(names))
     return {m for m in out if m.split(".")[0] in ("gpusim", "compiler")}
 
 
@@ -210,11 +220,14 @@ def score_key(fingerprint: str, arch: str, knobs: dict, version: str) -> str:
                           .encode()).hexdigest()
 
 
-def check_key(kernel, arch: str, version: str, inputs: dict, extent: str) -> str:
-    """Key of a functional check: the kernel itself (its full ``repr``: every statement),
-    the arch, the model version, the check's extent and the exact bytes of ``inputs``."""
-    h = hashlib.sha256(f"check|{arch}|{version}|{extent}|".encode())
-    h.update(repr(kernel).encode())
+def space_key(fingerprint: str, arch: str, version: str) -> str:
+    return hashlib.sha256(f"space|{fingerprint}|{arch}|{version}".encode()).hexdigest()
+
+
+def check_key(kernel: str, arch: str, version: str, inputs: dict, extent: str) -> str:
+    """Key of a functional check: the kernel (dispatch fingerprint and knobs), the arch,
+    the model version, the check's extent and the exact bytes of ``inputs``."""
+    h = hashlib.sha256(f"check|{kernel}|{arch}|{version}|{extent}|".encode())
     for name in sorted(inputs):
         arr = np.ascontiguousarray(inputs[name])
         h.update(f"|{name}|{arr.dtype}|{arr.shape}|".encode())
@@ -242,7 +255,7 @@ class MemoryStore:
         pass
 
 
-TABLES = ("scores", "checks")
+TABLES = ("scores", "checks", "spaces")
 
 
 def _row_digest(key: str, value: str) -> str:
@@ -347,7 +360,7 @@ class TuneDB(MemoryStore):
         now = time.time()
         rows = []
         for k, v in items.items():
-            text = json.dumps(v, sort_keys=True, allow_nan=True)
+            text = json.dumps(v, allow_nan=True)  # key order kept: same output bytes
             rows.append((k, text, _row_digest(k, text), version, now))
         try:
             self._conn.execute("BEGIN IMMEDIATE")
