@@ -14,6 +14,7 @@ closes the client (and the local cluster) before the interrupt goes on.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -114,39 +115,63 @@ class Cluster:
         self.client = self.local = None
         return False
 
-    def map(self, fn, jobs, on_done=None) -> list:
-        """Results in job order; ``on_done(i)`` as each finishes."""
+    def map(self, fn, jobs, shared=None, on_done=None) -> list:
+        """``[fn(shared, j) for j in jobs]`` on the cluster, in job order; ``shared`` (the
+        graph) is sent to every worker once; ``on_done(i)`` as each job finishes."""
         distributed = _import_distributed()
-        futures = self.client.map(fn, jobs, retries=RETRIES, pure=False,
-                                  key=[f"wavefuse-score-{os.getpid()}-{id(jobs)}-{i}"
-                                       for i in range(len(jobs))])
+        client = self.client
+        shared_f = client.scatter(shared, broadcast=True, hash=False)
+        tag = f"wavefuse-score-{os.getpid()}-{next(_RUNS)}"
+        futures = client.map(_call, jobs, fn=fn, shared=shared_f, retries=RETRIES,
+                             pure=False, key=[f"{tag}-{i}" for i in range(len(jobs))])
         index = {f.key: i for i, f in enumerate(futures)}
         try:
             for f in distributed.as_completed(futures):
                 if on_done:
                     on_done(index[f.key])
-            return self.client.gather(futures)
+            return client.gather(futures)
         except BaseException:
-            self.client.cancel(futures, force=True)
+            client.cancel(futures + [shared_f], force=True)
             raise
+        finally:
+            del shared_f
 
 
-def run_jobs(fn, jobs: list, *, workers: int = 1, cluster=None, on_done=None) -> list:
-    """``[fn(j) for j in jobs]``, serially, in processes, or on a ``Cluster``."""
+_RUNS = itertools.count()
+_SHARED: dict = {}
+
+
+def _call(job, fn, shared):
+    return fn(shared, job)
+
+
+def _set_shared(shared) -> None:
+    _SHARED["value"] = shared
+
+
+def _call_with_shared(fn, job):
+    return fn(_SHARED["value"], job)
+
+
+def run_jobs(fn, jobs: list, *, shared=None, workers: int = 1, cluster=None,
+             on_done=None) -> list:
+    """``[fn(shared, j) for j in jobs]``, serially, in processes, or on a ``Cluster``;
+    ``shared`` goes to each process once, not with every job."""
     if not jobs:
         return []
     if cluster is not None:
-        return cluster.map(fn, jobs, on_done)
+        return cluster.map(fn, jobs, shared, on_done)
     if workers <= 1 or len(jobs) == 1:
         out = []
         for i, j in enumerate(jobs):
-            out.append(fn(j))
+            out.append(fn(shared, j))
             if on_done:
                 on_done(i)
         return out
     results = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        futures = {pool.submit(fn, j): i for i, j in enumerate(jobs)}
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_set_shared,
+                             initargs=(shared,)) as pool:
+        futures = {pool.submit(_call_with_shared, fn, j): i for i, j in enumerate(jobs)}
         try:
             for f in as_completed(futures):
                 i = futures[f]

@@ -164,8 +164,8 @@ def score(graph: Graph, dispatch, knobs: dict, arch: str) -> Scored:
                   str(getattr(res, "occupancy_limiter", "")))
 
 
-def _score_job(job):
-    graph, dispatch, knobs, arch = job
+def _score_job(graph, job):
+    dispatch, knobs, arch = job
     return score(graph, dispatch, knobs, arch)
 
 
@@ -318,7 +318,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
         for c, k in zip(legal, keys):
             if k not in cached and k not in job_keys:
                 job_keys.append(k)
-                jobs.append((graph, d, c.knobs, arch))
+                jobs.append((d, c.knobs, arch))
                 owners.setdefault(i, set()).add(len(jobs) - 1)
     left = {i: set(js) for i, js in owners.items()}
     task = None
@@ -334,8 +334,8 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
                 if not js and progress:
                     progress.advance(task)
 
-    results = runner.run_jobs(_score_job, jobs, workers=workers, cluster=cluster,
-                              on_done=done)
+    results = runner.run_jobs(_score_job, jobs, shared=graph, workers=workers,
+                              cluster=cluster, on_done=done)
     fresh = {k: _scored_dict(r) for k, r in zip(job_keys, results)}
     store.put_many("scores", fresh, version)
     cached.update(fresh)
