@@ -10,7 +10,9 @@ gain of fusion is a difference of two predictions of the same model, split into 
 overhead saved and kernel time saved.
 
 Every chosen kernel is then run functionally by gpusim on the graph's seeded inputs and
-compared with the numpy reference; a mismatch is reported in the result, never hidden.
+compared with the numpy reference, on the output tiles of a sample of its workgroups
+(``compiler.sampling``; every workgroup with ``check_all``); a mismatch is reported in
+the result, never hidden.
 
 All times are simulated microseconds on the modelled architecture, not measurements.
 """
@@ -79,6 +81,7 @@ class DispatchTune:
     roofline_us: float = 0.0
     max_error: float | None = None
     verified: bool | None = None
+    check: str = ""             # which workgroups the value check ran (verify_dispatches)
 
     # the winner's kernel is lowered when first asked for (a cached run that only
     # reports times never lowers); ``_lower`` holds (graph, arch) until then
@@ -91,7 +94,7 @@ class DispatchTune:
                 "counters": {k: c.get(k) for k in KEY_COUNTERS},
                 "occupancy_limiter": self.best.occupancy_limiter,
                 "candidates": len(self.candidates), "illegal": len(self.illegal),
-                "verified": self.verified, "max_error": self.max_error}
+                "verified": self.verified, "max_error": self.max_error, "check": self.check}
 
 
 def _kernel_get(self):
@@ -393,17 +396,27 @@ def _scored_of(row: dict, knobs: dict) -> Scored:
 
 
 def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
-                      store=None) -> None:
-    """Runs every chosen kernel functionally in gpusim and compares with numpy.
+                      store=None, check_all: bool = True) -> None:
+    """Runs every chosen kernel functionally in gpusim and compares with numpy: every
+    workgroup with ``check_all``, else the output tiles of a sample of workgroups
+    (``compiler.sampling``; ``d.check`` says which).
 
     A check is remembered in ``store`` under the kernel's key and the exact input bytes:
     the same kernel on the same inputs gives the same values."""
     import gpusim
 
-    from . import tunedb
+    from . import sampling, tunedb
     env = evaluate(graph, random_inputs(graph, seed), keep_all=True)
     version = tunedb.model_version()
     for d in tuned:
+        grid = d.kernel.grid
+        wgs = None if check_all else sampling.sample_workgroups(grid, seed)
+        if wgs is not None and len(wgs) == grid:
+            wgs = None
+        extent = "all" if wgs is None else f"sample:{sampling.EDGE}/{sampling.SPREAD}/" \
+                                           f"{sampling.RANDOM}"
+        d.check = (f"all {grid} workgroups" if wgs is None else
+                   f"{len(wgs)} of {grid} workgroups (edges, spread, seeded random)")
         key = None
         if store is not None and not d.__dict__.get("_custom"):
             # the kernel is the lowering of (dispatch, knobs) at this model version; the
@@ -412,15 +425,27 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
             data = {f"in{i}": env[t] for i, t in enumerate(d.dispatch.inputs)}
             data.update({f"out{i}": env[t] for i, t in enumerate(d.dispatch.outputs)})
             key = tunedb.check_key(f"{fp}|{tunedb.knobs_text(d.best.knobs)}", arch, version,
-                                   data, "all")
+                                   data, extent)
             hit = store.get_many("checks", [key]).get(key)
             if hit is not None:
                 d.max_error, d.verified = hit["max_error"], hit["verified"]
+                d.check = hit.get("check", d.check)
                 continue
         k = d.kernel
         inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
                   if b.intent != "out"}
-        res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
+        if wgs is not None:
+            inputs.update({b.name: sampling.sentinel_like(b.dtype, b.shape)
+                           for b in k.buffers if b.intent == "out"})
+            res = gpusim.simulate(k, arch, inputs=inputs, functional=True, workgroups=wgs)
+            masks = {b.name: sampling.written(res.outputs[b.name], b.dtype).reshape(-1)
+                     for b in k.buffers if b.intent == "out"}
+            if not any(m.any() for m in masks.values()):  # the sample wrote nothing
+                wgs, d.check = None, f"all {grid} workgroups (the sample wrote nothing)"
+                inputs = {n: a for n, a in inputs.items() if n not in masks}
+        if wgs is None:
+            res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
+            masks = {}
         worst = 0.0
         ok = True
         for b in k.buffers:
@@ -428,23 +453,26 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
                 continue
             ref = np.asarray(env[b.name], np.float64)
             got = np.asarray(res.outputs[b.name], np.float64).reshape(ref.shape)
+            if b.name in masks:
+                ref, got = ref.reshape(-1)[masks[b.name]], got.reshape(-1)[masks[b.name]]
             tol = 1e-3 if b.dtype == "f32" else 2e-2
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match
         d.max_error, d.verified = worst, ok
         if key is not None:
-            store.put_many("checks", {key: {"max_error": worst, "verified": bool(ok)}},
-                           version)
+            store.put_many("checks", {key: {"max_error": worst, "verified": bool(ok),
+                                            "check": d.check}}, version)
 
 
 def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
-         progress=None, store=None, cluster=None) -> TuneResult:
+         progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
     """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline.
 
     ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
-    fresh in-memory one when None); ``cluster``: a ``compiler.cluster.Cluster``."""
+    fresh in-memory one when None); ``cluster``: a ``compiler.cluster.Cluster``;
+    ``check_all``: check every workgroup's values, not a sample's."""
     from gpusim.hw import get_arch
 
     from . import tunedb
@@ -484,7 +512,7 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
                                **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
         unfused_us = sum(d.best.time_us for d in base)
     if verify:
-        verify_dispatches(graph, tuned, arch, seed, store=store)
+        verify_dispatches(graph, tuned, arch, seed, store=store, check_all=check_all)
     flops = sum(d.flops for d in tuned)
     nbytes = minimal_bytes(graph)
     roof = roofline_us(nbytes, flops, hw)

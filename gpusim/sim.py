@@ -235,12 +235,17 @@ class _Launch:
             hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu),
             hbmw_cyc=float(arch.l2_line_bytes / hbmw_bpc_cu))
 
-    def sessions(self, functional: bool, sample: int):
+    def sessions(self, functional: bool, sample: int, only=None):
         C = self.arch.num_cus
         grid = self.kernel.grid
         cu0 = list(range(0, grid, C))
         n0 = len(cu0)
-        if functional:
+        if only is not None:  # functional values of these workgroups only, on their CUs
+            chosen = sorted(set(int(w) for w in only))
+            cus = sorted({w % C for w in chosen})
+            lists = [[w for w in chosen if w % C == c] for c in cus]
+            n0 = k = len(lists[0])
+        elif functional:
             lists = [cu0] + [list(range(c, grid, C)) for c in range(1, min(C, grid))]
             cus = list(range(min(C, grid)))
             k = n0
@@ -253,7 +258,7 @@ class _Launch:
         off[1:] = np.cumsum([len(lst) for lst in lists])
         return wgs, off, np.array(cus, np.int64), n0, k
 
-    def run(self, jit, functional, sample, trace_cap=0, probe=None):
+    def run(self, jit, functional, sample, trace_cap=0, probe=None, only=None):
         arch = self.arch
         prog = self.prog
         params = self.params._replace(trace_cap=int(trace_cap))
@@ -266,7 +271,7 @@ class _Launch:
             cus = np.array([probe[1] % arch.num_cus], np.int64)
             n0 = k = 1
         else:
-            wgs, off, cus, n0, k = self.sessions(functional, sample)
+            wgs, off, cus, n0, k = self.sessions(functional, sample, only)
         counters = np.zeros(E.NCNT, np.float64)
         per_inst = np.zeros((prog.code.shape[0], E.NREC), np.float64)
         sess_cycles = np.zeros(len(cus), np.float64)
@@ -368,14 +373,18 @@ def _cu_time(raw, n0, k, wgs_resident):
 
 def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars: dict | None = None,
              *, functional: bool = True, trace: bool = False, jit: bool = True,
-             launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP) -> SimResult:
+             launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP,
+             workgroups=None) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
     ``inputs`` maps buffer names to arrays (absent "in"/"inout" buffers get seeded random
     values in functional mode, zeros with ``functional=False``; "out" buffers zeros); ``scalars`` gives scalar parameters. With
     ``functional=False`` only a sample of CU 0's workgroups runs (fast; outputs partial).
     ``trace=True`` records per-wave events of the timed CU. ``jit=False`` runs the
-    pure-Python engine (the reference; slow).
+    pure-Python engine (the reference; slow). ``workgroups`` (functional mode): run only
+    these workgroup ids, each on its own CU, for checking the values of the output tiles
+    they write (elements no chosen workgroup writes keep what ``inputs`` put there); the
+    time and counters then describe those workgroups alone, not the launch.
     """
     arch = get_arch(arch)
     validate(kernel, arch, scalars)
@@ -383,7 +392,12 @@ def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars:
     prog = _program(kernel, arch)
     launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
     sample = SAMPLE_ROUNDS * occ.workgroups_per_cu
-    raw = launch.run(jit, functional, sample, trace_cap if trace else 0)
+    if workgroups is not None:
+        bad = [w for w in workgroups if not 0 <= int(w) < kernel.grid]
+        if not functional or not len(workgroups) or bad:
+            raise KernelError(f"{kernel.name}: workgroups= needs functional=True and ids from "
+                              f"0 to {kernel.grid - 1}" + (f" (got {bad[0]})" if bad else ""))
+    raw = launch.run(jit, functional, sample, trace_cap if trace else 0, only=workgroups)
     n0, k = raw["n0"], raw["k"]
     t_cu, method = _cu_time(raw, n0, k, occ.workgroups_per_cu)
     scale = 1.0 if functional else kernel.grid / k
@@ -403,6 +417,9 @@ def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars:
     t_wo = cycles / (arch.clock_ghz * 1e3)
     counters = _counters(raw, scale, arch, occ, t_wo * 1e-6)
     method = (f"{method}; functional values for all {kernel.grid} workgroups"
+              if functional and workgroups is None else
+              f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
+              f"only (time and counters of those workgroups, not of the launch)"
               if functional else f"{method}; counters scaled by {scale:.3g} from {k} sampled "
                                  f"workgroups (outputs partial)")
     method += (f"; whole GPU = max(CU time, {mem} bytes / achievable bandwidth, L2 bytes / "

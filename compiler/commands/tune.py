@@ -41,6 +41,9 @@ def add_tune_options(p) -> None:
                    help="score candidates on a Dask cluster: a scheduler address "
                         "(tcp://host:8786) or local:N for a local cluster of N workers "
                         "(needs the extra wavefuse[cluster])")
+    p.add_argument("--check-all", action="store_true",
+                   help="check the values of every workgroup of the chosen kernels, not "
+                        "the output tiles of a sample of them")
     add_cache_options(p)
 
 
@@ -53,7 +56,8 @@ def run_tune(args, quiet: bool):
     if args.cluster:
         parse_address(args.cluster)  # a bad address fails before any work
     kw = dict(budget=args.budget, workers=cap_workers(args.workers), fixed=fixed,
-              seed=args.seed, mode=args.mode, baseline=not args.no_baseline)
+              seed=args.seed, mode=args.mode, baseline=not args.no_baseline,
+              check_all=args.check_all)
     with store_of(args) as store, \
             (Cluster(args.cluster) if args.cluster else nullcontext()) as cluster:
         kw.update(store=store, cluster=cluster)

@@ -139,7 +139,7 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     equal numpy: what the simulator times is a correct program."""
     from ..search import tune
     result = tune(ctx.graph, "gfx942", budget=ctx.budget, seed=ctx.seed, baseline=False,
-                  mode="auto", store=ctx.store)
+                  mode="auto", store=ctx.store, check_all=True)
     worst = max((d.max_error or 0.0) for d in result.dispatches)
     bad = [d.name for d in result.mismatches]
     detail = (f"{len(result.dispatches)} kernel(s), {result.mode} plan, "
