@@ -40,15 +40,18 @@ def sample_workgroups(grid: int, seed: int = 0) -> list[int]:
 
 
 def sentinel_like(dtype: str, shape) -> np.ndarray:
+    """The sentinel as a flat read-only view of one value (no memory per element; gpusim
+    copies it into its buffer)."""
     fill = {"f32": SENTINEL_F32, "f16": SENTINEL_F16, "i32": SENTINEL_I32}[dtype]
-    return np.full(tuple(shape), fill, type(fill))
+    return np.broadcast_to(np.array(fill), (int(np.prod(shape)),))
+
+
+_BITS = {"f16": (np.float16, np.uint16, SENTINEL_F16), "i32": (np.int32, np.int32, SENTINEL_I32),
+         "f32": (np.float32, np.uint32, SENTINEL_F32)}
 
 
 def written(arr: np.ndarray, dtype: str) -> np.ndarray:
     """Mask of the elements that no longer hold the sentinel's exact bits."""
-    a = np.ascontiguousarray(arr)
-    if dtype == "f16":
-        return a.astype(np.float16).view(np.uint16) != SENTINEL_F16.view(np.uint16)
-    if dtype == "i32":
-        return a.astype(np.int32) != SENTINEL_I32
-    return a.astype(np.float32).view(np.uint32) != SENTINEL_F32.view(np.uint32)
+    kind, bits, fill = _BITS[dtype]
+    a = np.ascontiguousarray(np.asarray(arr).astype(kind, copy=False))
+    return a.view(bits) != np.array(fill, kind).view(bits)

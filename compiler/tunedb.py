@@ -224,15 +224,30 @@ def space_key(fingerprint: str, arch: str, version: str) -> str:
     return hashlib.sha256(f"space|{fingerprint}|{arch}|{version}".encode()).hexdigest()
 
 
-def check_key(kernel: str, arch: str, version: str, inputs: dict, extent: str) -> str:
+def graph_fingerprint(graph) -> str:
+    """The whole graph, names included (constants by the hash of their bytes): with the
+    seed it fixes every value the reference computes."""
+    body = [[op.name, op.kind, list(op.inputs), _type(op.type), _canon(dict(op.attrs))]
+            for op in graph.ops]
+    text = json.dumps([body, list(graph.outputs)], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def reference_version() -> str:
+    """A hash of the numpy reference and the comparison (what a check compares with)."""
+    if "ref" not in _VERSION:
+        _VERSION["ref"] = _digest([_ROOT / "compiler" / "reference.py",
+                                   _ROOT / "compiler" / "numerics.py",
+                                   _ROOT / "compiler" / "sampling.py"])
+    return _VERSION["ref"]
+
+
+def check_key(kernel: str, arch: str, version: str, data: str, extent: str) -> str:
     """Key of a functional check: the kernel (dispatch fingerprint and knobs), the arch,
-    the model version, the check's extent and the exact bytes of ``inputs``."""
-    h = hashlib.sha256(f"check|{kernel}|{arch}|{version}|{extent}|".encode())
-    for name in sorted(inputs):
-        arr = np.ascontiguousarray(inputs[name])
-        h.update(f"|{name}|{arr.dtype}|{arr.shape}|".encode())
-        h.update(arr.view(np.uint8).reshape(-1))
-    return h.hexdigest()
+    the model version, what the data is (graph fingerprint, seed, the dispatch's tensors),
+    the check's extent and the reference's version."""
+    return hashlib.sha256(f"check|{kernel}|{arch}|{version}|{reference_version()}|{data}|"
+                          f"{extent}".encode()).hexdigest()
 
 
 # ----------------------------------------------------------------------------- stores

@@ -187,12 +187,13 @@ class _Launch:
                 flat = rng.integers(0, 16, b.size)
             else:
                 flat = rng.random(b.size, dtype=np.float32) * 2 - 1  # uniform in [-1, 1)
+            # assigned in place (cast on the way), no temporary copy of a large input
             if kind == 2:
-                self.gmem_i[off:off + b.size] = flat.astype(np.int32)
+                self.gmem_i[off:off + b.size] = flat
             elif kind == 1:
-                self.gmem_f[off:off + b.size] = flat.astype(np.float16).astype(np.float32)
+                self.gmem_f[off:off + b.size] = flat.astype(np.float16, copy=False)
             else:
-                self.gmem_f[off:off + b.size] = flat.astype(np.float32)
+                self.gmem_f[off:off + b.size] = flat
         self.buf_tab = buf_tab
         lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
         self.lds_tab = lds_tab
@@ -320,7 +321,7 @@ class _Launch:
         out = {}
         for b, kind, off in self.layout:
             src = raw["gmem_i"] if kind == 2 else raw["gmem_f"]
-            arr = src[off:off + b.size].copy()
+            arr = src[off:off + b.size]  # a view: this launch's memory is not reused
             if kind == 1:
                 arr = arr.astype(np.float16)
             out[b.name] = arr.reshape(tuple(b.shape))
