@@ -38,6 +38,7 @@ from gpusim.program import (
 )
 
 from gpusim.analysis import expr_children, stmt_exprs
+from gpusim.hw import DEFAULT_ARCH
 
 from .names import Namer
 
@@ -573,7 +574,7 @@ def _header(kernel, arch_name, c_name, header_comment, counters) -> str:
     return "\n".join(_comment(line) for line in lines) + "\n"
 
 
-def emit_kernel(kernel: Kernel, arch_name: str = "gfx942", header_comment: str | None = None,
+def emit_kernel(kernel: Kernel, arch_name: str = DEFAULT_ARCH, header_comment: str | None = None,
                 *, c_name: str | None = None, counters: dict | None = None) -> str:
     """HIP C++ source of one kernel: a self-contained .hip file.
 

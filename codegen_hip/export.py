@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpusim.hw import DEFAULT_ARCH
 from gpusim.program import Kernel, Scalar
 
 from .emit import emit_kernel
@@ -260,7 +261,7 @@ class ExportTarget:
             self.release()
 
 
-def write_project(out_dir, kernels, launches, arrays, *, arch: str = "gfx942", force: bool = False,
+def write_project(out_dir, kernels, launches, arrays, *, arch: str = DEFAULT_ARCH, force: bool = False,
                   title: str = "wavefuse export", expected: dict | None = None,
                   counters: dict | None = None, tolerances: dict | None = None,
                   warmup: int = 3, repeats: int = 20) -> Path:

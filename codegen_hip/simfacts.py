@@ -9,23 +9,29 @@ min(max waves, VGPRs per SIMD lane / roundup(vgprs, granule)).
 """
 from __future__ import annotations
 
+from gpusim.errors import KernelError
+from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import DTYPE_BYTES, Kernel, LdsLoad, LdsStore, Load, Store, walk
 
 SIM_FORMAT = "wavefuse.sim/1"
 
-#: arch -> (VGPRs per SIMD lane, allocation granule, max waves per SIMD); S9.
-VGPR_FILE = {
-    "gfx90a": (512, 8, 8),
-    "gfx940": (512, 8, 8),
-    "gfx941": (512, 8, 8),
-    "gfx942": (512, 8, 8),
-    "gfx1100": (1536, 24, 16),
-}
+#: LLVM target -> the modelled Arch whose register file it has (the MI300 targets gfx940,
+#: gfx941 and gfx942 share one, S9).
+TARGET_ARCH = {"gfx90a": "gfx90a", "gfx940": "gfx942", "gfx941": "gfx942",
+               "gfx942": "gfx942", "gfx1100": "gfx1100"}
+#: target -> (VGPRs per SIMD lane, allocation granule, max waves per SIMD), read from the
+#: Arch tables (each field carries its source there).
+VGPR_FILE = {t: (get_arch(a).vgprs_per_lane, get_arch(a).vgpr_granule,
+                 get_arch(a).wave_slots_per_simd) for t, a in TARGET_ARCH.items()}
 
 
 def vgpr_occupancy(vgprs: int, arch: str) -> int:
-    """Waves per SIMD that ``vgprs`` registers per lane allow on ``arch``."""
-    total, granule, max_waves = VGPR_FILE.get(arch, VGPR_FILE["gfx90a"])
+    """Waves per SIMD that ``vgprs`` registers per lane allow on ``arch``; an arch whose
+    register file is not known is an error, never another arch's numbers."""
+    if arch not in VGPR_FILE:
+        raise KernelError(f"unknown arch {arch!r} for the VGPR file; known targets: "
+                          f"{', '.join(VGPR_FILE)}")
+    total, granule, max_waves = VGPR_FILE[arch]
     vgprs = max(int(vgprs), 1)
     alloc = -(-vgprs // granule) * granule
     return max(0, min(max_waves, total // alloc))
@@ -64,7 +70,7 @@ def _gpusim_vgprs(kernel: Kernel, arch: str):
         return None, f"gpusim.estimate_vgprs failed: {type(e).__name__}: {e}"
 
 
-def sim_info(kernel: Kernel, arch: str = "gfx942", *, c_name: str | None = None,
+def sim_info(kernel: Kernel, arch: str = DEFAULT_ARCH, *, c_name: str | None = None,
              counters: dict | None = None, estimated_vgprs: int | None = None) -> dict:
     """The sidecar contents for one kernel.
 

@@ -37,6 +37,10 @@ class GraphError(Exception):
     """Any problem with a graph or its construction: the message names the node."""
 
 
+class ModelError(GraphError):
+    """Unknown model, bad parameter or unreadable model file."""
+
+
 class ShapeError(GraphError):
     """Operand shapes that do not fit the op."""
 
@@ -160,6 +164,26 @@ class Value:
         return f"Value({self.name}: {self.type})"
 
 
+def is_compute(op: "Op") -> bool:
+    """An op that a dispatch computes: not a graph input or constant, not a view."""
+    return op.kind not in ("input", "constant") and not op.is_view
+
+
+def is_identity_view(op: "Op", g: "Graph") -> bool:
+    """A view that moves no element (same shape, identity permutation)."""
+    if op.kind == "transpose":
+        return tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
+    return op.type.shape == g.op(op.inputs[0]).type.shape
+
+
+def live_ops(graph: "Graph") -> set:
+    """Ops some graph output depends on; the rest is dead code and gets no dispatch."""
+    live = set(graph.outputs)
+    for o in graph.outputs:
+        live |= nx.ancestors(graph.g, o)
+    return live
+
+
 def broadcast_shapes(a: tuple, b: tuple, where: str) -> tuple:
     try:
         return tuple(np.broadcast_shapes(a, b))
@@ -245,17 +269,6 @@ class Graph:
         for i in ins:
             self.g.add_edge(i, name, tensor=self.op(i).type)
         return Value(self, name)
-
-    def replace_uses(self, old: str, new: str) -> None:
-        """Points every user of ``old`` at ``new`` (used by graph rewrites)."""
-        for u in list(self.g.successors(old)):
-            op = self.op(u)
-            self.g.nodes[u]["op"] = Op(op.name, op.kind,
-                                       tuple(new if i == old else i for i in op.inputs),
-                                       op.attrs, op.type)
-            self.g.remove_edge(old, u)
-            self.g.add_edge(new, u, tensor=self.op(new).type)
-        self.outputs = [new if o == old else o for o in self.outputs]
 
     def rename(self, old: str, new: str) -> None:
         """Gives node ``old`` the name ``new`` (frontends keep their tensor names)."""

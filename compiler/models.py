@@ -17,11 +17,9 @@ from typing import Callable
 import numpy as np
 
 from . import builders as B
-from .graph import Graph, GraphError
-
-
-class ModelError(GraphError):
-    """Unknown model, bad parameter or unreadable model file."""
+from .frontends.onnx import load_onnx
+from .graph import Graph, ModelError
+from .limits import check_allocation, tensor_bytes
 
 
 #: the memory limit while a model is built: weights are checked against it before drawing.
@@ -32,7 +30,6 @@ _WEIGHT_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("weig
 def _weights(shape, seed, scale=None):
     limit = _WEIGHT_LIMIT.get()
     if limit is not None:
-        from .limits import check_allocation, tensor_bytes
         check_allocation(tensor_bytes(shape, "f32"), limit,
                          f"a weight of shape {'x'.join(map(str, shape))}")
     rng = np.random.default_rng(seed)
@@ -222,7 +219,6 @@ def load_model(spec: str, max_memory: int | None = None) -> Graph:
     before it is drawn (ONNX initializers are already in memory, bounded by the file).
     """
     if spec.endswith(".onnx") or os.sep in spec:
-        from .frontends.onnx import load_onnx
         return load_onnx(spec)
     name, kwargs = parse_spec(spec)
     token = _WEIGHT_LIMIT.set(max_memory)

@@ -10,6 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
+#: The one tolerance table: what a comparison checks -> dtype -> tol (relative, see above).
+#: "plan": the fused plan run by numpy against the unfused reference (the same float ops
+#: regrouped: only summation order differs). "simulated": a simulated kernel against the
+#: reference (the kernel also reorders reductions across lanes and uses the engine's
+#: transcendental functions, so it gets 10x the plan's slack in f32 and 2x in f16).
+TOLERANCE = {"plan": {"f32": 1e-4, "f16": 1e-2},
+             "simulated": {"f32": 1e-3, "f16": 2e-2}}
+
+
+def tolerance(check: str, dtype: str) -> float:
+    return TOLERANCE[check][dtype]
+
 
 def compare(ours, theirs, tol: float) -> tuple[bool, float]:
     """(match, max abs error over the finite pairs; inf when the special values differ)."""

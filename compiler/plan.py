@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph import Graph, TensorType
+from .graph import Graph, TensorType, is_compute, is_identity_view, live_ops
 from .reference import evaluate, random_inputs
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
@@ -89,43 +89,78 @@ def tensor_type(graph: Graph, name: str) -> TensorType:
     return graph.op(name).type
 
 
-def unfused_traffic(graph: Graph) -> tuple[int, int]:
-    """(bytes, dispatches) when every live non-view op is its own dispatch: it reads each
-    distinct tensor behind its operands (views are index maps) and writes its result; a
-    view that is a graph output is written by its producer, or copied by a dispatch of its
+@dataclass
+class SimpleDispatch:
+    """A dispatch of the unfused baseline: one compute op (views are its index maps)."""
+    name: str
+    root: str
+    ops: list
+    inputs: list
+    outputs: list
+    copy: bool = False       # a view output no compute op can write: copied on its own
+
+
+def _source(graph: Graph, n: str) -> str:
+    while graph.op(n).is_view:
+        n = graph.op(n).inputs[0]
+    return n
+
+
+def unfused_dispatches(graph: Graph) -> list[SimpleDispatch]:
+    """The unfused baseline, the one both ``fuse`` (traffic) and ``tune`` (time) use: every
+    live non-view op is its own dispatch, reading each distinct tensor behind its operands
+    (views are index maps) and writing its result; dead ops get none. A view that is a
+    graph output is written by its producer's dispatch, or copied by a dispatch of its
     own when the producer cannot write it (a leaf, or a GEMM under a moving view)."""
-    from .passes.indexing import is_compute
-
-    def source(n):
-        while graph.op(n).is_view:
-            n = graph.op(n).inputs[0]
-        return n
-
-    from .passes.state import live_ops
     live = live_ops(graph)
-    total, count = 0, 0
-    for n in graph.topo_order():
-        op = graph.op(n)
-        if is_compute(op) and n in live:
-            count += 1
-            total += sum(tensor_type(graph, s).nbytes for s in {source(i) for i in op.inputs})
-            total += op.type.nbytes
-    from .passes.multi_result import is_identity_view
+    out, by_root = [], {}
+    for name in graph.topo_order():
+        op = graph.op(name)
+        if not is_compute(op) or name not in live:
+            continue
+        ops, inputs = [], []
+
+        def collect(t):
+            o = graph.op(t)
+            if o.is_view and t != name:
+                if t not in ops:
+                    collect(o.inputs[0])
+                    ops.append(t)
+            elif t != name and t not in inputs:
+                inputs.append(t)
+
+        for i in op.inputs:
+            collect(i)
+        ops.append(name)
+        by_root[name] = SimpleDispatch(f"{op.kind}_{len(out)}", name, ops, inputs, [name])
+        out.append(by_root[name])
     for o in graph.outputs:
-        if graph.op(o).is_view:
-            total += tensor_type(graph, o).nbytes
-            src = graph.op(source(o))
-            chain, n = [], o
-            while graph.op(n).is_view:
-                chain.append(graph.op(n))
-                n = graph.op(n).inputs[0]
-            # a copy dispatch when no compute op can write it: after an input or constant,
-            # or after a matmul/conv (a GEMM writes its own tile layout, see multi_result)
-            if not is_compute(src) or (src.is_contraction and
-                                       not all(is_identity_view(v, graph) for v in chain)):
-                count += 1
-                total += tensor_type(graph, source(o)).nbytes
-    return total, count
+        if not graph.op(o).is_view:
+            continue
+        chain, n = [], o
+        while graph.op(n).is_view:
+            chain.append(n)
+            n = graph.op(n).inputs[0]
+        src = graph.op(n)
+        # a copy dispatch when no compute op can write it: after an input or constant,
+        # or after a matmul/conv (a GEMM writes its own tile layout, see multi_result)
+        if not is_compute(src) or (src.is_contraction and
+                                   not all(is_identity_view(graph.op(v), graph) for v in chain)):
+            out.append(SimpleDispatch(f"{graph.op(o).kind}_{len(out)}", o, chain[::-1], [n],
+                                      [o], copy=True))
+        else:
+            d = by_root[n]
+            d.ops.extend(v for v in chain[::-1] if v not in d.ops)
+            d.outputs.append(o)
+    return out
+
+
+def unfused_traffic(graph: Graph) -> tuple[int, int]:
+    """(bytes, dispatches) of :func:`unfused_dispatches`: each reads its boundary inputs
+    and writes its outputs once."""
+    ds = unfused_dispatches(graph)
+    total = sum(tensor_type(graph, t).nbytes for d in ds for t in d.inputs + d.outputs)
+    return total, len(ds)
 
 
 @dataclass
@@ -214,19 +249,6 @@ def max_error(a: dict, b: dict) -> float:
     return err
 
 
-def check_plan(graph: Graph, inputs: dict | None = None) -> list[tuple[str, float]]:
-    """Fuses ``graph`` in both modes, runs each plan and returns (mode, max abs error)
-    against the unfused reference; ``wavefuse verify`` reports these."""
-    from .passes import fuse
-    inputs = inputs if inputs is not None else random_inputs(graph)
-    want = evaluate(graph, inputs)
-    out = []
-    for aggressive in (True, False):
-        plan = fuse(graph, aggressive=aggressive)
-        out.append((plan.mode, max_error(want, execute_plan(plan, inputs))))
-    return out
-
-
 # ----------------------------------------------------------------------------- views
 def _fmt_bytes(n: int) -> str:
     for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -275,17 +297,4 @@ def render_plan(plan: FusionPlan, console) -> None:
     pct = 100.0 * saved / plan.bytes_unfused if plan.bytes_unfused else 0.0
     t.add_row("saved", str(plan.num_dispatches_unfused - plan.num_dispatches),
               f"{_fmt_bytes(saved)} ({pct:.0f}%)")
-    console.print(t)
-
-
-def render_explain(plan: FusionPlan, console) -> None:
-    """Every decision of every rule, fused or not, with its reason."""
-    from rich.table import Table
-
-    t = Table(title=f"{plan.graph.name}: fusion decisions ({plan.mode})", show_lines=False)
-    for col in ("rule", "producer", "consumer", "fused", "reason"):
-        t.add_column(col, overflow="fold")
-    for d in plan.decisions:
-        t.add_row(d.rule, d.producer, d.consumer,
-                  "[green]yes[/]" if d.fused else "[red]no[/]", d.reason)
     console.print(t)

@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpusim.hw import DEFAULT_ARCH
+
 from . import numerics
 from .graph import Graph, GraphError
-from .lower import LoweringError, dispatch_kind, lower, schedule_space
+from .lower import LoweringError, dispatch_kind, lower
 from .lower.common import memory_image
-from .plan import Decision
+from .plan import Decision, unfused_dispatches
 from .reference import evaluate, random_inputs
-from .schedule import Candidate
+from .schedule import Candidate, check_pins, schedule_space
 
 KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict_rate_pct",
                 "hbm_bytes", "occupancy_waves_per_simd", "valu_insts", "vmem_insts",
@@ -41,16 +43,6 @@ KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict
 
 class SearchError(GraphError):
     """A search that cannot run as asked (e.g. a pinned knob value no candidate has)."""
-
-
-@dataclass
-class SimpleDispatch:
-    """A dispatch built by the search itself (the unfused baseline's one-op dispatches)."""
-    name: str
-    root: str
-    ops: list
-    inputs: list
-    outputs: list
 
 
 @dataclass
@@ -172,18 +164,6 @@ def _score_job(graph, job):
     return score(graph, dispatch, knobs, arch)
 
 
-def parse_fixes(items) -> dict:
-    """``["swizzle=before_fusion", "vector=4"]`` -> {"swizzle": "before_fusion", "vector": 4}."""
-    out = {}
-    for item in items or ():
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise SearchError(f"--fix {item!r}: expected KNOB=VALUE, e.g. --fix vector=4")
-        v = v.strip()
-        out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
-    return out
-
-
 def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
                       where: str) -> tuple[list, list]:
     """(legal candidates to simulate, illegal ones) after pins and the budget."""
@@ -210,34 +190,6 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
 
 
 # ----------------------------------------------------------------------------- baseline
-def unfused_dispatches(graph: Graph) -> list:
-    """Every non-view op its own dispatch; views fold into their consumers as index maps
-    (a view that is itself a graph output becomes a copy)."""
-    out = []
-    for name in graph.topo_order():
-        op = graph.op(name)
-        if op.kind in ("input", "constant"):
-            continue
-        if op.is_view and name not in graph.outputs:
-            continue
-        ops, inputs = [], []
-
-        def collect(t):
-            o = graph.op(t)
-            if o.is_view and t != name:
-                if t not in ops:
-                    collect(o.inputs[0])
-                    ops.append(t)
-            elif t != name and t not in inputs:
-                inputs.append(t)
-
-        for i in op.inputs:
-            collect(i)
-        ops.append(name)
-        out.append(SimpleDispatch(f"{op.kind}_{len(out)}", name, ops, inputs, [name]))
-    return out
-
-
 def dispatch_bytes(graph: Graph, dispatch) -> int:
     return sum(graph.op(t).type.nbytes for t in list(dispatch.inputs) + list(dispatch.outputs)
                if not (graph.op(t).kind == "constant" and graph.op(t).type.size == 1))
@@ -470,7 +422,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
                 ref, got = ref.reshape(-1)[masks[b.name]], got.reshape(-1)[masks[b.name]]
             ref = np.asarray(ref, np.float64)
             got = np.asarray(got, np.float64).reshape(ref.shape)
-            tol = 1e-3 if b.dtype == "f32" else 2e-2
+            tol = numerics.tolerance("simulated", "f32" if b.dtype == "f32" else "f16")
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match
@@ -480,7 +432,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
                                             "check": d.check}}, version)
 
 
-def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=None, seed=0,
+def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
     """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline.
@@ -493,6 +445,7 @@ def tune(graph: Graph, arch: str = "gfx942", *, budget=None, workers=1, fixed=No
     from . import tunedb
     from .passes import fuse
     hw = get_arch(arch)
+    check_pins(fixed or {})
     store = tunedb.MemoryStore() if store is None else store
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
               store=store, cluster=cluster)

@@ -32,6 +32,7 @@ run-to-run spread (54.1 vs a 62.5 mean, 16%) exceeds the 9.5% gain of the means.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from gpusim.hw import DEFAULT_ARCH
 
 PUBLISHED = {
     "source": "shared/seeds/000_27d0e8b7047b9495.txt (rocMLIR PR discussion, MI300, "
@@ -60,7 +61,7 @@ def contraction_dispatch(graph, aggressive: bool = True):
     return next(d for d in plan.dispatches if d.kind == "contraction")
 
 
-def seed_rows(arch: str = "gfx942", tile: dict | None = None) -> list:
+def seed_rows(arch: str = DEFAULT_ARCH, tile: dict | None = None) -> list:
     """Every (model, swizzle placement) of the seed with ``tile`` (rocMLIR's by default),
     scored by gpusim in timing mode."""
     from .lower.contraction import Gemm

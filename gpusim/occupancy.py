@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from gpusim.analysis import (Uniformity, expr_children, expr_key, expr_vars, stmt_defs,
                              stmt_exprs)
 from gpusim.errors import KernelError
-from gpusim.hw import get_arch
+from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
     Assign, BinOp, Const, For, If, Load, ScalarRef, Special, Store, Var, walk,
 )
@@ -91,7 +91,7 @@ def _offset_aliases(body) -> dict:
     return alias
 
 
-def estimate_vgprs(kernel, arch="gfx942") -> int:
+def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     """VGPRs per lane the kernel needs, by the live-range rule in the module docstring."""
     uni = Uniformity(kernel.body)
     dtypes = {}
@@ -177,7 +177,7 @@ def _roundup(x: int, g: int) -> int:
     return -(-x // g) * g
 
 
-def occupancy(kernel, arch="gfx942", vgprs: int | None = None) -> Occupancy:
+def occupancy(kernel, arch=DEFAULT_ARCH, vgprs: int | None = None) -> Occupancy:
     """Theoretical occupancy and the resource that limits it (S9)."""
     arch = get_arch(arch)
     v = estimate_vgprs(kernel, arch) if vgprs is None else int(vgprs)

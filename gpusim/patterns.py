@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpusim.errors import KernelError
-from gpusim.hw import get_arch
+from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.occupancy import occupancy
 from gpusim.program import LdsLoad, LdsStore, Load, Store
 from gpusim.sim import _Launch, _program
@@ -39,7 +39,7 @@ def lds_conflict_cycles(addrs: np.ndarray, nbytes: int, groups, banks: int = 32)
     return total, per_group
 
 
-def access_pattern(kernel, arch="gfx942", inst_index: int = 0, inputs=None, scalars=None,
+def access_pattern(kernel, arch=DEFAULT_ARCH, inst_index: int = 0, inputs=None, scalars=None,
                    block: int = 0, wave: int = 0) -> dict:
     """Per-lane addresses and what they cost for statement ``inst_index`` (walk order)."""
     arch = get_arch(arch)

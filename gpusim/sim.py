@@ -49,7 +49,7 @@ import numpy as np
 from gpusim import engine as E
 from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
-from gpusim.hw import get_arch
+from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.occupancy import occupancy
 from gpusim.program import DTYPE_BYTES, Kernel
 from gpusim.validate import validate
@@ -383,7 +383,7 @@ def _cu_time(raw, n0, k, wgs_resident):
                f"round's {per_wg:.0f} cycles per workgroup"), bound
 
 
-def simulate(kernel: Kernel, arch="gfx942", inputs: dict | None = None, scalars: dict | None = None,
+def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scalars: dict | None = None,
              *, functional: bool = True, trace: bool = False, jit: bool = True,
              launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP,
              workgroups=None) -> SimResult:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from gpusim.analysis import Divisibility, Intervals, Uniformity, stmt_exprs, INF
 from gpusim.errors import KernelError
-from gpusim.hw import get_arch
+from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
     Assign, Barrier, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
     MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Store, UnOp, Var, WaveReduce, walk,
@@ -42,7 +42,7 @@ def _reg_dtype(mem_dtype: str) -> str:
     return "i32" if mem_dtype == "i32" else "f32"
 
 
-def validate(kernel, arch="gfx942", scalars: dict | None = None) -> None:
+def validate(kernel, arch=DEFAULT_ARCH, scalars: dict | None = None) -> None:
     """Raises ``KernelError`` for the first impossible thing in ``kernel``."""
     arch = get_arch(arch)
     k = kernel

@@ -283,6 +283,13 @@ def test_vgpr_occupancy_table():
     assert vgpr_occupancy(24, "gfx1100") == 16
 
 
+def test_vgpr_occupancy_of_an_unknown_arch_is_an_error():
+    """No silent fallback to another arch's register file."""
+    from gpusim.errors import KernelError
+    with pytest.raises(KernelError, match="unknown arch 'gfx1030'"):
+        vgpr_occupancy(32, "gfx1030")
+
+
 ASM = """\t.text
 elementwise:
 \ts_load_dwordx4 s[0:3], s[4:5], 0x0

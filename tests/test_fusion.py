@@ -7,8 +7,8 @@ import pytest
 from compiler import cli
 from compiler.graph import Graph
 from compiler.models import MODELS, load_model
-from compiler.passes import fuse
-from compiler.plan import check_plan, execute_plan
+from compiler.passes import check_plan, fuse
+from compiler.plan import execute_plan
 from compiler.reference import evaluate, random_inputs
 
 COUNTS = {  # model: (aggressive, conservative)
@@ -178,7 +178,8 @@ def test_epilogue_keeps_the_contraction_shape(aggressive):
     """A (2, 1) GEMM result read as (1, 2) through a unit-dim transpose: the consumer holds
     the same elements in another shape, so it does not join the epilogue (the GEMM writes
     its tile in its own shape), and every dispatch still lowers and computes the graph."""
-    from compiler.lower import lower, schedule_space
+    from compiler.lower import lower
+    from compiler.schedule import schedule_space
     g = Graph("unit_transpose")
     y = g.matmul(g.input("x", (2, 3)), g.input("w", (3, 1)))
     g.output(g.neg(g.transpose(y, (1, 0))))
@@ -195,7 +196,8 @@ def test_epilogue_keeps_the_contraction_shape(aggressive):
 def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
     """neg(rowsum) is (2, 1), added to a (2, 3) GEMM result and also a graph output: the
     GEMM dispatch cannot write it, so it is computed in its own dispatch."""
-    from compiler.lower import lower, schedule_space
+    from compiler.lower import lower
+    from compiler.schedule import schedule_space
     g = Graph("side_output")
     x = g.input("x", (2, 2))
     side = g.neg(g.reduce_sum(x, 1, keepdims=True))
@@ -210,3 +212,24 @@ def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
             lower(g, d, legal[0].knobs)
     for mode, err in check_plan(g):
         assert err == 0.0, mode
+
+
+@pytest.mark.parametrize("name", ["encoder_layer", "layernorm", "attention"])
+@pytest.mark.parametrize("aggressive", [True, False])
+def test_incremental_bookkeeping_matches_a_rebuild(name, aggressive):
+    """The core updates the condensed graph, each group's leaving edges and its op counts
+    merge by merge; after every rule has run they equal what a rebuild gives."""
+    from compiler.passes import CONDITIONS, RULES, SPACE_CONDITIONS
+    from compiler.passes.core import FusionState, RootKind
+    g = load_model(name)
+    st = FusionState.start(g, aggressive, CONDITIONS, SPACE_CONDITIONS)
+    while any(rule.apply(st) for rule in RULES):
+        pass
+    assert set(st.condensed().edges) == set(st._build_condensed().edges)
+    for grp in st.groups.values():
+        assert grp.out == [e for e in st.edges if e.src in grp.ops and e.dst not in grp.ops]
+        assert grp.n_roots == sum(RootKind.of(g.op(o)) > RootKind.ELEMENTWISE for o in grp.ops)
+        assert grp.n_other == sum(not g.op(o).is_elementwise for o in grp.ops)
+        assert all(st.owner[o] == grp.id for o in grp.ops)
+    assert [grp.id for grp in st.sorted_groups()] == \
+        [grp.id for grp in sorted(st.groups.values(), key=lambda x: st.order[x.root])]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from compiler.graph import Graph
 from compiler.passes import fuse
-from compiler.passes.state import live_ops
+from compiler.graph import live_ops
 from compiler.plan import execute_plan, max_error
 from compiler.reference import evaluate, random_inputs
 

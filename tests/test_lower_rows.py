@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 import gpusim
 from compiler.graph import Graph
-from compiler.lower import LoweringError, lower, schedule_space
+from compiler.lower import LoweringError, lower
+from compiler.schedule import schedule_space
 from compiler.lower.common import memory_image
 from compiler.models import load_model
 from compiler.passes import fuse

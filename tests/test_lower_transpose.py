@@ -6,7 +6,8 @@ from hypothesis import given, settings, strategies as st
 import gpusim
 from compiler import models
 from compiler.graph import Graph
-from compiler.lower import LoweringError, lower, schedule_space
+from compiler.lower import LoweringError, lower
+from compiler.schedule import schedule_space
 from compiler.lower.common import memory_image
 from compiler.lower.transpose import staging_plan
 from compiler.passes import fuse

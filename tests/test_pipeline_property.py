@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpusim
-from compiler.lower import lower, schedule_space
+from compiler.lower import lower
+from compiler.schedule import schedule_space
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
 from compiler.reference import evaluate, random_inputs

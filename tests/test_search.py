@@ -11,7 +11,7 @@ from compiler.cli import main
 from compiler.graph import Graph
 from compiler.models import load_model
 from compiler.passes import fuse
-from compiler.search import (SearchError, parse_fixes, tune, tune_dispatches,
+from compiler.search import (SearchError, tune, tune_dispatches,
                              unfused_dispatches, verify_dispatches)
 from gpusim import program as P
 
@@ -81,10 +81,6 @@ def test_fix_pins_a_knob_and_rejects_unknown_values():
                for c in t[0].candidates)
     with pytest.raises(SearchError, match="values it has"):
         tune_dispatches(g, plan.dispatches, "gfx942", fixed={"vector": 8})
-    assert parse_fixes(["swizzle=before_fusion", "vector=4"]) == \
-        {"swizzle": "before_fusion", "vector": 4}
-    with pytest.raises(SearchError, match="KNOB=VALUE"):
-        parse_fixes(["vector"])
     with pytest.raises(SearchError, match="no dispatch of this model has that knob"):
         tune_dispatches(g, plan.dispatches, "gfx942", fixed={"swizle": "none"})
 
@@ -152,3 +148,25 @@ def test_mfma_tiles_are_opt_in():
     assert pinned[0].verified
     with pytest.raises(SearchError, match="every candidate with the pinned knobs is illegal"):
         tune_dispatches(g, plan.dispatches, "gfx1100", fixed={"mma": "mfma"})
+
+
+def test_one_unfused_baseline_for_fuse_and_tune():
+    """A dead op gets no dispatch in either baseline: fuse's traffic and tune's time count
+    the same unfused dispatches (they once disagreed, 1 against 3)."""
+    g = Graph("dead")
+    x = g.input("x", (64, 256))
+    g.exp(g.neg(x))          # dead: no output depends on it
+    g.output(g.relu(x))
+    plan = fuse(g)
+    assert plan.num_dispatches_unfused == len(unfused_dispatches(g)) == 1
+    r = tune(g, "gfx942", budget=1, mode="aggressive", verify=False)
+    assert r.unfused_dispatches == plan.num_dispatches_unfused == 1
+
+
+def test_unfused_baseline_writes_a_view_output_from_its_producer():
+    g = Graph("view_out")
+    x = g.input("x", (64, 256))
+    g.output(g.transpose(g.exp(x), (1, 0)))
+    ds = unfused_dispatches(g)
+    assert len(ds) == fuse(g).num_dispatches_unfused == 1
+    assert ds[0].outputs[-1] == g.outputs[0]

@@ -17,6 +17,7 @@ from rich.console import Console
 from .. import limits
 from ..graph import Graph, GraphError
 from ..models import load_model
+from ..schedule import check_pins
 
 MODEL_HELP = ("a built-in model, optionally with parameters (NAME or NAME:key=value,...; "
               "see `wavefuse models`), or a path to an .onnx file")
@@ -113,13 +114,15 @@ def fix_value(text: str) -> tuple[str, object]:
 
 
 def fixed_knobs(pairs) -> dict:
-    """The --fix pairs as a dict; pinning one knob twice is an error, not "last one wins"."""
+    """The --fix pairs as a dict; pinning one knob twice is an error, not "last one wins",
+    and so is a knob no dispatch kind declares (``schedule.check_pins``)."""
     out = {}
     for key, value in pairs or ():
         if key in out:
             raise GraphError(f"--fix {key} is given twice ({key}={out[key]} and {key}={value}); "
                              f"pin each knob once")
         out[key] = value
+    check_pins(out)
     return out
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from gpusim.hw import DEFAULT_ARCH
+
 from . import common
 from .cache import add_cache_options, store_of
 from .show import render_graph
@@ -105,7 +107,7 @@ def step_source(state: dict, con) -> dict:
     return {"kernel": d.kernel.name, "hip_lines": emit_kernel(d.kernel, DEMO_ARCH).count("\n")}
 
 
-DEMO_ARCH = "gfx942"
+DEMO_ARCH = DEFAULT_ARCH
 DEMO_BUDGET = 24
 
 STEPS: list[tuple[str, Callable]] = [("graph", step_graph), ("fusion", step_fusion),

@@ -1,7 +1,7 @@
 """`wavefuse fuse MODEL`: the fusion plan — dispatches, boundary tensors, traffic, reasons.
 
 How the plan is formed (details in :mod:`compiler.passes`): every primitive op starts as
-its own dispatch; seven rules, one per module, merge dispatches when the indexing maps of
+its own dispatch; named rules, one per module, merge dispatches when the indexing maps of
 the ops put both sides on the same parallel point, and record a reason for every pair
 they fuse or keep apart. ``--no-aggressive`` gives IREE's default (one root per
 dispatch): softmax and layer norm take 2 dispatches instead of 1.
@@ -17,7 +17,8 @@ dispatch of its own; the head reshapes/transposes cost nothing (index maps).
 from __future__ import annotations
 
 from ..passes import fuse
-from ..plan import render_explain, render_plan
+from ..plan import render_plan
+from ..views.plan import explain_view
 from . import common
 
 
@@ -43,5 +44,6 @@ def run(args) -> int:
     con = common.console()
     render_plan(plan, con)
     if args.explain:
-        render_explain(plan, con)
+        con.print(explain_view(plan, cost_hint="`wavefuse view MODEL explain --tune` adds "
+                                               "them"))
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpusim.hw import DEFAULT_ARCH
+
 from ..search import tune
 from . import common
 from .cache import add_cache_options, store_of
@@ -21,7 +23,7 @@ def register(sub) -> None:
 
 
 def add_tune_options(p) -> None:
-    p.add_argument("--arch", type=common.arch_value, default="gfx942",
+    p.add_argument("--arch", type=common.arch_value, default=DEFAULT_ARCH,
                    help="gfx90a, gfx942 or gfx1100 (default gfx942)")
     p.add_argument("--budget", type=common.count_value, default=None, metavar="N",
                    help="simulate at most N candidates per dispatch (seeded sample)")

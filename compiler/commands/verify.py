@@ -13,6 +13,8 @@ from typing import Callable
 import numpy as np
 from rich.table import Table
 
+from gpusim.hw import DEFAULT_ARCH
+
 from .. import numerics
 from ..graph import Graph, GraphError
 from ..reference import evaluate, random_inputs
@@ -20,7 +22,6 @@ from . import common
 from .cache import add_cache_options, store_of
 
 # Tolerances for comparing two float computations of the same graph: relative + absolute.
-TOLERANCE = {"f32": 1e-4, "f16": 1e-2}
 
 
 @dataclass
@@ -61,7 +62,7 @@ def verify_check(name: str):
 
 def compare(ours: np.ndarray, theirs: np.ndarray, dtype: str) -> tuple[bool, float, float]:
     """(match, max abs error, tolerance): |a-b| <= tol*(1+|b|); NaN/inf must coincide."""
-    tol = TOLERANCE[dtype]
+    tol = numerics.tolerance("plan", dtype)
     ok, max_err = numerics.compare(ours, theirs, tol)
     return ok, max_err, tol
 
@@ -138,7 +139,7 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     """The tuned kernels (a small seeded search on gfx942), run functionally by gpusim,
     equal numpy: what the simulator times is a correct program."""
     from ..search import tune
-    result = tune(ctx.graph, "gfx942", budget=ctx.budget, seed=ctx.seed, baseline=False,
+    result = tune(ctx.graph, DEFAULT_ARCH, budget=ctx.budget, seed=ctx.seed, baseline=False,
                   mode="auto", store=ctx.store, check_all=True)
     worst = max((d.max_error or 0.0) for d in result.dispatches)
     bad = [d.name for d in result.mismatches]
@@ -146,7 +147,8 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
               f"{result.total_time_us:.2f} us predicted on gfx942")
     if bad:
         detail = "mismatch in " + ", ".join(bad) + "; " + detail
-    return CheckResult("simulated kernels", "fail" if bad else "pass", worst, 1e-3, detail)
+    return CheckResult("simulated kernels", "fail" if bad else "pass", worst,
+                       numerics.tolerance("simulated", "f32"), detail)
 
 
 def run_checks(spec: str, graph: Graph, seed: int = 0, store=None) -> list[CheckResult]:

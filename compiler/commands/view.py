@@ -13,6 +13,8 @@ import argparse
 
 from rich.console import Console
 
+from gpusim.hw import DEFAULT_ARCH
+
 from . import common
 from .cache import add_cache_options, store_of
 
@@ -27,7 +29,7 @@ def register(sub) -> None:
     common.add_model(p)
     p.add_argument("--dispatch", metavar="NAME",
                    help="dispatch to show (default: the first; for banks the first with LDS)")
-    p.add_argument("--arch", type=common.arch_value, default="gfx942",
+    p.add_argument("--arch", type=common.arch_value, default=DEFAULT_ARCH,
                    help="gfx90a, gfx942 or gfx1100 (default gfx942)")
     p.add_argument("--mode", choices=("aggressive", "conservative"), default="aggressive",
                    help="fusion plan to view (default aggressive)")

@@ -19,8 +19,7 @@ import re
 import numpy as np
 
 from .. import builders as B
-from ..graph import Graph, GraphError, ShapeError, UnsupportedError, Value
-from ..models import ModelError
+from ..graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
 
 MIN_OPSET, MAX_OPSET = 13, 21
 

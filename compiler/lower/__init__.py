@@ -3,14 +3,18 @@
 One lowering per dispatch kind: contractions (matmul, conv as implicit GEMM, with their
 fused epilogue), row reductions (softmax/norms with fused producers and consumers, or the
 generic serial fallback) and elementwise/injective dispatches (including pure copies
-such as a materialised transpose), naive or, for permutes, through an LDS tile.
+such as a materialised transpose), naive or, for permutes, through an LDS tile. The
+schedule spaces and the knobs of each kind are in ``compiler.schedule`` (which imports
+this package, never the other way round).
 """
 from __future__ import annotations
+
+from gpusim.hw import DEFAULT_ARCH
 
 from .common import LoweringError, dispatch_kind
 
 
-def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower(graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     kind = dispatch_kind(graph, dispatch)
     if kind == "contraction":
         from .contraction import lower_contraction
@@ -27,17 +31,4 @@ def lower(graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
     return lower_elementwise(graph, dispatch, schedule, arch_name)
 
 
-def schedule_space(graph, dispatch, arch_name: str = "gfx942") -> list:
-    """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
-    kind = dispatch_kind(graph, dispatch)
-    if kind == "contraction":
-        from ..schedule.contraction import contraction_space
-        return contraction_space(graph, dispatch, arch_name)
-    if kind == "reduction":
-        from .reduction import rows_space
-        return rows_space(graph, dispatch, arch_name)
-    from .elementwise import elementwise_space
-    return elementwise_space(graph, dispatch, arch_name)
-
-
-__all__ = ["lower", "schedule_space", "LoweringError", "dispatch_kind"]
+__all__ = ["lower", "LoweringError", "dispatch_kind"]

@@ -64,6 +64,7 @@ import math
 import numpy as np
 
 from gpusim import program as P
+from gpusim.hw import get_arch
 
 from ..graph import Graph
 from . import affine
@@ -554,31 +555,21 @@ def vgpr_estimate(s, threads) -> int:
 
 
 # ------------------------------------------------------------------ the lowering
-def _arch_limits(arch_name):
-    """(wave size, LDS bytes per CU) from gpusim.hw when present, else CDNA defaults."""
-    try:
-        from gpusim.hw import get_arch  # type: ignore
-        a = get_arch(arch_name)
-        ws = getattr(a, "wave_size", 64)
-        lds = getattr(a, "lds_bytes_per_cu", None) or getattr(a, "lds_bytes", None) or 65536
-        return int(ws), int(lds)
-    except (ImportError, AttributeError):
-        return (32 if arch_name.startswith("gfx11") else 64), 65536
+def arch_limits(arch_name):
+    """(wave size, LDS bytes a workgroup may use) of the Arch; an unknown arch is an error."""
+    a = get_arch(arch_name)
+    return a.wave_size, a.lds_bytes_per_workgroup
 
 
 def _arch_has_mfma(arch_name) -> bool:
-    try:
-        from gpusim.hw import get_arch
-        return bool(get_arch(arch_name).mfma_passes)
-    except Exception:  # unknown arch names: only the CDNA ones have matrix cores
-        return str(arch_name).startswith(("gfx90a", "gfx94"))
+    return bool(get_arch(arch_name).mfma_passes)
 
 
 def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) -> P.Kernel:
     """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in."""
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
-    wave_size, lds_limit = _arch_limits(arch_name)
+    wave_size, lds_limit = arch_limits(arch_name)
     why = check_schedule(gemm, s, wave_size, lds_limit)
     if not why and s["mma"] == "mfma" and not _arch_has_mfma(arch_name):
         why = f"mma=mfma: {arch_name} has no MFMA matrix cores (CDNA only)"
@@ -1024,10 +1015,6 @@ class _Builder:
         self.body += loads_phase + compute_phase
         self.em.bound.pop(root, None)
         return results
-
-    def ctile_elems(self, sv):
-        return (self.BM * (self.BN + sv) if self.gemm.vec_dim == "n"
-                else self.BN * (self.BM + sv))
 
     def ctile_index(self, ml, nl, sv):
         if self.gemm.vec_dim == "n":

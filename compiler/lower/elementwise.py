@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
+from gpusim.hw import DEFAULT_ARCH, get_arch
 
 from ..graph import Graph
-from ..schedule import Candidate
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 
@@ -58,7 +58,7 @@ def iteration_shape(graph: Graph, dispatch) -> tuple:
     return shape
 
 
-def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     shape = iteration_shape(graph, dispatch)
     wg = int(schedule.get("workgroup", 256))
     vec = int(schedule.get("vector", 1))
@@ -72,8 +72,9 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
                             f"({shape[inner]})")
     if elems % vec:
         raise LoweringError(f"elems={elems} must be a multiple of vector={vec}")
-    if not 1 <= wg <= 1024:
-        raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to 1024 threads")
+    max_wg = get_arch(arch_name).max_block_threads
+    if not 1 <= wg <= max_wg:
+        raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to {max_wg} threads")
 
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     perm_shape = tuple(shape[d] for d in perm)
@@ -107,7 +108,6 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = "
                 _store(em, graph, out, idxs, shape, inner, vec, stmts)
         body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
-    from gpusim.hw import get_arch
     body = em.provably_aligned(tuple(body), get_arch(arch_name).wave_size)
     return P.Kernel(name, buffers(graph, dispatch), grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
@@ -169,39 +169,3 @@ def _store(em, graph, out, idxs, root_shape, inner, vec, stmts):
         stmts.append(P.If(cond, tuple(store)))
     else:
         stmts.extend(store)
-
-
-def elementwise_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
-    """Workgroup x vector x elems x order, with illegal points marked."""
-    try:
-        shape = iteration_shape(graph, dispatch)
-    except LoweringError as e:
-        return [Candidate({"workgroup": 256}, False, str(e))]
-    n = math.prod(shape)
-    orders = ["output"]
-    for t in dispatch.inputs:
-        ty = graph.op(t).type
-        if ty.shape == shape and not ty.is_row_major:
-            orders.append(f"input:{t}")
-    out = []
-    for order in orders:
-        inner = iteration_order(graph, dispatch, order)[-1]
-        for wg in (64, 128, 256, 512, 1024):
-            for vec in (1, 2, 4):
-                for elems in (vec, 2 * vec, 4 * vec):
-                    knobs = {"workgroup": wg, "vector": vec, "elems": elems, "order": order}
-                    reason = ""
-                    if shape[inner] % vec:
-                        reason = f"vector {vec} does not divide dim {shape[inner]}"
-                    elif elems > 16:
-                        reason = "more than 16 elements per thread"
-                    elif wg > 64 and ceil_div(n, elems) < wg:
-                        reason = "workgroup larger than the work"
-                    out.append(Candidate(knobs, not reason, reason))
-    from .transpose import transpose_space
-    tiled = transpose_space(graph, dispatch, arch_name)
-    if tiled:  # a permute: the naive walks compete with the LDS-tiled ones
-        for c in out:
-            c.knobs["transpose"] = "none"
-        out += tiled
-    return out

@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
+from gpusim.hw import DEFAULT_ARCH, get_arch
 
 from ..graph import Graph
-from ..schedule import Candidate
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 
@@ -44,7 +44,6 @@ REDUCE_KINDS = ("reduce_sum", "reduce_max", "reduce_mean")
 
 
 def _wave_size(arch_name):
-    from gpusim.hw import get_arch
     return get_arch(arch_name).wave_size
 
 
@@ -119,7 +118,7 @@ def _reduction_deps(graph, dispatch, tensor, reds, seen=None):
 
 
 # ------------------------------------------------------------------------- lowering
-def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     rows = RowShape(graph, dispatch)
     ws = _wave_size(arch_name)
     mapping = schedule.get("mapping", "wave")
@@ -129,9 +128,10 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"
     reduce = schedule.get("reduce", "wave")
     passes = schedule.get("passes", "multi")
     C, R = rows.C, rows.R
-    if wg % ws or not ws <= wg <= 1024:
+    max_wg = get_arch(arch_name).max_block_threads
+    if wg % ws or not ws <= wg <= max_wg:
         raise LoweringError(f"workgroup={wg} must be a multiple of the wave size {ws}, "
-                            f"at most 1024")
+                            f"at most {max_wg}")
     if vec not in (1, 2, 4) or C % vec:
         raise LoweringError(f"vector={vec} must be 1, 2 or 4 and divide the row ({C})")
     if mapping not in ("wave", "workgroup"):
@@ -445,7 +445,7 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 
 # ------------------------------------------------------------------------- fallback
 
-def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
     need not share an iteration space: a fallback must lower whatever fusion formed."""
@@ -508,52 +508,3 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx9
 
 def grid_threads(n: int, wg: int) -> int:
     return ceil_div(n, wg) * wg
-
-
-# ------------------------------------------------------------------------- space
-def rows_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
-    """Candidates for a row dispatch; a non-row dispatch gets the generic fallback only."""
-    try:
-        rows = RowShape(graph, dispatch)
-    except LoweringError as e:
-        return [Candidate({"lowering": "generic", "workgroup": wg}, True,
-                          f"generic: {e}") for wg in (64, 256)]
-    ws = _wave_size(arch_name)
-    has_pair = any(_single_pass_pair(graph, dispatch, a, b)
-                   for a in rows.reductions for b in rows.reductions)
-    out = []
-    for mapping in ("wave", "workgroup"):
-        for wg in (ws, 2 * ws, 4 * ws, 256, 512, 1024):
-            if wg > 1024 or wg % ws:
-                continue
-            for vec in (1, 2, 4):
-                for cache in ("reread", "registers"):
-                    for reduce in ("wave", "shuffle", "lds_tree"):
-                        for passes in (("multi", "single") if has_pair else ("multi",)):
-                            knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
-                                     "cache": cache, "reduce": reduce, "passes": passes}
-                            T = ws if mapping == "wave" else wg
-                            chunk = T * vec
-                            reason = ""
-                            if rows.C % vec:
-                                reason = f"vector {vec} does not divide the row {rows.C}"
-                            elif reduce == "lds_tree" and mapping != "workgroup":
-                                reason = "lds_tree needs a workgroup per row"
-                            elif cache == "registers" and (rows.C % chunk or
-                                                           rows.C // chunk * vec > 32):
-                                reason = "row does not fit in 32 registers per thread"
-                            elif mapping == "workgroup" and chunk > rows.C:
-                                reason = f"workgroup of {wg} x {vec} wider than the row"
-                            elif mapping == "wave" and wg != ws and wg > 256:
-                                reason = "more than 4 rows per workgroup"
-                            elif mapping == "wave" and reduce == "shuffle" and wg != ws * 4:
-                                reason = "shuffle variant only tried at 4 waves"
-                            out.append(Candidate(knobs, not reason, reason))
-    # deduplicate (256 may equal 4 * wave size)
-    seen, uniq = set(), []
-    for c in out:
-        k = tuple(sorted(c.knobs.items()))
-        if k not in seen:
-            seen.add(k)
-            uniq.append(c)
-    return uniq

@@ -35,9 +35,9 @@ import math
 import numpy as np
 
 from gpusim import program as P
+from gpusim.hw import DEFAULT_ARCH
 
 from ..graph import Graph
-from ..schedule import Candidate
 from . import affine
 from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
                      split_at_last_load)
@@ -133,29 +133,7 @@ def staging_plan(graph: Graph, dispatch) -> tuple:
     return "no input is stored with another contiguous dim than the output"
 
 
-def transpose_space(graph: Graph, dispatch, arch_name: str = "gfx942") -> list:
-    """The LDS-tiled candidates of an elementwise dispatch (empty when none applies)."""
-    plan = staging_plan(graph, dispatch)
-    if isinstance(plan, str):
-        return []
-    _, d_i, d_o, shape = plan
-    out = []
-    for tile in TILES:
-        for wg in WORKGROUPS:
-            for pad in PADS:
-                knobs = {"transpose": "lds", "tile": tile, "workgroup": wg, "lds_pad": pad}
-                reason = ""
-                if wg % tile or wg > tile * tile:
-                    reason = f"workgroup {wg} is not a multiple of the tile {tile} up to {tile}^2"
-                elif tile * (tile + pad) * 4 > 64 * 1024:
-                    reason = "the tile does not fit in 64 KiB of LDS"
-                elif tile > 32 and min(shape[d_i], shape[d_o]) <= 32:
-                    reason = f"tile {tile} is larger than the permuted dims {shape[d_i]}x{shape[d_o]}"
-                out.append(Candidate(knobs, not reason, reason))
-    return out
-
-
-def lower_transpose(graph: Graph, dispatch, schedule: dict, arch_name: str = "gfx942"):
+def lower_transpose(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
         raise LoweringError(f"transpose=lds: {plan}; use transpose=none")

@@ -4,13 +4,15 @@ Like IREE's DispatchCreation and TVM's FuseOps, fusion works on primitive ops an
 indexing maps, never on recognised "layers". Every compute op starts as its own group;
 the rules below are tried in order and the first one that merges two groups restarts the
 sequence, so cheap local fusions (elementwise chains, epilogues) settle before the
-root-level ones look at the result. ``state.FusionState.try_merge`` is the single
-legality check (parallel loops pair one-to-one through the indexing maps; no cycle
-between dispatches; rule 2's all-uses condition; the mode).
+root-level ones look at the result. ``core.FusionState.try_merge`` is the one place a
+merge happens: the shared mechanism (projected maps, parallel loops paired one-to-one, no
+cycle between dispatches) plus the conditions the rules state in their own files
+(``CONDITIONS``, ``SPACE_CONDITIONS``), which hold for every merge whichever rule tries it.
 
-Order: 1 ``elementwise`` -> 7 ``epilogue`` -> 2 ``multi_use`` -> 3 ``reduction_producers``
--> 6 ``sibling`` -> 4 ``root_consumers``; then rule 2's recomputation of cheap chains over
-graph inputs, and rule 5 (``multi_result``) forms the dispatches.
+Rules, in the order they are tried: ``elementwise`` -> ``epilogue`` -> ``multi_use`` ->
+``reduction_producers`` -> ``sibling`` -> ``root_consumers``; then the multi-use rule's
+recomputation of cheap chains over graph inputs, and ``multi_result`` forms the
+dispatches.
 
 Built-in models (aggressive / conservative): softmax 1/2, layernorm 1/2, rmsnorm 1/1,
 conv_add_relu 1/1, mlp 2/2, attention 3/4, encoder_layer 11/14. The encoder layer's 11:
@@ -24,21 +26,38 @@ own dispatch; conservative mode splits each of those three into two (+3).
 from __future__ import annotations
 
 from ..graph import Graph
-from ..plan import FusionPlan
+from ..plan import FusionPlan, execute_plan, max_error
+from ..reference import evaluate, random_inputs
 from . import (elementwise, epilogue, multi_result, multi_use, reduction_producers,
                root_consumers, sibling)
-from .state import FusionState
+from .core import FusionState
 
 RULES = (elementwise, epilogue, multi_use, reduction_producers, sibling, root_consumers)
+#: rule conditions checked on every merge before the parallel spaces are paired, in order
+CONDITIONS = (epilogue.condition, root_consumers.condition, multi_use.condition)
+#: rule conditions checked after pairing (they need the pairing's outcome)
+SPACE_CONDITIONS = (root_consumers.space_condition,)
 
 
 def fuse(graph: Graph, aggressive: bool = True) -> FusionPlan:
     """Forms dispatches for ``graph``; ``aggressive=False`` is IREE's default behaviour."""
-    st = FusionState.start(graph, aggressive)
+    st = FusionState.start(graph, aggressive, CONDITIONS, SPACE_CONDITIONS)
     while any(rule.apply(st) for rule in RULES):
         pass
     multi_use.recompute(st)
     return multi_result.build_plan(st)
 
 
-__all__ = ["fuse", "RULES"]
+def check_plan(graph: Graph, inputs: dict | None = None) -> list[tuple[str, float]]:
+    """Fuses ``graph`` in both modes, runs each plan and returns (mode, max abs error)
+    against the unfused reference; ``wavefuse verify`` reports these."""
+    inputs = inputs if inputs is not None else random_inputs(graph)
+    want = evaluate(graph, inputs)
+    out = []
+    for aggressive in (True, False):
+        plan = fuse(graph, aggressive=aggressive)
+        out.append((plan.mode, max_error(want, execute_plan(plan, inputs))))
+    return out
+
+
+__all__ = ["fuse", "check_plan", "RULES", "CONDITIONS", "SPACE_CONDITIONS"]

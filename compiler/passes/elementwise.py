@@ -1,4 +1,4 @@
-"""Rule 1 — elementwise producer-consumer fusion, through broadcasts and views.
+"""Elementwise producer-consumer fusion, through broadcasts and views.
 
 An elementwise producer whose value is read by exactly one op fuses into the dispatch of
 that op when the indexing maps on the edge put producer and consumer at the same parallel
@@ -9,15 +9,15 @@ elementwise ops; IREE and XLA do the same), and the decision says so.
 
 Limits: a reshape that splits or merges dimensions is not a projection of the loops, so a
 producer behind one stays a boundary; a producer that feeds a contraction's operand is
-never fused (rule 7 covers the contraction's *consumers* instead); producers with several
-readers are rule 2's business. Views are placed at the end (``place_views``): each view is
+never fused (the epilogue rule covers the contraction's *consumers* instead); producers
+with several readers are the multi-use rule's business. Views are placed at the end (``place_views``): each view is
 copied into every dispatch that reads through it (free: an index map), and only a view
 that is itself a graph output of an input/constant needs a copy dispatch of its own.
 """
 from __future__ import annotations
 
 from . import indexing as ix
-from .state import FusionState
+from .core import FusionState
 
 NAME = "elementwise"
 
@@ -31,7 +31,7 @@ def apply(st: FusionState) -> bool:
         if u is None:
             continue
         if g.op(u).is_reduction:
-            continue  # rule 3
+            continue  # the reduction-producer rule's
         if st.merge_or_record(NAME, grp, st.group_of(u)):
             return True
     return False

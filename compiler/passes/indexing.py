@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from ..graph import Graph, Op
+from ..graph import Graph, Op, is_compute  # noqa: F401  (is_compute: ix.is_compute)
 
 OPAQUE = "opaque"
 
@@ -171,12 +171,3 @@ def loop_links(graph: Graph, producer: str, tensor_links: dict) -> dict:
     """{producer loop: consumer loop} from {producer result dim: consumer loop}."""
     rm = result_map(graph.op(producer), graph)
     return {rm[d]: loop for d, loop in tensor_links.items() if rm[d] is not None}
-
-
-def is_compute(op: Op) -> bool:
-    return op.kind not in ("input", "constant") and not op.is_view
-
-
-def root_rank(op: Op) -> int:
-    """Which op leads a dispatch: contraction > reduction > elementwise."""
-    return 3 if op.is_contraction else 2 if op.is_reduction else 1

@@ -1,4 +1,4 @@
-"""Rule 5 — multi-result dispatches, and turning the final groups into dispatches.
+"""Multi-result dispatches, and turning the final groups into dispatches.
 
 A dispatch writes every tensor it computes that something outside it needs: a graph
 output, or a value another dispatch reads. Writing several results from one dispatch is
@@ -7,20 +7,20 @@ hand its row maximum to a later consumer, and two sibling reductions write both 
 results. Every dispatch that writes more than one tensor gets a decision saying who reads
 each one.
 
-This file also finishes the plan: views are placed as index maps (rule 1), each dispatch
-gets its boundary inputs, its root's iteration space and, for contractions, the layout
-facts of its epilogue inputs (rule 7); dispatches are ordered topologically on the
+This file also finishes the plan: views are placed as index maps (the elementwise rule),
+each dispatch gets its boundary inputs, its root's iteration space and, for contractions, the layout
+facts of its epilogue inputs (the epilogue rule); dispatches are ordered topologically on the
 condensed graph, which must be acyclic.
 """
 from __future__ import annotations
 
 import networkx as nx
 
-from ..graph import Graph
+from ..graph import Graph, is_identity_view
 from ..plan import Decision, Dispatch, EpilogueInput, FusionPlan, IterationSpace
 from . import epilogue, indexing as ix
 from .elementwise import place_views
-from .state import FusionState
+from .core import FusionState
 
 NAME = "multi_result"
 
@@ -32,13 +32,6 @@ def _iteration(g: Graph, root: str) -> IterationSpace:
     dom = ix.domain(op, g)
     return IterationSpace(tuple(s for s, k in dom if k == "parallel"),
                           tuple(s for s, k in dom if k == "reduction"))
-
-
-def is_identity_view(op, g) -> bool:
-    """A view that moves no element (same shape, identity permutation)."""
-    if op.kind == "transpose":
-        return tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
-    return op.type.shape == g.op(op.inputs[0]).type.shape
 
 
 def build_plan(st: FusionState) -> FusionPlan:

@@ -1,10 +1,12 @@
-"""Rule 2 — multi-use producers.
+"""Multi-use producers.
 
 An elementwise producer (or a group of them) whose value several ops read fuses into a
 dispatch only when *all* those readers already sit in that same dispatch: then the value
 never needs to be written (softmax's ``exp`` read by both the sum and the division; layer
 norm's ``x - mean`` read by the square and the normalisation). When the readers sit in
 different dispatches, the producer stays a dispatch of its own and writes its value once.
+That condition (``condition``) holds for every merge of an elementwise producer, whichever
+rule tries it.
 
 Exception, applied once at the very end (``recompute``): a pure elementwise chain whose
 only inputs are graph inputs or constants may be *duplicated* into every reading
@@ -16,9 +18,22 @@ from __future__ import annotations
 import copy
 
 from . import indexing as ix
-from .state import FusionState
+from .core import Attempt, FusionState, RootKind
 
 NAME = "multi_use"
+
+
+def condition(st: FusionState, at: Attempt) -> str | None:
+    """An elementwise producer fuses only when all its readers land in one dispatch."""
+    if at.sibling or at.other_uses_ok or at.prod.kind(st.graph) != RootKind.ELEMENTWISE:
+        return None
+    outside = sorted({st.groups[st.owner[e.dst]].root
+                      for e in st.out_edges(at.prod) if e.dst not in at.cons.ops})
+    if outside:
+        return (f"the producer also feeds the dispatch(es) of "
+                f"{', '.join(outside)}: a multi-use producer fuses only when "
+                f"all its uses land in one dispatch")
+    return None
 
 
 def apply(st: FusionState) -> bool:
@@ -75,21 +90,19 @@ def recompute(st: FusionState) -> None:
                           f"{after} B instead of {before} B")
             continue
         # each copy must be a legal merge on its own; undo everything if one is not
-        saved = (copy.deepcopy(st.groups), dict(st.owner), dict(st.decisions))
+        saved = st.snapshot()
         ok_all, reason = True, ""
         for t in targets:
             clone = copy.deepcopy(grp)
             clone.id = max(st.groups) + 1
-            st.groups[clone.id] = clone
-            for o in clone.ops:
-                st.owner[o] = clone.id
+            st.add_group(clone)
             ok_all, reason = st.try_merge(NAME, clone, st.groups[t], other_uses_ok=True)
             if ok_all and t not in st.groups:
                 ok_all, reason = False, "the copy would lead the reading dispatch"
             if not ok_all:
                 break
         if not ok_all:
-            st.groups, st.owner, st.decisions = saved
+            st.restore(saved)
             for e in outs:
                 st.record(NAME, e.src, e.dst, False, f"not recomputed: {reason}")
             continue

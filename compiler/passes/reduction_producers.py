@@ -1,4 +1,4 @@
-"""Rule 3 — a reduction root fuses with producers whose parallel space matches its own.
+"""A reduction root fuses with producers whose parallel space matches its own.
 
 IREE's dispatch formation did not fuse a root with the producers of its inputs (to keep
 GEMM operands out). For a reduction that is too strict: when the indexing map through
@@ -8,13 +8,14 @@ the producer runs exactly once per iteration of the reduction, on the same rows 
 The producer's own parallel loops then map onto the root's parallel loops and onto its
 reduction loop, which becomes the producer's serial loop too.
 
-Limits: only elementwise producers read by the reduction alone (several readers: rule 2);
+Limits: only elementwise producers read by the reduction alone (several readers: the
+multi-use rule);
 a producer whose parallel loop would land on the root's parallel loop at another point
 (a transposed read), or behind a splitting reshape, stays outside.
 """
 from __future__ import annotations
 
-from .state import FusionState
+from .core import FusionState
 
 NAME = "reduction_producer"
 

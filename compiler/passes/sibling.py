@@ -1,10 +1,10 @@
-"""Rule 6 — sibling (horizontal) fusion of reductions that read the same tensor.
+"""Sibling (horizontal) fusion of reductions that read the same tensor.
 
 ``mean(x)`` and ``mean(x * x)`` do not depend on each other, so no producer-consumer rule
 joins them, yet both stream the same rows of ``x``. When two reduction-rooted dispatches
 read one tensor through maps that pair their parallel loops one-to-one (the same rows),
 they become one dispatch that reads the tensor once and produces both results (a
-multi-result dispatch, rule 5).
+multi-result dispatch).
 
 Limits: both sides must be reductions over the same parallel space; the shared tensor
 must be read through projected maps; neither may reach the other through a third
@@ -13,7 +13,7 @@ dispatch (that would be a cycle). Applies in both modes: it never lowers paralle
 from __future__ import annotations
 
 from . import indexing as ix
-from .state import FusionState
+from .core import FusionState, RootKind
 
 NAME = "sibling"
 
@@ -33,7 +33,7 @@ def _reads(st: FusionState, grp) -> dict:
 
 def apply(st: FusionState) -> bool:
     g = st.graph
-    reds = [grp for grp in st.sorted_groups() if grp.rank(g) == 2]
+    reds = [grp for grp in st.sorted_groups() if grp.kind(g) == RootKind.REDUCTION]
     for i, a in enumerate(reds):
         ra = _reads(st, a)
         for b in reds[i + 1:]:

@@ -1,24 +1,57 @@
-"""Schedule spaces: the named knobs of each dispatch kind and their legal values.
+"""Schedule spaces: one module per dispatch kind, each with its typed knobs.
 
-A schedule is a plain ``dict`` of knob -> value (``{"workgroup": 256, "vector": 4}``), so
-it prints, serialises and pins (``--fix vector=4``) without ceremony. Each space
-enumerates candidates for one dispatch on one architecture and marks the illegal ones with
-the reason (LDS over the limit, more than 1024 threads, misaligned vectors, too many
-registers), so the candidate table can show why a point was never simulated.
+Kinds: ``elementwise`` (naive walks), ``transpose`` (permutes through an LDS tile),
+``rows`` (row reductions), ``generic`` (the serial fallback for reductions of any other
+shape) and ``contraction`` (matmul / conv). Each module holds a frozen ``Knobs``
+dataclass (every knob with its default and its meaning), ``space(graph, dispatch, arch)``
+and ``lower`` (the lowering in ``compiler.lower``). A schedule still travels as a plain
+``dict`` of knob -> value (``{"workgroup": 256, "vector": 4}``), so it prints, serialises
+and pins (``--fix vector=4``) without ceremony; a pin names a knob some kind's ``Knobs``
+declares (:func:`check_pins`) and takes a value that kind's space enumerates (the search's
+``select_candidates``). Each space marks illegal points with the reason (LDS over the
+limit, more than 1024 threads, misaligned vectors, too many registers), so the candidate
+table can show why a point was never simulated.
+
+Import direction: ``schedule`` -> ``lower``, never back.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+
+from gpusim.hw import DEFAULT_ARCH
+
+from ..graph import GraphError
+from ..lower import dispatch_kind
+from . import contraction, elementwise, generic, rows, transpose
+from .common import Candidate, knob
 
 
-@dataclass
-class Candidate:
-    knobs: dict
-    legal: bool = True
-    reason: str = ""
-    #: a knob the user must pin (``--fix KNOB=VALUE``) before the search tries this point;
-    #: for schedules the model cannot yet score as well as the rest (see the space's doc)
-    opt_in: str = ""
+#: every schedule kind, by name
+KINDS = {m.NAME: m for m in (elementwise, transpose, rows, generic, contraction)}
 
-    def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.knobs.items())
+
+def knob_names(kind_module) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind_module.Knobs))
+
+
+def check_pins(fixed: dict) -> None:
+    """Every pinned knob must be a knob of some dispatch kind; one line naming them if not."""
+    known = {k for m in KINDS.values() for k in knob_names(m)}
+    bad = sorted(k for k in fixed if k not in known)
+    if bad:
+        listing = "; ".join(f"{name}: {', '.join(knob_names(m))}" for name, m in KINDS.items())
+        raise GraphError(f"--fix {bad[0]}: no dispatch kind has a knob {bad[0]!r}; "
+                         f"knobs per kind: {listing}")
+
+
+def schedule_space(graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+    """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
+    kind = dispatch_kind(graph, dispatch)
+    if kind == "contraction":
+        return contraction.space(graph, dispatch, arch_name)
+    if kind == "reduction":
+        return rows.space(graph, dispatch, arch_name)
+    return elementwise.space(graph, dispatch, arch_name)
+
+
+__all__ = ["Candidate", "KINDS", "check_pins", "knob_names", "schedule_space"]

@@ -15,10 +15,30 @@ lds_pad, so the space stays a few dozen legal points. Illegal points carry the r
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from ..lower.common import LoweringError
-from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, _arch_limits, check_schedule)
-from . import Candidate
+from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, arch_limits, check_schedule)
+from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
+from .common import Candidate, knob
+
+NAME = "contraction"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    mma: str = knob("fma", "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
+                           "(CDNA only, opt-in)")
+    BM: int = knob(64, "block tile rows (M)")
+    BN: int = knob(64, "block tile columns (N)")
+    BK: int = knob(16, "block tile depth (K) per LDS stage")
+    TM: int = knob(4, "thread micro-tile rows")
+    TN: int = knob(4, "thread micro-tile columns")
+    KW: int = knob(1, "wave groups splitting each K tile (partials combined in LDS)")
+    lds_pad: object = knob(4, f"LDS row padding, one of {LDS_PADS}")
+    vec_a: int = knob(4, "global load width of A (the widest legal; narrower is slower)")
+    vec_b: int = knob(4, "global load width of B (the widest legal; narrower is slower)")
+    swizzle: str = knob("none", f"output swizzle placement, one of {SWIZZLES}")
 
 TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
     (16, 32, 64, 2, 4, 8), (32, 32, 64, 4, 4, 16), (16, 32, 32, 2, 4, 4),
@@ -42,10 +62,6 @@ MFMA_TILES = [
 ]
 
 
-def tiles() -> list:
-    return list(TILES)
-
-
 def _prior(k: dict) -> tuple:
     """Smaller is tried first: FMA before MFMA, the tile's rank, vector-padded LDS,
     swizzle order."""
@@ -61,7 +77,7 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         gemm = Gemm(graph, dispatch)
     except LoweringError as e:
         return [Candidate({}, False, str(e))]
-    wave_size, lds_limit = _arch_limits(arch_name)
+    wave_size, lds_limit = arch_limits(arch_name)
     va = gemm.A.max_vec[gemm.A.inner]
     vb = gemm.B.max_vec[gemm.B.inner]
     legal, illegal = [], []
@@ -87,3 +103,6 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
                                      check_schedule(gemm, knobs, wave_size, lds_limit)))
     legal.sort(key=lambda c: _prior(c.knobs))
     return legal + illegal
+
+
+space = contraction_space

@@ -7,8 +7,11 @@ returns a rich renderable (what `wavefuse view` and the tutorials print)::
     from compiler.views import plan_view, candidates_view, timeline_view
     console.print(plan_view(fuse(graph)))
     console.print(candidates_view(tune_result.dispatches[0], sort="coalescing"))
-    console.print(timeline_view(gpusim.simulate(kernel, "gfx942", trace=True)))
+    console.print(timeline_view(gpusim.simulate(kernel, DEFAULT_ARCH, trace=True)))
 """
+
+from gpusim.hw import DEFAULT_ARCH
+
 from .candidates import SORT_KEYS, CandidatesData, CandidateRow, candidates_data, candidates_view
 from .common import ViewError
 from .memory import (BanksData, CoalescingData, banks_data, banks_view, coalescing_data,

@@ -123,8 +123,9 @@ def _fmt_cost(cost: dict) -> str:
                      for k, v in cost.items())
 
 
-def explain_view(plan: FusionPlan):
-    """Every decision with its reason; a cost column when the search decided any."""
+def explain_view(plan: FusionPlan, cost_hint: str = "run with --tune"):
+    """Every decision with its reason; a cost column when the search decided any. The
+    one renderer of the decisions table (``fuse --explain`` and ``view`` both print it)."""
     rows = explain_data(plan)
     has_cost = any(r.cost for r in rows)
     t = Table(title=f"{plan.graph.name}: fusion decisions ({plan.mode})", show_lines=False)
@@ -142,5 +143,5 @@ def explain_view(plan: FusionPlan):
         t.add_row(*cells)
     n_fused = sum(r.fused for r in rows)
     summary = Text(f"{len(rows)} decisions: {n_fused} fused, {len(rows) - n_fused} kept apart"
-                   + ("" if has_cost else "; no simulator costs (run with --tune)"), style="dim")
+                   + ("" if has_cost else f"; no simulator costs ({cost_hint})"), style="dim")
     return Group(t, summary)

@@ -8,6 +8,8 @@ from gpusim.hw.gfx90a import GFX90A
 from gpusim.hw.gfx942 import GFX942
 from gpusim.hw.gfx1100 import GFX1100
 
+#: the architecture every command and function uses when none is named (MI300X).
+DEFAULT_ARCH = "gfx942"
 #: every known architecture by its LLVM target name.
 ARCHES = {a.name: a for a in (GFX90A, GFX942, GFX1100)}
 #: friendly aliases for the product names.
@@ -27,4 +29,4 @@ def get_arch(name) -> Arch:
     return ARCHES[key]
 
 
-__all__ = ["Arch", "ARCHES", "get_arch", "GFX90A", "GFX942", "GFX1100"]
+__all__ = ["Arch", "ARCHES", "DEFAULT_ARCH", "get_arch", "GFX90A", "GFX942", "GFX1100"]

@@ -106,10 +106,6 @@ class Arch:
         return max(1, self.wave_size // self.simd_width)
 
     @property
-    def max_waves_per_cu(self) -> int:
-        return self.wave_slots_per_simd * self.simds_per_cu
-
-    @property
     def peak_fp32_tflops(self) -> float:
         return self.peak_fp32_flops_per_clk_per_cu * self.num_cus * self.clock_ghz / 1e3
 

@@ -1,0 +1,23 @@
+"""What every schedule kind shares: a candidate point of a space and the knob field."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass
+class Candidate:
+    knobs: dict
+    legal: bool = True
+    reason: str = ""
+    #: a knob the user must pin (``--fix KNOB=VALUE``) before the search tries this point;
+    #: for schedules the model cannot yet score as well as the rest (see the space's doc)
+    opt_in: str = ""
+
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.knobs.items())
+
+
+def knob(default, meaning: str):
+    """A knob field of a kind's ``Knobs``: its default and what it means."""
+    return dataclasses.field(default=default, metadata={"meaning": meaning})

@@ -1,0 +1,66 @@
+"""Schedule of an elementwise (injective) dispatch walked naively: the knobs and the space.
+
+The lowering is ``compiler.lower.elementwise`` (its docstring explains the walk). A
+dispatch that permutes its input also gets the LDS-tiled candidates of
+:mod:`compiler.schedule.transpose`, marked ``transpose=lds`` (these ``transpose=none``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpusim.hw import DEFAULT_ARCH
+
+from ..graph import Graph
+from ..lower.common import LoweringError, ceil_div
+from ..lower.elementwise import iteration_order, iteration_shape
+from ..lower.elementwise import lower_elementwise as lower  # noqa: F401  (the kind's lowering)
+from . import transpose
+from .common import Candidate, knob
+
+NAME = "elementwise"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    workgroup: int = knob(256, "threads per workgroup (64 to 1024)")
+    vector: int = knob(1, "elements per access along the innermost iterated dim (1, 2, 4)")
+    elems: int = knob(1, "elements per thread, a multiple of vector, unrolled (at most 16)")
+    order: str = knob("output", "walk the output row-major, or input:<tensor> to walk "
+                                "that input's memory order")
+    transpose: str = knob("none", "none: this naive walk; lds: the transpose kind's tile")
+
+
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+    """Workgroup x vector x elems x order, with illegal points marked."""
+    try:
+        shape = iteration_shape(graph, dispatch)
+    except LoweringError as e:
+        return [Candidate({"workgroup": 256}, False, str(e))]
+    n = math.prod(shape)
+    orders = ["output"]
+    for t in dispatch.inputs:
+        ty = graph.op(t).type
+        if ty.shape == shape and not ty.is_row_major:
+            orders.append(f"input:{t}")
+    out = []
+    for order in orders:
+        inner = iteration_order(graph, dispatch, order)[-1]
+        for wg in (64, 128, 256, 512, 1024):
+            for vec in (1, 2, 4):
+                for elems in (vec, 2 * vec, 4 * vec):
+                    knobs = {"workgroup": wg, "vector": vec, "elems": elems, "order": order}
+                    reason = ""
+                    if shape[inner] % vec:
+                        reason = f"vector {vec} does not divide dim {shape[inner]}"
+                    elif elems > 16:
+                        reason = "more than 16 elements per thread"
+                    elif wg > 64 and ceil_div(n, elems) < wg:
+                        reason = "workgroup larger than the work"
+                    out.append(Candidate(knobs, not reason, reason))
+    tiled = transpose.space(graph, dispatch, arch_name)
+    if tiled:  # a permute: the naive walks compete with the LDS-tiled ones
+        for c in out:
+            c.knobs["transpose"] = "none"
+        out += tiled
+    return out

@@ -1,0 +1,29 @@
+"""Schedule of the generic fallback for reductions that are not row-shaped.
+
+The lowering is ``compiler.lower.reduction.lower_generic``: one thread per element of the
+root, each reduction a serial loop; correct and slow, and the search says so. Every point
+is legal; its reason says why the row lowering did not apply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpusim.hw import DEFAULT_ARCH
+
+from ..graph import Graph
+from ..lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
+from .common import Candidate, knob
+
+NAME = "generic"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    lowering: str = knob("generic", "generic: the serial fallback (set by the space)")
+    workgroup: int = knob(64, "threads per workgroup (64 or 256)")
+
+
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH, why: str = "") -> list:
+    """The fallback's points; ``why``: what kept the dispatch off the row lowering."""
+    return [Candidate({"lowering": "generic", "workgroup": wg}, True, f"generic: {why}")
+            for wg in (64, 256)]

@@ -1,0 +1,81 @@
+"""Schedule of a row-reduction dispatch (softmax, layer norm, RMS norm): knobs and space.
+
+The lowering is ``compiler.lower.reduction.lower_rows`` (its docstring explains each
+knob's effect on the kernel). A reduction dispatch that does not have the row shape gets
+the :mod:`compiler.schedule.generic` fallback instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpusim.hw import DEFAULT_ARCH, get_arch
+
+from ..graph import Graph
+from ..lower.common import LoweringError
+from ..lower.reduction import RowShape, _single_pass_pair
+from ..lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
+from . import generic
+from .common import Candidate, knob
+
+NAME = "rows"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    mapping: str = knob("wave", "wave: a wave per row (several rows per workgroup); "
+                                "workgroup: a workgroup per row")
+    workgroup: int = knob(256, "threads per workgroup, a multiple of the wave size")
+    vector: int = knob(1, "elements per access along the row (1, 2, 4)")
+    cache: str = knob("reread", "reread: loop over the row in every pass; registers: keep "
+                                "the row in registers (at most 32 per thread)")
+    reduce: str = knob("wave", "wave | shuffle | lds_tree: how lanes combine partials")
+    passes: str = knob("multi", "multi: a pass per dependency level; single: Welford / "
+                                "online softmax for two dependent reductions")
+
+
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+    """Candidates for a row dispatch; a non-row dispatch gets the generic fallback only."""
+    try:
+        rows = RowShape(graph, dispatch)
+    except LoweringError as e:
+        return generic.space(graph, dispatch, arch_name, str(e))
+    ws = get_arch(arch_name).wave_size
+    max_wg = get_arch(arch_name).max_block_threads
+    has_pair = any(_single_pass_pair(graph, dispatch, a, b)
+                   for a in rows.reductions for b in rows.reductions)
+    out = []
+    for mapping in ("wave", "workgroup"):
+        for wg in (ws, 2 * ws, 4 * ws, 256, 512, 1024):
+            if wg > max_wg or wg % ws:
+                continue
+            for vec in (1, 2, 4):
+                for cache in ("reread", "registers"):
+                    for reduce in ("wave", "shuffle", "lds_tree"):
+                        for passes in (("multi", "single") if has_pair else ("multi",)):
+                            knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
+                                     "cache": cache, "reduce": reduce, "passes": passes}
+                            T = ws if mapping == "wave" else wg
+                            chunk = T * vec
+                            reason = ""
+                            if rows.C % vec:
+                                reason = f"vector {vec} does not divide the row {rows.C}"
+                            elif reduce == "lds_tree" and mapping != "workgroup":
+                                reason = "lds_tree needs a workgroup per row"
+                            elif cache == "registers" and (rows.C % chunk or
+                                                           rows.C // chunk * vec > 32):
+                                reason = "row does not fit in 32 registers per thread"
+                            elif mapping == "workgroup" and chunk > rows.C:
+                                reason = f"workgroup of {wg} x {vec} wider than the row"
+                            elif mapping == "wave" and wg != ws and wg > 256:
+                                reason = "more than 4 rows per workgroup"
+                            elif mapping == "wave" and reduce == "shuffle" and wg != ws * 4:
+                                reason = "shuffle variant only tried at 4 waves"
+                            out.append(Candidate(knobs, not reason, reason))
+    # deduplicate (256 may equal 4 * wave size)
+    seen, uniq = set(), []
+    for c in out:
+        k = tuple(sorted(c.knobs.items()))
+        if k not in seen:
+            seen.add(k)
+            uniq.append(c)
+    return uniq

@@ -1,0 +1,51 @@
+"""Schedule of a permute through an LDS tile: the knobs and the space.
+
+The lowering is ``compiler.lower.transpose`` (its docstring explains the two phases and
+why ``lds_pad=1`` removes the bank conflicts). The space is empty when no input of the
+dispatch can be staged (``staging_plan`` says why); the elementwise kind then keeps only
+its naive walks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpusim.hw import DEFAULT_ARCH, get_arch
+
+from ..graph import Graph
+from ..lower.transpose import PADS, TILES, WORKGROUPS, staging_plan
+from ..lower.transpose import lower_transpose as lower  # noqa: F401  (the kind's lowering)
+from .common import Candidate, knob
+
+NAME = "transpose"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    transpose: str = knob("lds", "lds: stage a tile in LDS (none: the elementwise kind)")
+    tile: int = knob(32, f"tile side T, one of {TILES}")
+    workgroup: int = knob(256, "threads per workgroup, a multiple of T up to T*T")
+    lds_pad: int = knob(1, "words of padding per tile row: 1 spreads a column over the banks")
+
+
+def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+    """The LDS-tiled candidates of an elementwise dispatch (empty when none applies)."""
+    plan = staging_plan(graph, dispatch)
+    if isinstance(plan, str):
+        return []
+    _, d_i, d_o, shape = plan
+    arch = get_arch(arch_name)
+    lds_kib = arch.lds_bytes_per_workgroup // 1024
+    out = []
+    for tile in TILES:
+        for wg in WORKGROUPS:
+            for pad in PADS:
+                knobs = {"transpose": "lds", "tile": tile, "workgroup": wg, "lds_pad": pad}
+                reason = ""
+                if wg % tile or wg > tile * tile:
+                    reason = f"workgroup {wg} is not a multiple of the tile {tile} up to {tile}^2"
+                elif tile * (tile + pad) * 4 > arch.lds_bytes_per_workgroup:
+                    reason = f"the tile does not fit in {lds_kib} KiB of LDS"
+                elif tile > 32 and min(shape[d_i], shape[d_o]) <= 32:
+                    reason = f"tile {tile} is larger than the permuted dims {shape[d_i]}x{shape[d_o]}"
+                out.append(Candidate(knobs, not reason, reason))
+    return out
