@@ -71,3 +71,22 @@ def test_workgroups_needs_functional_mode_and_real_ids():
         gpusim.simulate(k, "gfx942", functional=False, workgroups=[0])
     with pytest.raises(gpusim.KernelError, match="got"):
         gpusim.simulate(k, "gfx942", workgroups=[k.grid])
+
+
+def test_timing_method_states_rounds_and_error_bound():
+    g = load_model("softmax:rows=65536,cols=256")
+    k = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=1)[0].kernel
+    res = gpusim.simulate(k, "gfx942", functional=False)
+    assert "rounds sampled" in res.method and "error bound" in res.method
+
+
+@pytest.mark.slow
+def test_bench_scaling_reports_time_and_memory(capsys, monkeypatch):
+    from compiler import bench
+    monkeypatch.setenv("NUMBA_BOUNDSCHECK", "0")  # the child loads the cached engine
+    assert bench.main(["scaling", "--sizes", "32", "--repeat", "1", "--budget", "2",
+                       "--json"]) == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    row = out["rows"][0]
+    assert row["seq"] == 32 and row["median_s"] > 0 and row["peak_mib"] > 10
