@@ -4,12 +4,19 @@ Nodes are ops; an edge ``producer -> consumer`` carries the producer's tensor. E
 has exactly one result. Each node stores an :class:`Op` under the ``"op"`` attribute;
 ``Op.inputs`` keeps the operand order (``x * x`` has one edge but two operands).
 
-Tensors have a logical shape, a dtype (``f32`` or ``f16``) and a *layout*: the order of
+Tensors have a logical shape, a dtype (``f32``, ``f16``, ``i32`` or ``bool``) and a *layout*: the order of
 the dimensions in memory, outermost first. ``(0, 1, 2, 3)`` is row-major; a logical NHWC
 tensor stored as NCHW has layout ``(0, 3, 1, 2)``. Layouts decide coalescing later, so
 graph inputs and constants may declare any layout. Simplification: every computed tensor
 is produced row-major in its logical shape; a different memory order is written only by
 a graph input, a constant, or the compiler's own schedules.
+
+Integer and bool tensors are first-class values (embedding indices, attention masks,
+comparison results); ONNX's int64 is narrowed to ``i32`` at import (simplification: index
+values are assumed to fit 32 bits, which every tensor the hardware can address does).
+Besides elementwise math, reductions, contractions and views there are the *injective*
+ops ``gather``, ``pad`` and ``concat``: each output element reads one element chosen by
+its index (or a constant), so they fuse like elementwise ops but are not pointwise.
 
 Shapes, dtypes and layouts are inferred when a node is added; a bad operation raises a
 :class:`GraphError` naming the node and the reason, before the graph changes.
@@ -23,14 +30,20 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-DTYPES = {"f32": np.float32, "f16": np.float16}
-DTYPE_BYTES = {"f32": 4, "f16": 2}
+DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
+DTYPE_BYTES = {"f32": 4, "f16": 2, "i32": 4, "bool": 1}
+FLOAT_DTYPES = ("f32", "f16")
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "relu", "sigmoid", "reciprocal")
+#: unary ops defined on integers as well as floats (the rest need a float operand)
+INT_UNARY = ("neg", "relu")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "pow")
+COMPARE = ("eq", "lt", "gt", "le", "ge")   # same-dtype operands -> bool
+LOGICAL = ("and", "or", "xor")            # bool operands -> bool
+ELEMENTWISE = UNARY + BINARY + COMPARE + LOGICAL + ("not", "cast", "select")
 REDUCE = ("reduce_sum", "reduce_max", "reduce_mean")
-VIEWS = ("transpose", "reshape", "broadcast")
-ELEMENTWISE = UNARY + BINARY + ("cast",)
+VIEWS = ("transpose", "reshape", "broadcast", "slice")
+INJECTIVE = ("gather", "pad", "concat")
 
 
 class GraphError(Exception):
@@ -58,7 +71,8 @@ class TensorType:
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         if self.dtype not in DTYPES:
-            raise UnsupportedError(f"dtype {self.dtype!r} is not supported; use f32 or f16")
+            raise UnsupportedError(f"dtype {self.dtype!r} is not supported; use "
+                                   f"{', '.join(DTYPES)}")
         if any(s <= 0 for s in self.shape):
             raise ShapeError(f"shape {self.shape} has a non-positive dimension")
         if self.layout is not None:
@@ -129,6 +143,11 @@ class Op:
     def is_view(self) -> bool:
         return self.kind in VIEWS
 
+    @property
+    def is_injective(self) -> bool:
+        """gather/pad/concat: each element copies one chosen element (or the pad value)."""
+        return self.kind in INJECTIVE
+
 
 class Value:
     """A handle on a node's result, so graphs read like numpy (``g.exp(x - m)``)."""
@@ -173,6 +192,9 @@ def is_identity_view(op: "Op", g: "Graph") -> bool:
     """A view that moves no element (same shape, identity permutation)."""
     if op.kind == "transpose":
         return tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
+    if op.kind == "slice":  # the same shape read reversed is not the identity
+        return (op.type.shape == g.op(op.inputs[0]).type.shape
+                and not any(op.attrs["starts"]) and all(s == 1 for s in op.attrs["steps"]))
     return op.type.shape == g.op(op.inputs[0]).type.shape
 
 
@@ -296,7 +318,9 @@ class Graph:
     def constant(self, value, name: str | None = None, dtype: str | None = None,
                  layout=None) -> Value:
         arr = np.asarray(value)
-        dtype = dtype or ("f16" if arr.dtype == np.float16 else "f32")
+        if dtype is None:
+            dtype = {np.dtype(np.float16): "f16", np.dtype(np.bool_): "bool"}.get(
+                arr.dtype, "i32" if arr.dtype.kind in "iu" else "f32")
         arr = np.ascontiguousarray(arr, dtype=DTYPES[dtype])
         t = TensorType(arr.shape if arr.ndim else (1,), dtype, layout)
         arr = arr.reshape(t.shape)
@@ -345,6 +369,29 @@ class Graph:
     def cast(self, x, dtype: str, name=None) -> Value:
         return self.add_op("cast", (x,), {"dtype": dtype}, name=name)
 
+    def compare(self, kind, a, b, name=None) -> Value:
+        """eq/lt/gt/le/ge of two same-dtype tensors: a bool tensor."""
+        return self.binary(kind, a, b, name)
+
+    def logical_not(self, x, name=None) -> Value:
+        return self.add_op("not", (x,), name=name)
+
+    def select(self, cond, a, b, name=None) -> Value:
+        """``cond ? a : b`` elementwise (ONNX Where), all three broadcast together."""
+        return self.add_op("select", (cond, a, b), name=name)
+
+    # ---------------------------------------------------------------- injective ops
+    def gather(self, data, indices, axis: int = 0, name=None) -> Value:
+        """``np.take(data, indices, axis)`` with ONNX's negative-index wrap."""
+        return self.add_op("gather", (data, indices), {"axis": int(axis)}, name=name)
+
+    def pad(self, x, pads, value: float = 0.0, name=None) -> Value:
+        """Constant padding: ``pads`` is ((before, after), ...) per dimension, >= 0."""
+        pads = tuple((int(a), int(b)) for a, b in pads)
+        return self.add_op("pad", (x,), {"pads": pads, "value": float(value)}, name=name)
+
+    def concat(self, xs, axis: int, name=None) -> Value:
+        return self.add_op("concat", tuple(xs), {"axis": int(axis)}, name=name)
     # ---------------------------------------------------------------- reductions
     def reduce(self, kind, x, axes, keepdims=True, name=None) -> Value:
         return self.add_op(kind, (x,), {"axes": axes, "keepdims": bool(keepdims)}, name=name)
@@ -381,6 +428,13 @@ class Graph:
     def broadcast(self, x, shape, name=None) -> Value:
         return self.add_op("broadcast", (x,), {"shape": tuple(int(s) for s in shape)}, name=name)
 
+    def slice(self, x, starts, steps, shape, name=None) -> Value:
+        """A strided window (a view): result[i] = x[starts + i * steps] per dimension, of
+        the given result ``shape``; steps may be negative (a reversal)."""
+        return self.add_op("slice", (x,), {"starts": tuple(int(s) for s in starts),
+                                           "steps": tuple(int(s) for s in steps),
+                                           "shape": tuple(int(s) for s in shape)}, name=name)
+
     # ---------------------------------------------------------------- checks
     def validate(self) -> None:
         """Raises GraphError for cycles, missing outputs or stale types."""
@@ -398,6 +452,15 @@ class Graph:
 
     def __repr__(self):
         return f"Graph({self.name!r}, {len(self)} ops, outputs={self.outputs})"
+
+
+def slice_windows(attrs: dict) -> tuple:
+    """The Python slices a ``slice`` view's attributes select (one per dimension)."""
+    out = []
+    for st, sp, n in zip(attrs["starts"], attrs["steps"], attrs["shape"]):
+        stop = st + (n - 1) * sp + (1 if sp > 0 else -1)
+        out.append(slice(st, stop if stop >= 0 else None, sp))
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------- type inference
@@ -428,23 +491,93 @@ def _conv_out(size, k, stride, pad0, pad1, dil, where):
 def infer_type(kind: str, ins: list, attrs: dict, where: str) -> TensorType:
     """Result type of an op; raises GraphError naming ``where`` when operands do not fit."""
     where = f"node {where!r} ({kind})"
-    arity = {**{k: 1 for k in UNARY + REDUCE + VIEWS + ("cast",)},
-             **{k: 2 for k in BINARY + ("matmul", "conv2d")}}
-    if kind not in arity:
+    arity = {**{k: 1 for k in UNARY + REDUCE + VIEWS + ("cast", "not", "pad")},
+             **{k: 2 for k in BINARY + COMPARE + LOGICAL + ("matmul", "conv2d", "gather")},
+             "select": 3}
+    if kind not in arity and kind != "concat":
         raise UnsupportedError(f"{where}: unknown op kind {kind!r}")
-    if len(ins) != arity[kind]:
+    if kind == "concat":
+        if not ins:
+            raise GraphError(f"{where}: expects at least one operand")
+    elif len(ins) != arity[kind]:
         raise GraphError(f"{where}: expects {arity[kind]} operand(s), got {len(ins)}")
     x = ins[0]
     if kind in UNARY:
+        if x.dtype not in FLOAT_DTYPES and kind not in INT_UNARY or x.dtype == "bool":
+            raise UnsupportedError(f"{where}: needs a float operand, got {x.dtype}")
         return TensorType(x.shape, x.dtype)
+    if kind == "not":
+        if x.dtype != "bool":
+            raise ShapeError(f"{where}: needs a bool operand, got {x.dtype}")
+        return TensorType(x.shape, "bool")
     if kind == "cast":
         return TensorType(x.shape, attrs["dtype"])
-    if kind in BINARY:
+    if kind in BINARY + COMPARE + LOGICAL:
         y = ins[1]
         if x.dtype != y.dtype:
             raise ShapeError(f"{where}: operand dtypes differ ({x.dtype} vs {y.dtype}); "
                              f"insert a cast")
-        return TensorType(broadcast_shapes(x.shape, y.shape, where), x.dtype)
+        if kind in LOGICAL and x.dtype != "bool":
+            raise ShapeError(f"{where}: needs bool operands, got {x.dtype}")
+        if kind in BINARY and x.dtype == "bool":
+            raise ShapeError(f"{where}: arithmetic on bool operands; cast them first")
+        shape = broadcast_shapes(x.shape, y.shape, where)
+        return TensorType(shape, x.dtype if kind in BINARY else "bool")
+    if kind == "select":
+        c, a, b = ins
+        if c.dtype != "bool":
+            raise ShapeError(f"{where}: the condition must be bool, got {c.dtype}")
+        if a.dtype != b.dtype:
+            raise ShapeError(f"{where}: the two arms differ in dtype ({a.dtype} vs "
+                             f"{b.dtype})")
+        shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape, where), b.shape, where)
+        return TensorType(shape, a.dtype)
+    if kind in ("matmul", "conv2d") and any(t.dtype not in FLOAT_DTYPES for t in ins):
+        raise UnsupportedError(f"{where}: contractions are computed in f32/f16 only, got "
+                               f"{', '.join(t.dtype for t in ins)}")
+    if kind in REDUCE and x.dtype == "bool":
+        raise ShapeError(f"{where}: cannot reduce a bool tensor; cast it first")
+    if kind == "slice":
+        starts, steps, shape = attrs["starts"], attrs["steps"], tuple(attrs["shape"])
+        if not len(starts) == len(steps) == len(shape) == x.rank:
+            raise ShapeError(f"{where}: starts/steps/shape need one entry per dimension of "
+                             f"{x.shape}")
+        for d, (st, sp, n) in enumerate(zip(starts, steps, shape)):
+            last = st + (n - 1) * sp
+            if sp == 0 or n < 1 or not (0 <= st < x.shape[d] and 0 <= last < x.shape[d]):
+                raise ShapeError(f"{where}: window start {st}, step {sp}, {n} element(s) "
+                                 f"leaves dimension {d} of {x.shape}")
+        return TensorType(shape, x.dtype)
+    if kind == "gather":
+        data, idx = ins
+        if idx.dtype != "i32":
+            raise ShapeError(f"{where}: indices must be i32, got {idx.dtype}")
+        axis = attrs["axis"]
+        if not -data.rank <= axis < data.rank:
+            raise ShapeError(f"{where}: axis {axis} is out of range for rank {data.rank}")
+        axis %= data.rank
+        attrs["axis"] = axis
+        shape = data.shape[:axis] + idx.shape + data.shape[axis + 1:]
+        return TensorType(shape, data.dtype)
+    if kind == "pad":
+        pads = attrs["pads"]
+        if len(pads) != x.rank or any(a < 0 or b < 0 for a, b in pads):
+            raise ShapeError(f"{where}: pads {pads} need one non-negative (before, after) "
+                             f"pair per dimension of {x.shape}")
+        return TensorType(tuple(s + a + b for s, (a, b) in zip(x.shape, pads)), x.dtype)
+    if kind == "concat":
+        axis = attrs["axis"]
+        if not -x.rank <= axis < x.rank:
+            raise ShapeError(f"{where}: axis {axis} is out of range for rank {x.rank}")
+        axis %= x.rank
+        attrs["axis"] = axis
+        for t in ins[1:]:
+            if t.dtype != x.dtype or t.rank != x.rank or any(
+                    a != b for d, (a, b) in enumerate(zip(t.shape, x.shape)) if d != axis):
+                raise ShapeError(f"{where}: operands {x} and {t} differ outside axis {axis}")
+        shape = list(x.shape)
+        shape[axis] = sum(t.shape[axis] for t in ins)
+        return TensorType(tuple(shape), x.dtype)
     if kind in REDUCE:
         axes = _norm_axes(attrs.get("axes"), x.rank, where)
         attrs["axes"] = axes

@@ -99,13 +99,22 @@ def mlp(tokens: int = 128, hidden: int = 64, ffn: int = 256) -> Graph:
     return g
 
 
-def attention(heads: int = 2, seq: int = 64, dim: int = 32) -> Graph:
-    """softmax(Q K^T * scale) V per head."""
+def attention(heads: int = 2, seq: int = 64, dim: int = 32, mask: str = "none") -> Graph:
+    """softmax(Q K^T * scale [+ mask]) V per head; mask: none, padding (BERT: an additive
+    key mask input) or causal (GPT-2: an additive constant, -1e4 above the diagonal)."""
+    if mask not in ("none", "padding", "causal"):
+        raise ModelError(f"attention: mask={mask!r} is not one of none, padding, causal; "
+                         f"write e.g. attention:mask=causal")
     g = Graph("attention")
     q = g.input("q", (heads, seq, dim))
     k = g.input("k", (heads, seq, dim))
     v = g.input("v", (heads, seq, dim))
     s = g.mul(g.matmul(q, g.transpose(k, (0, 2, 1))), 1.0 / math.sqrt(dim))
+    if mask == "padding":
+        s = g.add(s, g.input("mask", (seq,)))
+    elif mask == "causal":
+        tri = np.where(np.arange(seq)[None, :] > np.arange(seq)[:, None], -1e4, 0.0)
+        s = g.add(s, g.constant(tri.astype(np.float32), "causal"))
     g.output(g.matmul(B.softmax(g, s), v))
     return g
 
@@ -212,14 +221,18 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     return name, kwargs
 
 
-def load_model(spec: str, max_memory: int | None = None) -> Graph:
-    """A built-in model spec or a path to an ONNX file.
+def load_model(spec: str, max_memory: int | None = None, dims: dict | None = None) -> Graph:
+    """A built-in model spec or a path to an ONNX file (``dims`` pins its symbolic
+    dimensions by name; built-in models take parameters instead).
 
     ``max_memory``: bytes a built-in model's constant weights may take; each is checked
     before it is drawn (ONNX initializers are already in memory, bounded by the file).
     """
     if spec.endswith(".onnx") or os.sep in spec:
-        return load_onnx(spec)
+        return load_onnx(spec, dims)
+    if dims:
+        raise ModelError(f"--dim {next(iter(dims))}: --dim pins symbolic dimensions of .onnx "
+                         f"models; built-in models take parameters (NAME:key=value)")
     name, kwargs = parse_spec(spec)
     token = _WEIGHT_LIMIT.set(max_memory)
     try:

@@ -15,8 +15,8 @@ import numpy as np
 #: regrouped: only summation order differs). "simulated": a simulated kernel against the
 #: reference (the kernel also reorders reductions across lanes and uses the engine's
 #: transcendental functions, so it gets 10x the plan's slack in f32 and 2x in f16).
-TOLERANCE = {"plan": {"f32": 1e-4, "f16": 1e-2},
-             "simulated": {"f32": 1e-3, "f16": 2e-2}}
+TOLERANCE = {"plan": {"f32": 1e-4, "f16": 1e-2, "i32": 0.0, "bool": 0.0},
+             "simulated": {"f32": 1e-3, "f16": 2e-2, "i32": 0.0}}  # integers/bools: exact
 
 
 def tolerance(check: str, dtype: str) -> float:

@@ -1,8 +1,10 @@
 """The numpy reference interpreter: what every fused plan and simulated kernel must equal.
 
-Values are computed in float32 (f16 tensors are computed in f32 and rounded to f16 at
-each op's result, the rounding a fused kernel would do only at its stores — so f16
-comparisons use f16 tolerances). Layouts do not change values: arrays are logical.
+Float values are computed in float32 (f16 tensors are computed in f32 and rounded to f16
+at each op's result, the rounding a fused kernel would do only at its stores — so f16
+comparisons use f16 tolerances). i32 and bool tensors are computed exactly in their own
+dtype (integer division truncates toward zero, as C and ONNX do). Layouts do not change
+values: arrays are logical.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 
 import numpy as np
 
-from .graph import DTYPES, Graph, GraphError, Op
+from .graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op, slice_windows
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -37,6 +39,72 @@ BINARY_FUNCS = {
     "max": np.maximum, "min": np.minimum, "pow": np.power,
 }
 REDUCE_FUNCS = {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_mean": np.mean}
+COMPARE_FUNCS = {"eq": np.equal, "lt": np.less, "gt": np.greater, "le": np.less_equal,
+                 "ge": np.greater_equal}
+LOGICAL_FUNCS = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+
+
+def _int_div(a, b):
+    """C-style integer division (toward zero); a zero divisor gives 0 instead of trapping."""
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe) * np.sign(a) * np.sign(safe)
+    return np.where(b == 0, 0, q)
+
+
+def _eval_injective(op: Op, a: list) -> np.ndarray:
+    k = op.kind
+    if k == "gather":
+        data, idx = a
+        axis = op.attrs["axis"]
+        n = data.shape[axis]
+        if np.any((idx < -n) | (idx >= n)):
+            raise GraphError(f"node {op.name!r}: an index is outside [-{n}, {n}) along axis "
+                             f"{axis}")
+        return np.take(data, np.where(idx < 0, idx + n, idx), axis=axis)
+    if k == "pad":
+        return np.pad(a[0], op.attrs["pads"], constant_values=op.attrs["value"])
+    if k == "concat":
+        return np.concatenate(a, axis=op.attrs["axis"])
+    if k == "slice":
+        return a[0][slice_windows(op.attrs)]
+    raise GraphError(f"node {op.name!r}: the reference interpreter has no rule for {k!r}")
+
+
+def _eval_exact(op: Op, args: list) -> np.ndarray:
+    """An op whose operands or result are i32/bool: computed in the operands' own dtypes."""
+    a = [np.asarray(x) for x in args]
+    k = op.kind
+    if k in UNARY_FUNCS:
+        r = UNARY_FUNCS[k](a[0])
+    elif k == "not":
+        r = np.logical_not(a[0])
+    elif k == "cast":
+        r = a[0]
+        if op.type.dtype == "i32" and r.dtype.kind == "f":
+            r = np.trunc(np.nan_to_num(r.astype(np.float64)))
+    elif k == "div" and a[0].dtype.kind in "iu":
+        r = _int_div(a[0].astype(np.int64), a[1].astype(np.int64))
+    elif k in BINARY_FUNCS:
+        r = BINARY_FUNCS[k](a[0], a[1])
+    elif k in COMPARE_FUNCS:
+        r = COMPARE_FUNCS[k](a[0], a[1])
+    elif k in LOGICAL_FUNCS:
+        r = LOGICAL_FUNCS[k](a[0], a[1])
+    elif k == "select":
+        r = np.where(a[0], a[1], a[2])
+    elif k in REDUCE_FUNCS:
+        r = REDUCE_FUNCS[k](a[0], axis=op.attrs["axes"], keepdims=op.attrs["keepdims"])
+    elif k == "transpose":
+        r = np.transpose(a[0], op.attrs["perm"])
+    elif k == "reshape":
+        r = a[0].reshape(op.attrs["shape"])
+    elif k == "broadcast":
+        r = np.broadcast_to(a[0], op.attrs["shape"])
+    else:
+        r = _eval_injective(op, a)
+    with np.errstate(all="ignore"):
+        r = np.asarray(r).astype(DTYPES[op.type.dtype])
+    return np.ascontiguousarray(r.reshape(op.type.shape))
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
@@ -71,7 +139,11 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
 
 
 def eval_op(op: Op, args: list) -> np.ndarray:
-    """One op on numpy operands, in f32, rounded to the op's dtype."""
+    """One op on numpy operands, in f32, rounded to the op's dtype (i32/bool exactly)."""
+    if op.type.dtype not in FLOAT_DTYPES or any(
+            np.asarray(x).dtype.kind in "biu" for x in args):
+        with np.errstate(all="ignore"):
+            return _eval_exact(op, args)
     a = [np.asarray(x, dtype=np.float32) for x in args]
     k = op.kind
     with np.errstate(all="ignore"):
@@ -79,6 +151,8 @@ def eval_op(op: Op, args: list) -> np.ndarray:
             r = UNARY_FUNCS[k](a[0])
         elif k in BINARY_FUNCS:
             r = BINARY_FUNCS[k](a[0], a[1])
+        elif k in COMPARE_FUNCS:  # pragma: no cover (bool results take the exact path)
+            r = COMPARE_FUNCS[k](a[0], a[1])
         elif k == "cast":
             r = a[0]
         elif k in REDUCE_FUNCS:
@@ -93,6 +167,8 @@ def eval_op(op: Op, args: list) -> np.ndarray:
             r = a[0].reshape(op.attrs["shape"])
         elif k == "broadcast":
             r = np.broadcast_to(a[0], op.attrs["shape"])
+        elif op.is_view or op.is_injective:
+            r = _eval_injective(op, a)
         else:
             raise GraphError(f"node {op.name!r}: the reference interpreter has no rule for "
                              f"{k!r}")
@@ -139,10 +215,18 @@ def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict:
-    """Seeded inputs in [-1, 1), so every run of a command sees the same data."""
+    """Seeded inputs, so every run of a command sees the same data: floats in [-1, 1),
+    bools fair coins, i32 in [0, high) where ``high`` is the bound a frontend recorded in
+    ``graph.meta["index_bounds"]`` (e.g. the rows of an embedding table), else [0, 2)."""
     rng = np.random.default_rng(seed)
+    bounds = graph.meta.get("index_bounds", {})
     out = {}
     for name in graph.inputs:
         t = graph.op(name).type
-        out[name] = rng.uniform(-1.0, 1.0, t.shape).astype(DTYPES[t.dtype])
+        if t.dtype == "bool":
+            out[name] = rng.integers(0, 2, t.shape).astype(np.bool_)
+        elif t.dtype == "i32":
+            out[name] = rng.integers(0, max(1, bounds.get(name, 2)), t.shape).astype(np.int32)
+        else:
+            out[name] = rng.uniform(-1.0, 1.0, t.shape).astype(DTYPES[t.dtype])
     return out

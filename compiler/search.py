@@ -3,8 +3,11 @@
 For each dispatch of a fusion plan, every legal candidate schedule (or a seeded sample of
 ``budget`` of them) is lowered to a kernel and scored by ``gpusim.simulate`` in timing
 mode; the fastest predicted one wins. The plan itself is chosen the same way: the
-aggressive and the conservative plans are both tuned and the faster total wins, launch
-overheads included, and the decision records both numbers. The unfused baseline (every
+aggressive plan, the aggressive plan without the attention rule's fused dispatch
+(``split-attention``: QK^T, softmax and PV as three dispatches) and the conservative plan
+are all tuned and the fastest total wins, launch overheads included; the decisions record
+the numbers, and each fused attention gets a decision setting its dispatch beside its
+three rivals (time, HBM bytes, LDS, occupancy). The unfused baseline (every
 primitive op its own dispatch, views folded into their consumers) is tuned too, so the
 gain of fusion is a difference of two predictions of the same model, split into launch
 overhead saved and kernel time saved.
@@ -181,11 +184,15 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
                               f"{matching[0].reason}")
         space = matching
     legal = [c for c in space if c.legal and (not c.opt_in or c.opt_in in relevant)]
+    if any(not c.fallback for c in legal):  # the fallback is the last resort only
+        legal = [c for c in legal if not c.fallback]
     illegal = [c for c in space if not c.legal]
     if budget is not None and len(legal) > budget:
+        always = [c for c in legal if c.always]
+        legal = [c for c in legal if not c.always]
         rng = random.Random(seed)
-        keep = sorted(rng.sample(range(len(legal)), budget))
-        legal = [legal[i] for i in keep]
+        keep = sorted(rng.sample(range(len(legal)), max(0, budget - len(always))))
+        legal = always + [legal[i] for i in keep]
     return legal, illegal
 
 
@@ -235,7 +242,73 @@ def minimal_bytes(graph: Graph) -> int:
         sum(graph.op(n).type.nbytes for n in graph.outputs)
 
 
+# ----------------------------------------------------------------------------- attention
+#: the name of the aggressive plan without the attention rule (QK^T | softmax | PV)
+SPLIT_ATTENTION = "split-attention"
+
+
+def _part_figures(parts: list) -> dict:
+    """Time, HBM bytes, LDS and occupancy of some tuned dispatches (one plan's attention)."""
+    return {"us": round(sum(d.best.time_us for d in parts), 3),
+            "dispatches": len(parts),
+            "hbm_bytes": int(sum(d.best.counters.get("hbm_bytes", 0) for d in parts)),
+            "lds_bytes": max((d.kernel.lds_bytes for d in parts), default=0),
+            "waves_per_simd": min((d.best.counters.get("occupancy_waves_per_simd", 0)
+                                   for d in parts), default=0)}
+
+
+def attention_decisions(graph: Graph, fused: list, split: list) -> list:
+    """One ``search`` decision per fused attention: its tuned dispatch against the tuned
+    dispatches of the same ops in the 3-dispatch plan, with time, HBM bytes, LDS use and
+    occupancy of both (simulated predictions)."""
+    out = []
+    for d in fused:
+        if d.kind != "attention":
+            continue
+        ops = {n for n in d.dispatch.ops if not graph.op(n).is_view}
+        parts = [s for s in split if ops & set(s.dispatch.ops)]
+        f, u = _part_figures([d]), _part_figures(parts)
+        win = f["us"] <= u["us"]
+        why = (f"fused attention {f['us']:.2f} us in 1 dispatch ({f['hbm_bytes']} B HBM, "
+               f"{f['lds_bytes']} B LDS, {f['waves_per_simd']:.0f} waves/SIMD) vs "
+               f"{u['dispatches']} dispatches {u['us']:.2f} us ({u['hbm_bytes']} B HBM, "
+               f"{u['lds_bytes']} B LDS, {u['waves_per_simd']:.0f} waves/SIMD): "
+               + ("one launch and S never written win" if win else
+                  "the split plan's parallelism and GEMM tiles beat the saved traffic"))
+        cost = {f"fused_{k}": v for k, v in f.items()}
+        cost.update({f"split_{k}": v for k, v in u.items()})
+        out.append(Decision("search", d.name, ", ".join(p.name for p in parts), win, why, cost))
+    return out
+
+
 # ----------------------------------------------------------------------------- tuning
+def _reason_list(reasons, limit: int = 6) -> str:
+    """The distinct reasons, whole (never cut mid-word): the first ``limit`` and a count
+    of the rest."""
+    distinct = sorted(set(reasons))
+    shown = "; ".join(distinct[:limit])
+    more = len(distinct) - limit
+    return shown + (f"; and {more} more reason(s) (see `wavefuse view candidates`)"
+                    if more > 0 else "")
+
+
+def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> list:
+    """Scores the space's always-lowerable fallback points not yet tried (when every
+    sampled candidate failed to lower or simulate) that agree with the pins; the ones
+    that worked, fastest first."""
+    tried = [s.knobs for s in scored]
+    out = []
+    for c in space:
+        pinned = all(c.knobs.get(k, v) == v for k, v in fixed.items())
+        if c.fallback and c.legal and pinned and c.knobs not in tried:
+            s = score(graph, dispatch, c.knobs, arch)
+            if s.ok:
+                out.append(s)
+            else:
+                illegal.append(Candidate(s.knobs, False, s.error))
+    return sorted(out, key=lambda s: s.time_us)
+
+
 def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
                     seed=0, workers=1, progress=None, label="", store=None,
                     cluster=None) -> list:
@@ -263,6 +336,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     if unknown:
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
+    space_of = {d.name: space for d, space in spaces}
     for (d, space), fp in zip(spaces, fps):
         legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
         keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
@@ -307,7 +381,9 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
             s.counters.get("valu_insts", 0) + s.counters.get("vmem_insts", 0)
             + s.counters.get("lds_insts", 0)))
         if not ok:
-            reasons = "; ".join(sorted({c.reason for c in illegal}))[:300]
+            ok = _score_fallbacks(graph, d, space_of[d.name], scored, arch, illegal, fixed)
+        if not ok:
+            reasons = _reason_list(c.reason for c in illegal)
             raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "
                               f"simulated ({reasons})")
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
@@ -422,7 +498,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
                 ref, got = ref.reshape(-1)[masks[b.name]], got.reshape(-1)[masks[b.name]]
             ref = np.asarray(ref, np.float64)
             got = np.asarray(got, np.float64).reshape(ref.shape)
-            tol = numerics.tolerance("simulated", "f32" if b.dtype == "f32" else "f16")
+            tol = numerics.tolerance("simulated", b.dtype)  # i32 (int/bool): exact
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match
@@ -435,7 +511,8 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
 def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
-    """Tunes a model: plan choice (aggressive vs conservative), schedules, baseline.
+    """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
+    fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them.
 
     ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
     fresh in-memory one when None); ``cluster``: a ``compiler.cluster.Cluster``;
@@ -449,11 +526,12 @@ def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixe
     store = tunedb.MemoryStore() if store is None else store
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
               store=store, cluster=cluster)
-    modes = ("aggressive", "conservative") if mode == "auto" else (mode,)
+    modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
     tried = {}
     plans = {}
     for m in modes:
-        plan = fuse(graph, aggressive=(m == "aggressive"))
+        # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another
+        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION))
         key = tuple(tuple(d.ops) for d in plan.dispatches)
         if any(k == key for k, _ in tried.values()):
             continue  # same plan as an earlier mode: nothing to compare
@@ -470,9 +548,18 @@ def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixe
                          + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
               if len(totals) > 1 else f"{chosen} plan (the other mode gives the same plan)"}
     plan = plans[chosen]
-    plan.decisions.append(Decision("search", "aggressive", "conservative",
-                                   chosen == "aggressive", choice["reason"],
-                                   {f"{m}_us": v for m, v in totals.items()}))
+    if "conservative" in totals and "aggressive" in totals:
+        plan.decisions.append(Decision("search", "aggressive", "conservative",
+                                       chosen == "aggressive", choice["reason"],
+                                       {f"{m}_us": v for m, v in totals.items()}))
+    elif len(totals) > 1:
+        plan.decisions.append(Decision("search", chosen, ", ".join(m for m in totals
+                                                                    if m != chosen),
+                                       True, choice["reason"],
+                                       {f"{m}_us": v for m, v in totals.items()}))
+    if "aggressive" in tried and SPLIT_ATTENTION in tried:
+        plan.decisions.extend(attention_decisions(graph, tried["aggressive"][1],
+                                                  tried[SPLIT_ATTENTION][1]))
     unfused_us = None
     unfused = unfused_dispatches(graph)
     if baseline:

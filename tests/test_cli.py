@@ -88,6 +88,23 @@ def test_verify_mismatch_exits_1(capsys, monkeypatch):
     assert code == 1 and "MISMATCH" in out
 
 
+def test_verify_runs_the_schedule_free_checks_when_a_dispatch_cannot_be_scheduled(
+        capsys, monkeypatch):
+    """A dispatch whose every candidate is illegal fails the simulated-kernels check only:
+    the reference and fused-plan checks still run and pass; exit 1, no traceback."""
+    from compiler import search
+    from compiler.schedule import Candidate
+    monkeypatch.setattr(search, "schedule_space",
+                        lambda g, d, arch: [Candidate({"workgroup": 64}, False, "planted")])
+    code, out, err = run(capsys, "verify", "softmax:rows=2,cols=4", "--json")
+    data = json.loads(out)
+    status = {c["name"]: c["status"] for c in data["checks"]}
+    assert code == 1 and not err
+    assert status["reference interpreter"] == status["fused plan"] == "pass"
+    sim = next(c for c in data["checks"] if c["name"] == "simulated kernels")
+    assert sim["status"] == "fail" and "planted" in sim["detail"]
+
+
 def test_compare_catches_errors_and_nan_mismatch():
     assert verify.compare(np.ones(3), np.ones(3), "f32")[0]
     ok, err, _ = verify.compare(np.array([1.0, 2.0]), np.array([1.0, 2.1]), "f32")

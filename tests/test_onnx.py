@@ -275,14 +275,16 @@ def test_unsupported_ops_are_listed_in_one_error():
 
 def test_every_supported_op_has_a_test_here():
     import pathlib
-    text = pathlib.Path(__file__).read_text()
+    here = pathlib.Path(__file__)
+    text = here.read_text() + (here.parent / "test_onnx_ops.py").read_text()
     missing = [op for op in SUPPORTED_OPS if f'"{op}"' not in text]
     assert not missing
 
 
 @pytest.mark.parametrize("make,exc,pattern", [
     (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", 4])],
-                   [vi("y", ["batch", 4])]), ShapeError, "dynamic dimension 0 .'batch'"),
+                   [vi("y", ["batch", 4])]), ShapeError,
+     "symbolic dimension 0 .'batch'.*--dim batch=VALUE"),
     (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [2], T.DOUBLE)],
                    [vi("y", [2], T.DOUBLE)]), UnsupportedError, "DOUBLE"),
     (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])],
@@ -295,7 +297,8 @@ def test_every_supported_op_has_a_test_here():
                    [vi("y", [2, 3])]), ShapeError, "shape inference fails.*MatMul"),
     (lambda: model([h.make_node("Reshape", ["x", "s"], ["y"], name="reshape_dyn")],
                    [vi("x", [2, 3]), h.make_tensor_value_info("s", T.INT64, [2])],
-                   [vi("y", [3, 2])]), UnsupportedError, "input 's' has dtype INT64"),
+                   [vi("y", [3, 2])]), UnsupportedError,
+     "reshape_dyn.*the target shape must be a constant.*'s' is computed"),
     (lambda: model([h.make_node("Conv", ["x", "w"], ["y"], name="conv1d")],
                    [vi("x", [1, 2, 8]), vi("w", [3, 2, 3])], [vi("y", [1, 3, 6])]),
      UnsupportedError, "node 'conv1d' .Conv.: only 2-D"),

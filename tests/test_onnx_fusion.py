@@ -75,3 +75,46 @@ def test_onnx_fuses_like_the_builtin(builtin, onnx_model, aggressive):
     got = execute_plan(theirs, inputs)
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-6, atol=1e-6)
+
+
+def onnx_attention(heads, seq, dim, mask):
+    """BERT (additive key-padding mask input) or GPT-2 (additive causal constant) attention
+    as PyTorch's exporter writes it: MatMul, Transpose, Div by sqrt(d), Add, Softmax, MatMul."""
+    inits = [numpy_helper.from_array(np.array(np.sqrt(dim), np.float32), "scale")]
+    nodes = [h.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             h.make_node("MatMul", ["q", "kt"], ["qk"]),
+             h.make_node("Div", ["qk", "scale"], ["s"])]
+    inputs = [vi("q", [heads, seq, dim]), vi("k", [heads, seq, dim]), vi("v", [heads, seq, dim])]
+    if mask == "bert":
+        inputs.append(vi("mask", [1, 1, seq]))
+        nodes.append(h.make_node("Add", ["s", "mask"], ["sm"]))
+    else:
+        tri = np.where(np.arange(seq)[None, :] > np.arange(seq)[:, None], -1e4, 0.0)
+        inits.append(numpy_helper.from_array(tri.astype(np.float32), "causal"))
+        nodes.append(h.make_node("Add", ["s", "causal"], ["sm"]))
+    nodes += [h.make_node("Softmax", ["sm"], ["p"], axis=-1),
+              h.make_node("MatMul", ["p", "v"], ["y"])]
+    return model(nodes, inputs, [vi("y", [heads, seq, dim])], inits)
+
+
+@pytest.mark.parametrize("mask", ["bert", "gpt2"])
+def test_onnx_attention_is_one_dispatch_and_runs_in_gpusim(mask):
+    import gpusim
+    from compiler.lower import lower
+    from compiler.lower.common import memory_image
+
+    g = from_model(onnx_attention(2, 40, 32, mask))
+    plan = fuse(g)
+    assert [d.kind for d in plan.dispatches] == ["attention"]
+    assert len(fuse(g, attention=False).dispatches) == 3
+    inputs = random_inputs(g, 2)
+    env = evaluate(g, inputs, keep_all=True)
+    d = plan.dispatches[0]
+    knobs = {"BQ": 16, "BK": 16, "waves": 2, "RM": 2, "q_in": "registers",
+             "row_stats": "registers", "lds_pad": 4}
+    k = lower(g, d, knobs, "gfx942")
+    res = gpusim.simulate(k, "gfx942", inputs={b.name: memory_image(g, b.name, env[b.name])
+                                               for b in k.buffers if b.intent == "in"})
+    out = d.outputs[0]
+    np.testing.assert_allclose(res.outputs[out].reshape(env[out].shape), env[out],
+                               rtol=1e-4, atol=1e-5)

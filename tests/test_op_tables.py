@@ -18,7 +18,6 @@ from gpusim import program as P
 #: on purpose: a new op either gets a converter or a line here).
 NOT_FROM_ONNX = {
     "rsqrt": "ONNX has no Rsqrt; an ONNX model spells it Reciprocal(Sqrt(x))",
-    "broadcast": "ONNX Expand is not imported; broadcasting comes from the binary ops",
 }
 #: how the HIP printer spells each IR unary function (the default is the C math name + f)
 HIP_UNARY = {"neg": "(-", "relu": "fmaxf(", "recip": "(1.0f / ", "sigmoid": "expf(-"}
@@ -27,8 +26,11 @@ HIP_UNARY = {"neg": "(-", "relu": "fmaxf(", "recip": "(1.0f / ", "sigmoid": "exp
 def onnx_produced() -> set:
     t = set(onnx_frontend._UNARY.values()) | set(onnx_frontend._BINARY.values())
     t |= set(onnx_frontend._VARIADIC.values()) | set(onnx_frontend._REDUCE.values())
+    t |= set(onnx_frontend._COMPARE.values()) | set(onnx_frontend._LOGICAL.values())
     convs = {"MatMul": "matmul", "Conv": "conv2d", "Transpose": "transpose",
-             "Reshape": "reshape", "Cast": "cast"}
+             "Reshape": "reshape", "Cast": "cast", "Not": "not", "Where": "select",
+             "Slice": "slice", "Expand": "broadcast", "Gather": "gather", "Pad": "pad",
+             "Concat": "concat"}
     t |= {op for name, op in convs.items() if name in onnx_frontend.CONVERTERS}
     return t
 
@@ -46,7 +48,8 @@ def test_every_elementwise_op_is_in_the_reference_and_the_ir():
 
 
 def test_every_op_has_an_onnx_converter_or_a_stated_reason():
-    ops = set(G.ELEMENTWISE) | set(G.REDUCE) | set(G.VIEWS) | {"matmul", "conv2d"}
+    ops = (set(G.ELEMENTWISE) | set(G.REDUCE) | set(G.VIEWS) | set(G.INJECTIVE)
+           | {"matmul", "conv2d"})
     missing = ops - onnx_produced() - set(NOT_FROM_ONNX)
     assert not missing, f"no ONNX converter and no reason given for {sorted(missing)}"
     assert not set(NOT_FROM_ONNX) & onnx_produced(), "a listed exception now has a converter"
@@ -67,3 +70,49 @@ def test_every_elementwise_op_prints_as_hip(kind):
     else:
         assert any(s in src for s in (f" {P.BINARY_OPS[BINARY_IR[kind]]} ", "fmaxf(",
                                       "fminf(", "powf(")), (kind, src)
+
+
+def _int_bool_and_injective_graphs():
+    """One small graph per non-float or injective op (compare, logic, select, casts,
+    slice, gather, pad, concat) and the HIP spelling its kernel must contain."""
+    import numpy as np
+    out = []
+    for kind in G.COMPARE:
+        g = G.Graph(kind)
+        g.output(g.compare(kind, g.input("x", (4, 64)), g.input("y", (4, 64))))
+        out.append((kind, g, f" {P.BINARY_OPS[kind]} "))
+    for kind in G.LOGICAL:
+        g = G.Graph(kind)
+        g.output(g.binary(kind, g.input("x", (4, 64), "bool"), g.input("y", (4, 64), "bool")))
+        out.append((kind, g, f" {P.BINARY_OPS[kind]} "))
+    g = G.Graph("not")
+    g.output(g.logical_not(g.input("x", (4, 64), "bool")))
+    out.append(("not", g, "!"))
+    g = G.Graph("select")
+    g.output(g.select(g.input("c", (4, 64), "bool"), g.input("x", (4, 64)), g.input("y", (64,))))
+    out.append(("select", g, " ? "))
+    g = G.Graph("cast")
+    g.output(g.cast(g.cast(g.input("x", (4, 64)), "i32"), "f32"))
+    out.append(("cast", g, "(int)"))
+    g = G.Graph("slice")
+    g.output(g.relu(g.slice(g.input("x", (4, 64)), (1, 0), (1, 2), (3, 32))))
+    out.append(("slice", g, "x["))
+    g = G.Graph("gather")
+    g.output(g.gather(g.constant(np.ones((10, 64), np.float32)), g.input("i", (4,), "i32")))
+    out.append(("gather", g, "ld_i"))
+    g = G.Graph("pad")
+    g.output(g.pad(g.input("x", (4, 60)), ((0, 0), (2, 2)), -1.0))
+    out.append(("pad", g, " ? "))
+    g = G.Graph("concat")
+    g.output(g.concat([g.input("x", (4, 32)), g.input("y", (4, 32))], 1))
+    out.append(("concat", g, " ? "))
+    return out
+
+
+@pytest.mark.parametrize("kind,graph,spelling", _int_bool_and_injective_graphs(),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_int_bool_and_injective_ops_print_as_hip(kind, graph, spelling):
+    d = fuse(graph).dispatches[0]
+    src = emit_kernel(lower(graph, d, {"workgroup": 64, "vector": 1, "elems": 1,
+                                       "order": "output"}))
+    assert spelling in src, (kind, src)

@@ -14,7 +14,7 @@ SMALL = ["softmax", "layernorm", "mlp:tokens=32,hidden=32,ffn=64", "transpose_ad
          "attention:heads=2,seq=32,dim=16", "conv_add_relu:c=64,k=32"]
 #: which schedule kinds a dispatch of each lowering kind may get
 FAMILY = {"contraction": ("contraction",), "reduction": ("rows", "generic"),
-          "elementwise": ("elementwise", "transpose")}
+          "elementwise": ("elementwise", "transpose"), "attention": ("attention",)}
 
 
 @pytest.mark.parametrize("spec", SMALL)

@@ -66,7 +66,11 @@ def test_unclosed_fence_is_an_error():
 def test_lessons_are_numbered_in_order():
     names = [os.path.basename(p) for p in lesson_paths()]
     assert names and names == sorted(names)
-    assert [n[:2] for n in names] == [f"{i:02d}" for i in range(1, len(names) + 1)]
+    plain = [n for n in names if n[2] == "_"]
+    assert [n[:2] for n in plain] == [f"{i:02d}" for i in range(1, len(plain) + 1)]
+    for n in names:   # an inserted lesson (05a_) follows the lesson it extends (05_)
+        assert n[2] == "_" or (n[2].isalpha() and n[3] == "_" and
+                               any(p[:2] == n[:2] for p in plain)), n
 
 
 # ------------------------------------------------------------------ lesson 1: coalescing
@@ -229,3 +233,24 @@ def test_isa_check_rejects_scalar_loads():
 def test_swizzle_check_rejects(wrong, why):
     v = ex.check_swizzle_placement(wrong)
     assert not v.ok and any(why in p for p in v.problems)
+
+
+# ------------------------------------------------------ lesson 5a: attention in one dispatch
+def test_online_softmax_check_rejects_a_missing_rescale():
+    import numpy as np
+
+    def no_rescale(m, l, acc, x, v):
+        m_new = max(m, float(np.max(x)))
+        p = np.exp(x - m_new)
+        return m_new, l + p.sum(), acc + p @ v
+
+    v = ex.check_online_softmax(no_rescale)
+    assert not v.ok and "rescaled" in v.problems[0]
+
+    def right(m, l, acc, x, v):
+        m_new = max(m, float(np.max(x)))
+        a = np.exp(m - m_new)
+        p = np.exp(x - m_new)
+        return m_new, a * l + p.sum(), a * acc + p @ v
+
+    assert ex.check_online_softmax(right).ok

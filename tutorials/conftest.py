@@ -12,7 +12,7 @@ from lesson_runner import LessonError, run_lesson  # noqa: E402
 
 
 def pytest_collect_file(parent, file_path):
-    if file_path.suffix == ".md" and re.match(r"^\d\d_", file_path.name) \
+    if file_path.suffix == ".md" and re.match(r"^\d\d[a-z]?_", file_path.name) \
             and file_path.parent.name == "tutorials":
         return LessonFile.from_parent(parent, path=file_path)
     return None

@@ -326,3 +326,43 @@ def check_swizzle_placement(swizzle: str, arch: str = "gfx942") -> Verdict:
                         f"after_fusion's {after.time_us_without_launch:.3f} us")
     return _verdict(problems, mine, coalescing_pct=round(c["coalescing_pct"], 1),
                     vmem_insts=c["vmem_insts"])
+
+
+# ----------------------------------------------------- lesson 5a: attention in one dispatch
+def check_online_softmax(update, seed: int = 0) -> Verdict:
+    """``update(m, l, acc, x, v)`` folds one block of keys into a row's running state:
+    ``m`` the running maximum, ``l`` the running sum of exp(x - m), ``acc`` the running
+    sum of exp(x - m) * v (a vector over the head dim); ``x`` the block's scores and ``v``
+    its (keys x head dim) block of V. It returns the new ``(m, l, acc)``.
+
+    Right means: starting from (-inf, 0, 0) and folding blocks in order, ``acc / l``
+    equals ``softmax(x) @ V`` of the whole row to 1e-6 relative, for rows whose maximum
+    rises from block to block (every rescale is exercised), falls, or sits behind a
+    -1e4 additive mask, and for blocks of 1 to 64 keys.
+    """
+    rng = np.random.default_rng(seed)
+    problems = []
+    cases = {"rising maxima": np.linspace(-8, 8, 96) + rng.normal(0, 0.1, 96),
+             "falling maxima": np.linspace(8, -8, 96) + rng.normal(0, 0.1, 96),
+             "random": rng.normal(0, 3, 96),
+             "masked tail": np.concatenate([rng.normal(0, 1, 40), rng.normal(0, 1, 56) - 1e4])}
+    for name, x in cases.items():
+        v = rng.normal(0, 1, (x.size, 16))
+        p = np.exp(x - x.max())
+        want = (p / p.sum()) @ v
+        for block in (1, 7, 32, 64):
+            m, l, acc = -np.inf, 0.0, np.zeros(16)
+            try:
+                for s in range(0, x.size, block):
+                    m, l, acc = update(m, l, acc, x[s:s + block], v[s:s + block])
+                got = np.asarray(acc, np.float64) / l
+            except (ValueError, TypeError, ZeroDivisionError, FloatingPointError) as e:
+                problems.append(f"{name}, blocks of {block}: the update fails: {e}")
+                break
+            if got.shape != want.shape or not np.allclose(got, want, rtol=1e-6, atol=1e-9):
+                err = float(np.max(np.abs(np.resize(got, want.shape) - want)))
+                problems.append(f"{name}, blocks of {block}: acc / l differs from softmax(x) @ V "
+                                f"by {err:.3g} (is everything accumulated so far rescaled "
+                                f"by exp(m_old - m_new)?)")
+                break
+    return Verdict(not problems, problems, None, {"cases": len(cases), "block sizes": 4})

@@ -78,7 +78,7 @@ def run_lesson(path: str, namespace: dict | None = None) -> dict:
 def lesson_paths() -> list[str]:
     """Every lesson file, in lesson order."""
     return sorted(os.path.join(HERE, f) for f in os.listdir(HERE)
-                  if re.match(r"^\d\d_.*\.md$", f))
+                  if re.match(r"^\d\d[a-z]?_.*\.md$", f))
 
 
 if __name__ == "__main__":

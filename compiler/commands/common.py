@@ -56,6 +56,14 @@ def workers_value(text: str) -> int:
     return _int_in(text, f"1 to {MAX_WORKERS} processes", 1, MAX_WORKERS)
 
 
+def dim_value(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` of ``--dim``: a symbolic ONNX dimension pinned to a size >= 1."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. batch=1)")
+    return name.strip(), _int_in(value, "a dimension size of at least 1", 1, 2**31 - 1)
+
+
 def width_value(text: str) -> int:
     return _int_in(text, "a width of at least 20 columns", 20, 10_000)
 
@@ -136,6 +144,9 @@ def add_model(parser, default: str | None = None) -> None:
                         help="refuse models whose estimated working set passes SIZE (e.g. "
                              f"16G; default ${limits.ENV_VAR} or "
                              f"{limits.DEFAULT_MAX_MEMORY >> 30}G)")
+    parser.add_argument("--dim", type=dim_value, action="append", default=[],
+                        metavar="NAME=VALUE",
+                        help="pin a symbolic dimension of an .onnx model's inputs (repeatable)")
 
 
 def add_seed(parser) -> None:
@@ -151,7 +162,13 @@ def load(args, compute: bool = True) -> Graph:
     before anything is allocated (built-in weights are checked before they are drawn).
     """
     limit = limits.max_memory(getattr(args, "max_memory", None))
-    graph = load_model(args.model, max_memory=limit)
+    dims = {}
+    for name, value in getattr(args, "dim", None) or []:
+        if name in dims and dims[name] != value:
+            raise GraphError(f"--dim {name} is given twice ({name}={dims[name]} and "
+                             f"{name}={value}); pin each dimension once")
+        dims[name] = value
+    graph = load_model(args.model, max_memory=limit, dims=dims)
     if compute:
         limits.check_graph(graph, limit, args.model)
         if not any(op.kind not in ("input", "constant") for op in graph.ops):

@@ -33,8 +33,10 @@ def add_tune_options(p) -> None:
                    metavar="KNOB=VALUE",
                    help="pin a schedule knob, e.g. --fix swizzle=before_fusion (repeatable, "
                         "once per knob)")
-    p.add_argument("--mode", choices=("auto", "aggressive", "conservative"), default="auto",
-                   help="fusion plan: choose by predicted time (auto) or force one")
+    p.add_argument("--mode", default="auto",
+                   choices=("auto", "aggressive", "split-attention", "conservative"),
+                   help="fusion plan: choose by predicted time (auto) or force one "
+                        "(split-attention: aggressive without the fused attention)")
     p.add_argument("--seed", type=common.seed_value, default=0,
                    help="seed for sampling and inputs")
     p.add_argument("--no-baseline", action="store_true",

@@ -16,7 +16,7 @@ from rich.table import Table
 from gpusim.hw import DEFAULT_ARCH
 
 from .. import numerics
-from ..graph import Graph, GraphError
+from ..graph import DTYPES, Graph, GraphError
 from ..reference import evaluate, random_inputs
 from . import common
 from .cache import add_cache_options, store_of
@@ -76,11 +76,12 @@ def check_reference(ctx: VerifyContext) -> CheckResult:
     problems = []
     for name, value in first.items():
         t = ctx.graph.op(name).type
-        if value.shape != t.shape or value.dtype != np.dtype(t.dtype.replace("f", "float")):
+        if value.shape != t.shape or value.dtype != np.dtype(DTYPES[t.dtype]):
             problems.append(f"{name}: got {value.dtype}{list(value.shape)}, expected {t}")
         if not np.array_equal(value, second[name], equal_nan=True):
             problems.append(f"{name}: two runs differ")
-    nonfinite = sum(int((~np.isfinite(v.astype(np.float32))).sum()) for v in first.values())
+    nonfinite = sum(int((~np.isfinite(v.astype(np.float32))).sum()) for v in first.values()
+                    if v.dtype.kind == "f")
     detail = "; ".join(problems) or (f"{len(first)} output(s), deterministic"
                                      + (f", {nonfinite} non-finite values" if nonfinite else ""))
     return CheckResult("reference interpreter", "fail" if problems else "pass", 0.0, 0.0,
@@ -96,8 +97,18 @@ def check_onnx(ctx: VerifyContext) -> CheckResult:
         return CheckResult(name, "skip", detail="not an ONNX model")
     from onnx.reference import ReferenceEvaluator
 
+    from onnx.helper import tensor_dtype_to_np_dtype
+
     model = meta["onnx_model"]
-    feeds = {onnx_name: ctx.inputs[g_name] for onnx_name, g_name in meta["onnx_inputs"].items()}
+    declared = {vi.name: tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+                for vi in model.graph.input}
+    # our i32 holds ONNX's int64 (narrowed at import) and a rank-0 input is (1,) here:
+    # hand onnx the declared dtype and rank
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in model.graph.input}
+    feeds = {}
+    for onnx_name, g_name in meta["onnx_inputs"].items():
+        v = ctx.inputs[g_name].astype(declared[onnx_name])
+        feeds[onnx_name] = v.reshape(()) if ranks[onnx_name] == 0 else v
     out_names = list(meta["onnx_outputs"])
     with np.errstate(all="ignore"):  # NaNs from e.g. log(<0) are compared, not warned about
         theirs = ReferenceEvaluator(model).run(out_names, feeds)
@@ -139,8 +150,13 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     """The tuned kernels (a small seeded search on gfx942), run functionally by gpusim,
     equal numpy: what the simulator times is a correct program."""
     from ..search import tune
-    result = tune(ctx.graph, DEFAULT_ARCH, budget=ctx.budget, seed=ctx.seed, baseline=False,
-                  mode="auto", store=ctx.store, check_all=True)
+    try:
+        result = tune(ctx.graph, DEFAULT_ARCH, budget=ctx.budget, seed=ctx.seed,
+                      baseline=False, mode="auto", store=ctx.store, check_all=True)
+    except GraphError as e:  # a dispatch no schedule lowers: this check fails, the
+        # schedule-free checks before it still stand
+        return CheckResult("simulated kernels", "fail", None, 1e-3,
+                           f"not scheduled: {e}")
     worst = max((d.max_error or 0.0) for d in result.dispatches)
     bad = [d.name for d in result.mismatches]
     detail = (f"{len(result.dispatches)} kernel(s), {result.mode} plan, "

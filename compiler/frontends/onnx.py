@@ -1,10 +1,30 @@
-"""ONNX import: a static-shape ``.onnx`` model (opset 13-21) as a graph of primitive ops.
+"""ONNX import: a static-shape ``.onnx`` model (opset 13 to the newest the installed onnx
+defines) as a graph of primitive ops.
 
-Each ONNX node becomes one or more primitives; Softmax, LayerNormalization and Gemm are
-decomposed (through :mod:`compiler.builders`) so that fusion sees the same primitives it
-sees in the built-in models. Integer tensors are only allowed where ONNX uses them as
-static parameters (Reshape's shape, Unsqueeze/Squeeze/Reduce axes): they are read from
-initializers or Constant nodes at import time and never become graph values.
+Each ONNX node becomes one or more primitives; Softmax, LayerNormalization, Gemm, pools,
+BatchNormalization, the activation functions and Einsum are decomposed (through
+:mod:`compiler.builders` where one exists) so that fusion sees the same primitives it sees
+in the built-in models. Integer and bool tensors (embedding indices, masks, comparison
+results) are graph values like floats; ONNX's int64 becomes ``i32`` (see
+:mod:`compiler.graph`).
+
+Constant folding: a node whose inputs are all known at import time (initializers, Constant
+nodes, earlier folded results), and Shape/Size of any tensor (shapes are static), is
+evaluated at import by onnx's own ``ReferenceEvaluator`` and never becomes a graph op. So
+the shape arithmetic, position ids, causal masks and rotary tables that exporters emit fold
+away, whatever ops they use; only the ops left on computed values must be in
+``CONVERTERS``, and an unsupported-op error lists exactly those.
+
+Symbolic dimensions are pinned with ``dims`` (``--dim NAME=VALUE`` on the command line);
+an unpinned one is an error naming it and the option.
+
+Op versions: a rule reads the attributes or inputs of the op version the model's opset
+selects. The semantic changes between opset 13 and the newest are: axes of Squeeze,
+Unsqueeze and ReduceSum as an input from 13 and of the other reductions from 18; Split's
+``num_outputs`` (18); Pad's ``axes`` input (18); Shape's ``start``/``end`` (15); Reshape's
+``allowzero`` (14); Gelu (20); AveragePool's ``dilations`` (19); the rest of the versions
+up to the newest only add element types (bfloat16, float8, int4, ...) that are refused as
+dtypes, not as versions.
 
 Graph inputs keep their ONNX names (sanitised to identifiers); computed values are renamed
 after the ONNX tensor they produce. ``graph.meta`` maps ONNX input/output names to graph
@@ -21,17 +41,25 @@ import numpy as np
 from .. import builders as B
 from ..graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
 
-MIN_OPSET, MAX_OPSET = 13, 21
+MIN_OPSET = 13
 
-# ONNX TensorProto element types we accept for graph values.
-_FLOAT_TYPES = {1: "f32", 10: "f16"}
+
+def _max_opset() -> int:
+    import onnx.defs
+    return int(onnx.defs.onnx_opset_version())
+
+
+# ONNX TensorProto element types we accept for graph values (int64 is narrowed to i32).
+_VALUE_TYPES = {1: "f32", 10: "f16", 6: "i32", 7: "i32", 9: "bool"}
+_NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
+_I32 = np.iinfo(np.int32)
 
 
 class _Static:
-    """A tensor known at import time (initializer or Constant): its numpy value."""
+    """A tensor known at import time (initializer, Constant, folded result): its value."""
 
     def __init__(self, array: np.ndarray):
-        self.array = array
+        self.array = np.asarray(array)
 
 
 def _sanitise(name: str) -> str:
@@ -47,37 +75,67 @@ def _type_name(elem_type: int) -> str:
         return str(elem_type)
 
 
+def _dtype_of_array(arr: np.ndarray) -> str | None:
+    if arr.dtype == np.float32:
+        return "f32"
+    if arr.dtype == np.float16:
+        return "f16"
+    if arr.dtype == np.bool_:
+        return "bool"
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
+        return "i32"
+    return None
+
+
+def _as_dtype(arr: np.ndarray, dtype: str, where: str) -> np.ndarray:
+    if dtype == "i32" and arr.dtype.kind in "iu" and arr.size and (
+            arr.min() < _I32.min or arr.max() > _I32.max):
+        raise UnsupportedError(f"{where}: integer values outside the 32-bit range; wavefuse "
+                               f"narrows int64 to i32")
+    with np.errstate(all="ignore"):
+        return arr.astype(_NP[dtype])
+
+
 class _Importer:
-    def __init__(self, model, source: str):
+    def __init__(self, model, source: str, dims: dict | None = None):
         self.model = model
         self.source = source
+        self.dims = dict(dims or {})
         self.opset = _default_opset(model, source)
         self.g = Graph(_sanitise(model.graph.name or os.path.basename(source)) or "onnx")
         self.env: dict[str, Value | _Static] = {}
         self.used_names: set[str] = set()
+        self.index_bounds: dict[str, int] = {}
 
     # ---------------------------------------------------------------- values
     def where(self, node) -> str:
         return f"{self.source}: node {node.name or node.output[0]!r} ({node.op_type})"
 
-    def value(self, name: str, node=None, like: Value | None = None) -> Value:
-        """A graph value for an ONNX tensor; float statics become constants on first use."""
+    def value(self, name: str, node=None, like: Value | None = None,
+              dtype: str | None = None) -> Value:
+        """A graph value for an ONNX tensor; statics become constants on first use, in
+        ``like``'s dtype (or ``dtype``) when given (an ONNX scalar next to a tensor)."""
         if name not in self.env:
             raise ModelError(f"{self.source}: tensor {name!r} is used before it is defined")
         v = self.env[name]
         if isinstance(v, Value):
             return v
         arr = v.array
-        if arr.dtype not in (np.float32, np.float16):
-            if like is None:
-                raise UnsupportedError(
-                    f"{self.where(node)}: operand {name!r} has dtype {arr.dtype}; wavefuse "
-                    f"computes in float32/float16 only")
-            arr = arr.astype(np.float16 if like.dtype == "f16" else np.float32)
-        dtype = "f16" if arr.dtype == np.float16 else "f32"
+        want = dtype or (like.dtype if like is not None else None)
+        own = _dtype_of_array(arr)
+        if own is None and want is None:
+            raise UnsupportedError(
+                f"{self.where(node)}: operand {name!r} has dtype {arr.dtype}; wavefuse "
+                f"computes in float32/float16, int32 and bool")
+        at = self.where(node) if node is not None else self.source
+        if arr.size == 0:
+            raise ShapeError(f"{at}: tensor {name!r} is empty (shape {arr.shape}); wavefuse "
+                             f"needs every dimension of a computed tensor to be at least 1")
+        target = want or own
+        arr = _as_dtype(arr, target, at)
         # The IR has no rank-0 tensors: a scalar becomes shape (1,), which broadcasts alike.
-        const = self.g.constant(arr, name=self.fresh(name), dtype=dtype)
-        if like is None or like.dtype == dtype:
+        const = self.g.constant(arr, name=self.fresh(name), dtype=target)
+        if target == own:
             self.env[name] = const
         return const
 
@@ -87,6 +145,9 @@ class _Importer:
             raise UnsupportedError(f"{self.where(node)}: {what} must be a constant "
                                    f"(initializer or Constant node), {name!r} is computed")
         return v.array
+
+    def is_static(self, name: str) -> bool:
+        return isinstance(self.env.get(name), _Static)
 
     def fresh(self, onnx_name: str) -> str:
         base = _sanitise(onnx_name)
@@ -110,26 +171,31 @@ class _Importer:
 
         graph = self.model.graph
         for init in graph.initializer:
-            arr = numpy_helper.to_array(init)
+            try:
+                arr = numpy_helper.to_array(init)
+            except Exception as exc:  # inconsistent dims/data: onnx raises several types
+                raise ModelError(f"{self.source}: initializer {init.name!r} is malformed "
+                                 f"({type(exc).__name__})") from None
             if arr.dtype.kind == "f" and arr.dtype not in (np.float32, np.float16):
                 raise UnsupportedError(f"{self.source}: initializer {init.name!r} has dtype "
                                        f"{_type_name(init.data_type)}; wavefuse supports "
-                                       f"FLOAT and FLOAT16")
-            if any(d == 0 for d in arr.shape):
-                raise ShapeError(f"{self.source}: initializer {init.name!r} is empty "
-                                 f"(shape {arr.shape})")
+                                       f"FLOAT and FLOAT16 floats")
+            # an empty initializer is legal (e.g. an empty `axes`); it is refused only if
+            # it would have to become a graph value (see ``value``)
             self.env[init.name] = _Static(arr)
         inputs = {}
         for vi in graph.input:
             if vi.name in self.env:  # an initializer with a default: a constant
                 continue
-            dtype, shape = _value_info_type(vi, self.source, "input")
+            dtype, shape = _value_info_type(vi, self.source, "input", self.dims)
             v = self.g.input(self.fresh(vi.name), shape, dtype)
             self.env[vi.name] = v
             inputs[vi.name] = v.name
         for node in graph.node:
             before = set(self.g.g.nodes)
-            results = CONVERTERS[node.op_type](self, node)
+            results = self.fold(node)
+            if results is None:
+                results = CONVERTERS[node.op_type](self, node)
             if not isinstance(results, (list, tuple)):
                 results = [results]
             used = [o for o in node.output if o]
@@ -146,10 +212,38 @@ class _Importer:
             self.g.output(v)
             outputs[vi.name] = v.name
             _check_output_type(vi, v, self.source)
+        bounds = {inputs[k]: b for k, b in self.index_bounds.items() if k in inputs}
         self.g.meta.update(onnx_model=self.model, onnx_source=self.source,
-                           onnx_opset=self.opset, onnx_inputs=inputs, onnx_outputs=outputs)
+                           onnx_opset=self.opset, onnx_inputs=inputs, onnx_outputs=outputs,
+                           index_bounds=bounds)
         self.g.validate()
         return self.g
+
+    def fold(self, node):
+        """The node's results as statics when it can be evaluated now, else None."""
+        if node.op_type in ("Shape", "Size") and node.input[0] in self.env:
+            shape = self.shape_of(node.input[0], node)
+            if node.op_type == "Size":
+                return [_Static(np.array(math.prod(shape), np.int64))]
+            start, end = int(self.attr(node, "start", 0)), self.attr(node, "end", None)
+            return [_Static(np.array(shape[start:None if end is None else int(end)],
+                                     np.int64))]
+        ins = [i for i in node.input if i]
+        if node.op_type in _NEVER_FOLD or not all(self.is_static(i) for i in ins):
+            return None
+        if node.op_type == "Constant":
+            return None  # its own rule reads the attribute
+        return [_Static(a) for a in _evaluate_node(node, self, [
+            self.env[i].array if i else None for i in node.input])]
+
+    def shape_of(self, name: str, node) -> tuple:
+        v = self.env[name]
+        if isinstance(v, _Static):
+            return tuple(v.array.shape)
+        shape = v.shape
+        # a rank-0 ONNX tensor is (1,) in the IR; its declared rank decides Shape's answer
+        rank = self.ranks.get(name) if hasattr(self, "ranks") else None
+        return () if rank == 0 else shape
 
     # ---------------------------------------------------------------- helpers for rules
     def attr(self, node, name, default=None):
@@ -163,6 +257,54 @@ class _Importer:
         return node.input[i] if len(node.input) > i and node.input[i] else None
 
 
+#: ops never evaluated at import even on constant inputs (random, or with no inputs of
+#: their own that would make them constant)
+_NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Multinomial", "Bernoulli", "Dropout"}
+
+
+def _gather_elements(node, im, arrays):
+    data, idx = arrays
+    axis = int(im.attr(node, "axis", 0)) % data.ndim
+    idx = np.where(idx < 0, idx + data.shape[axis], idx)
+    return [np.take_along_axis(data, idx, axis=axis)]
+
+
+#: ops whose onnx.reference implementation fails on inputs exporters give it (onnx 1.23's
+#: GatherElements cannot gather a (1, 128) window of a (1, 512) position-id buffer, as
+#: BERT-base's export asks): numpy instead
+_FOLD_WITH_NUMPY = {"GatherElements": _gather_elements}
+
+
+def _evaluate_node(node, im: _Importer, arrays: list) -> list:
+    """One node on constant inputs, by onnx's ReferenceEvaluator (exact ONNX semantics)."""
+    from onnx import helper
+
+    if node.op_type in _FOLD_WITH_NUMPY:
+        return _FOLD_WITH_NUMPY[node.op_type](node, im, arrays)
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{i}" if n else "" for i, n in enumerate(node.input)]
+    feeds = {nm: a for nm, a in zip(names, arrays) if nm}
+    inputs = [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                            a.shape) for nm, a in feeds.items()]
+    outs = [f"out{i}" for i, o in enumerate(node.output)]
+    n = helper.make_node(node.op_type, names, outs, domain=node.domain)
+    n.attribute.extend(node.attribute)
+    g = helper.make_graph([n], "fold", inputs,
+                          [helper.make_empty_tensor_value_info(o) for o in outs])
+    m = helper.make_model(g, opset_imports=list(im.model.opset_import))
+    try:
+        with np.errstate(all="ignore"):
+            res = ReferenceEvaluator(m).run(None, feeds)
+    except Exception as exc:  # onnx.reference raises many types for bad constant input
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                     type(exc).__name__)
+        raise ShapeError(f"{im.where(node)}: cannot evaluate it on its constant inputs: "
+                         f"{first}") from None
+    return [np.asarray(r) for r in res]
+
+
 def _default_opset(model, source) -> int:
     version = None
     for imp in model.opset_import:
@@ -170,22 +312,24 @@ def _default_opset(model, source) -> int:
             version = imp.version
     if version is None:
         raise ModelError(f"{source}: the model imports no default-domain (ai.onnx) opset")
-    if not MIN_OPSET <= version <= MAX_OPSET:
+    top = _max_opset()
+    if not MIN_OPSET <= version <= top:
         raise UnsupportedError(f"{source}: opset {version} is not supported; wavefuse reads "
-                               f"opset {MIN_OPSET}-{MAX_OPSET} (convert with "
+                               f"opset {MIN_OPSET}-{top} (convert with "
                                f"onnx.version_converter)")
     return version
 
 
-def _value_info_type(vi, source, what) -> tuple[str, tuple]:
+def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
     t = vi.type
+    dims = dims or {}
     if not t.HasField("tensor_type"):
         raise UnsupportedError(f"{source}: {what} {vi.name!r} is not a tensor")
     tt = t.tensor_type
-    if tt.elem_type not in _FLOAT_TYPES:
+    if tt.elem_type not in _VALUE_TYPES:
         raise UnsupportedError(f"{source}: {what} {vi.name!r} has dtype "
-                               f"{_type_name(tt.elem_type)}; wavefuse supports FLOAT and "
-                               f"FLOAT16")
+                               f"{_type_name(tt.elem_type)}; wavefuse supports FLOAT, "
+                               f"FLOAT16, INT32, INT64 and BOOL")
     if not tt.HasField("shape"):
         raise ShapeError(f"{source}: {what} {vi.name!r} has an unknown shape; wavefuse needs "
                          f"static shapes")
@@ -196,18 +340,21 @@ def _value_info_type(vi, source, what) -> tuple[str, tuple]:
         elif d.HasField("dim_value"):
             raise ShapeError(f"{source}: {what} {vi.name!r} has size {d.dim_value} in dimension "
                              f"{i}; wavefuse needs every dimension to be at least 1")
+        elif d.dim_param and d.dim_param in dims:
+            shape.append(int(dims[d.dim_param]))
         else:
             label = d.dim_param or "?"
-            raise ShapeError(f"{source}: {what} {vi.name!r} has a dynamic dimension {i} "
-                             f"({label!r}); wavefuse needs static shapes (fix them with "
-                             f"onnx.tools.update_model_dims)")
-    return _FLOAT_TYPES[tt.elem_type], tuple(shape) or (1,)
+            fix = (f"pin it with --dim {d.dim_param}=VALUE" if d.dim_param else
+                   "give it a size with onnx.tools.update_model_dims")
+            raise ShapeError(f"{source}: {what} {vi.name!r} has a symbolic dimension {i} "
+                             f"({label!r}); wavefuse needs static shapes ({fix})")
+    return _VALUE_TYPES[tt.elem_type], tuple(shape) or (1,)
 
 
 def _check_output_type(vi, v: Value, source) -> None:
     """Our inferred output shape must equal the one the model declares (when static)."""
     tt = vi.type.tensor_type
-    if tt.elem_type and tt.elem_type in _FLOAT_TYPES and _FLOAT_TYPES[tt.elem_type] != v.dtype:
+    if tt.elem_type and tt.elem_type in _VALUE_TYPES and _VALUE_TYPES[tt.elem_type] != v.dtype:
         raise ShapeError(f"{source}: output {vi.name!r} is declared "
                          f"{_type_name(tt.elem_type)} but computes {v.dtype}")
     if not tt.HasField("shape"):
@@ -225,7 +372,10 @@ def _check_output_type(vi, v: Value, source) -> None:
 _UNARY = {"Sqrt": "sqrt", "Reciprocal": "reciprocal", "Exp": "exp", "Log": "log",
           "Tanh": "tanh", "Erf": "erf", "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg"}
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
-_VARIADIC = {"Max": "max", "Min": "min"}
+_COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le",
+            "GreaterOrEqual": "ge"}
+_LOGICAL = {"And": "and", "Or": "or", "Xor": "xor"}
+_VARIADIC = {"Max": "max", "Min": "min", "Sum": "add"}
 _REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max"}
 
 
@@ -236,8 +386,7 @@ def _unary(kind):
 
 
 def _binary_operands(im: _Importer, node, a_name, b_name):
-    a_static = isinstance(im.env.get(a_name), _Static)
-    if a_static and not isinstance(im.env.get(b_name), _Static):
+    if im.is_static(a_name) and not im.is_static(b_name):
         b = im.value(b_name, node)
         return im.value(a_name, node, like=b), b
     a = im.value(a_name, node)
@@ -246,20 +395,58 @@ def _binary_operands(im: _Importer, node, a_name, b_name):
 
 def _binary(kind):
     def rule(im: _Importer, node):
+        if kind == "pow" and not im.is_static(node.input[0]):
+            a = im.value(node.input[0], node)
+            b = im.value(node.input[1], node)
+            if b.dtype != a.dtype:  # ONNX Pow allows a differently typed exponent
+                b = im.g.cast(b, a.dtype)
+            return im.g.pow(a, b)
         a, b = _binary_operands(im, node, node.input[0], node.input[1])
-        if kind == "pow" and b.dtype != a.dtype:  # ONNX Pow allows a differently typed exponent
-            b = im.g.cast(b, a.dtype)
         return im.g.binary(kind, a, b)
     return rule
 
 
+def _compare(kind):
+    def rule(im: _Importer, node):
+        a, b = _binary_operands(im, node, node.input[0], node.input[1])
+        return im.g.compare(kind, a, b)
+    return rule
+
+
+def _logical(kind):
+    def rule(im: _Importer, node):
+        a, b = _binary_operands(im, node, node.input[0], node.input[1])
+        return im.g.binary(kind, a, b)
+    return rule
+
+
+def _not(im: _Importer, node):
+    return im.g.logical_not(im.value(node.input[0], node))
+
+
 def _variadic(kind):
     def rule(im: _Importer, node):
-        acc = im.value(node.input[0], node)
-        for name in node.input[1:]:
+        names = list(node.input)
+        first = next((n for n in names if not im.is_static(n)), names[0])
+        acc = im.value(first, node)
+        rest = list(names)
+        rest.remove(first)
+        for name in rest:
             acc = im.g.binary(kind, acc, im.value(name, node, like=acc))
         return acc
     return rule
+
+
+def _mean(im: _Importer, node):
+    total = _variadic("add")(im, node)
+    return im.g.div(total, float(len(node.input))) if len(node.input) > 1 else total
+
+
+def _where(im: _Importer, node):
+    cond = im.value(node.input[0], node, dtype="bool")
+    a_name, b_name = node.input[1], node.input[2]
+    a, b = _binary_operands(im, node, a_name, b_name)
+    return im.g.select(cond, a, b)
 
 
 def _axes(im: _Importer, node, input_index: int, attr_until: int | None) -> list | None:
@@ -273,18 +460,36 @@ def _axes(im: _Importer, node, input_index: int, attr_until: int | None) -> list
     return [int(a) for a in im.static(name, node, "axes").reshape(-1)]
 
 
+def _reduce_common(im: _Importer, node, x, kind, attr_until):
+    axes = _axes(im, node, 1, attr_until)
+    keepdims = bool(im.attr(node, "keepdims", 1))
+    if not axes:
+        if im.attr(node, "noop_with_empty_axes", 0):
+            return None, x
+        axes = None
+    return (axes, keepdims), x
+
+
 def _reduce(kind):
     attr_until = 13 if kind == "reduce_sum" else 18
 
     def rule(im: _Importer, node):
         x = im.value(node.input[0], node)
-        axes = _axes(im, node, 1, attr_until)
-        keepdims = bool(im.attr(node, "keepdims", 1))
-        if not axes:
-            if im.attr(node, "noop_with_empty_axes", 0):
-                return x
-            axes = None
-        return im.g.reduce(kind, x, axes, keepdims)
+        spec, x = _reduce_common(im, node, x, kind, attr_until)
+        return x if spec is None else im.g.reduce(kind, x, *spec)
+    return rule
+
+
+def _reduce_squares(root: bool):
+    """ReduceSumSquare, and ReduceL2 (its square root)."""
+    def rule(im: _Importer, node):
+        x = im.value(node.input[0], node)
+        spec, x = _reduce_common(im, node, x, "reduce_sum", 18)
+        sq = im.g.mul(x, x)
+        if spec is None:  # noop_with_empty_axes: the elementwise part still applies
+            return im.g.sqrt(sq) if root else sq
+        s = im.g.reduce("reduce_sum", sq, *spec)
+        return im.g.sqrt(s) if root else s
     return rule
 
 
@@ -294,22 +499,36 @@ def _softmax(im: _Importer, node):
 
 
 def _layer_norm(im: _Importer, node):
+    g = im.g
     x = im.value(node.input[0], node)
     axis = int(im.attr(node, "axis", -1))
     if not -x.type.rank <= axis < x.type.rank:
         raise ShapeError(f"{im.where(node)}: axis {axis} is out of range for rank "
                          f"{x.type.rank}")
     axis %= x.type.rank
+    axes = tuple(range(axis, x.type.rank))
     scale = im.value(node.input[1], node, like=x)
     bias_name = im.optional_input(node, 2)
     bias = im.value(bias_name, node, like=x) if bias_name else None
-    return B.layer_norm(im.g, x, scale, bias, eps=float(im.attr(node, "epsilon", 1e-5)),
-                        axis=tuple(range(axis, x.type.rank)))
+    eps = float(im.attr(node, "epsilon", 1e-5))
+    if len([o for o in node.output if o]) == 1 and len(node.output) == 1:
+        return B.layer_norm(g, x, scale, bias, eps=eps, axis=axes)
+    # Mean and InvStdDev requested: the same primitives as builders.layer_norm, named
+    mean = g.reduce_mean(x, axes, keepdims=True)
+    d = g.sub(x, mean)
+    inv = g.rsqrt(g.add(g.reduce_mean(g.mul(d, d), axes, keepdims=True), eps))
+    y = g.mul(g.mul(d, inv), scale)
+    if bias is not None:
+        y = g.add(y, bias)
+    return [y, mean, inv]
 
 
 def _matmul(im: _Importer, node):
     a, b = _binary_operands(im, node, node.input[0], node.input[1])
-    g = im.g
+    return _matmul_values(im.g, a, b)
+
+
+def _matmul_values(g, a, b):
     a1, b1 = a.type.rank == 1, b.type.rank == 1  # numpy matmul rules for vectors
     if a1:
         a = g.reshape(a, (1,) + a.shape)
@@ -353,6 +572,22 @@ def _same_pads(size, k, stride, dil, upper: bool) -> tuple[int, int]:
     return (small, total - small) if upper else (total - small, small)
 
 
+def _auto_pads(im, node, spatial, kernel, strides, dil) -> list:
+    """Per spatial dim (begin, end) padding from ``pads`` or ``auto_pad``."""
+    n = len(spatial)
+    auto_pad = im.attr(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad == "NOTSET":
+        pads = tuple(im.attr(node, "pads", (0,) * (2 * n)))
+        return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
+    if auto_pad == "VALID":
+        return [(0, 0)] * n
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return [_same_pads(spatial[i], kernel[i], strides[i], dil[i], auto_pad == "SAME_UPPER")
+                for i in range(n)]
+    raise UnsupportedError(f"{im.where(node)}: auto_pad {auto_pad!r}")
+
+
 def _conv(im: _Importer, node):
     g = im.g
     x = im.value(node.input[0], node)
@@ -368,27 +603,112 @@ def _conv(im: _Importer, node):
                          f"the filter {w.shape}")
     strides = tuple(im.attr(node, "strides", (1, 1)))
     dil = tuple(im.attr(node, "dilations", (1, 1)))
-    auto_pad = im.attr(node, "auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    if auto_pad == "NOTSET":
-        pads = tuple(im.attr(node, "pads", (0, 0, 0, 0)))
-        padding = (pads[0], pads[1], pads[2], pads[3])
-    elif auto_pad == "VALID":
-        padding = (0, 0, 0, 0)
-    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        upper = auto_pad == "SAME_UPPER"
-        t, b_ = _same_pads(x.shape[2], kh, strides[0], dil[0], upper)
-        l_, r = _same_pads(x.shape[3], kw, strides[1], dil[1], upper)
-        padding = (t, l_, b_, r)
-    else:
-        raise UnsupportedError(f"{im.where(node)}: auto_pad {auto_pad!r}")
-    y = g.conv2d(x, w, data_format="NCHW", stride=strides, padding=padding, dilation=dil,
-                 groups=int(im.attr(node, "group", 1)))
+    (t, b_), (l_, r) = _auto_pads(im, node, x.shape[2:], (kh, kw), strides, dil)
+    y = g.conv2d(x, w, data_format="NCHW", stride=strides, padding=(t, l_, b_, r),
+                 dilation=dil, groups=int(im.attr(node, "group", 1)))
     b_name = im.optional_input(node, 2)
     if b_name:
         bias = im.value(b_name, node, like=y)
         y = g.add(y, g.reshape(bias, (1, bias.shape[0], 1, 1)))
     return y
+
+
+def _batch_norm(im: _Importer, node):
+    """Inference BatchNormalization as y = x * s + t with s = scale / sqrt(var + eps) and
+    t = bias - mean * s folded at import (statistics are initializers); a preceding conv
+    takes the multiply-add as its epilogue."""
+    g = im.g
+    if im.attr(node, "training_mode", 0) or len([o for o in node.output if o]) > 1:
+        raise UnsupportedError(f"{im.where(node)}: training-mode BatchNormalization (running "
+                               f"statistics outputs); export the model in eval mode")
+    x = im.value(node.input[0], node)
+    eps = float(im.attr(node, "epsilon", 1e-5))
+    if all(im.is_static(n) for n in node.input[1:5]):
+        scale, bias, mean, var = (im.static(n, node, "").astype(np.float64)
+                                  for n in node.input[1:5])
+        s = scale / np.sqrt(var + eps)
+        t = bias - mean * s
+        shape = (1, x.shape[1]) + (1,) * (x.type.rank - 2)
+        s_c = g.constant(s.reshape(shape).astype(_NP[x.dtype]), dtype=x.dtype,
+                         name=im.fresh(node.input[1] + "_folded"))
+        t_c = g.constant(t.reshape(shape).astype(_NP[x.dtype]), dtype=x.dtype,
+                         name=im.fresh(node.input[2] + "_folded"))
+        return g.add(g.mul(x, s_c), t_c)
+    shape = (1, x.shape[1]) + (1,) * (x.type.rank - 2)
+    scale, bias, mean, var = (g.reshape(im.value(n, node, like=x), shape)
+                              for n in node.input[1:5])
+    return g.add(g.mul(g.sub(x, mean), g.mul(g.rsqrt(g.add(var, eps)), scale)), bias)
+
+
+def _pool(kind):
+    """MaxPool / AveragePool as the max / mean of kernel-many strided slices of the padded
+    input: the window loop unrolled into views, so it fuses like any elementwise chain."""
+    def rule(im: _Importer, node):
+        g = im.g
+        if len([o for o in node.output if o]) > 1:
+            raise UnsupportedError(f"{im.where(node)}: MaxPool's Indices output is not "
+                                   f"supported")
+        x = im.value(node.input[0], node)
+        nsp = x.type.rank - 2
+        if nsp < 1:
+            raise ShapeError(f"{im.where(node)}: pooling needs rank >= 3, got {x.shape}")
+        if kind == "max" and int(im.attr(node, "storage_order", 0)):
+            raise UnsupportedError(f"{im.where(node)}: storage_order=1")
+        kernel = tuple(int(k) for k in im.attr(node, "kernel_shape"))
+        strides = tuple(int(s) for s in im.attr(node, "strides", (1,) * nsp))
+        dil = tuple(int(d) for d in im.attr(node, "dilations", (1,) * nsp))
+        spatial = x.shape[2:]
+        pads = _auto_pads(im, node, spatial, kernel, strides, dil)
+        ceil = bool(im.attr(node, "ceil_mode", 0))
+        outs, extra = [], []
+        for i in range(nsp):
+            span = spatial[i] + pads[i][0] + pads[i][1] - dil[i] * (kernel[i] - 1) - 1
+            o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+            if ceil and (o - 1) * strides[i] >= spatial[i] + pads[i][0]:
+                o -= 1  # the last window must start inside the input or left padding
+            if o < 1:
+                raise ShapeError(f"{im.where(node)}: the window does not fit dimension "
+                                 f"{i + 2} of {x.shape}")
+            need = (o - 1) * strides[i] + dil[i] * (kernel[i] - 1) + 1
+            extra.append(max(0, need - (spatial[i] + pads[i][0] + pads[i][1])))
+            outs.append(o)
+        fill = -np.inf if kind == "max" else 0.0
+        full = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+        xp = g.pad(x, full, fill) if any(a or b for a, b in full) else x
+        acc = None
+        import itertools
+        for offs in itertools.product(*(range(k) for k in kernel)):
+            starts = (0, 0) + tuple(o * d for o, d in zip(offs, dil))
+            steps = (1, 1) + strides
+            win = g.slice(xp, starts, steps, x.shape[:2] + tuple(outs))
+            acc = win if acc is None else (g.max(acc, win) if kind == "max" else
+                                           g.add(acc, win))
+        if kind == "max":
+            return acc
+        count_pad = int(im.attr(node, "count_include_pad", 0))
+        # Divisor per output position: the window's elements inside the input (plus the
+        # explicit padding with count_include_pad); never the ceil_mode overhang.
+        counts = np.ones((1,) * 2 + tuple(outs), np.float64)
+        for i in range(nsp):
+            lo = -pads[i][0] if count_pad else 0
+            hi = spatial[i] + (pads[i][1] if count_pad else 0)
+            starts = np.arange(outs[i]) * strides[i] - pads[i][0]
+            taps = starts[:, None] + np.arange(kernel[i])[None, :] * dil[i]
+            c = ((taps >= lo) & (taps < hi)).sum(axis=1).astype(np.float64)
+            shape = [1] * (2 + nsp)
+            shape[2 + i] = outs[i]
+            counts = counts * c.reshape(shape)
+        div = g.constant((1.0 / counts).astype(_NP[x.dtype]), dtype=x.dtype,
+                         name=im.fresh((node.name or node.output[0]) + "_inv_count"))
+        return g.mul(acc, div)
+    return rule
+
+
+def _global_pool(kind):
+    def rule(im: _Importer, node):
+        x = im.value(node.input[0], node)
+        return im.g.reduce(kind, x, tuple(range(2, x.type.rank)), True)
+    return rule
 
 
 def _transpose(im: _Importer, node):
@@ -410,17 +730,29 @@ def _reshape(im: _Importer, node):
                 raise ShapeError(f"{im.where(node)}: 0 at position {i} copies a dimension "
                                  f"{x.shape} does not have")
             shape[i] = x.shape[i]
-    return im.g.reshape(x, shape)
+    return im.g.reshape(x, shape or (1,))
+
+
+def _flatten(im: _Importer, node):
+    x = im.value(node.input[0], node)
+    rank = len(im.shape_of(node.input[0], node))
+    axis = int(im.attr(node, "axis", 1))
+    if not -rank <= axis <= rank:
+        raise ShapeError(f"{im.where(node)}: axis {axis} is out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    shape = x.shape if rank else ()
+    return im.g.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
 
 
 def _unsqueeze(im: _Importer, node):
     x = im.value(node.input[0], node)
     axes = _axes(im, node, 1, 13) or []
-    rank = x.type.rank + len(axes)
+    in_shape = im.shape_of(node.input[0], node)
+    rank = len(in_shape) + len(axes)
     norm = sorted(a % rank if -rank <= a < rank else rank + 99 for a in axes)
     if not axes or norm[-1] >= rank or len(set(norm)) != len(norm):
-        raise ShapeError(f"{im.where(node)}: bad axes {axes} for rank {x.type.rank}")
-    shape, it = [], iter(x.shape)
+        raise ShapeError(f"{im.where(node)}: bad axes {axes} for rank {len(in_shape)}")
+    shape, it = [], iter(in_shape)
     for i in range(rank):
         shape.append(1 if i in norm else next(it))
     return im.g.reshape(x, shape)
@@ -443,15 +775,26 @@ def _squeeze(im: _Importer, node):
     return im.g.reshape(x, shape or (1,))
 
 
-def _cast(im: _Importer, node):
-    to = int(im.attr(node, "to"))
-    src = im.env.get(node.input[0])
-    if to not in _FLOAT_TYPES:
+def _cast_target(im: _Importer, node, to: int) -> str:
+    if to not in _VALUE_TYPES:
         raise UnsupportedError(f"{im.where(node)}: Cast to {_type_name(to)}; wavefuse "
-                               f"supports FLOAT and FLOAT16")
-    dtype = _FLOAT_TYPES[to]
-    if isinstance(src, _Static):
-        return _Static(src.array.astype(np.float16 if dtype == "f16" else np.float32))
+                               f"supports FLOAT, FLOAT16, INT32, INT64 and BOOL")
+    return _VALUE_TYPES[to]
+
+
+def _cast(im: _Importer, node):
+    dtype = _cast_target(im, node, int(im.attr(node, "to")))
+    x = im.value(node.input[0], node)
+    return x if x.dtype == dtype else im.g.cast(x, dtype)
+
+
+def _cast_like(im: _Importer, node):
+    target = im.env.get(node.input[1])
+    dtype = target.dtype if isinstance(target, Value) else _dtype_of_array(target.array)
+    if dtype is None:
+        raise UnsupportedError(f"{im.where(node)}: CastLike to {target.array.dtype}")
+    if im.is_static(node.input[0]):  # only the target's dtype is needed: fold
+        return _Static(_as_dtype(im.static(node.input[0], node, ""), dtype, im.where(node)))
     x = im.value(node.input[0], node)
     return x if x.dtype == dtype else im.g.cast(x, dtype)
 
@@ -478,35 +821,387 @@ def _constant(im: _Importer, node):
     raise UnsupportedError(f"{im.where(node)}: Constant with attribute {names}")
 
 
+def _slice_window(n: int, start: int, end: int, step: int) -> tuple[int, int, int]:
+    """(first index, step, count) of ONNX/Python slicing of a dimension of size n."""
+    r = range(n)[slice(start, end, step)]
+    return (r.start if len(r) else 0), step, len(r)
+
+
+def _slice(im: _Importer, node):
+    x = im.value(node.input[0], node)
+    rank = x.type.rank
+    starts = [int(v) for v in im.static(node.input[1], node, "starts").reshape(-1)]
+    ends = [int(v) for v in im.static(node.input[2], node, "ends").reshape(-1)]
+    axes_name, steps_name = im.optional_input(node, 3), im.optional_input(node, 4)
+    axes = ([int(v) for v in im.static(axes_name, node, "axes").reshape(-1)]
+            if axes_name else list(range(len(starts))))
+    steps = ([int(v) for v in im.static(steps_name, node, "steps").reshape(-1)]
+             if steps_name else [1] * len(starts))
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ShapeError(f"{im.where(node)}: starts, ends, axes and steps differ in length")
+    first, step, shape = [0] * rank, [1] * rank, list(x.shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        if not -rank <= a < rank or st == 0:
+            raise ShapeError(f"{im.where(node)}: axis {a} / step {st} invalid for rank {rank}")
+        a %= rank
+        first[a], step[a], shape[a] = _slice_window(x.shape[a], s, e, st)
+    if 0 in shape:  # an empty tensor has no values to compute: a constant
+        return _Static(np.zeros(shape, _NP[x.dtype]))
+    if shape == list(x.shape) and step == [1] * rank:
+        return x
+    return im.g.slice(x, first, step, shape)
+
+
+def _split(im: _Importer, node):
+    x = im.value(node.input[0], node)
+    axis = int(im.attr(node, "axis", 0))
+    if not -x.type.rank <= axis < x.type.rank:
+        raise ShapeError(f"{im.where(node)}: axis {axis} out of range for {x.shape}")
+    axis %= x.type.rank
+    n = x.shape[axis]
+    split_name = im.optional_input(node, 1)
+    count = len(node.output)
+    if split_name:
+        sizes = [int(v) for v in im.static(split_name, node, "split").reshape(-1)]
+    elif im.attr(node, "num_outputs") is not None:
+        k = int(im.attr(node, "num_outputs"))
+        chunk = -(-n // k)  # the last chunk is smaller (possibly empty)
+        sizes = [max(0, min(chunk, n - i * chunk)) for i in range(k)]
+    else:
+        if n % count:
+            raise ShapeError(f"{im.where(node)}: {n} does not split into {count} equal parts")
+        sizes = [n // count] * count
+    if sum(sizes) != n or len(sizes) != count or min(sizes) < 0:
+        raise ShapeError(f"{im.where(node)}: split sizes {sizes} do not cover dimension "
+                         f"{axis} ({n}) in {count} outputs")
+    outs, at = [], 0
+    for size in sizes:
+        if size == 0:  # an empty part has no values to compute: a constant
+            shape = list(x.shape)
+            shape[axis] = 0
+            outs.append(_Static(np.zeros(shape, _NP[x.dtype])))
+            continue
+        first = [0] * x.type.rank
+        first[axis] = at
+        shape = list(x.shape)
+        shape[axis] = size
+        outs.append(x if size == n else im.g.slice(x, first, [1] * x.type.rank, shape))
+        at += size
+    return outs
+
+
+def _concat(im: _Importer, node):
+    axis = int(im.attr(node, "axis"))
+    names = [n for n in node.input if not (im.is_static(n) and im.env[n].array.size == 0)]
+    like = next((im.env[n] for n in names if not im.is_static(n)), None)
+    vals = [im.value(n, node, like=like) for n in names]
+    if len(vals) == 1:
+        return vals[0]
+    return im.g.concat(vals, axis)
+
+
+def _gather(im: _Importer, node):
+    g = im.g
+    axis = int(im.attr(node, "axis", 0))
+    data = im.value(node.input[0], node)
+    if not -data.type.rank <= axis < data.type.rank:
+        raise ShapeError(f"{im.where(node)}: axis {axis} out of range for {data.shape}")
+    axis %= data.type.rank
+    n = data.shape[axis]
+    idx_rank = len(im.shape_of(node.input[1], node))
+    if im.is_static(node.input[1]):
+        idx = im.static(node.input[1], node, "indices")
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise ShapeError(f"{im.where(node)}: an index is outside [-{n}, {n})")
+        if idx.ndim == 0:  # one index: a window of the axis, then the axis is dropped
+            first = [0] * data.type.rank
+            first[axis] = int(idx) % n
+            shape = list(data.shape)
+            shape[axis] = 1
+            win = g.slice(data, first, [1] * data.type.rank, shape) if n > 1 else data
+            out = data.shape[:axis] + data.shape[axis + 1:]
+            return g.reshape(win, out or (1,))
+    indices = im.value(node.input[1], node, dtype="i32")
+    if im.env[node.input[1]] is indices and indices.name in g.inputs:
+        for onnx_name, v in im.env.items():
+            if v is indices or (isinstance(v, Value) and v.name == indices.name):
+                prev = im.index_bounds.get(onnx_name, n)
+                im.index_bounds[onnx_name] = min(prev, n)
+    y = g.gather(data, indices, axis)
+    if idx_rank == 0:  # an IR (1,) index stands for a rank-0 one: drop its axis
+        out = data.shape[:axis] + data.shape[axis + 1:]
+        y = g.reshape(y, out or (1,))
+    return y
+
+
+def _expand(im: _Importer, node):
+    x = im.value(node.input[0], node)
+    target = tuple(int(s) for s in im.static(node.input[1], node, "the shape").reshape(-1))
+    shape = np.broadcast_shapes(im.shape_of(node.input[0], node), target) or (1,)
+    if tuple(shape) == x.shape:
+        return x
+    return im.g.broadcast(x, shape)
+
+
+def _tile(im: _Importer, node):
+    """Tile as a broadcast of a new axis before each tiled one, merged back by a reshape."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    reps = [int(r) for r in im.static(node.input[1], node, "repeats").reshape(-1)]
+    if len(reps) != x.type.rank or min(reps) < 1:
+        raise ShapeError(f"{im.where(node)}: repeats {reps} must be >= 1, one per dimension "
+                         f"of {x.shape}")
+    if all(r == 1 for r in reps):
+        return x
+    split = []
+    for r, s in zip(reps, x.shape):
+        split += [1, s]
+    big = []
+    for r, s in zip(reps, x.shape):
+        big += [r, s]
+    y = g.broadcast(g.reshape(x, split), big)
+    return g.reshape(y, [r * s for r, s in zip(reps, x.shape)])
+
+
+def _pad(im: _Importer, node):
+    g = im.g
+    mode = im.attr(node, "mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise UnsupportedError(f"{im.where(node)}: Pad mode {mode!r}; wavefuse supports "
+                               f"'constant'")
+    x = im.value(node.input[0], node)
+    rank = x.type.rank
+    pads = [int(p) for p in im.static(node.input[1], node, "pads").reshape(-1)]
+    value_name = im.optional_input(node, 2)
+    value = 0.0
+    if value_name:
+        v = im.static(value_name, node, "constant_value").reshape(-1)
+        value = v[0].item() if v.size else 0.0
+    axes_name = im.optional_input(node, 3)
+    axes = ([int(a) % rank for a in im.static(axes_name, node, "axes").reshape(-1)]
+            if axes_name else list(range(rank)))
+    if len(pads) != 2 * len(axes):
+        raise ShapeError(f"{im.where(node)}: {len(pads)} pads for {len(axes)} axes")
+    before, after = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        before[a], after[a] = pads[i], pads[i + len(axes)]
+    if any(p < 0 for p in before + after):  # negative pads crop: a window first
+        first = [max(0, -b) for b in before]
+        shape = [s + min(0, b) + min(0, e) for s, b, e in zip(x.shape, before, after)]
+        if min(shape) < 1:
+            raise ShapeError(f"{im.where(node)}: negative pads leave nothing of {x.shape}")
+        x = g.slice(x, first, [1] * rank, shape)
+        before, after = [max(0, b) for b in before], [max(0, e) for e in after]
+    if not any(before + after):
+        return x
+    return g.pad(x, list(zip(before, after)), value)
+
+
+def _clip(im: _Importer, node):
+    g = im.g
+    x = im.value(node.input[0], node)
+    lo, hi = im.optional_input(node, 1), im.optional_input(node, 2)
+    if lo:
+        x = g.max(x, im.value(lo, node, like=x))
+    if hi:
+        x = g.min(x, im.value(hi, node, like=x))
+    return x
+
+
+def _leaky_relu(im: _Importer, node):
+    """relu(x) + alpha * min(x, 0): x where x >= 0, alpha * x below."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    alpha = float(im.attr(node, "alpha", 0.01))
+    return g.add(g.relu(x), g.mul(g.min(x, 0.0), alpha))
+
+
+def _hard_sigmoid_of(g, x, alpha, beta):
+    return g.max(g.min(g.add(g.mul(x, alpha), beta), 1.0), 0.0)
+
+
+def _hard_sigmoid(im: _Importer, node):
+    x = im.value(node.input[0], node)
+    return _hard_sigmoid_of(im.g, x, float(im.attr(node, "alpha", 0.2)),
+                            float(im.attr(node, "beta", 0.5)))
+
+
+def _hard_swish(im: _Importer, node):
+    x = im.value(node.input[0], node)
+    return im.g.mul(x, _hard_sigmoid_of(im.g, x, 1.0 / 6.0, 0.5))
+
+
+def _gelu(im: _Importer, node):
+    approx = im.attr(node, "approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    if approx not in ("none", "tanh"):
+        raise UnsupportedError(f"{im.where(node)}: approximate={approx!r}")
+    return B.gelu(im.g, im.value(node.input[0], node), approx)
+
+
+def _softplus(im: _Importer, node):
+    g = im.g
+    x = im.value(node.input[0], node)
+    return g.log(g.add(g.exp(x), 1.0))
+
+
+def _trilu(im: _Importer, node):
+    """Keeps the triangle through a constant bool mask (select, so inf/NaN stay exact)."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    if x.type.rank < 2:
+        raise ShapeError(f"{im.where(node)}: Trilu needs rank >= 2, got {x.shape}")
+    k_name = im.optional_input(node, 1)
+    k = int(im.static(k_name, node, "k").reshape(-1)[0]) if k_name else 0
+    rows, cols = x.shape[-2:]
+    r = np.arange(rows)[:, None]
+    c = np.arange(cols)[None, :]
+    mask = (c - r >= k) if im.attr(node, "upper", 1) else (c - r <= k)
+    zero = np.zeros(1, _NP[x.dtype])
+    return g.select(g.constant(mask, dtype="bool", name=im.fresh(node.output[0] + "_mask")),
+                    x, g.constant(zero, dtype=x.dtype))
+
+
+def _einsum(im: _Importer, node):
+    """Einsum with one or two operands and no repeated letter within an operand: sums
+    over letters used once, then a batched matmul (batch, free-A, free-B, contracted)
+    built from transposes and reshapes, then the output's order."""
+    g = im.g
+    eq = im.attr(node, "equation")
+    eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+    if "..." in eq or "->" not in eq:
+        raise UnsupportedError(f"{im.where(node)}: equation {eq!r}; wavefuse handles "
+                               f"explicit equations ('ij,jk->ik') without ellipses")
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(node.input) or len(terms) > 2 or any(
+            len(set(t)) != len(t) for t in terms + [out]):
+        raise UnsupportedError(f"{im.where(node)}: equation {eq!r}; wavefuse handles one or "
+                               f"two operands without repeated letters")
+    if len(terms) == 2:
+        a, b = _binary_operands(im, node, node.input[0], node.input[1])
+        vals = [a, b]
+    else:
+        vals = [im.value(node.input[0], node)]
+    for t, v in zip(terms, vals):
+        if len(t) != v.type.rank:
+            raise ShapeError(f"{im.where(node)}: term {t!r} for operand of shape {v.shape}")
+    size = {}
+    for t, v in zip(terms, vals):
+        for ch, s in zip(t, v.shape):
+            if size.setdefault(ch, s) != s and 1 not in (size[ch], s):
+                raise ShapeError(f"{im.where(node)}: letter {ch!r} has sizes {size[ch]} "
+                                 f"and {s}")
+            size[ch] = max(size[ch], s)
+
+    def sum_out(t, v, keep):
+        drop = [i for i, ch in enumerate(t) if ch not in keep]
+        if not drop:
+            return t, v
+        v = g.reduce("reduce_sum", v, drop, False)
+        t = "".join(ch for ch in t if ch in keep)
+        return t, (v if t else v)
+
+    if len(terms) == 1:
+        t, v = sum_out(terms[0], vals[0], set(out))
+        if not t:
+            return v
+        return g.transpose(v, [t.index(ch) for ch in out]) if t != out else v
+    ta, tb = terms
+    ta, a = sum_out(ta, vals[0], set(tb) | set(out))
+    tb, b = sum_out(tb, vals[1], set(ta) | set(out))
+    batch = [ch for ch in ta if ch in tb and ch in out]
+    contr = [ch for ch in ta if ch in tb and ch not in out]
+    fa = [ch for ch in ta if ch not in tb]
+    fb = [ch for ch in tb if ch not in ta]
+
+    def arrange(t, v, order):
+        if list(t) != order:
+            v = g.transpose(v, [t.index(ch) for ch in order])
+        return v
+
+    a = arrange(ta, a, batch + fa + contr)
+    b = arrange(tb, b, batch + contr + fb)
+    bs = [size[ch] for ch in batch]
+    m, n, k = (math.prod(size[ch] for ch in fa), math.prod(size[ch] for ch in fb),
+               math.prod(size[ch] for ch in contr))
+    a3 = g.reshape(a, bs + [m, k]) if a.shape != tuple(bs + [m, k]) else a
+    b3 = g.reshape(b, bs + [k, n]) if b.shape != tuple(bs + [k, n]) else b
+    y = g.matmul(a3, b3)
+    full = batch + fa + fb
+    y = g.reshape(y, [size[ch] for ch in full] or [1])
+    return arrange("".join(full), y, list(out)) if full else y
+
+
 CONVERTERS = {
     **{op: _unary(k) for op, k in _UNARY.items()},
     **{op: _binary(k) for op, k in _BINARY.items()},
+    **{op: _compare(k) for op, k in _COMPARE.items()},
+    **{op: _logical(k) for op, k in _LOGICAL.items()},
     **{op: _variadic(k) for op, k in _VARIADIC.items()},
     **{op: _reduce(k) for op, k in _REDUCE.items()},
+    "ReduceSumSquare": _reduce_squares(False), "ReduceL2": _reduce_squares(True),
+    "Not": _not, "Where": _where, "Mean": _mean,
     "Softmax": _softmax, "LayerNormalization": _layer_norm, "MatMul": _matmul,
-    "Gemm": _gemm, "Conv": _conv, "Transpose": _transpose, "Reshape": _reshape,
-    "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Cast": _cast, "Identity": _identity,
-    "Constant": _constant,
+    "Gemm": _gemm, "Conv": _conv, "BatchNormalization": _batch_norm,
+    "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
+    "GlobalAveragePool": _global_pool("reduce_mean"),
+    "GlobalMaxPool": _global_pool("reduce_max"),
+    "Transpose": _transpose, "Reshape": _reshape, "Flatten": _flatten,
+    "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Cast": _cast, "CastLike": _cast_like,
+    "Identity": _identity, "Constant": _constant, "Slice": _slice, "Split": _split,
+    "Concat": _concat, "Gather": _gather, "Expand": _expand, "Tile": _tile, "Pad": _pad,
+    "Clip": _clip, "LeakyRelu": _leaky_relu, "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish, "Gelu": _gelu, "Softplus": _softplus, "Trilu": _trilu,
+    "Einsum": _einsum,
 }
-SUPPORTED_OPS = tuple(sorted(CONVERTERS))
+#: ops that only ever need constant inputs here: they fold at import (see ``fold``)
+FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range")
+SUPPORTED_OPS = tuple(sorted(set(CONVERTERS) | set(FOLDED_OPS)))
 
 
 def _unsupported_ops(model) -> list[str]:
+    """Ops left on computed values that no rule converts (folded nodes are fine)."""
+    known = {i.name for i in model.graph.initializer}
     bad = set()
     for node in model.graph.node:
+        ins = [i for i in node.input if i]
+        foldable = (node.op_type == "Constant" or node.op_type in ("Shape", "Size")
+                    or (ins and all(i in known for i in ins)
+                        and node.op_type not in _NEVER_FOLD))
         if node.domain not in ("", "ai.onnx"):
             bad.add(f"{node.domain}.{node.op_type}")
-        elif node.op_type not in CONVERTERS:
+        elif not foldable and node.op_type in FOLDED_OPS:
+            bad.add(f"{node.op_type} (on a computed input; wavefuse folds it only when its "
+                    f"inputs are constants)")
+        elif not foldable and node.op_type not in CONVERTERS:
             bad.add(node.op_type)
+        if foldable and node.domain in ("", "ai.onnx"):
+            known.update(o for o in node.output if o)
     return sorted(bad)
 
 
-def from_model(model, source: str = "<onnx model>") -> Graph:
-    """Imports an in-memory ``onnx.ModelProto`` (checked like a file)."""
+def _onnx_ranks(model) -> dict:
+    """ONNX rank of every tensor shape inference knows (the IR widens rank 0 to (1,))."""
+    ranks = {}
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            ranks[vi.name] = len(tt.shape.dim)
+    for init in model.graph.initializer:
+        ranks[init.name] = len(init.dims)
+    return ranks
+
+
+def from_model(model, source: str = "<onnx model>", dims: dict | None = None) -> Graph:
+    """Imports an in-memory ``onnx.ModelProto`` (checked like a file); ``dims`` pins
+    symbolic dimensions by name."""
     import onnx
 
+    light = _without_large_initializers(model)
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(light)
     except onnx.checker.ValidationError as exc:
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "invalid")
         raise ModelError(f"{source}: not a valid ONNX model: {first}") from None
@@ -514,13 +1209,19 @@ def from_model(model, source: str = "<onnx model>") -> Graph:
     if bad:
         raise UnsupportedError(f"{source}: unsupported ONNX op(s): {', '.join(bad)} "
                                f"(supported: {', '.join(SUPPORTED_OPS)})")
+    _default_opset(model, source)
+    if dims:
+        model = _pin_dims(model, dims, source)
+        light = _without_large_initializers(model)
     try:
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True)
     except Exception as exc:  # onnx raises InferenceError and several C++ errors here
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "failed")
         raise ShapeError(f"{source}: ONNX shape inference fails: {first}") from None
     try:
-        return _Importer(model, source).run()
+        im = _Importer(model, source, dims)
+        im.ranks = _onnx_ranks(inferred)
+        return im.run()
     except GraphError as exc:
         msg = str(exc)
         if not msg.startswith(source):
@@ -528,7 +1229,56 @@ def from_model(model, source: str = "<onnx model>") -> Graph:
         raise
 
 
-def load_onnx(path) -> Graph:
+#: initializers larger than this are shown to onnx's checker and shape inference as typed
+#: graph inputs instead: both serialise the whole model, which for BERT-base (435 MB) took
+#: 16 of its 18 import seconds. Their data is read (and checked) by numpy_helper at import.
+LARGE_INITIALIZER_BYTES = 1 << 20
+
+
+def _without_large_initializers(model):
+    """The model with its large initializers declared as inputs (type and shape only)."""
+    from onnx import helper
+    big = [t for t in model.graph.initializer
+           if len(t.raw_data) > LARGE_INITIALIZER_BYTES or
+           (not t.raw_data and math.prod(t.dims) * 4 > LARGE_INITIALIZER_BYTES)]
+    if not big:
+        return model
+    big_names = {t.name for t in big}
+    declared = {vi.name for vi in model.graph.input}
+    g = model.graph
+    inputs = list(g.input) + [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                              for t in big if t.name not in declared]
+    light_graph = helper.make_graph(
+        list(g.node), g.name, inputs, list(g.output),
+        initializer=[t for t in g.initializer if t.name not in big_names],
+        value_info=list(g.value_info), sparse_initializer=list(g.sparse_initializer))
+    light = helper.make_model(light_graph, opset_imports=list(model.opset_import),
+                              ir_version=model.ir_version)
+    light.functions.extend(model.functions)
+    return light
+
+
+def _pin_dims(model, dims: dict, source: str):
+    """A copy of the model whose symbolic input dimensions named in ``dims`` are fixed."""
+    import onnx
+    named = {d.dim_param for vi in model.graph.input
+             for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    unknown = sorted(set(dims) - named)
+    if unknown:
+        raise ModelError(f"{source}: --dim {unknown[0]}: the model has no symbolic input "
+                         f"dimension of that name (it has: {', '.join(sorted(named)) or 'none'})")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in dims:
+                d.dim_value = int(dims[d.dim_param])
+    return m
+
+
+def load_onnx(path, dims: dict | None = None) -> Graph:
     """Reads, checks and imports an ``.onnx`` file."""
     import onnx
 
@@ -545,7 +1295,7 @@ def load_onnx(path) -> Graph:
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{path}: not an ONNX model (no graph found)")
     _load_external_data(model, path)
-    return from_model(model, path)
+    return from_model(model, path, dims)
 
 
 def _load_external_data(model, path: str) -> None:

@@ -1,6 +1,7 @@
 """Lowering: (dispatch, schedule) -> gpusim.program.Kernel, and the schedule spaces.
 
-One lowering per dispatch kind: contractions (matmul, conv as implicit GEMM, with their
+One lowering per dispatch kind: attention (QK^T, softmax and PV in one kernel, online
+softmax: ``attention.py``), contractions (matmul, conv as implicit GEMM, with their
 fused epilogue), row reductions (softmax/norms with fused producers and consumers, or the
 generic serial fallback) and elementwise/injective dispatches (including pure copies
 such as a materialised transpose), naive or, for permutes, through an LDS tile. The
@@ -16,7 +17,19 @@ from .common import LoweringError, dispatch_kind
 
 def lower(graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
     kind = dispatch_kind(graph, dispatch)
+    for n in dispatch.ops:  # simplification: integer math is elementwise only
+        op = graph.op(n)
+        if op.type.dtype in ("i32", "bool") and (op.is_reduction or op.kind == "pow"):
+            raise LoweringError(f"node {n!r}: {op.kind} on {op.type.dtype} values is not "
+                                f"lowered (only float reductions and powers are); cast "
+                                f"to float first")
+    if kind == "attention":
+        from .attention import lower_attention
+        return lower_attention(graph, dispatch, schedule, arch_name)
     if kind == "contraction":
+        if schedule.get("lowering") == "direct":
+            from .conv import lower_direct_conv
+            return lower_direct_conv(graph, dispatch, schedule, arch_name)
         from .contraction import lower_contraction
         return lower_contraction(graph, dispatch, schedule, arch_name)
     if kind == "reduction":

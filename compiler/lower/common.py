@@ -26,6 +26,12 @@ def sanitize(name: str) -> str:
     return s if s and not s[0].isdigit() else f"k_{s}"
 
 
+#: the kernel buffer dtype of each graph dtype. Simplification: a bool tensor is stored as
+#: one i32 (0/1) per element in kernel memory, as gpusim has no byte-sized buffers; the
+#: graph still counts it as 1 byte (what a real kernel would move).
+BUFFER_DTYPE = {"f32": "f32", "f16": "f16", "i32": "i32", "bool": "i32"}
+
+
 def buffers(graph: Graph, dispatch) -> tuple:
     """Kernel arguments: inputs in their layouts, then outputs row-major."""
     params = []
@@ -35,10 +41,10 @@ def buffers(graph: Graph, dispatch) -> tuple:
         if op.kind == "constant" and ty.size == 1 and not any(
                 graph.op(n).is_contraction and t in graph.op(n).inputs for n in dispatch.ops):
             continue  # inlined as an immediate by the ValueEmitter (GEMM operands are not)
-        params.append(P.Buffer(t, ty.dtype, ty.shape, "in", ty.strides))
+        params.append(P.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "in", ty.strides))
     for t in dispatch.outputs:
         ty = graph.op(t).type
-        params.append(P.Buffer(t, ty.dtype, ty.shape, "out", None))
+        params.append(P.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "out", None))
     return tuple(params)
 
 
@@ -47,8 +53,11 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def dispatch_kind(graph: Graph, dispatch) -> str:
-    """contraction (a matmul/conv root), reduction, or elementwise (incl. pure copies)."""
+    """attention (two matmuls and a softmax: the attention rule), contraction (a matmul/conv
+    root), reduction, or elementwise (incl. pure copies)."""
     kinds = {graph.op(n).kind for n in dispatch.ops}
+    if sum(graph.op(n).kind == "matmul" for n in dispatch.ops) >= 2 and "reduce_max" in kinds:
+        return "attention"
     if kinds & {"matmul", "conv2d"}:
         return "contraction"
     if kinds & {"reduce_sum", "reduce_max", "reduce_mean"}:
@@ -61,7 +70,8 @@ def memory_image(graph: Graph, tensor: str, value) -> np.ndarray:
     the tensor's memory order (a row-major tensor is unchanged). gpusim and the exported
     harness both take buffers as flat memory, not as logical arrays."""
     t = graph.op(tensor).type
-    arr = np.asarray(value, dtype=np.float16 if t.dtype == "f16" else np.float32)
+    arr = np.asarray(value, dtype={"f16": np.float16, "f32": np.float32}.get(
+        t.dtype, np.int32))
     return np.ascontiguousarray(np.transpose(arr, t.order)) if not t.is_row_major else \
         np.ascontiguousarray(arr)
 

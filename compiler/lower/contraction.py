@@ -4,7 +4,8 @@ The GEMM view. A batched matmul is ``C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]`
 convolution is the same GEMM, implicitly (no im2col buffer): M = N*OH*OW output positions,
 N = filters, K = C*kH*kW. For NHWC the K order is (kh, kw, c) so channels are innermost
 and an A row reads contiguous memory; for NCHW it is (c, kh, kw). Padding becomes a
-guard on the A load (out-of-image reads are zero). Groups > 1 are not supported.
+guard on the A load (out-of-image reads are zero); groups are the GEMM's batch
+(``compiler.lower.conv`` holds the addressing).
 
 Operand access is one formula, written once over "numbers or IR": the same Python code
 that builds a load's offset expression also fills numpy tables of every offset of A and
@@ -55,7 +56,8 @@ before_fusion: LDS round trip first). CDNA only; opt-in in the schedule space
 (``--fix mma=mfma``, see ``compiler.schedule.contraction``).
 
 Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
-LDS double buffering; dispatch outputs must have the root's shape.
+LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
+or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
 """
 from __future__ import annotations
 
@@ -75,6 +77,12 @@ from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, o
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")
 MMAS = ("fma", "mfma")
+#: mma=mfma: the GEMM dim the accumulator's columns (lane % TN) run along. "n" (default):
+#: lanes along N, so a row-major (M, N) output is stored a row of lanes at a time; "m":
+#: the block computes C^T (A and B swapped in the MFMA), lanes along M, each lane holding
+#: runs of N, as rocMLIR's conv GEMM (gemmM = filters, gemmN = output positions) leaves
+#: an NHWC output: consecutive lanes 2 KiB apart, every lane on its own line.
+MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma"}
 #: mma=mfma: the wave block TM x TN picks the instruction.
@@ -129,6 +137,7 @@ class Operand:
         self.max_vec = {"r": 1, "c": 1}
         self.inner = "c"
         self.separable = False        # offset_fn is f(b) + g(r) + h(c), never invalid
+        self.simplify_affine = False  # see _simplify_affine (conv filters set it)
 
     def analyse(self, batch: int):
         """Largest legal vector width along rows and cols, from the exact offset table."""
@@ -141,6 +150,8 @@ class Operand:
         c = np.arange(self.cols).reshape(1, 1, -1)
         off, valid = self.offset_fn(b, r, c)
         off = np.broadcast_to(off, (batch, self.rows, self.cols))
+        if valid is None and self.simplify_affine:
+            self._simplify_affine(off)
         valid = np.broadcast_to(True if valid is None else valid, off.shape)
         for dim, (o, v) in {"c": (off, valid),
                             "r": (off.transpose(0, 2, 1), valid.transpose(0, 2, 1))}.items():
@@ -160,6 +171,31 @@ class Operand:
                     break
             self.max_vec[dim] = best
         # stride-1 dimension innermost, even for scalar loads (coalescing across lanes)
+        self._pick_inner(off)
+
+    def _simplify_affine(self, off):
+        """An unpredicated operand whose offsets are ``base + b*sb + r*sr + c*sc`` gets
+        that formula as its IR: a conv filter's K index (c, kh, kw) split by div/mod and
+        recombined is just ``k * stride``, which the validator can prove aligned for
+        vector loads (it cannot see through the div/mod) and which costs fewer VALU ops.
+        Only conv filters ask for it: an activation's (m, k) offsets keep their per-
+        dimension form, whose address arithmetic the timing model was calibrated on."""
+        base = int(off[0, 0, 0])
+        steps = [int(off[1, 0, 0] - base) if off.shape[0] > 1 else 0,
+                 int(off[0, 1, 0] - base) if off.shape[1] > 1 else 0,
+                 int(off[0, 0, 1] - base) if off.shape[2] > 1 else 0]
+        axes = [np.arange(n, dtype=np.int64).reshape([-1 if d == i else 1 for d in range(3)])
+                for i, n in enumerate(off.shape)]
+        if not np.array_equal(base + sum(a * st for a, st in zip(axes, steps)), off):
+            return
+        sb, sr, sc = steps
+
+        def affine(b, r, c):
+            return _add(_add(_add(base, _mul(b, sb)), _mul(r, sr)), _mul(c, sc)), None
+
+        self.offset_fn = affine
+
+    def _pick_inner(self, off):
         o2 = off[0]
         dc = abs(int(o2[0, 1] - o2[0, 0])) if self.cols > 1 else 1 << 30
         dr = abs(int(o2[1, 0] - o2[0, 0])) if self.rows > 1 else 1 << 30
@@ -270,6 +306,25 @@ class Gemm:
                                 f"{root.kind}, not a matmul or conv2d")
         for opnd in (self.A, self.B):
             opnd.analyse(self.batch)
+        self._propagate_layout(dispatch)
+
+    def _propagate_layout(self, dispatch):
+        """Output index maps and, when an output is a view of the result in another
+        order, the write direction from its memory (``compiler.lower.layout``)."""
+        from .layout import is_identity, output_maps, output_vectors
+        self.out_maps = output_maps(self.graph, dispatch, self.root.name)
+        self.out_vec = None
+        if all(is_identity(self.graph, p) for p in self.out_maps.values()):
+            return
+        self.out_vec = output_vectors(self, self.graph, self.out_maps)
+        other = "m" if self.vec_dim == "n" else "n"
+        if self.out_vec[other] > self.out_vec[self.vec_dim]:
+            self.vec_dim = other
+
+    def out_index(self, o, idx):
+        """Index of dispatch output ``o`` holding the root element at ``idx``."""
+        from .layout import forward_index
+        return forward_index(self.graph, self.out_maps[o], idx)
 
     # ---------------------------------------------------------------- matmul
     def _matmul(self, dispatch):
@@ -323,72 +378,9 @@ class Gemm:
 
     # ---------------------------------------------------------------- conv
     def _conv(self, dispatch):
-        g = self.graph
-        at = self.root.attrs
-        if at.get("groups", 1) != 1:
-            raise LoweringError(f"conv {self.root.name!r}: groups={at['groups']} is not "
-                                f"supported by the implicit-GEMM lowering (groups=1 only)")
-        x_t, w_t = self.root.inputs
-        fmt = at.get("data_format", "NCHW")
-        xs, ws = g.op(x_t).type.shape, g.op(w_t).type.shape
-        if fmt == "NHWC":
-            n, h, wd, c = xs
-            o, kh, kw, _ = ws
-            _, oh, ow, _ = self.root.type.shape
-        else:
-            n, c, h, wd = xs
-            o, _, kh, kw = ws
-            _, _, oh, ow = self.root.type.shape
-        self.fmt = fmt
-        self.batch, self.bshape = 1, ()
-        self.M, self.N, self.K = n * oh * ow, o, c * kh * kw
-        self.vec_dim = "n" if fmt == "NHWC" else "m"
-        self.conv = (n, c, h, wd, o, kh, kw, oh, ow)
-        sh, sw = at.get("stride", (1, 1))
-        dh, dw = at.get("dilation", (1, 1))
-        xa = _affine_strides(g, dispatch, x_t)
-        wa = _affine_strides(g, dispatch, w_t)
-        if xa is None or wa is None:
-            raise LoweringError(f"conv {self.root.name!r}: operands must be inputs or views "
-                                f"of inputs (a fused producer of a conv operand is not "
-                                f"supported)")
-
-        pt, pl, pb, pr = at.get("padding", (0, 0, 0, 0))
-
-        def split_k(k):
-            """(kh, kw, c) of a K index in this format's K order."""
-            if kh == kw == 1:  # 1x1: K is the channel index
-                return 0, 0, k
-            if fmt == "NHWC":  # (kh, kw, c): channels innermost
-                return _div(k, kw * c), _mod(_div(k, c), kw), _mod(k, c)
-            return _mod(_div(k, kw), kh), _mod(k, kw), _div(k, kh * kw)  # (c, kh, kw)
-
-        def a_offset(b, m, k):
-            src, st, base = xa
-            nb, y, x = _div(m, oh * ow), _mod(_div(m, ow), oh), _mod(m, ow)
-            ki, kj, ci = split_k(k)
-            ih = _add(_add(_mul(y, sh), _mul(ki, dh)), -pt)
-            iw = _add(_add(_mul(x, sw), _mul(kj, dw)), -pl)
-            ix = (nb, ih, iw, ci) if fmt == "NHWC" else (nb, ci, ih, iw)
-            off = base
-            for i, s in zip(ix, st):
-                off = _add(off, _mul(i, s))
-            # only padding can take a tap outside the image
-            valid = _and(_in_range(ih, 0 if pt else None, h if pb else None),
-                         _in_range(iw, 0 if pl else None, wd if pr else None))
-            return off, valid
-
-        def b_offset(b, k, f):
-            src, st, base = wa
-            ki, kj, ci = split_k(k)
-            ix = (f, ki, kj, ci) if fmt == "NHWC" else (f, ci, ki, kj)
-            off = base
-            for i, s in zip(ix, st):
-                off = _add(off, _mul(i, s))
-            return off, None
-
-        self.A = Operand(x_t, xa[0], self.M, self.K, a_offset)
-        self.B = Operand(w_t, wa[0], self.K, self.N, b_offset)
+        from .conv import setup_conv_gemm
+        setup_conv_gemm(self, dispatch, _affine_strides,
+                        (Operand, _add, _mul, _div, _mod, _and, _in_range))
 
     # ---------------------------------------------------------------- root index
     def root_index(self, b, m, n):
@@ -400,15 +392,21 @@ class Gemm:
                 idx.append(_mod(rest, s))
                 rest = _div(rest, s)
             return tuple(reversed(idx)) + (m, n)
-        _, _, _, _, _, _, _, oh, ow = self.conv
-        nb, y, x = _div(m, oh * ow), _mod(_div(m, ow), oh), _mod(m, ow)
-        return (nb, y, x, n) if self.fmt == "NHWC" else (nb, n, y, x)
+        from .conv import conv_root_index
+        return conv_root_index(self, b, m, n, (_add, _mul, _div, _mod))
 
     def swizzle_width(self, BM, BN):
         """Elements per thread after the output swizzle: 4 along the output's contiguous
         dim when that keeps vectors inside one row of the output, else 2 or 1."""
+        if self.out_vec is not None:  # an output in another order: its memory decides
+            tile = BN if self.vec_dim == "n" else BM
+            for w in (4, 2, 1):
+                if w <= self.out_vec[self.vec_dim] and tile % w == 0:
+                    return w
         if self.vec_dim == "n":
             size, tile = self.N, BN
+        elif self.kind == "matmul":
+            size, tile = self.M, BM
         else:
             size, tile = self.conv[8], BM  # consecutive m stay in one output row
         for w in (4, 2, 1):
@@ -492,6 +490,8 @@ def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65
             return f"mma=mfma: each wave group's K slice BK/KW must be a multiple of {kstep}"
         if KW not in (1, 2, 4, 8, 16) or nacc % KW:
             return f"KW={KW} must divide the {nacc} MFMA accumulators per lane"
+        if s.get("mfma_lanes", "n") not in MFMA_LANES:
+            return f"mfma_lanes={s['mfma_lanes']!r} not in {MFMA_LANES}"
         group *= wave_size  # one wave per TM x TN block
     threads = group * KW
     if threads > 1024:
@@ -576,10 +576,10 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) ->
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:
-        if graph.op(o).type.shape != gemm.root.type.shape:
+        if graph.op(o).type.size != gemm.root.type.size:
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} has shape "
                                 f"{graph.op(o).type.shape}, not the root's "
-                                f"{gemm.root.type.shape}")
+                                f"{gemm.root.type.shape} or a view of it")
     return _Builder(graph, dispatch, gemm, s, arch_name).build()
 
 
@@ -835,6 +835,7 @@ class _Builder:
         _, _, ks, nacc, _ = P.MFMA_SHAPES[shape]
         va, vb = int(s["vec_a"]), int(s["vec_b"])
         rv = mfma_read_width(s)
+        lanes_m = s.get("mfma_lanes", "n") == "m"
         bkw = BK // KW
         steps = bkw // ks
         t = P.thread_id()
@@ -869,17 +870,28 @@ class _Builder:
                 out.append(P.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
                 out.append(P.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
                 for e in range(rv):
-                    out.append(P.Mfma(acc_regs, av[e], bv[e], shape))
+                    # lanes along M: the block computed is C^T = B^T A^T
+                    x, y = (bv[e], av[e]) if lanes_m else (av[e], bv[e])
+                    out.append(P.Mfma(acc_regs, x, y, shape))
             return out
 
         self.k_loop(stage_tile, compute)
-        # from here on the epilogue sees an (nacc x 1) accumulator grid per lane
-        acc = [[r] for r in acc_regs]
-        self.TM, self.TN = nacc, 1
+        # from here on the epilogue sees an (nacc x 1) accumulator grid per lane (lanes
+        # along N), or (1 x nacc) with lanes along M
+        if lanes_m:
+            acc = [list(acc_regs)]
+            self.TM, self.TN = 1, nacc
+        else:
+            acc = [[r] for r in acc_regs]
+            self.TM, self.TN = nacc, 1
         if KW > 1:
             self.combine_split_k(acc)
-        mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
-        nls = [iadd(wn, imod(lane, TN))]
+        if lanes_m:
+            mls = [iadd(wm, imod(lane, TM))]
+            nls = [iadd(wn, _acc_row(shape, lane, r)) for r in range(nacc)]
+        else:
+            mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
+            nls = [iadd(wn, imod(lane, TN))]
         return self.finish(b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n)
 
     # ---------------------------------------------------------------- K pipeline
@@ -988,9 +1000,10 @@ class _Builder:
                 with self.em.scope(stmts):
                     self.em.bound[root] = lambda ix, r=acc[i][j]: r
                     for o in self.d.outputs:
-                        val = self.em.value(o, idx)
+                        oidx = self.gemm.out_index(o, idx)
+                        val = self.em.value(o, oidx)
                         if store:
-                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, idx),
+                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, oidx),
                                                  (val,)))
                         else:
                             r = self.var(f"ep_{o}", "f32")
@@ -1058,7 +1071,7 @@ class _Builder:
             with self.em.scope(body):
                 vals = compute(regs, idxs)
                 for o in outputs:
-                    off = self.em.offset(self.g.op(o).type, idxs[0])
+                    off = self.em.offset(self.g.op(o).type, self.gemm.out_index(o, idxs[0]))
                     body.append(P.Store(o, off, tuple(vals[o])))
             pre, post = split_at_last_load(body)
             guard = self._guard(m, n, sv)
@@ -1089,7 +1102,8 @@ class _Builder:
         out = {}
         for o in self.d.outputs:
             self.em.analyse_access(o, len(regs), stop_at=(root,))
-            out[o] = self.em.values(o, idxs, len(regs)) if len(regs) > 1 else \
-                [self.em.value(o, idxs[0])]
+            oidxs = [self.gemm.out_index(o, ix) for ix in idxs]
+            out[o] = self.em.values(o, oidxs, len(regs)) if len(regs) > 1 else \
+                [self.em.value(o, oidxs[0])]
         self.em.bound.pop(root, None)
         return out

@@ -10,7 +10,15 @@ Every lowering (elementwise, row reduction, contraction epilogue) asks the same 
   coalescing;
 - an elementwise op becomes IR arithmetic on its operands' values, each operand's index
   aligned by numpy broadcasting (size-1 dimensions read index 0);
-- a view (transpose, reshape, broadcast) only rewrites the index: it never moves data;
+- a view (transpose, reshape, broadcast, slice) only rewrites the index: it never moves
+  data;
+- an injective op picks the element to read: ``pad`` reads a clamped index and selects
+  the pad value outside the input, ``concat`` evaluates every part at its clamped index
+  and selects by position, ``gather`` reads its index tensor and then the data at the
+  index it holds (a data-dependent address). Their boundary reads are scalar loads
+  (simplification: no vector analysis through them);
+- i32 and bool tensors live in i32 registers (bool as 0/1); comparisons, logic and
+  ``select`` map to the kernel IR's cmp/int ops and Select;
 - a reduction or contraction inside the dispatch is answered by the lowering that owns
   it (``bind``), e.g. the register holding the current row's sum.
 
@@ -36,7 +44,7 @@ import numpy as np
 from gpusim import program as P
 from gpusim.analysis import Divisibility, expr_key, expr_vars
 
-from ..graph import Graph, GraphError
+from ..graph import COMPARE, LOGICAL, Graph, GraphError, slice_windows
 
 # ------------------------------------------------------------------ index arithmetic
 # Small constant-folding constructors keep the emitted index expressions readable (and the
@@ -138,6 +146,9 @@ def view_index(op, idx, in_shape):
         return tuple(idx[inv[d]] for d in range(len(perm)))
     if op.kind == "broadcast":
         return align_index(idx, in_shape, op.type.shape)
+    if op.kind == "slice":
+        return tuple(iadd(imul(i, sp), st) for i, st, sp in
+                     zip(idx, op.attrs["starts"], op.attrs["steps"]))
     if op.kind == "reshape":
         out_shape = op.type.shape
         # Fast path: the shapes agree after dropping 1s, so only unit dims change.
@@ -166,6 +177,8 @@ def offset_table(graph: Graph, tensor: str, consumer_chain_shape: tuple, path: l
             table = np.transpose(table, op.attrs["perm"])
         elif op.kind == "reshape":
             table = np.ascontiguousarray(table).reshape(op.type.shape)
+        elif op.kind == "slice":
+            table = table[slice_windows(op.attrs)]
         else:  # broadcast, or an elementwise op broadcasting its operand
             table = np.broadcast_to(table, op.type.shape)
     return table
@@ -202,6 +215,12 @@ UNARY_IR = {"neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "
             "reciprocal": "recip"}
 BINARY_IR = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",
              "min": "min", "pow": "pow"}
+#: register dtype of each tensor dtype (f16 is computed in f32; bool is i32 0/1)
+REG_DTYPE = {"f32": "f32", "f16": "f32", "i32": "i32", "bool": "i32"}
+
+
+def _const(value, dtype: str) -> P.Expr:
+    return P.f32(float(value)) if REG_DTYPE[dtype] == "f32" else P.i32(int(value))
 
 
 def buffer_name(tensor: str) -> str:
@@ -333,14 +352,27 @@ class ValueEmitter:
             return [self.bound[tensor](ix) for ix in idxs]
         if tensor in self.boundary or tensor not in self.ops:
             if op.kind == "constant" and op.type.size == 1:
-                return [P.f32(float(op.attrs["value"].reshape(-1)[0]))] * len(idxs)
+                return [_const(op.attrs["value"].reshape(-1)[0], op.type.dtype)] * len(idxs)
             return self._load(tensor, idxs, width)
+        if op.is_injective:
+            return [self._injective(op, ix) for ix in idxs]
         if op.is_view:
             in_shape = self.graph.op(op.inputs[0]).type.shape
             return self.values(op.inputs[0], [view_index(op, ix, in_shape) for ix in idxs],
                                width)
         if op.kind == "cast":
-            return self.values(op.inputs[0], idxs, width)
+            src = self.graph.op(op.inputs[0]).type.dtype
+            vals = self.values(op.inputs[0], idxs, width)
+            return [self._cast(x, src, op.type.dtype) for x in vals]
+        if op.kind in COMPARE + LOGICAL + ("select", "not"):
+            args = [self.values(i, [align_index(ix, self._shape(i), op.type.shape)
+                                    for ix in idxs], width) for i in op.inputs]
+            if op.kind == "select":
+                return [self.assign(P.Select(c, a, b), "sel", cse=True) for c, a, b in zip(*args)]
+            if op.kind == "not":
+                return [self.assign(P.UnOp("not", x), "not", cse=True) for x in args[0]]
+            return [self.assign(P.BinOp(op.kind, x, y), op.kind, cse=True)
+                    for x, y in zip(*args)]
         if op.kind in UNARY_IR:
             a = self.values(op.inputs[0], [align_index(ix, self._shape(op.inputs[0]),
                                                        op.type.shape) for ix in idxs], width)
@@ -356,11 +388,68 @@ class ValueEmitter:
     def _shape(self, tensor):
         return self.graph.op(tensor).type.shape
 
+    def _cast(self, x, src: str, dst: str):
+        """Register conversion between dtypes (f32<->f16 only rounds at the store)."""
+        rs, rd = REG_DTYPE[src], REG_DTYPE[dst]
+        if dst == "bool" and src != "bool":  # nonzero is true (NaN included)
+            return self.assign(P.BinOp("ne", x, _const(0, src)), "tobool", cse=True)
+        if rs == rd:
+            return x
+        return self.assign(P.Cast(x, rd), "cvt", cse=True)
+
+    def _clamp(self, i, n: int):
+        return P.maximum(P.minimum(P.as_expr(i), P.i32(n - 1)), P.i32(0))
+
+    def _injective(self, op, ix):
+        """One element of a gather / pad / concat (see the module docstring)."""
+        if op.kind == "pad":
+            src = op.inputs[0]
+            shape = self._shape(src)
+            cond, six = None, []
+            for d, ((before, after), n) in enumerate(zip(op.attrs["pads"], shape)):
+                if not before and not after:
+                    six.append(ix[d])
+                    continue
+                j = iadd(ix[d], -before)
+                inside = P.land(P.BinOp("ge", P.as_expr(j), P.i32(0)),
+                                P.BinOp("lt", P.as_expr(j), P.i32(n)))
+                cond = inside if cond is None else P.land(cond, inside)
+                six.append(self._clamp(j, n))
+            v = self.values(src, [tuple(six)], 1)[0]
+            if cond is None:  # nothing padded: a copy
+                return v
+            return self.assign(P.Select(cond, v, _const(op.attrs["value"], op.type.dtype)),
+                               "pad", cse=True)
+        if op.kind == "concat":
+            axis = op.attrs["axis"]
+            parts, lo = [], 0
+            for t in op.inputs:
+                n = self._shape(t)[axis]
+                j = list(ix)
+                j[axis] = self._clamp(iadd(ix[axis], -lo), n) if lo or n < op.type.shape[axis] \
+                    else ix[axis]
+                parts.append((lo, self.values(t, [tuple(j)], 1)[0]))
+                lo += n
+            out = parts[-1][1]
+            for (_, v), (nxt, _) in reversed(list(zip(parts, parts[1:]))):
+                out = P.Select(P.BinOp("lt", P.as_expr(ix[axis]), P.i32(nxt)), v, out)
+            return self.assign(out, "cat", cse=True)
+        # gather
+        data, idx_t = op.inputs
+        axis = op.attrs["axis"]
+        r = len(self._shape(idx_t))
+        n = self._shape(data)[axis]
+        k = self.values(idx_t, [tuple(ix[axis:axis + r])], 1)[0]
+        k = self.assign(P.Select(P.BinOp("lt", k, P.i32(0)), k + n, k), "idx", cse=True)
+        dix = tuple(ix[:axis]) + (k,) + tuple(ix[axis + r:])
+        return self.values(data, [dix], 1)[0]
+
     def _load(self, tensor, idxs, width):
         t = self.graph.op(tensor).type
         access = self._access.get(tensor, "scalar") if width > 1 else "vector"
+        rd = REG_DTYPE[t.dtype]
         if len(idxs) > 1 and access == "vector":
-            regs = tuple(P.Var(self.regs.new(f"ld_{tensor}"), "f32") for _ in idxs)
+            regs = tuple(P.Var(self.regs.new(f"ld_{tensor}"), rd) for _ in idxs)
             load = P.Load(regs, buffer_name(tensor), self.offset(t, idxs[0]))
             self._vector_loads.add(id(load))
             self.stmts.append(load)
@@ -368,14 +457,14 @@ class ValueEmitter:
             self.loads.append((tensor, "vector", len(idxs)))
             return list(regs)
         if len(idxs) > 1 and access == "broadcast":
-            r = P.Var(self.regs.new(f"ld_{tensor}"), "f32")
+            r = P.Var(self.regs.new(f"ld_{tensor}"), rd)
             self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, idxs[0])))
             self.define(r)
             self.loads.append((tensor, "broadcast", 1))
             return [r] * len(idxs)
         out = []
         for ix in idxs:
-            r = P.Var(self.regs.new(f"ld_{tensor}"), "f32")
+            r = P.Var(self.regs.new(f"ld_{tensor}"), rd)
             self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, ix)))
             self.define(r)
             self.loads.append((tensor, "scalar", 1))
@@ -405,8 +494,11 @@ class ValueEmitter:
             if tensor in self.boundary or tensor not in self.ops:
                 if op.kind == "constant" and op.type.size == 1:
                     return
-                kind = _access_kind(self.graph, tensor,
-                                    tuple(o.name for o in reversed(path)), width)
+                if any(o.is_injective for o in path):  # element chosen per lane: scalar
+                    kind = "scalar"
+                else:
+                    kind = _access_kind(self.graph, tensor,
+                                        tuple(o.name for o in reversed(path)), width)
                 prev = result.get(tensor, self._access.get(tensor))
                 result[tensor] = kind if prev in (None, kind) else "scalar"
                 return

@@ -10,12 +10,15 @@ cycle between dispatches) plus the conditions the rules state in their own files
 (``CONDITIONS``, ``SPACE_CONDITIONS``), which hold for every merge whichever rule tries it.
 
 Rules, in the order they are tried: ``elementwise`` -> ``epilogue`` -> ``multi_use`` ->
-``reduction_producers`` -> ``sibling`` -> ``root_consumers``; then the multi-use rule's
+``reduction_producers`` -> ``sibling`` -> ``root_consumers`` -> ``attention`` (last: it
+folds the three settled dispatches of an attention into one, aggressive mode only); then the multi-use rule's
 recomputation of cheap chains over graph inputs, and ``multi_result`` forms the
 dispatches.
 
 Built-in models (aggressive / conservative): softmax 1/2, layernorm 1/2, rmsnorm 1/1,
-conv_add_relu 1/1, mlp 2/2, attention 3/4, encoder_layer 11/14. The encoder layer's 11:
+conv_add_relu 1/1, mlp 2/2, attention 1/4, encoder_layer 9/14; without the attention
+rule (``attention=False``, the plan the search compares with): attention 3,
+encoder_layer 11. The encoder layer's 11:
 q, k, v projections (3: matmul + bias epilogue each; horizontal fusion of contractions
 is not done), QK^T + scale (1), softmax (1), PV (1), output projection + bias + residual
 (1), layer norm 1 (1), FFN1 + bias + GELU (1), FFN2 + bias + residual (1), layer norm 2
@@ -28,21 +31,26 @@ from __future__ import annotations
 from ..graph import Graph
 from ..plan import FusionPlan, execute_plan, max_error
 from ..reference import evaluate, random_inputs
-from . import (elementwise, epilogue, multi_result, multi_use, reduction_producers,
+from . import (attention, elementwise, epilogue, multi_result, multi_use, reduction_producers,
                root_consumers, sibling)
 from .core import FusionState
 
-RULES = (elementwise, epilogue, multi_use, reduction_producers, sibling, root_consumers)
+RULES = (elementwise, epilogue, multi_use, reduction_producers, sibling, root_consumers,
+         attention)
 #: rule conditions checked on every merge before the parallel spaces are paired, in order
-CONDITIONS = (epilogue.condition, root_consumers.condition, multi_use.condition)
+CONDITIONS = (attention.condition, epilogue.condition, root_consumers.condition,
+              multi_use.condition)
 #: rule conditions checked after pairing (they need the pairing's outcome)
 SPACE_CONDITIONS = (root_consumers.space_condition,)
 
 
-def fuse(graph: Graph, aggressive: bool = True) -> FusionPlan:
-    """Forms dispatches for ``graph``; ``aggressive=False`` is IREE's default behaviour."""
+def fuse(graph: Graph, aggressive: bool = True, attention: bool = True) -> FusionPlan:
+    """Forms dispatches for ``graph``; ``aggressive=False`` is IREE's default behaviour;
+    ``attention=False`` leaves the attention rule out (the 3-dispatch attention plan the
+    search compares with the fused one)."""
     st = FusionState.start(graph, aggressive, CONDITIONS, SPACE_CONDITIONS)
-    while any(rule.apply(st) for rule in RULES):
+    rules = RULES if attention else tuple(r for r in RULES if r.NAME != "attention")
+    while any(rule.apply(st) for rule in rules):
         pass
     multi_use.recompute(st)
     return multi_result.build_plan(st)

@@ -71,6 +71,8 @@ class Group:
     out: list = field(default_factory=list)   # edges leaving the group, in edge order
     n_roots: int = 0      # members that are reductions or contractions
     n_other: int = 0      # members that are not elementwise
+    n_heavy: int = 0      # members that are neither elementwise nor injective
+    closed: str = ""      # the rule that closed the group to further merges (attention)
 
     def kind(self, graph: Graph) -> RootKind:
         return RootKind.of(graph.op(self.root))
@@ -194,7 +196,8 @@ class FusionState:
             st.groups[gid] = Group(gid, n, {n}, {n: tuple(loops)},
                                    tuple(dom[l][0] for l in loops),
                                    n_roots=int(kind > RootKind.ELEMENTWISE),
-                                   n_other=int(not op.is_elementwise))
+                                   n_other=int(not op.is_elementwise),
+                                   n_heavy=int(not (op.is_elementwise or op.is_injective)))
             st.owner[n] = gid
             for k in range(len(op.inputs)):
                 src, views, tlinks, opaque = ix.trace_operand(graph, n, k)
@@ -220,6 +223,11 @@ class FusionState:
 
     def elementwise_only(self, g: Group) -> bool:
         return g.n_other == 0
+
+    def injective_only(self, g: Group) -> bool:
+        """Elementwise and injective (gather/pad/concat) ops only: one cheap value per
+        output element, like IREE's "elementwise or injective" producers."""
+        return g.n_heavy == 0
 
     def sorted_groups(self, reverse=False):
         """The groups in the order of their roots (a snapshot: safe to merge while
@@ -453,6 +461,12 @@ class FusionState:
             self.record(rule, pair[0], pair[1], True, reason)
         return True, reason
 
+    def absorb(self, keep: Group, other: Group) -> None:
+        """``other``'s ops join ``keep`` without pairing the spaces: for a rule that proved
+        the merge legal by its own condition (the attention rule); the members keep no
+        parallel loop of ``keep``'s space (their loops become the kernel's own)."""
+        self._commit(Pairing(keep, other, {}, True, [], 0))
+
     def _commit(self, p: Pairing) -> None:
         """O's members join R, re-expressed over R's parallel space. When the pairing is
         the identity and O is the larger side, O's containers are kept (relabelled as R)
@@ -464,6 +478,7 @@ class FusionState:
         identity = len(O.psizes) == len(R.psizes) and inv == list(range(len(R.psizes)))
         out = sorted(R.out + O.out, key=lambda e: e.idx)
         n_roots, n_other = R.n_roots + O.n_roots, R.n_other + O.n_other
+        n_heavy = R.n_heavy + O.n_heavy
         if identity and len(O.ops) > len(R.ops) and isinstance(self.owner, _Owners):
             keep, small = O, R
             keep.pmap.update(R.pmap)
@@ -476,7 +491,7 @@ class FusionState:
                 R.pmap[o] = tuple(pm[i] if i is not None else None for i in inv)
             R.ops |= O.ops
         keep.out = [e for e in out if e.dst not in keep.ops]
-        keep.n_roots, keep.n_other = n_roots, n_other
+        keep.n_roots, keep.n_other, keep.n_heavy = n_roots, n_other, n_heavy
         del self.groups[o_id]
         self.groups[R.id] = keep
         for o in small.ops:

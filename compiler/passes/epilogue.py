@@ -3,8 +3,12 @@
 Bias add, residual add, activation (relu, GELU) run on each output element right after
 the contraction's accumulator is final, so the result is written once, post-epilogue.
 The consumer dispatch must have exactly the root's parallel space (one epilogue
-evaluation per output element). For every extra tensor the epilogue reads, the plan
-records whether its memory layout matches the root's output layout (row-major): that is
+evaluation per output element). The epilogue may read the result through views (the
+exporter's Reshape (128, 256) -> (1, 128, 256) after a 2-D Gemm, a squeeze, the Transpose
+NCHW -> NHWC after an ONNX Conv): a tensor holding the result's elements one-to-one in
+another shape or order is written by the tile in that order (``passes.layout`` decides
+it exactly; IREE's layout propagation). For every extra tensor the epilogue reads, the plan
+records whether its memory layout matches the written output's layout: that is
 the fact rocMLIR's output-swizzle placement turns on — swizzling the output through LDS
 *before* the epilogue makes the epilogue's reads coalesced only when those tensors are
 laid out like the output (conv+add+relu NHWC: 0.0541 ms -> 0.0464 ms on MI300), and can
@@ -15,14 +19,14 @@ consumers join a contraction; two contractions never share a dispatch; reduction
 contraction result (softmax of attention scores) stay separate dispatches, since the
 epilogue runs once per output element of the tile; producers of the operands are never
 fused (a GEMM reads its operands from memory, as in IREE); every tensor of the epilogue
-that leaves the dispatch has the contraction's own shape, the only one its tiles write.
+that leaves the dispatch holds the contraction's elements, in its shape or one-to-one
+through a view (``passes.layout``), the only tensors its tiles write.
 """
 from __future__ import annotations
 
-import math
-
 from . import indexing as ix
 from .core import Attempt, FusionState, RootKind
+from .layout import epilogue_shape_reason, written_dims
 
 NAME = "epilogue"
 C = RootKind.CONTRACTION
@@ -53,23 +57,13 @@ def condition(st: FusionState, at: Attempt) -> str | None:
     if pr == C and not st.elementwise_only(at.cons):
         return "only elementwise ops join a contraction epilogue"
     if C in (pr, cr):
-        # the GEMM writes tile by tile in its own shape: every tensor of the epilogue
-        # that leaves the dispatch must have that shape
+        # the GEMM writes tile by tile: every tensor of the epilogue that leaves the
+        # dispatch holds the result's elements in its shape or one-to-one through a view
+        # (then the tile writes in the view's order: layout propagation)
         gemm, other = (at.prod, at.cons) if pr == C else (at.cons, at.prod)
-        shape = g.op(gemm.root).type.shape
-        for n in sorted(other.ops, key=st.order.__getitem__):
-            t = g.op(n).type
-            if t.shape == shape or g.op(n).is_view:
-                continue
-            if t.size == math.prod(shape):
-                return (f"{n} holds the contraction's elements in shape {t.shape}, "
-                        f"not {shape}: the epilogue writes the result tile in "
-                        f"the contraction's own shape")
-            if n in g.outputs or any(u not in other.ops and u not in gemm.ops
-                                     for u in g.users(n)):
-                return (f"{n} (shape {t.shape}) is also needed outside the "
-                        f"epilogue, and the GEMM writes only tensors of its own "
-                        f"shape {shape}")
+        why = epilogue_shape_reason(g, gemm.root, gemm.ops, other.ops, st.order.__getitem__)
+        if why:
+            return why
     return None
 
 
@@ -79,7 +73,11 @@ def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:
     g = st.graph
     root = g.op(grp.root)
     ploops = ix.parallel_loops(root, g)
-    out_dim_of_loop = {l: d for d, l in enumerate(ix.result_map(root, g)) if l is not None}
+    # compared with the tensor the tile writes (a transposed view of the result is
+    # written in its own order: layout propagation, see passes.layout)
+    written = written_dims(g, grp.root, ops)
+    out_dim_of_loop = {l: written[d] for d, l in enumerate(ix.result_map(root, g))
+                       if l is not None}
     facts, seen = [], set()
     for o in sorted(ops, key=st.order.__getitem__):
         op = g.op(o)

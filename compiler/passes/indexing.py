@@ -11,7 +11,12 @@ tensor dimensions to domain loops, like linalg's projected-permutation indexing 
 - conv2d: domain = output dims (parallel), C/groups, kH, kW (reduction). Its data operand
   is read through a window, which is not a projection; only the batch loop is mapped.
 
-Views (transpose, reshape, broadcast) are maps between tensor dimensions, so a chain of
+- gather / pad / concat (injective): domain = result shape, all parallel; an operand
+  dimension that the op copies unshifted is mapped to its loop, the gathered, padded or
+  concatenated dimension is OPAQUE (its element is chosen, not projected), and gather's
+  indices are read through the loops of the dimensions they produce.
+
+Views (transpose, reshape, broadcast, slice) are maps between tensor dimensions, so a chain of
 views between a producer and a consumer composes into one correspondence between the
 producer's and the consumer's loops. A reshape that splits or merges dimensions has no
 such correspondence: those dimensions are marked OPAQUE, and fusion across them is refused.
@@ -30,7 +35,7 @@ OPAQUE = "opaque"
 
 def domain(op: Op, graph: Graph) -> list[tuple[int, str]]:
     """The loops of ``op``: (extent, "parallel" | "reduction") per loop."""
-    if op.is_elementwise:
+    if op.is_elementwise or op.is_injective:
         return [(s, "parallel") for s in op.type.shape]
     if op.is_reduction:
         shape = graph.op(op.inputs[0]).type.shape
@@ -77,6 +82,8 @@ def operand_map(op: Op, k: int, graph: Graph) -> list:
         return [i + off if s > 1 and s == out[i + off] else None for i, s in enumerate(shape)]
     if op.is_reduction:
         return [i if s > 1 else None for i, s in enumerate(shape)]
+    if op.is_injective:
+        return _injective_operand_map(op, k, shape)
     if op.kind == "matmul":
         out = op.type.shape
         nb = len(out) - 2
@@ -104,6 +111,22 @@ def operand_map(op: Op, k: int, graph: Graph) -> list:
     raise ValueError(f"op {op.name!r} ({op.kind}) has no operand maps")
 
 
+def _injective_operand_map(op: Op, k: int, shape: tuple) -> list:
+    out = op.type.shape
+    if op.kind == "pad":
+        return [None if s == 1 else d if op.attrs["pads"][d] == (0, 0) else OPAQUE
+                for d, s in enumerate(shape)]
+    if op.kind == "concat":
+        axis = op.attrs["axis"]
+        return [None if s == 1 else OPAQUE if d == axis else d for d, s in enumerate(shape)]
+    axis = op.attrs["axis"]  # gather
+    if k == 1:
+        return [axis + j if s > 1 else None for j, s in enumerate(shape)]
+    extra = len(out) - len(shape)  # the indices' rank minus one
+    return [None if s == 1 else OPAQUE if d == axis else d if d < axis else d + extra
+            for d, s in enumerate(shape)]
+
+
 def view_map(view: Op, graph: Graph) -> list:
     """Per output dimension of a view: the input dimension it is (None: broadcast/size 1;
     OPAQUE: a split or merged dimension of a reshape)."""
@@ -115,6 +138,12 @@ def view_map(view: Op, graph: Graph) -> list:
         off = len(out) - len(src)
         return [i - off if i >= off and src[i - off] == s and s > 1 else None
                 for i, s in enumerate(out)]
+    if view.kind == "slice":
+        # a dimension read whole and in order is the same dimension; a window is not a
+        # projection of the consumer's loop (it is shifted or strided)
+        return [None if s == 1 else i if (st, sp, s) == (0, 1, src[i]) else OPAQUE
+                for i, (st, sp, s) in enumerate(zip(view.attrs["starts"],
+                                                    view.attrs["steps"], out))]
     if view.kind == "reshape":
         # Same extent and same number of elements before it in row-major order means
         # same stride, hence the same dimension.

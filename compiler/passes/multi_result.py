@@ -99,6 +99,8 @@ def build_plan(st: FusionState) -> FusionPlan:
         rop = g.op(root)
         if gid in copies:
             kind = "transpose" if any(g.op(n).kind == "transpose" for n in ops) else "copy"
+        elif gid in st.groups and st.groups[gid].closed == "attention":
+            kind = "attention"
         else:
             kind = ("contraction" if rop.is_contraction else
                     "reduction" if rop.is_reduction else "elementwise")
@@ -116,8 +118,11 @@ def build_plan(st: FusionState) -> FusionPlan:
                  "does not match the output's layout: an output swizzle before the "
                  "epilogue leaves this read uncoalesced and may regress")))
         rec = [n for n in ops if gid in st.recomputed.get(n, ())]
-        d = Dispatch(names[gid], root, ops, kind, inputs[gid], outputs[gid],
-                     _iteration(g, root), epi, rec)
+        it = _iteration(g, root)
+        if kind == "attention":   # parallel over (batch, heads, query rows), keys serial
+            it = IterationSpace(g.op(root).type.shape[:-1],
+                                (g.op(g.op(root).inputs[0]).type.shape[-1],))
+        d = Dispatch(names[gid], root, ops, kind, inputs[gid], outputs[gid], it, epi, rec)
         dispatches.append(d)
         if len(d.outputs) > 1:
             why = []

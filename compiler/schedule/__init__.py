@@ -2,7 +2,8 @@
 
 Kinds: ``elementwise`` (naive walks), ``transpose`` (permutes through an LDS tile),
 ``rows`` (row reductions), ``generic`` (the serial fallback for reductions of any other
-shape) and ``contraction`` (matmul / conv). Each module holds a frozen ``Knobs``
+shape), ``contraction`` (matmul / conv) and ``attention`` (QK^T, softmax and PV in one
+kernel). Each module holds a frozen ``Knobs``
 dataclass (every knob with its default and its meaning), ``space(graph, dispatch, arch)``
 and ``lower`` (the lowering in ``compiler.lower``). A schedule still travels as a plain
 ``dict`` of knob -> value (``{"workgroup": 256, "vector": 4}``), so it prints, serialises
@@ -22,12 +23,12 @@ from gpusim.hw import DEFAULT_ARCH
 
 from ..graph import GraphError
 from ..lower import dispatch_kind
-from . import contraction, elementwise, generic, rows, transpose
+from . import attention, contraction, elementwise, generic, rows, transpose
 from .common import Candidate, knob
 
 
 #: every schedule kind, by name
-KINDS = {m.NAME: m for m in (elementwise, transpose, rows, generic, contraction)}
+KINDS = {m.NAME: m for m in (elementwise, transpose, rows, generic, contraction, attention)}
 
 
 def knob_names(kind_module) -> tuple[str, ...]:
@@ -47,6 +48,8 @@ def check_pins(fixed: dict) -> None:
 def schedule_space(graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
     kind = dispatch_kind(graph, dispatch)
+    if kind == "attention":
+        return attention.space(graph, dispatch, arch_name)
     if kind == "contraction":
         return contraction.space(graph, dispatch, arch_name)
     if kind == "reduction":

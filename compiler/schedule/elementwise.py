@@ -58,6 +58,9 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
                     elif wg > 64 and ceil_div(n, elems) < wg:
                         reason = "workgroup larger than the work"
                     out.append(Candidate(knobs, not reason, reason))
+    # the always-lowerable point: one scalar element per thread in output order
+    out.append(Candidate({"workgroup": 64, "vector": 1, "elems": 1, "order": "output"},
+                         fallback=True))
     tiled = transpose.space(graph, dispatch, arch_name)
     if tiled:  # a permute: the naive walks compete with the LDS-tiled ones
         for c in out:

@@ -78,4 +78,7 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
         if k not in seen:
             seen.add(k)
             uniq.append(c)
-    return uniq
+    # the always-lowerable point: the generic serial lowering handles whatever fusion formed
+    fallback = generic.space(graph, dispatch, arch_name, "the fallback")[0]
+    fallback.fallback = True
+    return uniq + [fallback]

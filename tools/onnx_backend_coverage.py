@@ -1,0 +1,141 @@
+"""How many of onnx's own backend node tests wavefuse's importer passes.
+
+Runs every case the installed ``onnx`` package generates (``onnx.backend.test.case.node``:
+one small model per op variant, with its input and expected output arrays) through
+``compiler.frontends.onnx.from_model`` and the numpy reference interpreter, and compares
+with the expected outputs at the case's own rtol/atol (integers and bools exactly). Cases
+whose every op wavefuse lists as supported are the denominator that matters; the rest are
+counted apart. Prints the totals and the most common reasons for failing::
+
+    python tools/onnx_backend_coverage.py              # summary
+    python tools/onnx_backend_coverage.py -v           # every failing supported case
+    python tools/onnx_backend_coverage.py --json       # machine-readable
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _cases():
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return collect_testcases()
+
+
+def _match(ours, want, rtol, atol) -> str:
+    ours, want = np.asarray(ours), np.asarray(want)
+    if ours.shape != want.shape and ours.size == want.size == 1:
+        ours = ours.reshape(want.shape)
+    if ours.shape != want.shape:
+        return f"shape {ours.shape} != expected {want.shape}"
+    if want.dtype.kind in "biu":
+        if not np.array_equal(ours.astype(want.dtype), want):
+            return "integer/bool values differ"
+        return ""
+    o, w = ours.astype(np.float64), want.astype(np.float64)
+    same = (o == w) | (np.isnan(o) & np.isnan(w))
+    with np.errstate(all="ignore"):
+        close = np.abs(o - w) <= atol + rtol * np.abs(w)
+    if not np.all(same | close):
+        return f"values differ (max {np.nanmax(np.abs(o - w)):.3g})"
+    return ""
+
+
+def _array(x):
+    """Cases give numpy arrays, or TensorProtos for dtypes numpy lacks."""
+    import onnx
+    from onnx import numpy_helper
+    return numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
+
+
+def run_case(case) -> tuple[bool, str, str]:
+    """(supported, status, reason): status is 'pass' or 'fail'."""
+    from compiler.frontends.onnx import SUPPORTED_OPS, from_model
+    from compiler.graph import GraphError
+    from compiler.models import ModelError
+    from compiler.reference import evaluate
+    model = case.model
+    supported = all(n.op_type in SUPPORTED_OPS and n.domain in ("", "ai.onnx")
+                    for n in model.graph.node)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            graph = from_model(model, case.name)
+            meta = graph.meta
+            init = {t.name for t in model.graph.initializer}
+            in_names = [vi.name for vi in model.graph.input if vi.name not in init]
+            out_names = [vi.name for vi in model.graph.output]
+            for inputs, outputs in case.data_sets:
+                inputs, outputs = [_array(a) for a in inputs], [_array(a) for a in outputs]
+                feed = {}
+                for name, arr in zip(in_names, inputs):
+                    if name in meta["onnx_inputs"]:
+                        g_name = meta["onnx_inputs"][name]
+                        # the IR has no rank-0 tensors: a scalar input is shape (1,)
+                        feed[g_name] = np.asarray(arr).reshape(graph.op(g_name).type.shape) \
+                            if np.size(arr) == 1 else arr
+                got = evaluate(graph, feed)
+                for name, want in zip(out_names, outputs):
+                    why = _match(got[meta["onnx_outputs"][name]], want, case.rtol, case.atol)
+                    if why:
+                        return supported, "fail", f"{name}: {why}"
+    except (GraphError, ModelError) as exc:
+        return supported, "fail", str(exc).replace(case.name + ": ", "", 1)
+    except Exception as exc:  # a crash is a finding too: name it
+        return supported, "fail", f"CRASH {type(exc).__name__}: {exc}"
+    return supported, "pass", ""
+
+
+def _reason_key(reason: str) -> str:
+    import re
+    r = re.sub(r"node '[^']*' \(", "node (", reason)
+    r = re.sub(r"'[^']*'", "'…'", r)
+    r = re.sub(r"\d+", "N", r)
+    return r[:110]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-v", "--verbose", action="store_true", help="list failing supported cases")
+    ap.add_argument("--json", action="store_true", help="print a JSON summary")
+    ap.add_argument("-k", default="", help="only cases whose name contains this")
+    args = ap.parse_args(argv)
+    import onnx
+    cases = [c for c in _cases() if c.kind == "node" and args.k in c.name]
+    rows = [(c.name, *run_case(c)) for c in cases]
+    sup = [r for r in rows if r[1]]
+    passed_sup = [r for r in sup if r[2] == "pass"]
+    passed_all = [r for r in rows if r[2] == "pass"]
+    reasons = collections.Counter(_reason_key(r[3]) for r in sup if r[2] == "fail")
+    summary = {"onnx": onnx.__version__, "cases": len(rows), "passed": len(passed_all),
+               "supported_cases": len(sup), "supported_passed": len(passed_sup),
+               "top_failure_reasons": reasons.most_common(15)}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    print(f"onnx {onnx.__version__}: {len(rows)} backend node test cases")
+    print(f"  every op supported: {len(sup)} cases, {len(passed_sup)} pass")
+    print(f"  passing overall:    {len(passed_all)} of {len(rows)}")
+    if reasons:
+        print("most common reasons among failing supported cases:")
+        for why, n in reasons.most_common(15):
+            print(f"  {n:4d}  {why}")
+    if args.verbose:
+        for name, s, st, why in sup:
+            if st == "fail":
+                print(f"FAIL {name}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
