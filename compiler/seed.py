@@ -10,24 +10,42 @@ run, 0.0625 -> 0.0571 ms as 5-run means.
 rocMLIR builds that GEMM as one MFMA block per wave and no split of K: split-K accumulates
 partial sums with atomics, which a fused relu forbids, and its waves tile M x N, not K. So
 the seed's kernel is the MFMA tile below: 64 x 64 outputs per workgroup, one 32x32x2f32
-block per wave, K walked by every wave from 0 to 2048 (``KW=1``), 8 workgroups. gpusim
+block per wave, K walked by every wave from 0 to 2048 (``KW=1``), 8 workgroups. Its GEMM
+is rocMLIR's, not ours transposed: rocMLIR's forward conv sends the filters to gemmM and
+N*Ho*Wo to gemmN (ROCm/rocMLIR ``mlir/lib/Dialect/Rock/Transforms/ConvToGemm.cpp``,
+``ConvOpType::Fwd``: ``passThrough({"gemmM"}, {1}, {"ko"})``, ``merge("gemmN", 2,
+outputNonKDims)``), so the MFMA accumulator's lanes run along the output positions and
+each lane holds runs of 4 channels: in NHWC, consecutive lanes are 2 KiB apart, every lane
+on its own line (``mfma_lanes="m"`` in our M = positions, N = filters GEMM). gpusim
 scores it with each swizzle placement, for the residual in the output's layout and in the
 channel-major layout. Every time here is a simulated prediction.
 
 What the model answers (gfx942, ``python -m compiler.cli tune conv_add_relu --fix mma=mfma
---fix swizzle=before_fusion``): the kernel at ~48 us (after_fusion 48.46, before_fusion
+--fix swizzle=before_fusion``): the kernel at ~48-49 us (after_fusion 49.47, before_fusion
 48.17; the measurement 54.1 / 46.4, means 62.5 / 57.1): within 1.5x, because the time is
 the unsplit K loop (1024 MFMAs of 64 cycles per wave, 31 us, plus its loads and barriers).
-The placement gains 1.006x, not the measured 1.10-1.17x. The reason, with the evidence
+The placement gains 1.027x (1.006x with lanes along the channels, the layout this module
+used before), not the measured 1.10-1.17x. With the residual read in rocMLIR's layout the
+develop build's unswizzled residual loads touch 64 lines each (coalescing 87% against 100%
+after the swizzle), and the model charges them: the vL1D takes one TCP access per clock
+(HARDWARE.md S6/S7; the address unit's own rate, one quad of lanes per clock, GPUOpen
+"Understanding Memory Coalescing on GCN", is 16 clocks per wave64 instruction, never more
+than the 16-64 TCP accesses charged), each line is its own L2 request, and a partial-line
+store dirties only its 32-byte sectors. No published rate for either cost beyond those was
+found, so none was added. The reason the gain stays small, with the evidence
 (``tests/test_seed.py``): everything after the last MFMA (epilogue reads, swizzle, stores)
-is ~1 us of the predicted 48 us, so even a free epilogue could gain at most ~1.03x. The
-measured difference needs 4-8 us; effects gpusim does not model and that the seed's own
-thread points to: the two builds differ in more than the placement (the PR also drops the
-LDS reuse before the swizzle and fixes fusion traversal for vectorized writes, and the
-reviewer notes the develop build was after an upstream merge the PR branch lacked), an
-exhaustive tune may pick a different perf config in each build (the K loop is ~97% of
-the kernel, so a different tile moves the time far more than the epilogue can), and the
-run-to-run spread (54.1 vs a 62.5 mean, 16%) exceeds the 9.5% gain of the means.
+is 4.6% of the predicted develop kernel (2.3 us of 49.5), so even a free epilogue could
+gain at most 1.049x. The measured difference needs 4-8 us. Candidates the model does not
+contain: residual loads waited for one at a time in the develop build (16 dependent round
+trips of ~900 cycles, the MI300X memory latency row of ``gpusim.fidelity``, would be
+~6.9 us, alone enough for 1.14x; the model issues all 16 before the first use, as hipcc
+schedules our kernel); and what the seed's own thread points to: the two builds differ in
+more than the placement (the PR also drops the LDS reuse before the swizzle and fixes
+fusion traversal for vectorized writes, and the reviewer notes the develop build was after
+an upstream merge the PR branch lacked), an exhaustive tune may pick a different perf
+config in each build (the K loop is ~95% of the kernel, so a different tile moves the time
+far more than the epilogue can), and the run-to-run spread (54.1 vs a 62.5 mean, 16%)
+exceeds the 9.5% gain of the means.
 """
 from __future__ import annotations
 
@@ -43,7 +61,7 @@ PUBLISHED = {
 SEED_MODELS = ("conv_add_relu", "conv_add_relu_mismatch")
 #: the tile rocMLIR builds for the seed (see the module docstring)
 ROCMLIR_TILE = {"mma": "mfma", "BM": 64, "BN": 64, "BK": 32, "TM": 32, "TN": 32, "KW": 1,
-                "lds_pad": 4}
+                "lds_pad": 4, "mfma_lanes": "m"}
 PLACEMENTS = ("none", "after_fusion", "before_fusion")
 
 

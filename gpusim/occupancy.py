@@ -13,11 +13,15 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
 - at each point we add the temporaries of the statement's own expressions: one VGPR per
   per-lane operator node that is not the final result (a simple upper bound; the real
   compiler reuses some);
-- MFMA accumulators count like any f32 register (one VGPR each, live from their first
-  definition to their last read). Simplification: on gfx90a and later AGPRs and VGPRs
-  form one unified 512-entry file per lane, allocated together, so an accumulator costs
-  the same occupancy whether hipcc places it in an AGPR or a VGPR; ``v_accvgpr_read``/
-  ``write`` copies between the two halves are not counted;
+- MFMA accumulators: on gfx90a-class targets AGPRs and VGPRs form one unified
+  512-entry file per lane; for workgroups of at most 256 threads LLVM puts the
+  accumulators of MFMAs in AGPRs (``_agpr_accumulators``): they cost one AGPR each and
+  no VGPR, and the AGPR block starts at the VGPR count rounded up to 4. Larger
+  workgroups get the VGPR form: accumulators count like any f32 register. The
+  ``v_accvgpr_read``/``write`` copies at the loop edges are not counted;
+- in a loop with MFMAs, every LDS fragment read of the body is live from the body's
+  first LDS read: hipcc issues all of a K tile's fragment reads before the first MFMA
+  (seen in its gfx90a/gfx940 output for every MFMA tile of the schedule space);
 - i32 registers that differ only by a constant (``m1 = base + 1``, ``m2 = base + 2``:
   the index rows of a tile) share one register: hipcc keeps the base and folds the
   constants into instruction offsets or recomputes them with one add, so such a family
@@ -45,7 +49,7 @@ from gpusim.analysis import (Uniformity, expr_children, expr_key, expr_vars, stm
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
-    Assign, BinOp, Const, For, If, Load, ScalarRef, Special, Store, Var, walk,
+    Assign, BinOp, Const, For, If, LdsLoad, Load, Mfma, ScalarRef, Special, Store, Var, walk,
 )
 
 
@@ -105,6 +109,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
 
     # linearise: (point, reads, defs, temps); loops recorded as spans
     points = []
+    kinds = []
     loops = []
 
     def lin(body):
@@ -116,6 +121,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             temps = sum(_temps(e, uni) for e in stmt_exprs(s))
             defs = {alias.get(v.name, v.name) for v in stmt_defs(s)}
             points.append((reads, defs, temps))
+            kinds.append(type(s))
             if isinstance(s, For):
                 start = len(points) - 1
                 lin(s.body)
@@ -125,6 +131,16 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 lin(s.orelse)
 
     lin(kernel.body)
+    # MFMA K loops: (loop span, first LDS fragment read of its body); LdsLoad destinations
+    frag_regs, mfma_loops = set(), []
+    for s in walk(kernel.body):
+        if isinstance(s, LdsLoad):
+            frag_regs |= {alias.get(v.name, v.name) for v in s.dsts}
+    for a, b in loops:
+        body = range(a + 1, b + 1)
+        if any(kinds[i] is Mfma for i in body):
+            first = next((i for i in body if kinds[i] is LdsLoad), None)
+            mfma_loops.append(((a, b), b + 1 if first is None else first))
     first_def, last_use, first_use = {}, {}, {}
     for i, (reads, defs, _) in enumerate(points):
         for r in reads:
@@ -155,12 +171,59 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi
                     changed = True
+    for (a, b), first_frag in mfma_loops:  # hipcc issues a K tile's fragment reads first
+        for name, r in ranges.items():
+            if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
+                r[0] = first_frag
     has_global = any(isinstance(s, (Load, Store)) for s in walk(kernel.body))
+    in_agprs = _agpr_accumulators(kernel, arch, ranges, loops)
+    inside = set()  # points where those accumulators sit in AGPRs, not VGPRs
+    for (a, b), _ in mfma_loops:
+        inside.update(range(a + 1, b + 1))
     best = 0
     for i, (_, _, temps) in enumerate(points):
-        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi and is_vgpr(name))
+        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi and is_vgpr(name)
+                   and name not in in_agprs)
         best = max(best, live + temps)
-    return best + 1 + (1 if has_global else 0)
+    vgprs = best + 1 + (1 if has_global else 0)
+    if not in_agprs:
+        return vgprs
+    return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
+
+
+#: the AGPR block starts at a multiple of 4 registers after the VGPRs (``accum_offset``
+#: of the kernel descriptor, in units of 4; LLVM AMDGPUUsage "amdhsa_accum_offset").
+AGPR_ALIGN = 4
+
+
+def _agpr_accumulators(kernel, arch, ranges, loops) -> set:
+    """The MFMA accumulators hipcc keeps in AGPRs (carried through a loop), or none.
+
+    LLVM (SIMachineFunctionInfo.cpp, ``MayNeedAGPRs``) selects the VGPR form of every MFMA
+    on gfx90a-class targets when the most VGPRs the workgroup size allows
+    (``getMaxNumVGPRs``: 512 / the waves per SIMD a workgroup needs) is at most 256, i.e.
+    for workgroups of more than 256 threads. Smaller workgroups get the AGPR form: the
+    accumulators live in AGPRs, and because the IR carries them through the K loop in
+    ordinary registers, hipcc copies them into ordinary VGPRs only for a moment at the
+    loop edges (``v_accvgpr_write`` at the top of each trip, ``v_accvgpr_read`` at its
+    end) and loads them straight into AGPRs: an accumulator costs one AGPR and no VGPR
+    (one-wave ``microbench.mfma_gemm``: hipcc 15 counts 9 VGPRs + 16 AGPRs for 32x32x2,
+    9 + 4 for 16x16x4, as this rule does)."""
+    a = get_arch(arch)
+    if not a.mfma_passes or a.vgprs_per_lane <= 256:
+        return set()
+    waves = -(-kernel.block // a.wave_size)
+    simds = getattr(a, "simds_per_cu", 4)
+    max_vgprs = a.vgprs_per_lane // max(1, -(-waves // simds))
+    if max_vgprs <= 256:
+        return set()
+    acc = set()
+    for s in walk(kernel.body):
+        if isinstance(s, Mfma):
+            acc |= {v.name for v in s.acc}
+    carried = {n for n in acc if any(ranges[n][0] <= lo and hi <= ranges[n][1]
+                                     for lo, hi in loops if n in ranges)}
+    return carried
 
 
 @dataclass(frozen=True)

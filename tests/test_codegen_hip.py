@@ -153,3 +153,38 @@ def test_adjacent_ds_read2_counts_as_one_wide_access():
     entry["widths"]["lds_load"] = {8: 1, 16: 2}
     assert [d["what"] for d in compare({"kernels": [entry]}, sim_info={"k": info})] == \
         ["lds_load_width"]
+
+
+def test_adjacent_ds_read2_b32_of_scalar_ir_reads_is_two_merged_reads():
+    # the IR reads 4 bytes at a time; hipcc pairs two neighbouring ones into one
+    # ds_read2_b32 offset1:1 (mlp's GEMM): the same 4-byte slots, not an 8-byte read
+    from codegen_hip.check import compare, parse_asm
+    asm = parse_asm("\tds_read2_b32 v[0:1], v4 offset1:1\n\tds_read_b32 v2, v5\n")
+    entry = {"kernel": "k", "arch": "gfx90a", "rc": 0, "scratch_bytes": 0, "lds_bytes": 64,
+             "flat_insts": 0, "vgprs": None, "widths": asm["widths"],
+             "paired_widths": asm["paired_widths"]}
+    info = {"lds_bytes": 64, "accesses": [{"space": "lds", "op": "load", "bytes": 4,
+                                           "name": "t"}]}
+    assert compare({"kernels": [entry]}, sim_info={"k": info}) == []
+    # an 8-byte read that is not a pair is still a disagreement
+    asm = parse_asm("\tds_read_b64 v[0:1], v4\n\tds_read_b32 v2, v5\n")
+    entry.update(widths=asm["widths"], paired_widths=asm["paired_widths"])
+    assert [d["what"] for d in compare({"kernels": [entry]}, sim_info={"k": info})] == \
+        ["lds_load_width"]
+
+
+@pytest.mark.parametrize("est,hipcc,bad", [
+    (74, 82, False),   # 6 vs 5 waves, but within 10% (encoder FFN1 GEMM)
+    (68, 76, True),    # 7 vs 6 waves and 10.5% off (the seed's MFMA tile)
+    (9, 47, False),    # far off, same occupancy (8 waves): a warning only
+])
+def test_vgpr_agreement_is_ten_percent_or_the_same_occupancy(est, hipcc, bad):
+    from codegen_hip.check import compare
+    entry = {"kernel": "k", "arch": "gfx90a", "checked_as": "gfx90a", "rc": 0,
+             "scratch_bytes": 0, "lds_bytes": 0, "flat_insts": 0, "vgprs": hipcc,
+             "widths": {"global_load": {}, "global_store": {}, "lds_load": {},
+                        "lds_store": {}}}
+    info = {"lds_bytes": 0, "accesses": [], "estimated_vgprs": est}
+    found = compare({"kernels": [entry]}, sim_info={"k": info})
+    errors = [d["what"] for d in found if d["severity"] == "error"]
+    assert errors == (["occupancy"] if bad else [])

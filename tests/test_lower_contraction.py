@@ -196,15 +196,37 @@ MFMA_TILES = [dict(BM=32, BN=32, BK=16, TM=32, TN=32, KW=1),
 @pytest.mark.parametrize("model", [models.conv_add_relu, models.conv_add_relu_mismatch])
 @pytest.mark.parametrize("swizzle", ["none", "after_fusion", "before_fusion"])
 @pytest.mark.parametrize("tile", MFMA_TILES, ids=["32x32x2", "16x16x4-splitk"])
-def test_mfma_conv_kernels_match_numpy(model, swizzle, tile):
-    """mma=mfma, ragged M = 49 (guards), every swizzle placement: equal to numpy."""
+@pytest.mark.parametrize("lanes", ["n", "m"])
+def test_mfma_conv_kernels_match_numpy(model, swizzle, tile, lanes):
+    """mma=mfma, ragged M = 49 (guards), every swizzle placement, accumulator lanes along
+    N or (C^T, rocMLIR's conv layout) along M: equal to numpy."""
     g = model(**SMALL)
     k = lower_contraction(g, whole(g), {**TILE, **tile, "lds_pad": 4, "swizzle": swizzle,
-                                        "mma": "mfma"}, "gfx942")
+                                        "mma": "mfma", "mfma_lanes": lanes}, "gfx942")
     assert any(isinstance(s, P.Mfma) for s in P.walk(k.body))
     res, ref = run_functional(g, k)
     np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-4, atol=1e-4)
     assert res.counters["mfma_insts"] > 0
+
+
+def test_mfma_lanes_along_m_store_the_nhwc_output_one_line_per_lane():
+    """Lanes along the output positions (rocMLIR's conv GEMM): the unswizzled epilogue
+    stores touch a line per lane; lanes along the channels store whole rows of lanes; the
+    swizzle through LDS makes both coalesced."""
+    g = models.conv_add_relu(**SMALL)
+    lines = {}
+    for lanes in ("n", "m"):
+        for swz in ("none", "before_fusion"):
+            k = lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4,
+                                                "swizzle": swz, "mma": "mfma",
+                                                "mfma_lanes": lanes}, "gfx942")
+            c = gpusim.simulate(k, "gfx942", functional=False).counters
+            lines[(lanes, swz)] = c["global_store_lines"] / c["global_store_requests"]
+    assert lines[("m", "none")] > 4 * lines[("n", "none")]
+    assert lines[("m", "before_fusion")] == lines[("n", "before_fusion")]
+    with pytest.raises(LoweringError, match="mfma_lanes"):
+        lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4,
+                                        "mma": "mfma", "mfma_lanes": "k"}, "gfx942")
 
 
 def test_mfma_is_refused_where_there_are_no_matrix_cores():

@@ -4,10 +4,12 @@ kernels' outputs, fed dispatch to dispatch, equal the numpy reference of the gra
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpusim
+from compiler.graph import Graph
 from compiler.lower import lower
 from compiler.schedule import schedule_space
 from compiler.lower.common import memory_image
@@ -50,3 +52,40 @@ def test_simulated_kernels_compute_the_graph(g, aggressive, pick, arch):
             np.testing.assert_allclose(got, env[o], rtol=1e-4, atol=1e-5,
                                        err_msg=f"output {o} of {where}")
             values[o] = got  # the next dispatch reads what this kernel wrote
+
+
+def _square_matmul_transpose_neg(then_transpose_back: bool) -> Graph:
+    g = Graph("square_transpose_epilogue")
+    x = g.input("x", (3, 2))
+    w = g.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+    t = g.neg(g.transpose(g.matmul(x, w), (1, 0)))
+    if then_transpose_back:
+        t = g.neg(g.transpose(t, (1, 0)))
+    g.output(t)
+    return g
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+@pytest.mark.parametrize("back", [False, True])
+def test_square_gemm_epilogue_keeps_its_transpose(aggressive, back):
+    """Regression (found by the ``long`` profile): a square matmul -> transpose -> neg has
+    the GEMM's shape, so a shape test alone let the transpose into the epilogue, whose
+    tile then wrote each result at its accumulator's own index and dropped the transpose.
+    With layout propagation (``passes.layout``) the tile writes in the view's order: one
+    dispatch, and the values of the graph (transposed back or not)."""
+    g = _square_matmul_transpose_neg(back)
+    plan = fuse(g, aggressive=aggressive)
+    assert plan.num_dispatches == 1
+    env = evaluate(g, random_inputs(g, 5), keep_all=True)
+    values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
+    (d,) = plan.dispatches
+    for c in schedule_space(g, d, "gfx942"):  # every placement and tile: the failing one
+        if not c.legal:                       # was the first FMA tile, swizzle none
+            continue
+        k = lower(g, d, c.knobs, "gfx942")
+        ins = {b.name: memory_image(g, b.name, values[b.name]) for b in k.buffers
+               if b.intent == "in"}
+        res = gpusim.simulate(k, "gfx942", inputs=ins)
+        for o in d.outputs:
+            np.testing.assert_allclose(np.asarray(res.outputs[o]).reshape(env[o].shape),
+                                       env[o], rtol=1e-5, atol=1e-6, err_msg=str(c.knobs))

@@ -276,3 +276,36 @@ def test_seed_from_onnx_is_predicted_like_the_builtin_nhwc_seed(swizzle):
     assert a.ok and b.ok
     assert a.cycles == b.cycles
     assert a.counters["coalescing_pct"] == b.counters["coalescing_pct"]
+
+
+# ------------------------------------------------- real exporter fixtures (tests/data)
+DATA = __import__("pathlib").Path(__file__).resolve().parent / "data"
+
+
+def fixture(name):
+    """A torch-exported fixture of tests/data (written by another branch's export script;
+    skipped until that branch is merged)."""
+    path = DATA / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not in tests/data yet")
+    from compiler.frontends.onnx import load_onnx
+    return load_onnx(path)
+
+
+@pytest.mark.parametrize("name,most", [("gpt2_block", 13), ("nhwc_conv", 1)])
+def test_exported_models_fuse_through_the_exporters_views(name, most):
+    """torch's GPT-2 block (Reshape after every 2-D Gemm) forms no more dispatches than
+    IREE's aggressive mode (13); the NHWC conv around ONNX's NCHW Conv forms one. No Gemm
+    leaves its epilogue behind a view; the fused plan computes the graph."""
+    g = fixture(name)
+    plan = fuse(g)
+    assert len(plan.dispatches) <= most
+    behind_view = [dc for dc in plan.decisions if not dc.fused
+                   and g.op(dc.producer).is_contraction and not g.op(dc.consumer).is_contraction
+                   and ("shape" in dc.reason and "holds" in dc.reason)]
+    assert not behind_view, behind_view
+    x = random_inputs(g)
+    want = evaluate(g, x)
+    got = execute_plan(plan, x)
+    for o in g.outputs:
+        np.testing.assert_allclose(got[o], want[o], rtol=1e-4, atol=1e-5)

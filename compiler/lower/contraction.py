@@ -69,6 +69,7 @@ from gpusim import program as P
 from gpusim.hw import get_arch
 
 from ..graph import Graph
+from . import affine
 from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
                      split_at_last_load)
 from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
@@ -76,6 +77,12 @@ from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, o
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")
 MMAS = ("fma", "mfma")
+#: mma=mfma: the GEMM dim the accumulator's columns (lane % TN) run along. "n" (default):
+#: lanes along N, so a row-major (M, N) output is stored a row of lanes at a time; "m":
+#: the block computes C^T (A and B swapped in the MFMA), lanes along M, each lane holding
+#: runs of N, as rocMLIR's conv GEMM (gemmM = filters, gemmN = output positions) leaves
+#: an NHWC output: consecutive lanes 2 KiB apart, every lane on its own line.
+MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma"}
 #: mma=mfma: the wave block TM x TN picks the instruction.
@@ -129,12 +136,15 @@ class Operand:
         self.index_fn = None          # (b, r, c) -> (logical index, valid) for the emitter
         self.max_vec = {"r": 1, "c": 1}
         self.inner = "c"
+        self.separable = False        # offset_fn is f(b) + g(r) + h(c), never invalid
         self.simplify_affine = False  # see _simplify_affine (conv filters set it)
 
     def analyse(self, batch: int):
         """Largest legal vector width along rows and cols, from the exact offset table."""
         if self.via_emitter:
             return
+        if self.separable:
+            return self._analyse_separable(batch)
         b = np.arange(batch).reshape(-1, 1, 1)
         r = np.arange(self.rows).reshape(1, -1, 1)
         c = np.arange(self.cols).reshape(1, 1, -1)
@@ -196,6 +206,44 @@ class Operand:
             self.inner = "c"
 
 
+    def _analyse_separable(self, batch: int):
+        """``analyse`` for offset = f(b) + g(r) + h(c), from the three 1-D parts: the
+        same answers in O(batch + rows + cols) instead of O(batch * rows * cols)."""
+        def part(b, r, c):
+            return np.asarray(self.offset_fn(b, r, c)[0], np.int64).reshape(-1)
+
+        zero = int(part(0, 0, 0)[0])
+        f = part(np.arange(batch), 0, 0)
+        parts = {"r": part(0, np.arange(self.rows), 0) - zero,
+                 "c": part(0, 0, np.arange(self.cols)) - zero}
+        for dim, other in (("c", "r"), ("r", "c")):
+            h, g = parts[dim], parts[other]
+            best = 1
+            for w in (2, 4):
+                if h.size % w:
+                    break
+                groups = h.reshape(-1, w)
+                firsts = groups[:, 0]
+                consecutive = np.all(groups - firsts[:, None] == np.arange(w))
+                # every f(b) + g(x) + h(first) is a multiple of w <=> each part is constant
+                # mod w and their sum at 0 is a multiple of w
+                aligned = (np.all(f % w == f[0] % w) and np.all(g % w == g[0] % w)
+                           and np.all(firsts % w == firsts[0] % w)
+                           and (f[0] + g[0] + firsts[0]) % w == 0)
+                if consecutive and aligned:
+                    best = w
+                else:
+                    break
+            self.max_vec[dim] = best
+        dc = abs(int(parts["c"][1] - parts["c"][0])) if self.cols > 1 else 1 << 30
+        dr = abs(int(parts["r"][1] - parts["r"][0])) if self.rows > 1 else 1 << 30
+        if self.max_vec["r"] > self.max_vec["c"] or (self.max_vec["r"] == self.max_vec["c"]
+                                                    and dr < dc):
+            self.inner = "r"
+        else:
+            self.inner = "c"
+
+
 def _view_chain(graph, dispatch, tensor):
     """(boundary tensor, views from it outwards) if ``tensor`` is a pure view chain."""
     ops = set(dispatch.ops)
@@ -219,8 +267,11 @@ def _affine_strides(graph, dispatch, tensor):
     if src not in dispatch.inputs:
         raise LoweringError(f"operand {tensor!r} reads {src!r}, which is neither inside "
                             f"the dispatch nor one of its inputs")
-    table = offset_table(graph, src, None, path)
     shape = graph.op(tensor).type.shape
+    form = affine.of_path(graph, src, path)
+    if form is not None:  # exact by construction, no table of every element
+        return src, tuple(s if n > 1 else 0 for s, n in zip(form.strides, shape)), form.base
+    table = offset_table(graph, src, None, path)
     base = int(table.reshape(-1)[0])
     strides = []
     for d, s in enumerate(shape):
@@ -318,7 +369,9 @@ class Gemm:
                     off = _add(off, _mul(i, s))
                 return off, None
 
-            return Operand(tensor, src, rows, cols, offset)
+            opnd = Operand(tensor, src, rows, cols, offset)
+            opnd.separable = True  # offset = f(b) + g(r) + h(c): strides of one view
+            return opnd
 
         self.A = make(a_t, self.M, self.K, "rc")
         self.B = make(b_t, self.K, self.N, "rc")
@@ -437,6 +490,8 @@ def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65
             return f"mma=mfma: each wave group's K slice BK/KW must be a multiple of {kstep}"
         if KW not in (1, 2, 4, 8, 16) or nacc % KW:
             return f"KW={KW} must divide the {nacc} MFMA accumulators per lane"
+        if s.get("mfma_lanes", "n") not in MFMA_LANES:
+            return f"mfma_lanes={s['mfma_lanes']!r} not in {MFMA_LANES}"
         group *= wave_size  # one wave per TM x TN block
     threads = group * KW
     if threads > 1024:
@@ -780,6 +835,7 @@ class _Builder:
         _, _, ks, nacc, _ = P.MFMA_SHAPES[shape]
         va, vb = int(s["vec_a"]), int(s["vec_b"])
         rv = mfma_read_width(s)
+        lanes_m = s.get("mfma_lanes", "n") == "m"
         bkw = BK // KW
         steps = bkw // ks
         t = P.thread_id()
@@ -814,17 +870,28 @@ class _Builder:
                 out.append(P.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
                 out.append(P.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
                 for e in range(rv):
-                    out.append(P.Mfma(acc_regs, av[e], bv[e], shape))
+                    # lanes along M: the block computed is C^T = B^T A^T
+                    x, y = (bv[e], av[e]) if lanes_m else (av[e], bv[e])
+                    out.append(P.Mfma(acc_regs, x, y, shape))
             return out
 
         self.k_loop(stage_tile, compute)
-        # from here on the epilogue sees an (nacc x 1) accumulator grid per lane
-        acc = [[r] for r in acc_regs]
-        self.TM, self.TN = nacc, 1
+        # from here on the epilogue sees an (nacc x 1) accumulator grid per lane (lanes
+        # along N), or (1 x nacc) with lanes along M
+        if lanes_m:
+            acc = [list(acc_regs)]
+            self.TM, self.TN = 1, nacc
+        else:
+            acc = [[r] for r in acc_regs]
+            self.TM, self.TN = nacc, 1
         if KW > 1:
             self.combine_split_k(acc)
-        mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
-        nls = [iadd(wn, imod(lane, TN))]
+        if lanes_m:
+            mls = [iadd(wm, imod(lane, TM))]
+            nls = [iadd(wn, _acc_row(shape, lane, r)) for r in range(nacc)]
+        else:
+            mls = [iadd(wm, _acc_row(shape, lane, r)) for r in range(nacc)]
+            nls = [iadd(wn, imod(lane, TN))]
         return self.finish(b, m0, n0, acc, mls, nls, rv, tiles_m, tiles_n)
 
     # ---------------------------------------------------------------- K pipeline

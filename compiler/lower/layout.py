@@ -74,6 +74,9 @@ def forward_index(graph, path: list, idx: tuple) -> tuple:
                                     f"the tile")
             src = iter([i for i, s in zip(idx, in_shape) if s != 1])
             idx = tuple(_zero(idx[0]) if s == 1 else next(src) for s in out_shape)
+        elif op.kind == "slice" or op.is_injective:
+            raise LoweringError(f"node {op.name!r}: a {op.kind} of a contraction result "
+                                f"picks elements, it is not written by the tile")
         else:  # broadcast or elementwise: numpy alignment (leading unit dims)
             lead = len(out_shape) - len(in_shape)
             z = _zero(idx[0]) if idx else 0

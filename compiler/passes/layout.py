@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..graph import Graph
+from ..graph import Graph, slice_windows
 
 CONFLICT = "conflict"
 
@@ -44,6 +44,8 @@ def root_tables(graph: Graph, root: str, members: set) -> dict:
                 res = np.transpose(src, op.attrs["perm"])
             elif op.kind == "reshape":
                 res = np.ascontiguousarray(src).reshape(op.type.shape)
+            elif op.kind == "slice":
+                res = src[slice_windows(op.attrs)]
             else:
                 res = np.broadcast_to(src, op.type.shape)
         elif t in members and op.is_elementwise:
