@@ -27,10 +27,16 @@ def view_chains(draw):
     x = g.input("x", shape, layout=layout)
     v = x
     for _ in range(draw(st.integers(0, 4))):
-        kind = draw(st.sampled_from(["transpose", "reshape", "broadcast"]))
+        kind = draw(st.sampled_from(["transpose", "reshape", "broadcast", "slice"]))
         cur = v.shape
         if kind == "transpose":
             v = g.transpose(v, tuple(draw(st.permutations(range(len(cur))))))
+        elif kind == "slice":
+            starts = tuple(draw(st.integers(0, n - 1)) for n in cur)
+            steps = tuple(draw(st.sampled_from([1, 2, -1])) for _ in cur)
+            sizes = tuple(draw(st.integers(1, len(range(n)[s0::sp])))
+                          for n, s0, sp in zip(cur, starts, steps))
+            v = g.slice(v, starts, steps, sizes)
         elif kind == "reshape":
             n = math.prod(cur)
             divs = [d for d in range(1, n + 1) if n % d == 0]

@@ -41,6 +41,18 @@ class Affine:
             strides.append(0 if n == 1 and shape[lead + d] != 1 else s)
         return Affine(tuple(shape), tuple(strides), self.base)
 
+    def slice(self, windows) -> "Affine":
+        """``table[windows]`` (one Python slice per dim): start moves the base, step scales
+        the stride."""
+        shape, strides, base = [], [], self.base
+        for d, (n, s) in enumerate(zip(self.shape, self.strides)):
+            r = range(n)[windows[d]] if d < len(windows) else range(n)
+            if len(r):
+                base += r.start * s
+            shape.append(len(r))
+            strides.append(s * r.step)
+        return Affine(tuple(shape), tuple(strides), base)
+
     def reshape(self, shape) -> "Affine | None":
         """A row-major reshape on strides (numpy's no-copy rule), or None when the table
         it would give is not affine in the new index."""
@@ -115,7 +127,8 @@ class Affine:
 
 
 def of_path(graph, tensor: str, path: list) -> Affine | None:
-    """``emitter.offset_table(graph, tensor, None, path)`` as an ``Affine``, or None."""
+    """``emitter.offset_table(graph, tensor, None, path)`` as an ``Affine``, or None
+    (every op kind ``offset_table`` knows must be mirrored here)."""
     t = graph.op(tensor).type
     a = Affine(tuple(t.shape), tuple(t.strides), 0)
     for op in path:
@@ -125,6 +138,9 @@ def of_path(graph, tensor: str, path: list) -> Affine | None:
             a = a.reshape(tuple(op.type.shape))
             if a is None:
                 return None
+        elif op.kind == "slice":
+            from ..graph import slice_windows
+            a = a.slice(slice_windows(op.attrs))
         else:
             a = a.broadcast(tuple(op.type.shape))
     return a
