@@ -1,5 +1,9 @@
 """Test-wide settings.
 
+The tuning database (``compiler.tunedb``) is a fresh file in a temporary folder for every
+test: ``WAVEFUSE_CACHE`` is set here, so no test touches the user's cache, and no test sees
+scores another test left.
+
 gpusim's JIT runs with Numba's bounds checks on (issue 4), so an out-of-range index inside
 the interpreter fails loudly instead of reading garbage. Set NUMBA_BOUNDSCHECK=0 in the
 environment to time the suite without them.
@@ -17,9 +21,30 @@ ignored folder), so a failing example is replayed first on the next run, whichev
 folder pytest was started from, and each failure prints a reproduction blob.
 """
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("NUMBA_BOUNDSCHECK", "1")
+
+# Tests never read or write the user's tuning database: the session (and every
+# subprocess it starts) gets an empty one of its own, removed at the end.
+_CACHE_DIR = tempfile.mkdtemp(prefix="wavefuse-test-cache-")
+os.environ["WAVEFUSE_CACHE"] = os.path.join(_CACHE_DIR, "tune.sqlite3")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _own_tuning_cache(monkeypatch):
+    """Each test starts from an empty tuning database: a score remembered by one test
+    must not hide what another test replaced (a monkeypatched space or scorer)."""
+    path = tempfile.mkdtemp(prefix="t-", dir=_CACHE_DIR)
+    monkeypatch.setenv("WAVEFUSE_CACHE", os.path.join(path, "tune.sqlite3"))
 
 try:
     from hypothesis import HealthCheck, settings

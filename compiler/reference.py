@@ -173,13 +173,22 @@ def eval_op(op: Op, args: list) -> np.ndarray:
             raise GraphError(f"node {op.name!r}: the reference interpreter has no rule for "
                              f"{k!r}")
     r = np.asarray(r, dtype=np.float32).reshape(op.type.shape)
-    return np.ascontiguousarray(r.astype(DTYPES[op.type.dtype]))
+    return np.ascontiguousarray(r.astype(DTYPES[op.type.dtype], copy=False))
 
 
-def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False) -> dict:
-    """Runs the graph; returns its outputs (or every node's value with ``keep_all``)."""
+def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -> dict:
+    """Runs the graph; returns its outputs (or every node's value with ``keep_all``, or
+    the outputs and the ``keep`` tensors, freeing every other value after its last use:
+    at attention's sequence 4096 each score-sized intermediate is 512 MB)."""
     env = {}
-    for name in graph.topo_order():
+    order = graph.topo_order()
+    last_use = {}
+    if keep is not None and not keep_all:
+        for i, name in enumerate(order):
+            for x in graph.op(name).inputs:
+                last_use[x] = i
+        keep = set(keep) | set(graph.outputs)
+    for step, name in enumerate(order):
         op = graph.op(name)
         if op.kind == "input":
             if name not in inputs:
@@ -194,6 +203,12 @@ def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False) -> dict:
             env[name] = op.attrs["value"]
         else:
             env[name] = eval_op(op, [env[i] for i in op.inputs])
+            if last_use:
+                for x in set(op.inputs):
+                    if last_use.get(x) == step and x not in keep:
+                        del env[x]
+    if keep is not None and not keep_all:
+        return {n: env[n] for n in keep if n in env}
     if keep_all:
         return env
     return {o: env[o] for o in graph.outputs}

@@ -13,15 +13,18 @@ gain of fusion is a difference of two predictions of the same model, split into 
 overhead saved and kernel time saved.
 
 Every chosen kernel is then run functionally by gpusim on the graph's seeded inputs and
-compared with the numpy reference; a mismatch is reported in the result, never hidden.
+compared with the numpy reference, on the output tiles of a sample of its workgroups
+(``compiler.sampling``; every workgroup with ``check_all``); a mismatch is reported in
+the result, never hidden.
 
 All times are simulated microseconds on the modelled architecture, not measurements.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +76,11 @@ class DispatchTune:
     roofline_us: float = 0.0
     max_error: float | None = None
     verified: bool | None = None
+    check: str = ""             # which workgroups the value check ran (verify_dispatches)
+
+    # the winner's kernel is lowered when first asked for (a cached run that only
+    # reports times never lowers); ``_lower`` holds (graph, arch) until then
+    _lower = None
 
     def to_json(self) -> dict:
         c = self.best.counters
@@ -81,7 +89,23 @@ class DispatchTune:
                 "counters": {k: c.get(k) for k in KEY_COUNTERS},
                 "occupancy_limiter": self.best.occupancy_limiter,
                 "candidates": len(self.candidates), "illegal": len(self.illegal),
-                "verified": self.verified, "max_error": self.max_error}
+                "verified": self.verified, "max_error": self.max_error, "check": self.check}
+
+
+def _kernel_get(self):
+    if self.__dict__.get("_kernel") is None and self._lower is not None:
+        graph, arch = self._lower
+        self.__dict__["_kernel"] = lower(graph, self.dispatch, self.best.knobs, arch)
+    return self.__dict__.get("_kernel")
+
+
+def _kernel_set(self, kernel):
+    self.__dict__["_kernel"] = kernel
+    if kernel is not None:  # not the lowering of the winner's knobs: never a cache hit
+        self.__dict__["_custom"] = True
+
+
+DispatchTune.kernel = property(_kernel_get, _kernel_set)
 
 
 @dataclass
@@ -138,8 +162,8 @@ def score(graph: Graph, dispatch, knobs: dict, arch: str) -> Scored:
                   str(getattr(res, "occupancy_limiter", "")))
 
 
-def _score_job(job):
-    graph, dispatch, knobs, arch = job
+def _score_job(graph, job):
+    dispatch, knobs, arch = job
     return score(graph, dispatch, knobs, arch)
 
 
@@ -286,42 +310,67 @@ def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> li
 
 
 def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
-                    seed=0, workers=1, progress=None, label="") -> list:
-    """Scores candidates of every dispatch; returns DispatchTune per dispatch."""
+                    seed=0, workers=1, progress=None, label="", store=None,
+                    cluster=None) -> list:
+    """Scores candidates of every dispatch; returns DispatchTune per dispatch.
+
+    Candidates are looked up in ``store`` (a ``tunedb`` store; a fresh in-memory one when
+    None) by dispatch fingerprint, arch, knobs and model version; only the misses are
+    simulated, each distinct one once, so identical dispatches of a model cost one
+    tuning. The misses run serially, in ``workers`` processes or on a Dask ``cluster``
+    (``compiler.cluster``); results come back in job order, so the choice is the same.
+    """
     from gpusim.hw import get_arch
+
+    from . import cluster as runner
+    from . import tunedb
     hw = get_arch(arch)
     fixed = fixed or {}
+    store = tunedb.MemoryStore() if store is None else store
+    version = tunedb.model_version()
     plans = []
-    jobs = []
-    spaces = [(d, schedule_space(graph, d, arch)) for d in dispatches]
+    fps = [tunedb.dispatch_fingerprint(graph, d) for d in dispatches]
+    spaces = list(zip(dispatches, _spaces(graph, dispatches, fps, arch, store, version)))
     known = {k for _, space in spaces for c in space for k in c.knobs}
     unknown = sorted(set(fixed) - known)
     if unknown:
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
     space_of = {d.name: space for d, space in spaces}
-    for d, space in spaces:
+    for (d, space), fp in zip(spaces, fps):
         legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
-        plans.append((d, legal, illegal))
-        jobs.extend((graph, d, c.knobs, arch) for c in legal)
-    task = progress.add_task(label or "scoring", total=len(jobs)) if progress else None
-    results = []
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for r in pool.map(_score_job, jobs, chunksize=max(1, len(jobs) // (workers * 8))):
-                results.append(r)
-                if progress:
+        keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
+        plans.append((d, legal, illegal, keys))
+    cached = store.get_many("scores", [k for *_, keys in plans for k in keys])
+    jobs, job_keys, owners = [], [], {}   # owners: dispatch index -> its distinct misses
+    for i, (d, legal, _, keys) in enumerate(plans):
+        for c, k in zip(legal, keys):
+            if k not in cached and k not in job_keys:
+                job_keys.append(k)
+                jobs.append((d, c.knobs, arch))
+                owners.setdefault(i, set()).add(len(jobs) - 1)
+    left = {i: set(js) for i, js in owners.items()}
+    task = None
+    if progress:
+        task = progress.add_task(f"{label or 'scoring'} ({len(owners)} distinct of "
+                                 f"{len(dispatches)} dispatches to simulate)",
+                                 total=len(owners))
+
+    def done(j):
+        for i, js in left.items():
+            if j in js:
+                js.discard(j)
+                if not js and progress:
                     progress.advance(task)
-    else:
-        for j in jobs:
-            results.append(_score_job(j))
-            if progress:
-                progress.advance(task)
+
+    results = runner.run_jobs(_score_job, jobs, shared=graph, workers=workers,
+                              cluster=cluster, on_done=done)
+    fresh = {k: _scored_dict(r) for k, r in zip(job_keys, results)}
+    store.put_many("scores", fresh, version)
+    cached.update(fresh)
     out = []
-    pos = 0
-    for d, legal, illegal in plans:
-        scored = results[pos:pos + len(legal)]
-        pos += len(legal)
+    for d, legal, illegal, keys in plans:
+        scored = [_scored_of(cached[k], c.knobs) for c, k in zip(legal, keys)]
         for s in scored:
             if not s.ok:
                 illegal.append(Candidate(s.knobs, False, s.error))
@@ -338,46 +387,145 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
             raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "
                               f"simulated ({reasons})")
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
-        out.append(DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal,
-                                lower(graph, d, ok[0].knobs, arch), nbytes, flops,
-                                roofline_us(nbytes, flops, hw)))
+        t = DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal, None,
+                         nbytes, flops, roofline_us(nbytes, flops, hw))
+        t._lower = (graph, arch)
+        out.append(t)
     return out
 
 
-def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0) -> None:
-    """Runs every chosen kernel functionally in gpusim and compares with numpy."""
+def _spaces(graph, dispatches, fps, arch, store, version) -> list:
+    """Each dispatch's schedule space, computed once per fingerprint and remembered in
+    the store (a pure function of the dispatch, the arch and the lowering sources)."""
+    from . import tunedb
+    keys = [tunedb.space_key(fp, arch, version) for fp in fps]
+    known = store.get_many("spaces", keys)
+    fresh, out = {}, []
+    for d, key in zip(dispatches, keys):
+        if key not in known:
+            space = schedule_space(graph, d, arch)
+            rows = [dataclasses.asdict(c) for c in space]
+            known[key] = rows
+            if json.loads(json.dumps(rows)) == rows:  # knob values JSON keeps as they are
+                fresh[key] = rows
+        out.append([Candidate(**r) for r in known[key]])
+    store.put_many("spaces", fresh, version)
+    return out
+
+
+def _scored_dict(s: Scored) -> dict:
+    return {"time_us": s.time_us, "cycles": s.cycles, "counters": s.counters,
+            "occupancy_limiter": s.occupancy_limiter, "error": s.error}
+
+
+def _scored_of(row: dict, knobs: dict) -> Scored:
+    return Scored(dict(knobs), row["time_us"], row["cycles"], dict(row["counters"]),
+                  row["occupancy_limiter"], row["error"])
+
+
+def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
+                      store=None, check_all: bool = True) -> None:
+    """Runs every chosen kernel functionally in gpusim and compares with numpy: every
+    workgroup with ``check_all``, else the output tiles of a sample of workgroups
+    (``compiler.sampling``; ``d.check`` says which).
+
+    A check is remembered in ``store`` under the kernel's key (dispatch fingerprint,
+    knobs, model version), the whole graph's fingerprint, the seed and the dispatch's
+    place in the graph: the same kernel on the same inputs gives the same values, and a
+    run whose checks are all remembered evaluates nothing."""
     import gpusim
-    env = evaluate(graph, random_inputs(graph, seed), keep_all=True)
-    for d in tuned:
+
+    from . import sampling, tunedb
+    version = tunedb.model_version()
+    extent = "all" if check_all else \
+        f"sample:{sampling.EDGE}/{sampling.SPREAD}/{sampling.RANDOM}"
+    keys = [None] * len(tuned)
+    hits: dict = {}
+    if store is not None:
+        where = tunedb.graph_fingerprint(graph)
+        for i, d in enumerate(tuned):
+            if d.__dict__.get("_custom"):
+                continue  # a kernel set by hand is not the lowering of its knobs
+            fp = tunedb.dispatch_fingerprint(graph, d.dispatch)
+            keys[i] = tunedb.check_key(
+                f"{fp}|{tunedb.knobs_text(d.best.knobs)}", arch, version,
+                f"{where}|seed={seed}|{d.dispatch.inputs}|{d.dispatch.outputs}", extent)
+        hits = store.get_many("checks", [k for k in keys if k])
+    todo = []
+    for i, d in enumerate(tuned):
+        hit = hits.get(keys[i]) if keys[i] else None
+        if hit is not None:
+            d.max_error, d.verified, d.check = hit["max_error"], hit["verified"], hit["check"]
+        else:
+            todo.append(i)
+    if not todo:
+        return
+    needed = {i: set(tuned[i].dispatch.inputs) | set(tuned[i].dispatch.outputs) for i in todo}
+    env = evaluate(graph, random_inputs(graph, seed), keep=set().union(*needed.values()))
+    for n, i in enumerate(todo):
+        d, key = tuned[i], keys[i]
+        later = set().union(*(needed[j] for j in todo[n + 1:]))
+        for name in [t for t in env if t not in later and t not in needed[i]]:
+            del env[name]  # no later check reads it
+        grid = d.kernel.grid
+        wgs = None if check_all else sampling.sample_workgroups(grid, seed)
+        if wgs is not None and len(wgs) == grid:
+            wgs = None
+        d.check = (f"all {grid} workgroups" if wgs is None else
+                   f"{len(wgs)} of {grid} workgroups (edges, spread, seeded random)")
         k = d.kernel
         inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
                   if b.intent != "out"}
-        res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
+        if wgs is not None:
+            inputs.update({b.name: sampling.sentinel_like(b.dtype, b.shape)
+                           for b in k.buffers if b.intent == "out"})
+            res = gpusim.simulate(k, arch, inputs=inputs, functional=True, workgroups=wgs)
+            masks = {b.name: sampling.written(res.outputs[b.name], b.dtype).reshape(-1)
+                     for b in k.buffers if b.intent == "out"}
+            if not any(m.any() for m in masks.values()):  # the sample wrote nothing
+                wgs, d.check = None, f"all {grid} workgroups (the sample wrote nothing)"
+                inputs = {n: a for n, a in inputs.items() if n not in masks}
+        if wgs is None:
+            res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
+            masks = {}
         worst = 0.0
         ok = True
         for b in k.buffers:
             if b.intent == "in":
                 continue
-            ref = np.asarray(env[b.name], np.float64)
-            got = np.asarray(res.outputs[b.name], np.float64).reshape(ref.shape)
+            ref, got = np.asarray(env[b.name]), np.asarray(res.outputs[b.name])
+            if b.name in masks:  # the written elements only, before any f64 copy
+                ref, got = ref.reshape(-1)[masks[b.name]], got.reshape(-1)[masks[b.name]]
+            ref = np.asarray(ref, np.float64)
+            got = np.asarray(got, np.float64).reshape(ref.shape)
             tol = numerics.tolerance("simulated", b.dtype)  # i32 (int/bool): exact
             match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
             worst = max(worst, err)
             ok = ok and match
         d.max_error, d.verified = worst, ok
+        if key is not None:
+            store.put_many("checks", {key: {"max_error": worst, "verified": bool(ok),
+                                            "check": d.check}}, version)
 
 
 def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
-         progress=None) -> TuneResult:
+         progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
     """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
-    fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them."""
+    fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them.
+
+    ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
+    fresh in-memory one when None); ``cluster``: a ``compiler.cluster.Cluster``;
+    ``check_all``: check every workgroup's values, not a sample's."""
     from gpusim.hw import get_arch
 
+    from . import tunedb
     from .passes import fuse
     hw = get_arch(arch)
     check_pins(fixed or {})
-    kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress)
+    store = tunedb.MemoryStore() if store is None else store
+    kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
+              store=store, cluster=cluster)
     modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
     tried = {}
     plans = {}
@@ -419,7 +567,7 @@ def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixe
                                **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
         unfused_us = sum(d.best.time_us for d in base)
     if verify:
-        verify_dispatches(graph, tuned, arch, seed)
+        verify_dispatches(graph, tuned, arch, seed, store=store, check_all=check_all)
     flops = sum(d.flops for d in tuned)
     nbytes = minimal_bytes(graph)
     roof = roofline_us(nbytes, flops, hw)

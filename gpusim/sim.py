@@ -18,7 +18,10 @@ measurements, BabelStream, mt4g); an L2 miss then costs the MALL's latency and b
 
 Whole-GPU time (in cycles), the combination rule:
   T_cu   = CU 0's simulated time; when sampled, the time of the first K workgroups plus
-           (n - K) times the steady per-workgroup time of the last sampled round;
+           (n - K) times the steady per-workgroup time of the last sampled round. K is 3
+           rounds of resident workgroups, doubled (up to 12 rounds) until the bound
+           (n - K) x |last round's - previous round's per-workgroup time| is within 5% of
+           T_cu; ``method`` states the rounds and the bound;
   T_mem  = bytes read / achievable read bandwidth + bytes written / achievable write
            bandwidth of the memory level (measured rates, ``Arch.memory_bytes_per_s``,
            not the datasheet peak: a stream reaches ~75-83% of MI300X's 5.3 TB/s);
@@ -55,6 +58,8 @@ TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma
 BUFFER_ALIGN = 4096  # ASSUMPTION: each buffer starts on a 4 KiB boundary (hipMalloc gives >= 256 B)
 LDS_ALIGN = 16       # LDS arrays laid out in declaration order, 16 B aligned
 SAMPLE_ROUNDS = 3
+MAX_SAMPLE_ROUNDS = 12  # timing doubles the sampled rounds up to this until steady
+STEADY_TOL = 0.05       # steady: the extrapolation's error bound is within 5% of CU time
 DEFAULT_TRACE_CAP = 200_000
 
 
@@ -187,12 +192,13 @@ class _Launch:
                 flat = rng.integers(0, 16, b.size)
             else:
                 flat = rng.random(b.size, dtype=np.float32) * 2 - 1  # uniform in [-1, 1)
+            # assigned in place (cast on the way), no temporary copy of a large input
             if kind == 2:
-                self.gmem_i[off:off + b.size] = flat.astype(np.int32)
+                self.gmem_i[off:off + b.size] = flat
             elif kind == 1:
-                self.gmem_f[off:off + b.size] = flat.astype(np.float16).astype(np.float32)
+                self.gmem_f[off:off + b.size] = flat.astype(np.float16, copy=False)
             else:
-                self.gmem_f[off:off + b.size] = flat.astype(np.float32)
+                self.gmem_f[off:off + b.size] = flat
         self.buf_tab = buf_tab
         lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
         self.lds_tab = lds_tab
@@ -235,12 +241,17 @@ class _Launch:
             hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu),
             hbmw_cyc=float(arch.l2_line_bytes / hbmw_bpc_cu))
 
-    def sessions(self, functional: bool, sample: int):
+    def sessions(self, functional: bool, sample: int, only=None):
         C = self.arch.num_cus
         grid = self.kernel.grid
         cu0 = list(range(0, grid, C))
         n0 = len(cu0)
-        if functional:
+        if only is not None:  # functional values of these workgroups only, on their CUs
+            chosen = sorted(set(int(w) for w in only))
+            cus = sorted({w % C for w in chosen})
+            lists = [[w for w in chosen if w % C == c] for c in cus]
+            n0 = k = len(lists[0])
+        elif functional:
             lists = [cu0] + [list(range(c, grid, C)) for c in range(1, min(C, grid))]
             cus = list(range(min(C, grid)))
             k = n0
@@ -253,7 +264,7 @@ class _Launch:
         off[1:] = np.cumsum([len(lst) for lst in lists])
         return wgs, off, np.array(cus, np.int64), n0, k
 
-    def run(self, jit, functional, sample, trace_cap=0, probe=None):
+    def run(self, jit, functional, sample, trace_cap=0, probe=None, only=None):
         arch = self.arch
         prog = self.prog
         params = self.params._replace(trace_cap=int(trace_cap))
@@ -266,7 +277,7 @@ class _Launch:
             cus = np.array([probe[1] % arch.num_cus], np.int64)
             n0 = k = 1
         else:
-            wgs, off, cus, n0, k = self.sessions(functional, sample)
+            wgs, off, cus, n0, k = self.sessions(functional, sample, only)
         counters = np.zeros(E.NCNT, np.float64)
         per_inst = np.zeros((prog.code.shape[0], E.NREC), np.float64)
         sess_cycles = np.zeros(len(cus), np.float64)
@@ -315,7 +326,7 @@ class _Launch:
         out = {}
         for b, kind, off in self.layout:
             src = raw["gmem_i"] if kind == 2 else raw["gmem_f"]
-            arr = src[off:off + b.size].copy()
+            arr = src[off:off + b.size]  # a view: this launch's memory is not reused
             if kind == 1:
                 arr = arr.astype(np.float16)
             out[b.name] = arr.reshape(tuple(b.shape))
@@ -354,38 +365,67 @@ def _counters(raw, scale, arch, occ, time_s):
 
 
 def _cu_time(raw, n0, k, wgs_resident):
+    """(T_cu, method, relative error bound of T_cu). The bound is the change of the
+    per-workgroup time between the last two sampled rounds, times the workgroups
+    extrapolated: 0 when every workgroup ran."""
     t_k = float(raw["sess_cycles"][0])
     if k >= n0:
-        return t_k, f"CU 0 simulated with all {n0} of its workgroups"
+        return t_k, f"CU 0 simulated with all {n0} of its workgroups", 0.0
     done = np.sort(raw["wg_done"][:k])
     r = min(wgs_resident, k - 1)
     per_wg = (done[k - 1] - done[k - 1 - r]) / r if r > 0 else t_k / k
     per_wg = max(per_wg, t_k / k * 0.25)
+    prev = (done[k - 1 - r] - done[k - 1 - 2 * r]) / r if r > 0 and k - 1 - 2 * r >= 0 \
+        else 0.0
     t = t_k + (n0 - k) * per_wg
+    bound = (n0 - k) * abs(per_wg - prev) / t if prev > 0 else float("inf")
     return t, (f"CU 0 simulated for {k} of its {n0} workgroups, then extrapolated at the last "
-               f"round's {per_wg:.0f} cycles per workgroup")
+               f"round's {per_wg:.0f} cycles per workgroup"), bound
 
 
 def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scalars: dict | None = None,
              *, functional: bool = True, trace: bool = False, jit: bool = True,
-             launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP) -> SimResult:
+             launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP,
+             workgroups=None) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
     ``inputs`` maps buffer names to arrays (absent "in"/"inout" buffers get seeded random
     values in functional mode, zeros with ``functional=False``; "out" buffers zeros); ``scalars`` gives scalar parameters. With
     ``functional=False`` only a sample of CU 0's workgroups runs (fast; outputs partial).
     ``trace=True`` records per-wave events of the timed CU. ``jit=False`` runs the
-    pure-Python engine (the reference; slow).
+    pure-Python engine (the reference; slow). ``workgroups`` (functional mode): run only
+    these workgroup ids, each on its own CU, for checking the values of the output tiles
+    they write (elements no chosen workgroup writes keep what ``inputs`` put there); the
+    time and counters then describe those workgroups alone, not the launch.
     """
     arch = get_arch(arch)
     validate(kernel, arch, scalars)
     occ = occupancy(kernel, arch)
     prog = _program(kernel, arch)
     launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
-    sample = SAMPLE_ROUNDS * occ.workgroups_per_cu
-    raw = launch.run(jit, functional, sample, trace_cap if trace else 0)
-    n0, k = raw["n0"], raw["k"]
-    t_cu, method = _cu_time(raw, n0, k, occ.workgroups_per_cu)
+    if workgroups is not None:
+        bad = [w for w in workgroups if not 0 <= int(w) < kernel.grid]
+        if not functional or not len(workgroups) or bad:
+            raise KernelError(f"{kernel.name}: workgroups= needs functional=True and ids from "
+                              f"0 to {kernel.grid - 1}" + (f" (got {bad[0]})" if bad else ""))
+    # Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups and stops there
+    # when the last two rounds agree within STEADY_TOL (steady state); otherwise it
+    # doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold caches again).
+    rounds = SAMPLE_ROUNDS
+    while True:
+        sample = rounds * occ.workgroups_per_cu
+        raw = launch.run(jit, functional, sample, trace_cap if trace else 0, only=workgroups)
+        n0, k = raw["n0"], raw["k"]
+        t_cu, method, bound = _cu_time(raw, n0, k, occ.workgroups_per_cu)
+        if functional or k >= n0 or bound <= STEADY_TOL or rounds >= MAX_SAMPLE_ROUNDS:
+            break
+        rounds *= 2
+        launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
+    if k < n0:
+        steady = "steady" if bound <= STEADY_TOL else f"not steady after {rounds} rounds"
+        method += (f" ({rounds} rounds sampled, {steady}: error bound "
+                   f"{'unknown' if bound == float('inf') else f'+-{100 * bound:.1f}%'} of "
+                   f"the CU time)")
     scale = 1.0 if functional else kernel.grid / k
     c = raw["counters"] * scale
     level = launch.level
@@ -403,6 +443,9 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     t_wo = cycles / (arch.clock_ghz * 1e3)
     counters = _counters(raw, scale, arch, occ, t_wo * 1e-6)
     method = (f"{method}; functional values for all {kernel.grid} workgroups"
+              if functional and workgroups is None else
+              f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
+              f"only (time and counters of those workgroups, not of the launch)"
               if functional else f"{method}; counters scaled by {scale:.3g} from {k} sampled "
                                  f"workgroups (outputs partial)")
     method += (f"; whole GPU = max(CU time, {mem} bytes / achievable bandwidth, L2 bytes / "

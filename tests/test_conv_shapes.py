@@ -190,3 +190,16 @@ def test_direct_lowering_wins_on_a_depthwise_conv_and_not_on_a_dense_one():
     dense = resnet_conv(64, 7, 1)
     assert not any("lowering" in c.knobs for c in schedule_space(dense, fuse(dense)
                                                                  .dispatches[0], "gfx942"))
+
+
+@pytest.mark.parametrize("name", ["resnet_basic", "resnet_bottleneck"])
+def test_exported_resnet_blocks_tune_and_equal_numpy(name):
+    """torch's ResNet basic and bottleneck blocks (tests/data, 3x3 convs with padding,
+    BatchNorm folded) tune end to end and every chosen kernel equals numpy."""
+    from pathlib import Path
+    from compiler.frontends.onnx import load_onnx
+    g = load_onnx(Path(__file__).resolve().parent / "data" / f"{name}.onnx")
+    assert any(g.op(n).kind == "conv2d" and
+               g.op(g.op(n).inputs[1]).type.shape[-1] == 3 for n in g.topo_order())
+    result = tune(g, "gfx942", budget=2, seed=0, baseline=False)
+    assert not result.mismatches and all(d.verified for d in result.dispatches)

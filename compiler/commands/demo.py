@@ -13,6 +13,7 @@ from typing import Callable
 from gpusim.hw import DEFAULT_ARCH
 
 from . import common
+from .cache import add_cache_options, store_of
 from .show import render_graph
 
 DEFAULT_MODEL = "layernorm:rows=4096,cols=1024"
@@ -61,7 +62,8 @@ def step_tune(state: dict, con) -> dict:
     """Both plans and the unfused baseline tuned on gfx942; times are simulated."""
     from ..search import tune
     from .tune import render_tune
-    result = tune(state["graph"], DEMO_ARCH, budget=DEMO_BUDGET, seed=0)
+    result = tune(state["graph"], DEMO_ARCH, budget=DEMO_BUDGET, seed=0,
+                  store=state.get("store"))
     state["tune"] = result
     if con is not None:
         render_tune(result, con)
@@ -117,10 +119,11 @@ def run(args) -> int:
     state = {"model": args.model, "graph": common.load(args)}
     con = None if args.json else common.console()
     result = {"model": args.model}
-    for name, step in STEPS:
-        if con is not None:
-            con.rule(f"[bold]{name}")
-        result[name] = step(state, con)
+    with store_of(args) as state["store"]:
+        for name, step in STEPS:
+            if con is not None:
+                con.rule(f"[bold]{name}")
+            result[name] = step(state, con)
     if args.json:
         common.emit_json(result)
     return 0
@@ -129,5 +132,6 @@ def run(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="the end-to-end story on a built-in model")
     common.add_model(p, default=DEFAULT_MODEL)
+    add_cache_options(p)
     common.add_json(p)
     p.set_defaults(func=run)

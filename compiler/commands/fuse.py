@@ -7,12 +7,14 @@ they fuse or keep apart. ``--no-aggressive`` gives IREE's default (one root per
 dispatch): softmax and layer norm take 2 dispatches instead of 1.
 
 Dispatch counts of the built-in models (aggressive / conservative): softmax 1/2,
-layernorm 1/2, rmsnorm 1/1, conv_add_relu 1/1, mlp 2/2, attention 3/4, encoder_layer
-11/14. The encoder layer's 11 are: the q, k and v projections (matmul + bias each),
-QK^T + scale, softmax, PV, output projection + bias + residual, layer norm, FFN1 + bias +
-GELU, FFN2 + bias + residual, layer norm. Reductions never join a contraction's
-dispatch (its epilogue runs per output element), so each softmax and layer norm stays a
-dispatch of its own; the head reshapes/transposes cost nothing (index maps).
+layernorm 1/2, rmsnorm 1/1, conv_add_relu 1/1, mlp 2/2, attention 1/4, encoder_layer
+9/14. Without the attention rule (the plan ``tune`` compares as ``split-attention``)
+attention is 3 and the encoder layer 11: the q, k and v projections (matmul + bias
+each), QK^T + scale, softmax, PV, output projection + bias + residual, layer norm, FFN1 +
+bias + GELU, FFN2 + bias + residual, layer norm. Reductions never join a contraction's
+dispatch (its epilogue runs per output element) except through the attention rule, which
+folds QK^T, the softmax and PV into one; each layer norm stays a dispatch of its own;
+the head reshapes/transposes cost nothing (index maps).
 """
 from __future__ import annotations
 

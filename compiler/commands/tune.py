@@ -8,6 +8,7 @@ from gpusim.hw import DEFAULT_ARCH
 
 from ..search import tune
 from . import common
+from .cache import add_cache_options, store_of
 
 
 def register(sub) -> None:
@@ -40,18 +41,35 @@ def add_tune_options(p) -> None:
                    help="seed for sampling and inputs")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip tuning the unfused baseline")
+    p.add_argument("--cluster", metavar="ADDRESS", default=None,
+                   help="score candidates on a Dask cluster: a scheduler address "
+                        "(tcp://host:8786) or local:N for a local cluster of N workers "
+                        "(needs the extra wavefuse[cluster])")
+    p.add_argument("--check-all", action="store_true",
+                   help="check the values of every workgroup of the chosen kernels, not "
+                        "the output tiles of a sample of them")
+    add_cache_options(p)
 
 
 def run_tune(args, quiet: bool):
+    from contextlib import nullcontext
+
+    from ..cluster import Cluster, cap_workers, parse_address
     fixed = common.fixed_knobs(args.fix)
     graph = common.load(args)
-    kw = dict(budget=args.budget, workers=args.workers, fixed=fixed, seed=args.seed,
-              mode=args.mode, baseline=not args.no_baseline)
-    if quiet:
-        return tune(graph, args.arch, **kw)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=common.console(), transient=True) as prog:
-        return tune(graph, args.arch, progress=prog, **kw)
+    if args.cluster:
+        parse_address(args.cluster)  # a bad address fails before any work
+    kw = dict(budget=args.budget, workers=cap_workers(args.workers), fixed=fixed,
+              seed=args.seed, mode=args.mode, baseline=not args.no_baseline,
+              check_all=args.check_all)
+    with store_of(args) as store, \
+            (Cluster(args.cluster) if args.cluster else nullcontext()) as cluster:
+        kw.update(store=store, cluster=cluster)
+        if quiet:
+            return tune(graph, args.arch, **kw)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=common.console(), transient=True) as prog:
+            return tune(graph, args.arch, progress=prog, **kw)
 
 
 def run(args) -> int:

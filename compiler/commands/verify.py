@@ -19,6 +19,7 @@ from .. import numerics
 from ..graph import DTYPES, Graph, GraphError
 from ..reference import evaluate, random_inputs
 from . import common
+from .cache import add_cache_options, store_of
 
 # Tolerances for comparing two float computations of the same graph: relative + absolute.
 
@@ -45,6 +46,7 @@ class VerifyContext:
     inputs: dict
     reference: dict = field(default_factory=dict)  # graph output name -> array
     budget: int = 6  # candidates per dispatch for the simulated-kernels check
+    store: object = None  # the tuning database (compiler.tunedb), None: this run only
 
 
 CHECKS: list[tuple[str, Callable[[VerifyContext], CheckResult]]] = []
@@ -150,7 +152,7 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     from ..search import tune
     try:
         result = tune(ctx.graph, DEFAULT_ARCH, budget=ctx.budget, seed=ctx.seed,
-                      baseline=False, mode="auto")
+                      baseline=False, mode="auto", store=ctx.store, check_all=True)
     except GraphError as e:  # a dispatch no schedule lowers: this check fails, the
         # schedule-free checks before it still stand
         return CheckResult("simulated kernels", "fail", None, 1e-3,
@@ -165,8 +167,8 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
                        numerics.tolerance("simulated", "f32"), detail)
 
 
-def run_checks(spec: str, graph: Graph, seed: int = 0) -> list[CheckResult]:
-    ctx = VerifyContext(spec, graph, seed, random_inputs(graph, seed))
+def run_checks(spec: str, graph: Graph, seed: int = 0, store=None) -> list[CheckResult]:
+    ctx = VerifyContext(spec, graph, seed, random_inputs(graph, seed), store=store)
     results = []
     for name, fn in CHECKS:
         r = fn(ctx)
@@ -181,7 +183,8 @@ STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skip": "yellow"}
 
 def run(args) -> int:
     graph = common.load(args)
-    results = run_checks(args.model, graph, args.seed)
+    with store_of(args) as store:
+        results = run_checks(args.model, graph, args.seed, store)
     failed = any(r.failed for r in results)
     if args.json:
         common.emit_json({"model": args.model, "graph": graph.name, "seed": args.seed,
@@ -207,5 +210,6 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("verify", help="check a model's results against references")
     common.add_model(p)
     common.add_seed(p)
+    add_cache_options(p)
     common.add_json(p)
     p.set_defaults(func=run)

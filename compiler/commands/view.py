@@ -16,6 +16,7 @@ from rich.console import Console
 from gpusim.hw import DEFAULT_ARCH
 
 from . import common
+from .cache import add_cache_options, store_of
 
 KINDS = ("plan", "explain", "candidates", "timeline", "coalescing", "banks", "source")
 
@@ -47,13 +48,15 @@ def register(sub) -> None:
                    help="explain: run the search so its plan-choice decision shows costs")
     p.add_argument("--width", type=common.width_value, metavar="N", help="render width in columns")
     p.add_argument("--svg", metavar="FILE", help="also save the render as an SVG file")
+    add_cache_options(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     if args.svg is not None:
         _check_svg_target(args.svg)
-    renderable, title = build(args)
+    with store_of(args) as store:
+        renderable, title = build(args, store)
     con = Console(width=args.width, record=bool(args.svg), highlight=False)
     con.print(renderable)
     if args.svg:
@@ -77,7 +80,7 @@ def _check_svg_target(path: str) -> None:
         raise GraphError(f"--svg {path}: not writable")
 
 
-def build(args):
+def build(args, store=None):
     """(renderable, title) for the requested view; tuning and simulation happen here."""
     import gpusim
 
@@ -94,7 +97,7 @@ def build(args):
     if args.kind == "explain":
         if args.tune:
             plan = tune(graph, args.arch, budget=args.budget, seed=args.seed,
-                        baseline=False, verify=False).plan
+                        baseline=False, verify=False, store=store).plan
         return views.explain_view(plan), title
     if args.kind == "candidates" and args.sort not in views.SORT_KEYS:
         raise views.ViewError(f"no sort key {args.sort!r}; valid: {', '.join(views.SORT_KEYS)}")
@@ -106,7 +109,8 @@ def build(args):
         order = list(plan.dispatches)
 
     def tuned_of(d):
-        return tune_dispatches(graph, [d], args.arch, budget=args.budget, seed=args.seed)[0]
+        return tune_dispatches(graph, [d], args.arch, budget=args.budget, seed=args.seed,
+                               store=store)[0]
 
     if args.kind == "banks" and args.dispatch is None:
         tuned = None

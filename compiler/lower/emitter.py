@@ -202,8 +202,12 @@ def vector_access(table: np.ndarray, width: int) -> str:
 def _access_kind(graph: Graph, tensor: str, path: tuple, width: int) -> str:
     """Cached :func:`vector_access` of a tensor through a chain of ops: every candidate
     schedule of a dispatch asks the same question, and the tables can be large."""
-    table = offset_table(graph, tensor, None, [graph.op(n) for n in path])
-    return vector_access(table, width)
+    from . import affine
+    ops = [graph.op(n) for n in path]
+    a = affine.of_path(graph, tensor, ops)
+    if a is not None:  # closed form: no table of the whole iteration space
+        return a.vector_access(width)
+    return vector_access(offset_table(graph, tensor, None, ops), width)
 
 
 UNARY_IR = {"neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",

@@ -38,6 +38,7 @@ from gpusim import program as P
 from gpusim.hw import DEFAULT_ARCH
 
 from ..graph import Graph
+from . import affine
 from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
                      split_at_last_load)
 from .emitter import (BINARY_IR, UNARY_IR, RegisterNamer, ValueEmitter, iadd, idiv, imod, imul,
@@ -100,12 +101,28 @@ def staging_plan(graph: Graph, dispatch) -> tuple:
         op = graph.op(t)
         if op.kind == "constant" and op.type.size == 1:
             continue
+        paths = [list(reversed(p)) for o in dispatch.outputs
+                 for p in _paths(graph, dispatch, o, t)]
+        forms = [affine.of_path(graph, t, p) for p in paths]
+        if all(f is not None for f in forms):
+            # closed form (compiler.lower.affine): O(rank), not O(elements)
+            forms = [f for f in forms if f.shape == tuple(shape)]
+            if not forms or len({f.key() for f in forms}) > 1:
+                continue  # not read, or read at several indices per output element
+            unique = forms[0].injective()
+            if unique is None:
+                unique = np.unique(forms[0].table()).size == math.prod(shape)
+            if not unique:
+                continue  # broadcast along some dim: lanes share its elements
+            d_i = forms[0].contiguous_dim()
+            if d_i is not None and d_i != d_o:
+                return t, d_i, d_o, shape
+            continue
         tables = []
-        for o in dispatch.outputs:
-            for path in _paths(graph, dispatch, o, t):
-                tab = offset_table(graph, t, None, list(reversed(path)))
-                if tab.shape == shape:
-                    tables.append(tab)
+        for path in paths:
+            tab = offset_table(graph, t, None, path)
+            if tab.shape == shape:
+                tables.append(tab)
         if not tables or any(not np.array_equal(tables[0], x) for x in tables[1:]):
             continue  # not read, or read at several indices per output element
         if np.unique(tables[0]).size != tables[0].size:

@@ -11,8 +11,9 @@ cycle between dispatches) plus the conditions the rules state in their own files
 
 Rules, in the order they are tried: ``elementwise`` -> ``epilogue`` -> ``multi_use`` ->
 ``reduction_producers`` -> ``sibling`` -> ``root_consumers`` -> ``attention`` (last: it
-folds the three settled dispatches of an attention into one, aggressive mode only); then the multi-use rule's
-recomputation of cheap chains over graph inputs, and ``multi_result`` forms the
+folds the three settled dispatches of an attention into one, aggressive mode only); then
+the multi-use rule's recomputation of cheap chains over graph inputs, and
+``multi_result`` forms the
 dispatches.
 
 Built-in models (aggressive / conservative): softmax 1/2, layernorm 1/2, rmsnorm 1/1,
@@ -23,8 +24,9 @@ q, k, v projections (3: matmul + bias epilogue each; horizontal fusion of contra
 is not done), QK^T + scale (1), softmax (1), PV (1), output projection + bias + residual
 (1), layer norm 1 (1), FFN1 + bias + GELU (1), FFN2 + bias + residual (1), layer norm 2
 (1). The head reshapes/transposes are index maps of the matmuls that read them. A
-reduction never joins a contraction's dispatch, so each softmax / layer norm stays its
-own dispatch; conservative mode splits each of those three into two (+3).
+reduction never joins a contraction's dispatch (except through the attention rule, which
+takes QK^T, the softmax and PV as one), so each layer norm stays its own dispatch;
+conservative mode splits the softmax and the two layer norms into two each (+3).
 """
 from __future__ import annotations
 
