@@ -175,6 +175,10 @@ class FusionState:
     decisions: dict = field(default_factory=dict)  # (producer, consumer) -> Decision
     recomputed: dict = field(default_factory=dict)  # op -> [group ids]
     edges: list = field(default_factory=list)
+    #: answers of pure functions of the graph and group members, kept by the rule that
+    #: asks (key: its name and the members): the rule loop restarts after every merge and
+    #: re-asks the same questions about groups that have not changed
+    memo: dict = field(default_factory=dict)
 
     @classmethod
     def start(cls, graph: Graph, aggressive: bool, conditions=(),

@@ -61,7 +61,11 @@ def condition(st: FusionState, at: Attempt) -> str | None:
         # dispatch holds the result's elements in its shape or one-to-one through a view
         # (then the tile writes in the view's order: layout propagation)
         gemm, other = (at.prod, at.cons) if pr == C else (at.cons, at.prod)
-        why = epilogue_shape_reason(g, gemm.root, gemm.ops, other.ops, st.order.__getitem__)
+        key = (NAME, gemm.root, frozenset(gemm.ops), frozenset(other.ops))
+        why = st.memo.get(key)
+        if why is None:   # the tables are as large as the result: ask once per pair
+            why = st.memo[key] = epilogue_shape_reason(g, gemm.root, gemm.ops, other.ops,
+                                                       st.order.__getitem__)
         if why:
             return why
     return None
@@ -75,7 +79,7 @@ def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:
     ploops = ix.parallel_loops(root, g)
     # compared with the tensor the tile writes (a transposed view of the result is
     # written in its own order: layout propagation, see passes.layout)
-    written = written_dims(g, grp.root, ops)
+    written = written_dims(g, grp.root, ops, st.order.__getitem__)
     out_dim_of_loop = {l: written[d] for d, l in enumerate(ix.result_map(root, g))
                        if l is not None}
     facts, seen = [], set()
