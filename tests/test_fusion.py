@@ -249,3 +249,33 @@ def test_incremental_bookkeeping_matches_a_rebuild(name, aggressive):
         assert all(st.owner[o] == grp.id for o in grp.ops)
     assert [grp.id for grp in st.sorted_groups()] == \
         [grp.id for grp in sorted(st.groups.values(), key=lambda x: st.order[x.root])]
+
+
+def _bench_fuse():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "bench_fuse.py"
+    spec = importlib.util.spec_from_file_location("bench_fuse", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_fuse_model_reports_both_modes(capsys):
+    """tools/bench_fuse.py --model: one line per mode, with the plan's dispatch count
+    (timings are the script's business, not asserted here)."""
+    from pathlib import Path
+    from compiler.frontends.onnx import load_onnx
+    path = Path(__file__).parent / "data" / "bert_2layer.onnx"
+    assert _bench_fuse().main(["--model", str(path), "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    g = load_onnx(path)
+    for line, aggressive in zip(lines, (True, False), strict=True):
+        assert ("aggressive" if aggressive else "conservative") in line
+        assert f"{len(fuse(g, aggressive=aggressive).dispatches)} dispatch(es)" in line
+
+
+def test_bench_fuse_missing_model_is_one_line_exit_2(capsys, tmp_path):
+    assert _bench_fuse().main(["--model", str(tmp_path / "none.onnx")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such file" in err[0]
