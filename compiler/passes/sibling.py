@@ -41,7 +41,9 @@ def apply(st: FusionState) -> bool:
         ra = reads[i]
         for j in range(i + 1, len(reds)):
             b, rb = reds[j], reads[j]
-            shared = sorted(set(ra) & set(rb), key=lambda t: -g.op(t).type.nbytes)
+            # largest first; graph order breaks ties (set order varies with the hash seed)
+            shared = sorted(set(ra) & set(rb),
+                            key=lambda t: (-g.op(t).type.nbytes, st.order[t]))
             if not shared or st.between(a, b) or st.between(b, a):
                 continue
             t = shared[0]
