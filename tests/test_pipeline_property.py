@@ -89,3 +89,29 @@ def test_square_gemm_epilogue_keeps_its_transpose(aggressive, back):
         for o in d.outputs:
             np.testing.assert_allclose(np.asarray(res.outputs[o]).reshape(env[o].shape),
                                        env[o], rtol=1e-5, atol=1e-6, err_msg=str(c.knobs))
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
+    """Regression (issue 16): ``neg(v)`` (2,) and ``reshape(add(x, neg(v)), (4,))`` form one
+    dispatch; its iteration space is the root's (2, 2), which the (2,) output broadcasts
+    against and the (4,) view covers, so the dispatch has legal schedules and every one
+    of them computes the graph (the largest output's (4,) shape left none)."""
+    g = Graph("views")
+    x, v = g.input("x", (2, 2)), g.input("v", (2,))
+    n = g.neg(v)
+    g.output(n)
+    g.output(g.reshape(g.add(x, n), (4,)))
+    plan = fuse(g, aggressive=aggressive)
+    (d,) = plan.dispatches
+    env = evaluate(g, random_inputs(g, 2), keep_all=True)
+    legal = [c for c in schedule_space(g, d, "gfx942") if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, "gfx942")]
+    for c in legal:
+        k = lower(g, d, c.knobs, "gfx942")
+        ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
+               if b.intent == "in"}
+        res = gpusim.simulate(k, "gfx942", inputs=ins)
+        for o in d.outputs:
+            np.testing.assert_array_equal(np.asarray(res.outputs[o]).reshape(env[o].shape),
+                                          env[o], err_msg=str(c.knobs))

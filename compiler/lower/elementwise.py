@@ -49,6 +49,11 @@ def iteration_shape(graph: Graph, dispatch) -> tuple:
     or a view with as many elements (a reshape written as a graph output)."""
     outs = [graph.op(o).type for o in dispatch.outputs]
     shape = max(outs, key=lambda t: t.size).shape
+    root = graph.op(dispatch.root).type
+    if root.size == math.prod(shape):
+        # the root's own shape when the largest output is a view of it (a reshape written as
+        # a graph output): the smaller outputs broadcast against the root, not the view
+        shape = root.shape
     for t in outs:
         fits = len(t.shape) <= len(shape) and all(
             s in (1, f) for s, f in zip(t.shape, shape[len(shape) - len(t.shape):]))
