@@ -26,11 +26,21 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   the index rows of a tile) share one register: hipcc keeps the base and folds the
   constants into instruction offsets or recomputes them with one add, so such a family
   is counted as one register live over the union of its members' ranges;
+- an LDS read inside a loop that stores nothing to its array, at an address that does
+  not change in the loop (counting the counters of constant-trip inner loops, which
+  hipcc unrolls fully), is hoisted out by LLVM's LICM: its registers (one set per
+  unrolled trip) are live over the whole loop (``_hoisted_lds_reads``);
+- a loop with one trip is straight-line code in the ISA: nothing is carried through it,
+  so the rules above that extend ranges over a loop skip it;
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
 The estimate is a model of what hipcc would allocate, not a register allocator: it is
 good for the occupancy cliffs (24 -> 8 waves, 128 -> 4 waves, ...) that schedules cross.
+Known gap: hipcc's scheduler interleaves LDS reads with their FMAs when registers are
+short (a hoisted Q block, many scores per thread), which this program-order model does
+not see, so it over-counts such attention schedules (e.g. 125 vs hipcc's 98 at the same
+occupancy; tests/test_attention_vgprs.py).
 
 Occupancy (waves per SIMD, S9): the minimum of
 - wave slots (8 per SIMD on CDNA, 16 on gfx1100),
@@ -213,9 +223,10 @@ def _hoisted_lds_reads(body, alias) -> dict:
 
     LLVM's LICM moves a load out of a loop when nothing in the loop may write what it
     reads: an LDS array with no store inside the loop, read at an address that does not
-    change in it, even across ``__syncthreads()`` (hipcc 15 hoists the Q reads of the
+    change in it, even across ``__syncthreads()`` (hipcc 5.2 / clang 15 hoists the Q reads of the
     attention kernel's ``q_in=lds`` schedules out of the key-block loop: their registers
-    stay live over it, so such a schedule costs RM x head dim VGPRs like ``q_in=registers``).
+    stay live over it, so such a schedule costs RM x head dim VGPRs like ``q_in=registers``;
+    tests/test_attention_vgprs.py records the counts).
     Inner loops with constant trip counts are fully unrolled first, so a read whose
     address depends only on their counters is hoisted once per trip (``copies``). A loop
     with one trip is no loop in the ISA and hoists nothing."""
