@@ -273,16 +273,18 @@ def test_snapshot_timeline_transpose():
     check_snapshot("timeline_transpose_pad1.txt", render(timeline_view(res, buckets=80)))
 
 
-def test_renders_are_fast(softmax_tuned):
+def test_every_view_renders_within_its_width(softmax_tuned):
+    """Each view renders to non-empty text no wider than the console (render time is not
+    asserted here: these machines are shared; speed is for benchmarks, not unit tests)."""
     g, plan, tuned = softmax_tuned
     res = gpusim.simulate(tuned.kernel, ARCH, functional=False, trace=True)
     k = transpose_kernel(0)
     for view in (plan_view(plan), candidates_view(tuned), timeline_view(res),
                  banks_view(gpusim.access_pattern(k, ARCH, 3), 3),
                  source_view(tuned.kernel, res, ARCH)):
-        t = time.perf_counter()
-        render(view)
-        assert time.perf_counter() - t < 0.5, type(view).__name__
+        text = render(view)
+        assert text.strip(), type(view).__name__
+        assert max(len(line) for line in text.splitlines()) <= 100, type(view).__name__
 
 
 # ----------------------------------------------------------------------------- CLI
