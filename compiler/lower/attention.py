@@ -137,12 +137,10 @@ def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int) -> str
                 f"over a wave of {wave_size}")
     g = geometry(a, s, wave_size)
     qregs = s["RM"] * a.dk if s["q_in"] == "registers" else 0
-    # a PV trip loads p_vec keys' V values of every accumulator column before its FMAs
-    vregs = g["p_vec"] * g["NV"]
-    if s["RM"] * (g["NC"] + g["NV"]) + qregs + vregs > MAX_TILE_REGS:
+    if s["RM"] * (g["NC"] + g["NV"]) + qregs > MAX_TILE_REGS:
         return (f"{s['RM']} rows x ({g['NC']} scores + {g['NV']} accumulators"
-                + (f" + {a.dk} of Q" if qregs else "") + f") + {vregs} V values per PV "
-                f"trip: registers per thread over {MAX_TILE_REGS}")
+                + (f" + {a.dk} of Q" if qregs else "") + f") registers per thread, over "
+                f"{MAX_TILE_REGS}")
     if g["lds_bytes"] > lds_limit:
         return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
     return ""
