@@ -26,11 +26,21 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   the index rows of a tile) share one register: hipcc keeps the base and folds the
   constants into instruction offsets or recomputes them with one add, so such a family
   is counted as one register live over the union of its members' ranges;
+- an LDS read inside a loop that stores nothing to its array, at an address that does
+  not change in the loop (counting the counters of constant-trip inner loops, which
+  hipcc unrolls fully), is hoisted out by LLVM's LICM: its registers (one set per
+  unrolled trip) are live over the whole loop (``_hoisted_lds_reads``);
+- a loop with one trip is straight-line code in the ISA: nothing is carried through it,
+  so the rules above that extend ranges over a loop skip it;
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
 The estimate is a model of what hipcc would allocate, not a register allocator: it is
 good for the occupancy cliffs (24 -> 8 waves, 128 -> 4 waves, ...) that schedules cross.
+Known gap: hipcc's scheduler interleaves LDS reads with their FMAs when registers are
+short (a hoisted Q block, many scores per thread), which this program-order model does
+not see, so it over-counts such attention schedules (e.g. 125 vs hipcc's 98 at the same
+occupancy; tests/test_attention_vgprs.py).
 
 Occupancy (waves per SIMD, S9): the minimum of
 - wave slots (8 per SIMD on CDNA, 16 on gfx1100),
@@ -49,7 +59,8 @@ from gpusim.analysis import (Uniformity, expr_children, expr_key, expr_vars, stm
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
-    Assign, BinOp, Const, For, If, LdsLoad, Load, Mfma, ScalarRef, Special, Store, Var, walk,
+    Assign, BinOp, Const, For, If, LdsLoad, LdsStore, Load, Mfma, ScalarRef, Special, Store, Var,
+    walk,
 )
 
 
@@ -105,6 +116,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     alias = _offset_aliases(kernel.body)
 
     def is_vgpr(name):
+        name = name.split("#", 1)[0]
         return name in uni.per_lane or dtypes.get(name) == "f32"
 
     # linearise: (point, reads, defs, temps); loops recorded as spans
@@ -125,12 +137,14 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             if isinstance(s, For):
                 start = len(points) - 1
                 lin(s.body)
-                loops.append((start, len(points) - 1))
+                if _trips(s) != 1:   # one trip: straight-line code, nothing carried
+                    loops.append((start, len(points) - 1))
             elif isinstance(s, If):
                 lin(s.then)
                 lin(s.orelse)
 
     lin(kernel.body)
+    hoisted = _hoisted_lds_reads(kernel.body, alias)
     # MFMA K loops: (loop span, first LDS fragment read of its body); LdsLoad destinations
     frag_regs, mfma_loops = set(), []
     for s in walk(kernel.body):
@@ -171,6 +185,12 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi
                     changed = True
+    for name, (loop_at, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
+        a, b = next(span for span in loops if span[0] == loop_at)
+        for c in range(copies):
+            key = name if c == 0 else f"{name}#unrolled{c}"
+            lo, hi = ranges.get(name, [a, b])
+            ranges[key] = [min(lo, a), max(hi, b)]
     for (a, b), first_frag in mfma_loops:  # hipcc issues a K tile's fragment reads first
         for name, r in ranges.items():
             if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
@@ -189,6 +209,67 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     if not in_agprs:
         return vgprs
     return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
+
+
+def _trips(loop: For):
+    """The trip count of a loop with constant bounds, else None."""
+    if isinstance(loop.start, Const) and isinstance(loop.stop, Const) and loop.step > 0:
+        return max(0, -(-(int(loop.stop.value) - int(loop.start.value)) // loop.step))
+    return None
+
+
+def _hoisted_lds_reads(body, alias) -> dict:
+    """LDS reads hipcc hoists out of a loop: register -> (point of that loop, copies).
+
+    LLVM's LICM moves a load out of a loop when nothing in the loop may write what it
+    reads: an LDS array with no store inside the loop, read at an address that does not
+    change in it, even across ``__syncthreads()`` (hipcc 5.2 / clang 15 hoists the Q reads of the
+    attention kernel's ``q_in=lds`` schedules out of the key-block loop: their registers
+    stay live over it, so such a schedule costs RM x head dim VGPRs like ``q_in=registers``;
+    tests/test_attention_vgprs.py records the counts).
+    Inner loops with constant trip counts are fully unrolled first, so a read whose
+    address depends only on their counters is hoisted once per trip (``copies``). A loop
+    with one trip is no loop in the ISA and hoists nothing."""
+    counter = [0]
+    out = {}
+
+    def visit(stmts, enclosing):
+        for s in stmts:
+            here = counter[0]
+            counter[0] += 1
+            if isinstance(s, For):
+                visit(s.body, enclosing + [(here, s)])
+            elif isinstance(s, If):
+                visit(s.then, enclosing)
+                visit(s.orelse, enclosing)
+            elif isinstance(s, LdsLoad):
+                _hoist_one(s, enclosing)
+
+    def _hoist_one(s, enclosing):
+        for depth, (at, loop) in enumerate(enclosing):
+            trips = _trips(loop)
+            if trips is not None and trips <= 1:
+                continue
+            inner = enclosing[depth + 1:]
+            if any(isinstance(x, LdsStore) and x.array == s.array for x in walk(loop.body)):
+                continue
+            defined = {v.name for x in walk(loop.body) for v in stmt_defs(x)}
+            unrolled = {lp.var.name: _trips(lp) for _, lp in inner}
+            used = set()
+            expr_vars(s.index, used)
+            if any(u in defined and (u not in unrolled or unrolled[u] is None)
+                   for u in used if u != loop.var.name) or loop.var.name in used:
+                continue
+            copies = 1
+            for u in used:
+                if u in unrolled:
+                    copies *= max(1, unrolled[u])
+            for v in s.dsts:
+                out[alias.get(v.name, v.name)] = (at, copies)
+            return
+
+    visit(body, [])
+    return out
 
 
 #: the AGPR block starts at a multiple of 4 registers after the VGPRs (``accum_offset``
