@@ -56,7 +56,7 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list[Candida
     except LoweringError as e:
         return [Candidate({}, False, str(e))]
     arch = get_arch(arch_name)
-    ws, lds = arch.wave_size, arch.lds_bytes_per_workgroup
+    ws, lds, vgprs = arch.wave_size, arch.lds_bytes_per_workgroup, arch.vgprs_per_lane
     legal, illegal = [], []
     for bq in BQS:
         for bk in BKS:
@@ -65,14 +65,14 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list[Candida
                     for rs, qin in itertools.product(ROW_STATS, Q_IN):
                         knobs = {"BQ": bq, "BK": bk, "waves": w, "RM": rm, "q_in": qin,
                                  "row_stats": rs, "lds_pad": 4}
-                        why = check_schedule(a, knobs, ws, lds)
+                        why = check_schedule(a, knobs, ws, lds, vgprs)
                         (illegal if why else legal).append(Candidate(knobs, not why, why))
     legal.sort(key=lambda c: _prior(c.knobs))
     if legal:
         first = legal[0].knobs
         for pad in LDS_PADS[1:]:
             knobs = {**first, "lds_pad": pad}
-            why = check_schedule(a, knobs, ws, lds)
+            why = check_schedule(a, knobs, ws, lds, vgprs)
             (illegal if why else legal).append(Candidate(knobs, not why, why))
     return legal + illegal
 
