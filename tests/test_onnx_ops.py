@@ -14,16 +14,10 @@ from compiler.passes import fuse
 from compiler.plan import execute_plan
 from compiler.reference import evaluate
 
+from test_onnx import init, vi  # noqa: E402  (the ONNX tests' tensor helpers)
+
 F32, F16, I64, I32, BOOL = T.FLOAT, T.FLOAT16, T.INT64, T.INT32, T.BOOL
 NP = {F32: np.float32, F16: np.float16, I64: np.int64, I32: np.int32, BOOL: np.bool_}
-
-
-def vi(name, shape, dtype=F32):
-    return h.make_tensor_value_info(name, dtype, shape)
-
-
-def init(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
 
 
 def model(nodes, inputs, outputs, inits=(), opset=18):
