@@ -6,6 +6,7 @@ every check is differential: fused kernels against numpy, plans against the unfu
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -16,7 +17,7 @@ from onnx import numpy_helper as nh
 
 import gpusim
 from gpusim import program as P
-from compiler.frontends.onnx import from_model
+from compiler.frontends.onnx import from_model, load_onnx
 from compiler.lower import lower
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
@@ -279,17 +280,12 @@ def test_seed_from_onnx_is_predicted_like_the_builtin_nhwc_seed(swizzle):
 
 
 # ------------------------------------------------- real exporter fixtures (tests/data)
-DATA = __import__("pathlib").Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def fixture(name):
-    """A torch-exported fixture of tests/data (written by another branch's export script;
-    skipped until that branch is merged)."""
-    path = DATA / f"{name}.onnx"
-    if not path.exists():
-        pytest.skip(f"{path.name} is not in tests/data yet")
-    from compiler.frontends.onnx import load_onnx
-    return load_onnx(path)
+    """A torch-exported fixture of tests/data (written by tools/export_models.py)."""
+    return load_onnx(DATA / f"{name}.onnx")
 
 
 @pytest.mark.parametrize("name,most", [("gpt2_block", 13), ("nhwc_conv", 1)])
