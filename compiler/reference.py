@@ -44,6 +44,14 @@ COMPARE_FUNCS = {"eq": np.equal, "lt": np.less, "gt": np.greater, "le": np.less_
 LOGICAL_FUNCS = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
 
 
+#: the layout views: the same numpy call on the exact (int/bool) and the f32 paths
+VIEW_FUNCS = {
+    "transpose": lambda x, attrs: np.transpose(x, attrs["perm"]),
+    "reshape": lambda x, attrs: x.reshape(attrs["shape"]),
+    "broadcast": lambda x, attrs: np.broadcast_to(x, attrs["shape"]),
+}
+
+
 def _int_div(a, b):
     """C-style integer division (toward zero); a zero divisor gives 0 instead of trapping."""
     safe = np.where(b == 0, 1, b)
@@ -94,12 +102,8 @@ def _eval_exact(op: Op, args: list) -> np.ndarray:
         r = np.where(a[0], a[1], a[2])
     elif k in REDUCE_FUNCS:
         r = REDUCE_FUNCS[k](a[0], axis=op.attrs["axes"], keepdims=op.attrs["keepdims"])
-    elif k == "transpose":
-        r = np.transpose(a[0], op.attrs["perm"])
-    elif k == "reshape":
-        r = a[0].reshape(op.attrs["shape"])
-    elif k == "broadcast":
-        r = np.broadcast_to(a[0], op.attrs["shape"])
+    elif k in VIEW_FUNCS:
+        r = VIEW_FUNCS[k](a[0], op.attrs)
     else:
         r = _eval_injective(op, a)
     with np.errstate(all="ignore"):
@@ -161,12 +165,8 @@ def eval_op(op: Op, args: list) -> np.ndarray:
             r = np.matmul(a[0], a[1])
         elif k == "conv2d":
             r = conv2d(a[0], a[1], op.attrs)
-        elif k == "transpose":
-            r = np.transpose(a[0], op.attrs["perm"])
-        elif k == "reshape":
-            r = a[0].reshape(op.attrs["shape"])
-        elif k == "broadcast":
-            r = np.broadcast_to(a[0], op.attrs["shape"])
+        elif k in VIEW_FUNCS:
+            r = VIEW_FUNCS[k](a[0], op.attrs)
         elif op.is_view or op.is_injective:
             r = _eval_injective(op, a)
         else:
