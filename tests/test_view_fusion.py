@@ -386,3 +386,26 @@ def test_a_reshape_that_mixes_rows_and_columns_is_still_refused():
     x = random_inputs(g)
     out = g.outputs[0]
     np.testing.assert_allclose(execute_plan(plan, x)[out], evaluate(g, x)[out], rtol=1e-5)
+
+
+def test_sdpa_bert_scales_q_and_k_in_the_projection_epilogue():
+    """torch's scaled_dot_product_attention as the exporter writes it multiplies q and k
+    by sqrt(scale) after the head split and transpose. The multiply joins the q/k
+    projection's epilogue through the split reshape: 20 / 31 dispatches (aggressive /
+    conservative; 24 / 35 before, when each multiply was a dispatch of its own); the
+    plans compute the graph."""
+    g = fixture("bert_sdpa")
+    plan = fuse(g)
+    assert (plan.num_dispatches, fuse(g, aggressive=False).num_dispatches) == (20, 31)
+    scaled = [d for d in plan.dispatches if d.kind == "contraction"
+              and [g.op(n).kind for n in d.ops] == ["matmul", "add", "reshape", "transpose",
+                                                    "mul"]]
+    assert len(scaled) == 4                        # q and k of both layers
+    knobs = next(c.knobs for c in contraction_space(g, scaled[0], GFX942) if c.legal)
+    run_kernel(g, scaled[0], knobs)                # the tile's re-indexed writes = numpy
+    x = random_inputs(g)
+    want = evaluate(g, x)
+    for p in (plan, fuse(g, aggressive=False)):
+        got = execute_plan(p, x)
+        for o in g.outputs:
+            np.testing.assert_allclose(got[o], want[o], rtol=1e-4, atol=1e-5)
