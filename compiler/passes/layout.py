@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..graph import Graph, is_identity_view, slice_windows
+from ..graph import Graph, is_identity_view, slice_windows, writes_view_in_place
 
 CONFLICT = "conflict"
 
@@ -172,3 +172,20 @@ def tile_writes_view(graph: Graph, root: str, members: set, chain: list) -> bool
         return False
     tables = root_tables(graph, root, set(members) | set(chain))
     return is_permutation(tables.get(chain[0]), graph.op(root).type.size)
+
+
+def group_writes_view(graph: Graph, root: str, members: set, chain: list) -> bool:
+    """Does the dispatch of ``root``'s group write the graph output ``chain[0]``, a view
+    chain over one of its ``members``? Any dispatch writes a view as an index map, except
+    a contraction's tile: it writes its result, views of it that move nothing, and
+    one-to-one views it maps its index through (:func:`tile_writes_view`); any other view
+    of it gets a copy dispatch (``multi_result``). An elementwise dispatch writes it
+    when its producer's walk covers it (``graph.writes_view_in_place``: not a slice or
+    a repeating broadcast; the merge check then asks the same of the merged walk)."""
+    rop = graph.op(root)
+    if rop.is_reduction:
+        return True
+    if not rop.is_contraction:
+        return writes_view_in_place(graph, graph.op(chain[-1]).inputs[0], chain[0])
+    return all(is_identity_view(graph.op(v), graph) for v in chain) or \
+        tile_writes_view(graph, root, members, chain)
