@@ -128,8 +128,8 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
     wave_size, lds_limit, vgpr_limit = (arch.wave_size, arch.lds_bytes_per_workgroup,
                                         arch.vgprs_per_lane)
     t = s["waves"] * wave_size
-    if t > 1024:
-        return f"{t} threads per workgroup, over 1024"
+    if t > arch.max_block_threads:
+        return f"{t} threads per workgroup, over {arch.max_block_threads}"
     if s["BQ"] % s["RM"] or (t * s["RM"]) % s["BQ"]:
         return (f"{t} threads do not split evenly over BQ={s['BQ']} rows in groups of "
                 f"RM={s['RM']}")

@@ -10,8 +10,9 @@ and ``lower`` (the lowering in ``compiler.lower``). A schedule still travels as 
 and pins (``--fix vector=4``) without ceremony; a pin names a knob some kind's ``Knobs``
 declares (:func:`check_pins`) and takes a value that kind's space enumerates (the search's
 ``select_candidates``). Each space marks illegal points with the reason (LDS over the
-limit, more than 1024 threads, misaligned vectors, too many registers), so the candidate
-table can show why a point was never simulated.
+limit, more threads than the arch allows, misaligned vectors, too many registers: every
+limit read from the ``Arch``), so the candidate table can show why a point was never
+simulated.
 
 Import direction: ``schedule`` -> ``lower``, never back.
 """

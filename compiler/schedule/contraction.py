@@ -99,7 +99,7 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             knobs = {"mma": mma, "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "KW": kw,
                      "lds_pad": pad, "vec_a": va, "vec_b": vb, "swizzle": swz}
             why = check_schedule(gemm, knobs, arch)
-            if why and mma == "mfma" and arch.wave_size != 64:
+            if why and mma == "mfma" and not arch.mfma_passes:
                 if ti or swz != SWIZZLES[0]:
                     continue  # one illegal point says why, not the whole MFMA list
             opt_in = "mma" if mma == "mfma" else ""
