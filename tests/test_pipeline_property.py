@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpusim.hw import GFX942, get_arch
 import gpusim
 from compiler.graph import Graph
 from compiler.lower import lower
@@ -37,7 +38,7 @@ def test_simulated_kernels_compute_the_graph(g, aggressive, pick, arch):
     for d in plan.dispatches:
         # the check fusion asks before every merge (issue 16) holds for every dispatch
         assert check(g, d) == "", f"{d.name}: {check(g, d)} in graph {describe(g)}"
-        space = schedule_space(g, d, arch)
+        space = schedule_space(g, d, get_arch(arch))
         legal = [c for c in space if c.legal and not c.opt_in]
         assert legal, (f"{d.name} ops {d.ops} outputs {d.outputs}: no legal schedule "
                        f"({sorted({c.reason for c in space})}) in graph {describe(g)}")
@@ -82,7 +83,7 @@ def test_square_gemm_epilogue_keeps_its_transpose(aggressive, back):
     env = evaluate(g, random_inputs(g, 5), keep_all=True)
     values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
     (d,) = plan.dispatches
-    for c in schedule_space(g, d, "gfx942"):  # every placement and tile: the failing one
+    for c in schedule_space(g, d, GFX942):  # every placement and tile: the failing one
         if not c.legal:                       # was the first FMA tile, swizzle none
             continue
         k = lower(g, d, c.knobs, "gfx942")
@@ -108,8 +109,8 @@ def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
     plan = fuse(g, aggressive=aggressive)
     (d,) = plan.dispatches
     env = evaluate(g, random_inputs(g, 2), keep_all=True)
-    legal = [c for c in schedule_space(g, d, "gfx942") if c.legal and not c.opt_in]
-    assert legal, [c.reason for c in schedule_space(g, d, "gfx942")]
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, GFX942)]
     for c in legal:
         k = lower(g, d, c.knobs, "gfx942")
         ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
@@ -123,8 +124,8 @@ def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
 def _simulate_every_schedule(g, d, env, limit=None):
     """Lowers ``d`` with each legal schedule (the first ``limit``) and checks every output
     against the reference values ``env``; returns how many schedules ran."""
-    legal = [c for c in schedule_space(g, d, "gfx942") if c.legal and not c.opt_in]
-    assert legal, [c.reason for c in schedule_space(g, d, "gfx942")]
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, GFX942)]
     for c in legal[:limit]:
         k = lower(g, d, c.knobs, "gfx942")
         ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
