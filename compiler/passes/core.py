@@ -449,12 +449,14 @@ class FusionState:
 
         outs = {e.src for e in R.out + O.out if not inside(e.dst)}
         views = []
+        # the members matter only to a contraction's tile (its one-to-one views)
+        members = (R.ops | O.ops) if g.op(R.root).is_contraction else R.ops
         for src, o, chain in self.graph_outputs:
             if not inside(src):
                 continue
             if not chain:
                 outs.add(o)
-            elif group_writes_view(g, R.root, R.ops | O.ops, list(chain)):
+            elif group_writes_view(g, R.root, members, list(chain)):
                 outs.add(o)
                 views.extend(chain)
         ops, inputs = [], []
