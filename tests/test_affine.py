@@ -117,8 +117,8 @@ def test_root_tables_in_closed_form_equal_the_materialised_ones(chain):
             ref = ref[slice_windows(op.attrs)]
         else:
             ref = np.broadcast_to(ref, op.type.shape)
-    assert np.array_equal(layout._array(tab), ref)
+    assert np.array_equal(layout.as_array(tab), ref)
     flat = ref.reshape(-1)
     counted = ref.size == x.size and np.array_equal(np.sort(flat), np.arange(x.size))
     assert layout.is_permutation(tab, x.size) == counted
-    assert layout.is_permutation(layout._array(tab), x.size) == counted
+    assert layout.is_permutation(layout.as_array(tab), x.size) == counted

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpusim
+from gpusim.hw import GFX942
 from compiler import limits, numerics, partial
 from compiler.models import load_model
 from compiler.passes import fuse
@@ -78,7 +79,7 @@ def test_memory_offsets_and_rows_follow_the_layout():
 
 def test_partial_inputs_fill_only_their_elements():
     g = load_model("softmax:rows=64,cols=256")
-    k = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=1)[0].kernel
+    k = tune_dispatches(g, fuse(g).dispatches, GFX942, budget=1)[0].kernel
     x = next(b for b in k.buffers if b.intent == "in")
     vals = np.linspace(-1, 1, 256, dtype=np.float32)
     res = gpusim.simulate(k, "gfx942", inputs={x.name: gpusim.Partial(np.arange(256), vals)})
@@ -97,18 +98,18 @@ def test_sampled_check_decides_by_rows_and_agrees_with_the_whole_check(monkeypat
     same workgroups' elements, within the rows' rounding."""
     from compiler import search
     g = load_model("attention:heads=8,seq=256,dim=32")
-    tuned = tune_dispatches(g, fuse(g, attention=False).dispatches, "gfx942", budget=2)
+    tuned = tune_dispatches(g, fuse(g, attention=False).dispatches, GFX942, budget=2)
     decided = []
     real = search._check_rows
     monkeypatch.setattr(search, "_check_rows",
                         lambda *a, **k: decided.append(real(*a, **k)) or decided[-1])
-    verify_dispatches(g, tuned, "gfx942", check_all=False)
+    verify_dispatches(g, tuned, GFX942, check_all=False)
     assert len(decided) == len(tuned) == 3 and all(x is not None for x in decided)
     assert all(d.verified and "of" in d.check for d in tuned)
     env = evaluate(g, random_inputs(g, 0), keep_all=True)
     from compiler.sampling import sample_workgroups
     for d, (err, _) in zip(tuned, decided):
-        whole = search._check_whole(g, d, "gfx942", env, sample_workgroups(d.kernel.grid, 0))
+        whole = search._check_whole(g, d, GFX942, env, sample_workgroups(d.kernel.grid, 0))
         assert whole[1] and abs(whole[0] - err) <= 1e-5
 
 

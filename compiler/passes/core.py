@@ -170,6 +170,10 @@ class FusionState:
     aggressive: bool
     conditions: tuple = ()        # rule conditions before pairing, in order
     space_conditions: tuple = ()  # rule conditions after pairing, in order
+    #: rules that can pair two spaces joined by a non-projected map (a reshape splitting
+    #: or merging dims), each proving the merge exact by its own means: (st, at) ->
+    #: Pairing, a reason string, or None when the rule does not apply
+    reindexers: tuple = ()
     groups: dict = field(default_factory=dict)    # id -> Group
     owner: MutableMapping = None                  # op -> group id
     decisions: dict = field(default_factory=dict)  # (producer, consumer) -> Decision
@@ -182,9 +186,10 @@ class FusionState:
 
     @classmethod
     def start(cls, graph: Graph, aggressive: bool, conditions=(),
-              space_conditions=()) -> "FusionState":
+              space_conditions=(), reindexers=()) -> "FusionState":
         """Every compute op in its own group: the unfused plan."""
-        st = cls(graph, aggressive, tuple(conditions), tuple(space_conditions))
+        st = cls(graph, aggressive, tuple(conditions), tuple(space_conditions),
+                 tuple(reindexers))
         st.owner = _Owners(st)
         order = graph.topo_order()
         st.order = {n: i for i, n in enumerate(order)}
@@ -434,18 +439,29 @@ class FusionState:
             return False, ("one reads the other's result: they are producer and consumer, "
                            "not siblings")
         at = Attempt(rule, prod, cons, edges, sibling, other_uses_ok)
+        p = None
         for e in edges:
             if e.opaque:
                 via = f" through {', '.join(e.views)}" if e.views else ""
-                return False, (f"{e.dst} reads {e.src}{via} with a map that is not a "
-                               f"projection of its loops (a reshape that splits/merges "
-                               f"dims, or a convolution window)")
+                why = (f"{e.dst} reads {e.src}{via} with a map that is not a "
+                       f"projection of its loops (a reshape that splits/merges "
+                       f"dims, or a convolution window)")
+                for rx in self.reindexers:
+                    p = rx(self, at)
+                    if p is not None:
+                        break
+                if p is None:
+                    return False, why
+                if isinstance(p, str):
+                    return False, f"{why}; {p}"
+                break
         for cond in self.conditions:
             reason = cond(self, at)
             if reason:
                 return False, reason
         links = sibling_links if sibling else [(e.src, e.dst, e.links) for e in edges]
-        p = self.pair(at, links)
+        if p is None:
+            p = self.pair(at, links)
         if isinstance(p, str):
             return False, p
         for cond in self.space_conditions:

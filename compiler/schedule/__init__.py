@@ -10,8 +10,9 @@ and ``lower`` (the lowering in ``compiler.lower``). A schedule still travels as 
 and pins (``--fix vector=4``) without ceremony; a pin names a knob some kind's ``Knobs``
 declares (:func:`check_pins`) and takes a value that kind's space enumerates (the search's
 ``select_candidates``). Each space marks illegal points with the reason (LDS over the
-limit, more than 1024 threads, misaligned vectors, too many registers), so the candidate
-table can show why a point was never simulated.
+limit, more threads than the arch allows, misaligned vectors, too many registers: every
+limit read from the ``Arch``), so the candidate table can show why a point was never
+simulated.
 
 Import direction: ``schedule`` -> ``lower``, never back.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import GraphError
 from ..lower import dispatch_kind
@@ -45,16 +46,16 @@ def check_pins(fixed: dict) -> None:
                          f"knobs per kind: {listing}")
 
 
-def schedule_space(graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+def schedule_space(graph, dispatch, arch: Arch) -> list:
     """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
     kind = dispatch_kind(graph, dispatch)
     if kind == "attention":
-        return attention.space(graph, dispatch, arch_name)
+        return attention.space(graph, dispatch, arch)
     if kind == "contraction":
-        return contraction.space(graph, dispatch, arch_name)
+        return contraction.space(graph, dispatch, arch)
     if kind == "reduction":
-        return rows.space(graph, dispatch, arch_name)
-    return elementwise.space(graph, dispatch, arch_name)
+        return rows.space(graph, dispatch, arch)
+    return elementwise.space(graph, dispatch, arch)
 
 
 __all__ = ["Candidate", "KINDS", "check_pins", "knob_names", "schedule_space"]
