@@ -365,7 +365,7 @@ def test_tile_writes_the_split_or_merged_view_and_matches_numpy(name, swizzle):
     placement; the writes stay vectors along the contiguous dim when swizzled."""
     g = HEAD_GRAPHS[name]()
     d = fuse(g).dispatches[0]
-    knobs = next(c.knobs for c in contraction_space(g, d, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
                  if c.legal and c.knobs["swizzle"] == swizzle)
     k, _ = run_kernel(g, d, knobs)
     if swizzle != "none":

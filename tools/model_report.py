@@ -35,7 +35,7 @@ from compiler.commands.common import arch_value  # noqa: E402  (needs the path a
 from gpusim.hw import DEFAULT_ARCH, Arch  # noqa: E402
 
 
-def report(path: str, budget: int | None, arch: Arch) -> dict:
+def report(path: str, budget: int | None, arch: Arch, cache: str | None = None) -> dict:
     from compiler.graph import GraphError
     from compiler.models import ModelError
     from compiler.passes import fuse
@@ -56,17 +56,21 @@ def report(path: str, budget: int | None, arch: Arch) -> dict:
     if budget:
         from compiler import tunedb
         from compiler.search import tune
-        store = tunedb.MemoryStore()
+        # a tuning database file when given (verify/export --cache reuse it), else memory
+        store = tunedb.open_store(cache, False) if cache else tunedb.MemoryStore()
         walls = []
-        for _ in range(2):   # first: every distinct dispatch simulated; second: cached
-            t0 = time.perf_counter()
-            try:
+        try:
+            for _ in range(2):   # first: every distinct dispatch simulated; second: cached
+                t0 = time.perf_counter()
                 res = tune(g, arch, budget=budget, seed=0, baseline=True, verify=True,
                            store=store)
-            except GraphError as exc:
-                row["tune_error"] = str(exc).split(" (")[0]
-                return row
-            walls.append(time.perf_counter() - t0)
+                walls.append(time.perf_counter() - t0)
+        except GraphError as exc:
+            row["tune_error"] = str(exc).split(" (")[0]
+            return row
+        finally:
+            if hasattr(store, "close"):
+                store.close()
         row["tune_wall_s"] = round(walls[0], 1)
         row["tune_cached_wall_s"] = round(walls[1], 1)
         row["tuned_plan"] = res.mode
@@ -119,6 +123,9 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=arch_value, default=DEFAULT_ARCH)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print the README's table")
+    ap.add_argument("--cache", metavar="PATH",
+                    help="tune on this tuning database file (else in memory); pass a fresh "
+                         "path for a first-run wall time")
     args = ap.parse_args(argv)
     files = args.files or sorted(glob.glob(os.path.join(ROOT, "tests", "data", "*.onnx")))
     missing = [f for f in files if not os.path.isfile(f)]
@@ -128,14 +135,14 @@ def main(argv=None) -> int:
         return 2
     rows = []
     for f in files:
-        rows.append(report(f, args.tune, args.arch))
+        rows.append(report(f, args.tune, args.arch, args.cache))
         if args.json or args.markdown:   # long runs: one line per model as it finishes
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     if args.markdown:
-        print(markdown(rows, args.arch))
+        print(markdown(rows, args.arch.name))
         return 0
     head = f"{'model':20s} {'import':>7s} {'ops':>5s} {'aggr':>5s} {'cons':>5s} {'unfused':>7s}"
     if args.tune:
