@@ -16,6 +16,9 @@ import argparse
 import json
 import time
 
+from gpusim.hw import DEFAULT_ARCH, Arch
+
+from .commands.common import arch_value
 from .models import load_model
 from .passes import fuse
 from .search import attention_decisions, tune_dispatches
@@ -23,14 +26,14 @@ from .search import attention_decisions, tune_dispatches
 PINS = {"q_in": "registers", "row_stats": "registers", "lds_pad": 4}
 
 
-def row(heads: int, seq: int, dim: int, arch: str, budget: int) -> dict:
+def row(heads: int, seq: int, dim: int, arch: Arch, budget: int) -> dict:
     g = load_model(f"attention:heads={heads},seq={seq},dim={dim}")
     fused, split = fuse(g), fuse(g, attention=False)
     t0 = time.time()
     f = tune_dispatches(g, fused.dispatches, arch, fixed=PINS)
     s = tune_dispatches(g, split.dispatches, arch, budget=budget)
     [dec] = attention_decisions(g, f, s)
-    return {"heads": heads, "seq": seq, "dim": dim, "arch": arch, **dec.cost,
+    return {"heads": heads, "seq": seq, "dim": dim, "arch": arch.name, **dec.cost,
             "fused_plan_bytes": fused.bytes_fused, "split_plan_bytes": split.bytes_fused,
             "fused_schedule": f[0].best.knobs, "fused_wins": dec.fused,
             "reason": dec.reason, "seconds": round(time.time() - t0, 1)}
@@ -38,7 +41,7 @@ def row(heads: int, seq: int, dim: int, arch: str, budget: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--arch", default="gfx942")
+    p.add_argument("--arch", type=arch_value, default=DEFAULT_ARCH)
     p.add_argument("--seqs", default="128,1024,4096")
     p.add_argument("--dims", default="64,128")
     p.add_argument("--heads", type=int, default=12)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpusim
+from gpusim.hw import get_arch
 from compiler import builders as B
 from compiler.graph import Graph
 from compiler.lower import lower
@@ -76,7 +77,7 @@ def test_fused_attention_equals_numpy(heads, sq, sk, dk, dv, mask, pick, arch):
         sk = sq
     g = attention_graph(heads, sq, sk, dk, dv, mask)
     d = next(d for d in fuse(g).dispatches if d.kind == "attention")
-    legal = [c for c in schedule_space(g, d, arch) if c.legal]
+    legal = [c for c in schedule_space(g, d, get_arch(arch)) if c.legal]
     assert legal
     run(g, legal[pick % len(legal)].knobs, arch)
 

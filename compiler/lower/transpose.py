@@ -35,7 +35,7 @@ import math
 import numpy as np
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from . import affine
@@ -133,7 +133,7 @@ def staging_plan(graph: Graph, dispatch) -> tuple:
     return "no input is stored with another contiguous dim than the output"
 
 
-def lower_transpose(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
         raise LoweringError(f"transpose=lds: {plan}; use transpose=none")
@@ -145,8 +145,9 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch_name: str = DEF
         raise LoweringError(f"tile={T}: the LDS tile is 32 or 64 elements square")
     if pad not in PADS:
         raise LoweringError(f"lds_pad={pad}: pad the tile rows by 0 or 1 element")
-    if wg % T or wg > T * T:
-        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most {T * T}")
+    if wg % T or wg > min(T * T, arch.max_block_threads):
+        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most "
+                            f"{min(T * T, arch.max_block_threads)}")
     rows = wg // T            # tile rows covered per pass
     passes = T // rows        # elements each thread moves per phase
     others = [d for d in range(len(shape)) if d not in (d_i, d_o)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.attention import (BKS, BQS, LDS_PADS, Q_IN, RMS, ROW_STATS, WAVES, Attention,
@@ -48,15 +48,23 @@ def _prior(k: dict) -> tuple:
             LDS_PADS.index(k["lds_pad"]))
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list[Candidate]:
+def check(graph: Graph, dispatch) -> str:
+    """'' when the dispatch has the attention structure the kernel computes, else why
+    not (whether a tile fits the arch's LDS and registers is the space's business)."""
+    try:
+        Attention(graph, dispatch)
+    except LoweringError as e:
+        return str(e)
+    return ""
+
+
+def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
     """Every candidate schedule, legal ones first in the prior's order; an illegal point
     carries the reason (LDS, registers, threads that do not split over the rows)."""
     try:
         a = Attention(graph, dispatch)
     except LoweringError as e:
         return [Candidate({}, False, str(e))]
-    arch = get_arch(arch_name)
-    ws, lds, vgprs = arch.wave_size, arch.lds_bytes_per_workgroup, arch.vgprs_per_lane
     legal, illegal = [], []
     for bq in BQS:
         for bk in BKS:
@@ -65,14 +73,14 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list[Candida
                     for rs, qin in itertools.product(ROW_STATS, Q_IN):
                         knobs = {"BQ": bq, "BK": bk, "waves": w, "RM": rm, "q_in": qin,
                                  "row_stats": rs, "lds_pad": 4}
-                        why = check_schedule(a, knobs, ws, lds, vgprs)
+                        why = check_schedule(a, knobs, arch)
                         (illegal if why else legal).append(Candidate(knobs, not why, why))
     legal.sort(key=lambda c: _prior(c.knobs))
     if legal:
         first = legal[0].knobs
         for pad in LDS_PADS[1:]:
             knobs = {**first, "lds_pad": pad}
-            why = check_schedule(a, knobs, ws, lds, vgprs)
+            why = check_schedule(a, knobs, arch)
             (illegal if why else legal).append(Candidate(knobs, not why, why))
     return legal + illegal
 
