@@ -44,10 +44,15 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
 
 The estimate is a model of what hipcc would allocate, not a register allocator: it is
 good for the occupancy cliffs (24 -> 8 waves, 128 -> 4 waves, ...) that schedules cross.
-Known gap: hipcc's scheduler interleaves LDS reads with their FMAs when registers are
-short (a hoisted Q block, many scores per thread), which this program-order model does
-not see, so it over-counts such attention schedules (e.g. 125 vs hipcc's 98 at the same
-occupancy; tests/test_attention_vgprs.py).
+Known gaps, measured by ``tools/vgpr_sweep.py`` (66 of 90 sampled contraction points of
+mlp, conv_add_relu and bert_2layer.onnx meet ``wavefuse check``'s rule on gfx90a; 65
+before the dead-code rule): hipcc's scheduler interleaves LDS reads with their FMAs when
+registers are short (a hoisted Q block, many scores per thread; the second half of a
+straight-line split-K tile's fragment reads: 87 estimated vs 69-76), which this
+program-order model does not see, yet hoists all of a K loop's reads to the loop top for
+some small tiles (64x64x16: 99 vs 144), and a 1024-thread workgroup, capped at 4 waves
+per SIMD anyway, gets up to 128 VGPRs (41 vs 128). tests/test_contraction_vgprs.py and
+tests/test_attention_vgprs.py pin agreeing points and these gaps.
 
 Occupancy (waves per SIMD, S9): the minimum of
 - wave slots (8 per SIMD on CDNA, 16 on gfx1100),
