@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .export import ExportError
-from .simfacts import SIM_FORMAT, VGPR_FILE, sim_info as _sim_info, vgpr_occupancy
+from .simfacts import SIM_FORMAT, TARGET_ARCH, sim_info as _sim_info, vgpr_occupancy
 
 #: archs the installed clang does not know, and the one with the same ISA it checks instead.
 CHECK_AS = {"gfx942": "gfx940", "gfx941": "gfx940"}
@@ -58,7 +58,7 @@ _META = {"vgprs": r"^\s+\.vgpr_count:\s+(\d+)", "agprs": r"^\s+\.agpr_count:\s+(
 
 
 #: the targets a check can compare with the simulator (it needs their VGPR file).
-CHECK_ARCHES = tuple(VGPR_FILE)
+CHECK_ARCHES = tuple(TARGET_ARCH)
 
 
 def check_archs(archs) -> tuple[str, ...]:

@@ -17,6 +17,9 @@ import argparse
 import json
 import time
 
+from gpusim.hw import DEFAULT_ARCH, Arch
+
+from .commands.common import arch_value
 from .models import load_model
 from .passes import fuse
 from .search import attention_decisions, tune_dispatches
@@ -24,7 +27,7 @@ from .search import attention_decisions, tune_dispatches
 PINS = {"q_in": "registers", "row_stats": "registers", "lds_pad": 4}
 
 
-def row(heads: int, seq: int, dim: int, arch: str, budget: int) -> dict:
+def row(heads: int, seq: int, dim: int, arch: Arch, budget: int) -> dict:
     g = load_model(f"attention:heads={heads},seq={seq},dim={dim}")
     fused, split = fuse(g), fuse(g, attention=False)
     t0 = time.time()
@@ -36,7 +39,7 @@ def row(heads: int, seq: int, dim: int, arch: str, budget: int) -> dict:
         mma = c.knobs.get("mma", "fma")
         if c.ok and (mma not in best or c.time_us < best[mma].time_us):
             best[mma] = c
-    return {"heads": heads, "seq": seq, "dim": dim, "arch": arch, **dec.cost,
+    return {"heads": heads, "seq": seq, "dim": dim, "arch": arch.name, **dec.cost,
             **{f"fused_{m}_us": round(c.time_us, 3) for m, c in best.items()},
             **{f"fused_{m}_schedule": c.knobs for m, c in best.items()},
             "fused_plan_bytes": fused.bytes_fused, "split_plan_bytes": split.bytes_fused,
@@ -46,7 +49,7 @@ def row(heads: int, seq: int, dim: int, arch: str, budget: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--arch", default="gfx942")
+    p.add_argument("--arch", type=arch_value, default=DEFAULT_ARCH)
     p.add_argument("--seqs", default="128,1024,4096")
     p.add_argument("--dims", default="64,128")
     p.add_argument("--heads", type=int, default=12)

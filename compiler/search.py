@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from . import numerics
 from .graph import Graph, GraphError
@@ -111,7 +111,7 @@ DispatchTune.kernel = property(_kernel_get, _kernel_set)
 @dataclass
 class TuneResult:
     model: str
-    arch: str
+    arch: Arch
     mode: str
     plan: object
     dispatches: list
@@ -136,7 +136,7 @@ class TuneResult:
         return {"total_us": total, "launch_us": launches, "kernel_us": total - launches}
 
     def to_json(self) -> dict:
-        return {"model": self.model, "arch": self.arch, "mode": self.mode,
+        return {"model": self.model, "arch": self.arch.name, "mode": self.mode,
                 "total_time_us": self.total_time_us,
                 "unfused_time_us": self.unfused_time_us,
                 "roofline_time_us": self.roofline_time_us,
@@ -150,7 +150,7 @@ class TuneResult:
 
 
 # ----------------------------------------------------------------------------- scoring
-def score(graph: Graph, dispatch, knobs: dict, arch: str) -> Scored:
+def score(graph: Graph, dispatch, knobs: dict, arch: Arch) -> Scored:
     """Lowers and simulates one candidate in timing mode; failures become reasons."""
     import gpusim
     try:
@@ -309,7 +309,7 @@ def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> li
     return sorted(out, key=lambda s: s.time_us)
 
 
-def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
+def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, fixed=None,
                     seed=0, workers=1, progress=None, label="", store=None,
                     cluster=None) -> list:
     """Scores candidates of every dispatch; returns DispatchTune per dispatch.
@@ -320,11 +320,8 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     tuning. The misses run serially, in ``workers`` processes or on a Dask ``cluster``
     (``compiler.cluster``); results come back in job order, so the choice is the same.
     """
-    from gpusim.hw import get_arch
-
     from . import cluster as runner
     from . import tunedb
-    hw = get_arch(arch)
     fixed = fixed or {}
     store = tunedb.MemoryStore() if store is None else store
     version = tunedb.model_version()
@@ -388,7 +385,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
                               f"simulated ({reasons})")
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
         t = DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal, None,
-                         nbytes, flops, roofline_us(nbytes, flops, hw))
+                         nbytes, flops, roofline_us(nbytes, flops, arch))
         t._lower = (graph, arch)
         out.append(t)
     return out
@@ -423,7 +420,7 @@ def _scored_of(row: dict, knobs: dict) -> Scored:
                   row["occupancy_limiter"], row["error"])
 
 
-def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
+def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
                       store=None, check_all: bool = True) -> None:
     """Runs every chosen kernel functionally in gpusim and compares with numpy: every
     workgroup with ``check_all``, else the output tiles of a sample of workgroups
@@ -508,7 +505,7 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
                                             "check": d.check}}, version)
 
 
-def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
+def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
     """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
@@ -516,12 +513,12 @@ def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixe
 
     ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
     fresh in-memory one when None); ``cluster``: a ``compiler.cluster.Cluster``;
-    ``check_all``: check every workgroup's values, not a sample's."""
-    from gpusim.hw import get_arch
-
+    ``check_all``: check every workgroup's values, not a sample's. ``arch`` is resolved
+    here, once (a name for the Python API's convenience); everything below takes the
+    ``Arch``."""
     from . import tunedb
     from .passes import fuse
-    hw = get_arch(arch)
+    arch = get_arch(arch)
     check_pins(fixed or {})
     store = tunedb.MemoryStore() if store is None else store
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
@@ -570,7 +567,7 @@ def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixe
         verify_dispatches(graph, tuned, arch, seed, store=store, check_all=check_all)
     flops = sum(d.flops for d in tuned)
     nbytes = minimal_bytes(graph)
-    roof = roofline_us(nbytes, flops, hw)
+    roof = roofline_us(nbytes, flops, arch)
     return TuneResult(graph.name, arch, chosen, plan, tuned, sum(d.best.time_us for d in tuned),
-                      unfused_us, len(unfused), roof, hw.launch_overhead_us, choice,
-                      roofline_basis(nbytes, hw))
+                      unfused_us, len(unfused), roof, arch.launch_overhead_us, choice,
+                      roofline_basis(nbytes, arch))

@@ -50,7 +50,7 @@ exceeds the 9.5% gain of the means.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 PUBLISHED = {
     "source": "shared/seeds/000_27d0e8b7047b9495.txt (rocMLIR PR discussion, MI300, "
@@ -79,7 +79,7 @@ def contraction_dispatch(graph, aggressive: bool = True):
     return next(d for d in plan.dispatches if d.kind == "contraction")
 
 
-def seed_rows(arch: str = DEFAULT_ARCH, tile: dict | None = None) -> list:
+def seed_rows(arch: Arch, tile: dict | None = None) -> list:
     """Every (model, swizzle placement) of the seed with ``tile`` (rocMLIR's by default),
     scored by gpusim in timing mode."""
     from .lower.contraction import Gemm
@@ -97,8 +97,7 @@ def seed_rows(arch: str = DEFAULT_ARCH, tile: dict | None = None) -> list:
             sc = score(graph, d, {**knobs, "swizzle": swz}, arch)
             if sc.time_us is None:
                 raise ValueError(f"seed tile {tile} is not legal for {model}: {sc.error}")
-            from gpusim.hw import get_arch
-            lo = get_arch(arch).launch_overhead_us
+            lo = arch.launch_overhead_us
             rows.append(SeedRow(model, swz, sc.time_us - lo, sc.counters["coalescing_pct"]))
     return rows
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpusim.hw import Arch
+
 from .graph import GraphError
 
 ENV_VAR = "WAVEFUSE_CACHE"
@@ -215,13 +217,13 @@ def knobs_text(knobs: dict) -> str:
                       separators=(",", ":"), default=str)
 
 
-def score_key(fingerprint: str, arch: str, knobs: dict, version: str) -> str:
-    return hashlib.sha256(f"score|{fingerprint}|{arch}|{knobs_text(knobs)}|{version}"
+def score_key(fingerprint: str, arch: Arch, knobs: dict, version: str) -> str:
+    return hashlib.sha256(f"score|{fingerprint}|{arch.name}|{knobs_text(knobs)}|{version}"
                           .encode()).hexdigest()
 
 
-def space_key(fingerprint: str, arch: str, version: str) -> str:
-    return hashlib.sha256(f"space|{fingerprint}|{arch}|{version}".encode()).hexdigest()
+def space_key(fingerprint: str, arch: Arch, version: str) -> str:
+    return hashlib.sha256(f"space|{fingerprint}|{arch.name}|{version}".encode()).hexdigest()
 
 
 def graph_fingerprint(graph) -> str:
@@ -242,11 +244,11 @@ def reference_version() -> str:
     return _VERSION["ref"]
 
 
-def check_key(kernel: str, arch: str, version: str, data: str, extent: str) -> str:
+def check_key(kernel: str, arch: Arch, version: str, data: str, extent: str) -> str:
     """Key of a functional check: the kernel (dispatch fingerprint and knobs), the arch,
     the model version, what the data is (graph fingerprint, seed, the dispatch's tensors),
     the check's extent and the reference's version."""
-    return hashlib.sha256(f"check|{kernel}|{arch}|{version}|{reference_version()}|{data}|"
+    return hashlib.sha256(f"check|{kernel}|{arch.name}|{version}|{reference_version()}|{data}|"
                           f"{extent}".encode()).hexdigest()
 
 

@@ -4,6 +4,7 @@ the JIT and the pure-Python engine; the rule fuses what it can see and falls bac
 reason otherwise; the search compares the fused and the 3-dispatch plans."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 import gpusim
 from gpusim import program as P
+from gpusim.hw import get_arch
 from compiler import builders as B
 from compiler.graph import Graph
 from compiler.lower import lower
@@ -77,7 +79,7 @@ def test_fused_attention_equals_numpy(heads, sq, sk, dk, dv, mask, pick, arch):
         sk = sq
     g = attention_graph(heads, sq, sk, dk, dv, mask)
     d = next(d for d in fuse(g).dispatches if d.kind == "attention")
-    legal = [c for c in schedule_space(g, d, arch) if c.legal]
+    legal = [c for c in schedule_space(g, d, get_arch(arch)) if c.legal]
     assert legal
     run(g, legal[pick % len(legal)].knobs, arch)
 
@@ -94,7 +96,8 @@ def test_mfma_attention_equals_numpy(heads, sq, sk, dk, dv, mask, pick, arch):
         sk = sq
     g = attention_graph(heads, sq, sk, dk, dv, mask)
     d = next(d for d in fuse(g).dispatches if d.kind == "attention")
-    legal = [c for c in schedule_space(g, d, arch) if c.legal and c.knobs["mma"] == "mfma"]
+    legal = [c for c in schedule_space(g, d, get_arch(arch))
+             if c.legal and c.knobs["mma"] == "mfma"]
     assert legal
     k, _, _, _ = run(g, legal[pick % len(legal)].knobs, arch)
     assert k.meta["mfma_shape"] and any(isinstance(s, P.Mfma) for s in P.walk(k.body))
@@ -120,22 +123,22 @@ def test_mfma_schedules_the_check_refuses():
     a = Attention(g, next(d for d in fuse(g).dispatches if d.kind == "attention"))
     ok = {"mma": "mfma", "BQ": 64, "BK": 32, "waves": 2, "RM": 1, "q_in": "registers",
           "row_stats": "registers", "lds_pad": 4}
-    assert check_schedule(a, ok, 64, 65536, 512) == ""
-    assert "wave64" in check_schedule(a, ok, 32, 65536, 1536)
-    assert "waves x RM x 32 or x 16" in check_schedule(a, {**ok, "BQ": 16}, 64, 65536, 512)
-    assert "whole 32-key" in check_schedule(a, {**ok, "BK": 16}, 64, 65536, 512)
-    assert "row statistics in registers" in check_schedule(a, {**ok, "row_stats": "lds"},
-                                                            64, 65536, 512)
-    assert "LDS" in check_schedule(a, ok, 64, 8192, 512)
+    cdna, rdna = get_arch("gfx942"), get_arch("gfx1100")
+    assert check_schedule(a, ok, cdna) == ""
+    assert "wave64" in check_schedule(a, ok, rdna)
+    assert "waves x RM x 32 or x 16" in check_schedule(a, {**ok, "BQ": 16}, cdna)
+    assert "whole 32-key" in check_schedule(a, {**ok, "BK": 16}, cdna)
+    assert "row statistics in registers" in check_schedule(a, {**ok, "row_stats": "lds"}, cdna)
+    small = dataclasses.replace(cdna, lds_bytes_per_workgroup=8192)
+    assert "LDS" in check_schedule(a, ok, small)
     big = attention_graph(1, 64, 64, 128, 128)
     ab = Attention(big, next(d for d in fuse(big).dispatches if d.kind == "attention"))
-    assert "registers per lane" in check_schedule(ab, {**ok, "BK": 64, "RM": 2, "BQ": 128},
-                                                  64, 65536, 512)
+    assert "registers per lane" in check_schedule(ab, {**ok, "BK": 64, "RM": 2, "BQ": 128}, cdna)
     # the space: mfma points on CDNA, one illegal point saying why on RDNA
     d = next(d for d in fuse(g).dispatches if d.kind == "attention")
-    assert any(c.legal and c.knobs["mma"] == "mfma" for c in schedule_space(g, d, "gfx942"))
-    rdna = [c for c in schedule_space(g, d, "gfx1100") if c.knobs.get("mma") == "mfma"]
-    assert len(rdna) == 1 and not rdna[0].legal and "CDNA" in rdna[0].reason
+    assert any(c.legal and c.knobs["mma"] == "mfma" for c in schedule_space(g, d, cdna))
+    on_rdna = [c for c in schedule_space(g, d, rdna) if c.knobs.get("mma") == "mfma"]
+    assert len(on_rdna) == 1 and not on_rdna[0].legal and "CDNA" in on_rdna[0].reason
 
 
 @pytest.mark.parametrize("mask,row_stats,q_in", [("none", "registers", "registers"),

@@ -8,12 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpusim.hw import GFX942, get_arch
 import gpusim
 from compiler.graph import Graph
 from compiler.lower import lower
 from compiler.schedule import schedule_space
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
+from compiler.plan import execute_plan, max_error
 from compiler.reference import evaluate, random_inputs
 
 from test_fusion_property import graphs  # noqa: E402  (the fusion tests' graph generator)
@@ -34,7 +36,7 @@ def test_simulated_kernels_compute_the_graph(g, aggressive, pick, arch):
     env = evaluate(g, random_inputs(g, 3), keep_all=True)
     values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
     for d in plan.dispatches:
-        space = schedule_space(g, d, arch)
+        space = schedule_space(g, d, get_arch(arch))
         legal = [c for c in space if c.legal and not c.opt_in]
         assert legal, (f"{d.name} ops {d.ops} outputs {d.outputs}: no legal schedule "
                        f"({sorted({c.reason for c in space})}) in graph {describe(g)}")
@@ -79,7 +81,7 @@ def test_square_gemm_epilogue_keeps_its_transpose(aggressive, back):
     env = evaluate(g, random_inputs(g, 5), keep_all=True)
     values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
     (d,) = plan.dispatches
-    for c in schedule_space(g, d, "gfx942"):  # every placement and tile: the failing one
+    for c in schedule_space(g, d, GFX942):  # every placement and tile: the failing one
         if not c.legal:                       # was the first FMA tile, swizzle none
             continue
         k = lower(g, d, c.knobs, "gfx942")
@@ -105,8 +107,8 @@ def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
     plan = fuse(g, aggressive=aggressive)
     (d,) = plan.dispatches
     env = evaluate(g, random_inputs(g, 2), keep_all=True)
-    legal = [c for c in schedule_space(g, d, "gfx942") if c.legal and not c.opt_in]
-    assert legal, [c.reason for c in schedule_space(g, d, "gfx942")]
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, GFX942)]
     for c in legal:
         k = lower(g, d, c.knobs, "gfx942")
         ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
@@ -115,3 +117,84 @@ def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
         for o in d.outputs:
             np.testing.assert_array_equal(np.asarray(res.outputs[o]).reshape(env[o].shape),
                                           env[o], err_msg=str(c.knobs))
+
+
+def _simulate_every_schedule(g, d, env, limit=None):
+    """Lowers ``d`` with each legal schedule (the first ``limit``) and checks every output
+    against the reference values ``env``; returns how many schedules ran."""
+    legal = [c for c in schedule_space(g, d, "gfx942") if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, "gfx942")]
+    for c in legal[:limit]:
+        k = lower(g, d, c.knobs, "gfx942")
+        ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
+               if b.intent == "in"}
+        res = gpusim.simulate(k, "gfx942", inputs=ins)
+        for o in d.outputs:
+            np.testing.assert_allclose(np.asarray(res.outputs[o]).reshape(env[o].shape),
+                                       env[o], rtol=1e-5, atol=1e-6, err_msg=str(c.knobs))
+    return len(legal[:limit])
+
+
+W23 = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+
+
+def _gemm_neg_two_transposes() -> Graph:
+    g = Graph("gemm_two_transposes")
+    x = g.input("x", (2, 2))
+    t1 = g.transpose(g.neg(g.matmul(x, g.constant(W23))), (1, 0))
+    g.output(g.transpose(t1, (0, 1)), t1)
+    return g
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+def test_view_outputs_of_an_epilogue_are_written_by_the_tile(aggressive):
+    """Regression (issue 16, found by the ``long`` profile): x @ w -> neg -> transpose ->
+    identity transpose, both transposes graph outputs. Each view output got a copy
+    dispatch of its own (3 dispatches against the unfused 2, the tile's result read
+    twice); the tile now writes both in the view's order (layout propagation): one
+    dispatch reading x and w (40 bytes) and writing two 3x2 results (48 bytes)."""
+    g = _gemm_neg_two_transposes()
+    plan = fuse(g, aggressive=aggressive)
+    assert (plan.num_dispatches, plan.num_dispatches_unfused) == (1, 2)
+    assert (plan.bytes_fused, plan.bytes_unfused) == (88, 160)
+    (d,) = plan.dispatches
+    assert sorted(d.outputs) == sorted(g.outputs)
+    inputs = random_inputs(g, 1)
+    want = np.transpose(-(inputs["x"] @ W23))
+    got = execute_plan(plan, inputs)
+    for o in g.outputs:
+        np.testing.assert_array_equal(got[o], want)
+    env = evaluate(g, inputs, keep_all=True)
+    assert _simulate_every_schedule(g, d, env, limit=12) >= 1
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+def test_views_no_dispatch_can_write_share_one_copy(aggressive):
+    """Two graph outputs that are views of one tensor with one shape, which no dispatch
+    computing it can write (a graph input here; a slice of a GEMM result below), are
+    written by one copy dispatch reading the tensor once, never by a copy each."""
+    g = Graph("input_views")
+    x = g.input("x", (2, 3))
+    t = g.transpose(x, (1, 0))
+    g.output(t, g.transpose(t, (0, 1)))
+    plan = fuse(g, aggressive=aggressive)
+    assert plan.num_dispatches == 1 and plan.bytes_fused == 24 * 3
+    assert plan.num_dispatches <= plan.num_dispatches_unfused
+    env = evaluate(g, random_inputs(g, 2), keep_all=True)
+    _simulate_every_schedule(g, plan.dispatches[0], env, limit=12)
+
+    g = Graph("gemm_slices")
+    x = g.input("x", (2, 2))
+    w = g.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))
+    n = g.neg(g.matmul(x, w))
+    s = g.slice(n, starts=(0, 1), steps=(1, 1), shape=(2, 2))
+    g.output(s, g.transpose(g.transpose(s, (1, 0)), (1, 0)))
+    plan = fuse(g, aggressive=aggressive)
+    assert plan.num_dispatches <= plan.num_dispatches_unfused == 2
+    assert plan.bytes_fused <= plan.bytes_unfused
+    inputs = random_inputs(g, 3)
+    want = evaluate(g, inputs)
+    assert max_error(want, execute_plan(plan, inputs)) == 0.0
+    env = evaluate(g, inputs, keep_all=True)
+    for d in plan.dispatches:
+        _simulate_every_schedule(g, d, env, limit=4)

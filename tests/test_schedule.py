@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from gpusim.hw import GFX942
 from compiler import cli
 from compiler.lower import dispatch_kind
 from compiler.models import load_model
@@ -22,7 +23,7 @@ def test_every_candidate_uses_the_knobs_of_one_kind(spec):
     g = load_model(spec)
     for d in fuse(g).dispatches:
         kinds = FAMILY[dispatch_kind(g, d)]
-        for c in schedule_space(g, d, "gfx942"):
+        for c in schedule_space(g, d, GFX942):
             if not c.knobs:
                 continue   # a dispatch the kind cannot lower at all: one reason, no knobs
             assert any(set(c.knobs) <= set(knob_names(KINDS[k])) for k in kinds), c.knobs

@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from gpusim.hw import GFX942
 from compiler import search, tunedb
 from compiler.builders import softmax
 from compiler.cli import main
@@ -45,7 +46,7 @@ def test_identical_dispatches_share_a_fingerprint_and_are_scored_once(counted):
     assert len(ds) == 2
     fps = {tunedb.dispatch_fingerprint(g, d) for d in ds}
     assert len(fps) == 1
-    tuned = tune_dispatches(g, ds, "gfx942", budget=4)
+    tuned = tune_dispatches(g, ds, GFX942, budget=4)
     assert len(counted) == 4 and {name for name, _ in counted} == {ds[0].name}
     assert tuned[0].best.knobs == tuned[1].best.knobs
     assert tuned[0].kernel is not tuned[1].kernel  # each dispatch lowers its own winner

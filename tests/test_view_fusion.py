@@ -15,6 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
+from gpusim.hw import GFX942
 import gpusim
 from gpusim import program as P
 from compiler.frontends.onnx import from_model, load_onnx
@@ -111,7 +112,7 @@ def test_seed_nhwc_from_onnx_is_one_dispatch_and_swizzle_keeps_its_meaning(swizz
     assert len(plan.dispatches) == 1
     d = plan.dispatches[0]
     assert [e.layout_matches_output for e in d.epilogue_inputs] == [True]
-    knobs = next(c.knobs for c in contraction_space(g, d, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
                  if c.legal and c.knobs["swizzle"] == swizzle)
     k, _ = run_kernel(g, d, knobs)
     assert stores(k, "out") == ({1} if swizzle == "none" else {4})
@@ -122,7 +123,7 @@ def test_seed_nhwc_swizzle_changes_the_counters():
     """The knob is meaningful: swizzled writes are fewer, wider stores."""
     g = seed_nhwc(hw=14)
     d = fuse(g).dispatches[0]
-    base = next(c.knobs for c in contraction_space(g, d, "gfx942") if c.legal)
+    base = next(c.knobs for c in contraction_space(g, d, GFX942) if c.legal)
     vm = {}
     for swz in SWIZZLES:
         k = lower(g, d, {**base, "swizzle": swz}, "gfx942")
@@ -140,7 +141,7 @@ def test_gemm_epilogue_fuses_through_the_exporters_reshape(unsqueeze, swizzle):
     plan = fuse(g)
     assert len(plan.dispatches) == 1
     d = plan.dispatches[0]
-    knobs = next(c.knobs for c in contraction_space(g, d, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
                  if c.legal and c.knobs["swizzle"] == swizzle)
     k, _ = run_kernel(g, d, knobs)
     assert stores(k, "z") == ({1} if swizzle == "none" else {4})
@@ -159,7 +160,7 @@ def test_transposed_matmul_result_is_written_in_the_views_order():
     assert len(plan.dispatches) == 1
     d = plan.dispatches[0]
     for swz in SWIZZLES:
-        knobs = next(c.knobs for c in contraction_space(g, d, "gfx942")
+        knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
                      if c.legal and c.knobs["swizzle"] == swz)
         k, _ = run_kernel(g, d, knobs)
         assert stores(k, g.outputs[0]) == ({1} if swz == "none" else {4})
@@ -271,9 +272,9 @@ def test_seed_from_onnx_is_predicted_like_the_builtin_nhwc_seed(swizzle):
     from compiler.search import score
     onnx_g, builtin = seed_nhwc(c=64, k=32), models.conv_add_relu(c=64, k=32)
     d_onnx, d_builtin = fuse(onnx_g).dispatches[0], fuse(builtin).dispatches[0]
-    knobs = next(c.knobs for c in contraction_space(builtin, d_builtin, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(builtin, d_builtin, GFX942)
                  if c.legal and c.knobs["swizzle"] == swizzle)
-    a, b = score(onnx_g, d_onnx, knobs, "gfx942"), score(builtin, d_builtin, knobs, "gfx942")
+    a, b = score(onnx_g, d_onnx, knobs, GFX942), score(builtin, d_builtin, knobs, GFX942)
     assert a.ok and b.ok
     assert a.cycles == b.cycles
     assert a.counters["coalescing_pct"] == b.counters["coalescing_pct"]

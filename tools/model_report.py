@@ -24,8 +24,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from compiler.commands.common import arch_value  # noqa: E402  (needs the path above)
+from gpusim.hw import DEFAULT_ARCH, Arch  # noqa: E402
 
-def report(path: str, budget: int | None, arch: str) -> dict:
+
+def report(path: str, budget: int | None, arch: Arch) -> dict:
     from compiler.graph import GraphError
     from compiler.models import ModelError
     from compiler.passes import fuse
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("files", nargs="*", help=".onnx files (default: tests/data/*.onnx)")
     ap.add_argument("--tune", type=int, default=0, metavar="N",
                     help="also tune with N candidates per dispatch")
-    ap.add_argument("--arch", default="gfx942")
+    ap.add_argument("--arch", type=arch_value, default=DEFAULT_ARCH)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     files = args.files or sorted(glob.glob(os.path.join(ROOT, "tests", "data", "*.onnx")))
@@ -92,7 +95,7 @@ def main(argv=None) -> int:
                          f"{'match numpy' if r['kernels_match_numpy'] else 'MISMATCH'}"
                          f" ({r['tuned_plan']})")
         print(line)
-    print("(times in us are gpusim predictions for", args.arch + "; wall times depend on load)")
+    print("(times in us are gpusim predictions for", args.arch.name + "; wall times depend on load)")
     return 0
 
 

@@ -14,6 +14,8 @@ import sys
 import numpy as np
 from rich.console import Console
 
+from gpusim.hw import ALIASES, ARCHES, Arch
+
 from .. import limits
 from ..graph import Graph, GraphError
 from ..models import load_model
@@ -82,13 +84,13 @@ def cycle_value(text: str) -> float:
     return value
 
 
-def arch_value(text: str) -> str:
-    """An arch the simulator models, by its LLVM target name (what hipcc's --offload-arch
-    takes, so an export's build script always names a real target)."""
-    from gpusim.hw import ALIASES, ARCHES
+def arch_value(text: str) -> Arch:
+    """The ``Arch`` an ``--arch`` names, by its LLVM target name (what hipcc's
+    --offload-arch takes, so an export's build script always names a real target). The
+    command resolves it here, once; everything below takes the ``Arch``."""
     name = text.strip()
     if name in ARCHES:
-        return name
+        return ARCHES[name]
     hint = ALIASES.get(name.lower())
     hint = f" ({name} is {hint})" if hint in ARCHES else ""
     raise argparse.ArgumentTypeError(f"unknown arch {text!r}{hint}; known arches: "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, get_arch
 
 from . import common
 from .cache import add_cache_options, store_of
@@ -107,7 +107,7 @@ def step_source(state: dict, con) -> dict:
     return {"kernel": d.kernel.name, "hip_lines": emit_kernel(d.kernel, DEMO_ARCH).count("\n")}
 
 
-DEMO_ARCH = DEFAULT_ARCH
+DEMO_ARCH = get_arch(DEFAULT_ARCH)  # the demo command's arch, resolved once
 DEMO_BUDGET = 24
 
 STEPS: list[tuple[str, Callable]] = [("graph", step_graph), ("fusion", step_fusion),

@@ -92,11 +92,9 @@ def run(args) -> int:
 
 def _seed_case(result, args) -> bool:
     """The rocMLIR seed question: a conv_add_relu model tuned with MFMA on a CDNA arch."""
-    from gpusim.hw import get_arch
-
     from ..seed import SEED_MODELS
     return (result.model in SEED_MODELS and common.fixed_knobs(args.fix).get("mma") == "mfma"
-            and bool(get_arch(result.arch).mfma_passes))
+            and bool(result.arch.mfma_passes))
 
 
 def _seed_json(rows) -> dict:
@@ -134,7 +132,7 @@ def render_seed(rows, console) -> None:
 
 
 def render_tune(result, console) -> None:
-    t = Table(title=f"{result.model} on {result.arch}: best schedule per dispatch "
+    t = Table(title=f"{result.model} on {result.arch.name}: best schedule per dispatch "
                     f"({result.mode} plan; simulated times)", expand=False)
     for col, just in (("dispatch", "left"), ("time us", "right"), ("x roofline", "right"),
                       ("coalesc %", "right"), ("LDS confl %", "right"), ("waves/SIMD", "right"),

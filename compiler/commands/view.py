@@ -88,7 +88,6 @@ def build(args, store=None):
     from ..passes import fuse
     from ..search import tune, tune_dispatches
 
-    gpusim.get_arch(args.arch)  # unknown arch: one-line error before any work
     graph = common.load(args, compute=args.kind not in ("plan", "explain") or args.tune)
     plan = fuse(graph, aggressive=args.mode == "aggressive")
     title = f"wavefuse view {args.kind} {args.model}"

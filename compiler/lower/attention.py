@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
@@ -155,17 +156,18 @@ def geometry(a: Attention, s: dict, wave_size: int) -> dict:
             "grid": math.prod(a.batch) * ceil_div(a.sq, s["BQ"])}
 
 
-def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int,
-                   vgpr_limit: int | None = None) -> str:
-    """'' when the schedule is legal, else why not (the space and the lowering share it).
-    ``vgpr_limit``: the arch's VGPRs per lane; a schedule whose tiles plus the V values one
-    PV trip loads (p_vec keys x NV columns, all in flight before the FMAs) exceed it could
-    never be allocated, so it is refused here rather than by the simulator."""
+def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
+    """'' when the schedule is legal on ``arch``, else why not (the space and the lowering
+    share it). A schedule whose tiles plus the V values one PV trip loads (p_vec keys x NV
+    columns, all in flight before the FMAs) exceed the arch's VGPRs per lane could never
+    be allocated, so it is refused here rather than by the simulator."""
+    wave_size, lds_limit, vgpr_limit = (arch.wave_size, arch.lds_bytes_per_workgroup,
+                                        arch.vgprs_per_lane)
     mma = s.get("mma", "fma")
     if mma not in MMAS:
         return f"mma={mma!r} not in {MMAS}"
     if mma == "mfma":
-        return _check_mfma(a, s, wave_size, lds_limit, vgpr_limit)
+        return _check_mfma(a, s, arch)
     t = s["waves"] * wave_size
     if t > 1024:
         return f"{t} threads per workgroup, over 1024"
@@ -188,7 +190,7 @@ def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int,
                 f"{MAX_TILE_REGS}")
     vregs = g["p_vec"] * g["NV"]
     need = s["RM"] * (g["NC"] + g["NV"]) + qregs + vregs
-    if vgpr_limit is not None and need > vgpr_limit:
+    if need > vgpr_limit:
         return (f"{need} registers per thread (tiles + {vregs} V values per PV trip) over "
                 f"the {vgpr_limit} VGPRs per lane")
     if g["lds_bytes"] > lds_limit:
@@ -196,10 +198,11 @@ def check_schedule(a: Attention, s: dict, wave_size: int, lds_limit: int,
     return ""
 
 
-def _check_mfma(a: Attention, s: dict, wave_size: int, lds_limit: int,
-                vgpr_limit: int | None) -> str:
-    if wave_size != P.MFMA_WAVE:
-        return "mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942)"
+def _check_mfma(a: Attention, s: dict, arch: Arch) -> str:
+    wave_size, lds_limit, vgpr_limit = (arch.wave_size, arch.lds_bytes_per_workgroup,
+                                        arch.vgprs_per_lane)
+    if wave_size != P.MFMA_WAVE or not arch.mfma_passes:
+        return f"mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942), not {arch.name}"
     t = s["waves"] * P.MFMA_WAVE
     if t > 1024:
         return f"{t} threads per workgroup, over 1024"
@@ -219,19 +222,13 @@ def _check_mfma(a: Attention, s: dict, wave_size: int, lds_limit: int,
         return (f"{r['S']} score + {r['O']} output accumulators"
                 + (f" + {r['Q']} of Q" if r["Q"] else "") + f" registers per lane, over "
                 f"{MAX_TILE_REGS}")
-    if vgpr_limit is not None and tiles + r["frag"] > vgpr_limit:
+    if tiles + r["frag"] > vgpr_limit:
         return (f"{tiles + r['frag']} registers per lane (tiles + {r['frag']} operands) over "
                 f"the {vgpr_limit} VGPRs per lane")
     g = geometry(a, s, wave_size)
     if g["lds_bytes"] > lds_limit:
         return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
     return ""
-
-
-def _limits(arch_name):
-    from gpusim.hw import get_arch
-    a = get_arch(arch_name)
-    return a.wave_size, a.lds_bytes_per_workgroup, a.vgprs_per_lane
 
 
 def tolerance(a: Attention, bk: int, score_range: float, vmax: float) -> float:
@@ -256,20 +253,15 @@ def tolerance(a: Attention, bk: int, score_range: float, vmax: float) -> float:
 
 
 # ------------------------------------------------------------------------- lowering
-def lower_attention(graph, dispatch, schedule: dict, arch_name: str = "gfx942") -> P.Kernel:
+def lower_attention(graph, dispatch, schedule: dict, arch: Arch) -> P.Kernel:
     a = Attention(graph, dispatch)
-    ws, lds_limit, vgprs = _limits(arch_name)
     s = dict(schedule)
-    why = check_schedule(a, s, ws, lds_limit, vgprs)
+    why = check_schedule(a, s, arch)
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     if s.get("mma", "fma") == "mfma":
-        from gpusim.hw import get_arch
-        if not get_arch(arch_name).mfma_passes:
-            raise LoweringError(f"dispatch {dispatch.name!r}: mma=mfma: {arch_name} has no "
-                                f"MFMA matrix cores (CDNA only)")
-        return _MfmaBuilder(a, s, ws).build()
-    return _Builder(a, s, ws).build()
+        return _MfmaBuilder(a, s, arch.wave_size).build()
+    return _Builder(a, s, arch.wave_size).build()
 
 
 class _Builder:

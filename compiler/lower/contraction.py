@@ -66,7 +66,7 @@ import math
 import numpy as np
 
 from gpusim import program as P
-from gpusim.hw import get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from . import affine
@@ -467,8 +467,10 @@ def mfma_read_width(s) -> int:
     return 1
 
 
-def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65536) -> str:
-    """'' when the schedule is legal for this GEMM, else the reason."""
+def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
+    """'' when the schedule is legal for this GEMM on ``arch``, else the reason (the space
+    and the lowering share it)."""
+    wave_size, lds_limit = arch.wave_size, arch.lds_bytes_per_workgroup
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     KW = int(s.get("KW", 1))
     mma = s.get("mma", "fma")
@@ -555,24 +557,13 @@ def vgpr_estimate(s, threads) -> int:
 
 
 # ------------------------------------------------------------------ the lowering
-def arch_limits(arch_name):
-    """(wave size, LDS bytes a workgroup may use) of the Arch; an unknown arch is an error."""
-    a = get_arch(arch_name)
-    return a.wave_size, a.lds_bytes_per_workgroup
-
-
-def _arch_has_mfma(arch_name) -> bool:
-    return bool(get_arch(arch_name).mfma_passes)
-
-
-def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) -> P.Kernel:
+def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch) -> P.Kernel:
     """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in."""
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
-    wave_size, lds_limit = arch_limits(arch_name)
-    why = check_schedule(gemm, s, wave_size, lds_limit)
-    if not why and s["mma"] == "mfma" and not _arch_has_mfma(arch_name):
-        why = f"mma=mfma: {arch_name} has no MFMA matrix cores (CDNA only)"
+    why = check_schedule(gemm, s, arch)
+    if not why and s["mma"] == "mfma" and not arch.mfma_passes:
+        why = f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:
@@ -580,7 +571,7 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) ->
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} has shape "
                                 f"{graph.op(o).type.shape}, not the root's "
                                 f"{gemm.root.type.shape} or a view of it")
-    return _Builder(graph, dispatch, gemm, s, arch_name).build()
+    return _Builder(graph, dispatch, gemm, s).build()
 
 
 def _acc_row(shape, lane, r):
@@ -592,8 +583,8 @@ def _acc_row(shape, lane, r):
 
 
 class _Builder:
-    def __init__(self, graph, dispatch, gemm, s, arch):
-        self.g, self.d, self.gemm, self.s, self.arch = graph, dispatch, gemm, s, arch
+    def __init__(self, graph, dispatch, gemm, s):
+        self.g, self.d, self.gemm, self.s = graph, dispatch, gemm, s
         self.BM, self.BN, self.BK, self.TM, self.TN = (int(s[k]) for k in
                                                        ("BM", "BN", "BK", "TM", "TN"))
         self.KW = int(s.get("KW", 1))

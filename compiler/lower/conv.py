@@ -26,6 +26,8 @@ kernel's index expressions.
 """
 from __future__ import annotations
 
+from gpusim.hw import Arch
+
 from .common import LoweringError
 
 
@@ -149,7 +151,7 @@ def direct_applies(graph, root) -> str:
     return ""
 
 
-def lower_direct_conv(graph, dispatch, schedule: dict, arch_name: str):
+def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     """A direct convolution for few taps per output (depthwise): thread e computes root
     element e (in the root's row-major order, so consecutive lanes walk the innermost
     output dim: x in NCHW, channels in NHWC, each coalesced with the input read) as an

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
@@ -63,7 +63,7 @@ def iteration_shape(graph: Graph, dispatch) -> tuple:
     return shape
 
 
-def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
     shape = iteration_shape(graph, dispatch)
     wg = int(schedule.get("workgroup", 256))
     vec = int(schedule.get("vector", 1))
@@ -77,7 +77,7 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = D
                             f"({shape[inner]})")
     if elems % vec:
         raise LoweringError(f"elems={elems} must be a multiple of vector={vec}")
-    max_wg = get_arch(arch_name).max_block_threads
+    max_wg = arch.max_block_threads
     if not 1 <= wg <= max_wg:
         raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to {max_wg} threads")
 
@@ -113,7 +113,7 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = D
                 _store(em, graph, out, idxs, shape, inner, vec, stmts)
         body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
-    body = em.provably_aligned(tuple(body), get_arch(arch_name).wave_size)
+    body = em.provably_aligned(tuple(body), arch.wave_size)
     return P.Kernel(name, buffers(graph, dispatch), grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
@@ -41,10 +41,6 @@ from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unrav
 
 NEG_INF = -3.0e38
 REDUCE_KINDS = ("reduce_sum", "reduce_max", "reduce_mean")
-
-
-def _wave_size(arch_name):
-    return get_arch(arch_name).wave_size
 
 
 # ------------------------------------------------------------------------- analysis
@@ -118,9 +114,9 @@ def _reduction_deps(graph, dispatch, tensor, reds, seen=None):
 
 
 # ------------------------------------------------------------------------- lowering
-def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
     rows = RowShape(graph, dispatch)
-    ws = _wave_size(arch_name)
+    ws = arch.wave_size
     mapping = schedule.get("mapping", "wave")
     wg = int(schedule.get("workgroup", 256))
     vec = int(schedule.get("vector", 1))
@@ -128,7 +124,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_
     reduce = schedule.get("reduce", "wave")
     passes = schedule.get("passes", "multi")
     C, R = rows.C, rows.R
-    max_wg = get_arch(arch_name).max_block_threads
+    max_wg = arch.max_block_threads
     if wg % ws or not ws <= wg <= max_wg:
         raise LoweringError(f"workgroup={wg} must be a multiple of the wave size {ws}, "
                             f"at most {max_wg}")
@@ -445,7 +441,7 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 
 # ------------------------------------------------------------------------- fallback
 
-def lower_generic(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
     need not share an iteration space: a fallback must lower whatever fusion formed."""

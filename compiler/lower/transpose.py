@@ -35,7 +35,7 @@ import math
 import numpy as np
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from . import affine
@@ -133,7 +133,7 @@ def staging_plan(graph: Graph, dispatch) -> tuple:
     return "no input is stored with another contiguous dim than the output"
 
 
-def lower_transpose(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
         raise LoweringError(f"transpose=lds: {plan}; use transpose=none")

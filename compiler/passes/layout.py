@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..graph import Graph, slice_windows
+from ..graph import Graph, is_identity_view, slice_windows
 
 CONFLICT = "conflict"
 
@@ -149,3 +149,26 @@ def written_dims(graph: Graph, root: str, ops: set, order=None) -> dict:
         if len(changed) == 1:
             res[changed[0]] = j
     return {d: res.get(d, d) for d in range(rt.rank)}
+
+
+def tile_writes_view(graph: Graph, root: str, members: set, chain: list) -> bool:
+    """Can the contraction tile of ``root`` (a group of ``members``) write the graph
+    output ``chain[0]``, a view chain (output first) over a member, in the view's order?
+    Yes when the output holds the result's elements one-to-one and every view is one the
+    lowering maps an index through (``compiler.lower.layout.forward_index``): a
+    transpose, a reshape that only adds or drops unit dims, or a view that moves nothing.
+    Otherwise the view needs a copy dispatch (a slice picks, a merging reshape would need
+    a division in the tile's store address)."""
+    for v in chain:
+        op = graph.op(v)
+        src = graph.op(op.inputs[0]).type.shape
+        if op.kind == "transpose":
+            continue
+        if op.kind == "reshape" and [s for s in op.type.shape if s != 1] == \
+                [s for s in src if s != 1]:
+            continue
+        if is_identity_view(op, graph):
+            continue
+        return False
+    tables = root_tables(graph, root, set(members) | set(chain))
+    return is_permutation(tables.get(chain[0]), graph.op(root).type.size)

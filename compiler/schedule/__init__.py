@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import GraphError
 from ..lower import dispatch_kind
@@ -45,16 +45,16 @@ def check_pins(fixed: dict) -> None:
                          f"knobs per kind: {listing}")
 
 
-def schedule_space(graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+def schedule_space(graph, dispatch, arch: Arch) -> list:
     """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
     kind = dispatch_kind(graph, dispatch)
     if kind == "attention":
-        return attention.space(graph, dispatch, arch_name)
+        return attention.space(graph, dispatch, arch)
     if kind == "contraction":
-        return contraction.space(graph, dispatch, arch_name)
+        return contraction.space(graph, dispatch, arch)
     if kind == "reduction":
-        return rows.space(graph, dispatch, arch_name)
-    return elementwise.space(graph, dispatch, arch_name)
+        return rows.space(graph, dispatch, arch)
+    return elementwise.space(graph, dispatch, arch)
 
 
 __all__ = ["Candidate", "KINDS", "check_pins", "knob_names", "schedule_space"]

@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.attention import (BKS, BQS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS,
@@ -55,15 +55,13 @@ def _prior(k: dict) -> tuple:
             LDS_PADS.index(k["lds_pad"]))
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list[Candidate]:
+def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
     """Every candidate schedule, legal ones first in the prior's order; an illegal point
     carries the reason (LDS, registers, threads that do not split over the rows)."""
     try:
         a = Attention(graph, dispatch)
     except LoweringError as e:
         return [Candidate({}, False, str(e))]
-    arch = get_arch(arch_name)
-    ws, lds, vgprs = arch.wave_size, arch.lds_bytes_per_workgroup, arch.vgprs_per_lane
     legal, illegal = [], []
     for bq in BQS:
         for bk in BKS:
@@ -73,15 +71,15 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list[Candida
                         knobs = {"mma": "fma", "BQ": bq, "BK": bk, "waves": w, "RM": rm,
                                  "q_in": qin,
                                  "row_stats": rs, "lds_pad": 4}
-                        why = check_schedule(a, knobs, ws, lds, vgprs)
+                        why = check_schedule(a, knobs, arch)
                         (illegal if why else legal).append(Candidate(knobs, not why, why))
     legal.sort(key=lambda c: _prior(c.knobs))
-    mfma = _mfma_points(a, ws, lds, vgprs)
+    mfma = _mfma_points(a, arch)
     if legal:
         first = legal[0].knobs
         for pad in LDS_PADS[1:]:
             knobs = {**first, "lds_pad": pad}
-            why = check_schedule(a, knobs, ws, lds, vgprs)
+            why = check_schedule(a, knobs, arch)
             (illegal if why else legal).append(Candidate(knobs, not why, why))
     return legal + [c for c in mfma if c.legal] + illegal + [c for c in mfma if not c.legal]
 
@@ -93,7 +91,7 @@ def _mfma_prior(k: dict) -> tuple:
     return (Q_IN.index(k["q_in"]), abs(k["waves"] - 4), abs(k["BK"] - 64), k["RM"], m)
 
 
-def _mfma_points(a: Attention, ws: int, lds: int, vgprs: int) -> list[Candidate]:
+def _mfma_points(a: Attention, arch: Arch) -> list[Candidate]:
     """mma=mfma: every (block edge M, waves, RM, BK, q_in) whose BQ = waves x RM x M is one
     of the query blocks, with 16-byte fragment reads (lds_pad 4; 0 and 1 crossed on the
     prior's first legal point only); on an arch without matrix cores one illegal point
@@ -104,14 +102,14 @@ def _mfma_points(a: Attention, ws: int, lds: int, vgprs: int) -> list[Candidate]
             continue
         knobs = {"mma": "mfma", "BQ": w * rm * m, "BK": bk, "waves": w, "RM": rm,
                  "q_in": qin, "row_stats": "registers", "lds_pad": 4}
-        why = check_schedule(a, knobs, ws, lds, vgprs)
+        why = check_schedule(a, knobs, arch)
         (illegal if why else legal).append(Candidate(knobs, not why, why))
-        if why and ws != P.MFMA_WAVE:
+        if why and arch.wave_size != P.MFMA_WAVE:
             return illegal
     legal.sort(key=lambda c: _mfma_prior(c.knobs))
     for pad in (LDS_PADS[1:] if legal else ()):
         knobs = {**legal[0].knobs, "lds_pad": pad}
-        why = check_schedule(a, knobs, ws, lds, vgprs)
+        why = check_schedule(a, knobs, arch)
         (illegal if why else legal).append(Candidate(knobs, not why, why))
     return legal + illegal
 

@@ -20,7 +20,9 @@ import itertools
 from dataclasses import dataclass
 
 from ..lower.common import LoweringError
-from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, arch_limits, check_schedule)
+from gpusim.hw import Arch
+
+from ..lower.contraction import LDS_PADS, SWIZZLES, Gemm, check_schedule
 from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from .common import Candidate, knob
 
@@ -80,13 +82,12 @@ def _prior(k: dict) -> tuple:
     return (k["mma"] == "mfma", tiles.index(t), pad_rank, SWIZZLES.index(k["swizzle"]))
 
 
-def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
+def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
     """Every candidate schedule of a contraction dispatch, legal ones first."""
     try:
         gemm = Gemm(graph, dispatch)
     except LoweringError as e:
         return [Candidate({}, False, str(e))]
-    wave_size, lds_limit = arch_limits(arch_name)
     va = gemm.A.max_vec[gemm.A.inner]
     vb = gemm.B.max_vec[gemm.B.inner]
     legal, illegal = [], []
@@ -97,8 +98,8 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         for pad, swz in itertools.product(LDS_PADS if first else (4,), SWIZZLES):
             knobs = {"mma": mma, "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "KW": kw,
                      "lds_pad": pad, "vec_a": va, "vec_b": vb, "swizzle": swz}
-            why = check_schedule(gemm, knobs, wave_size, lds_limit)
-            if why and mma == "mfma" and wave_size != 64:
+            why = check_schedule(gemm, knobs, arch)
+            if why and mma == "mfma" and arch.wave_size != 64:
                 if ti or swz != SWIZZLES[0]:
                     continue  # one illegal point says why, not the whole MFMA list
             opt_in = "mma" if mma == "mfma" else ""
@@ -109,9 +110,9 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         if best < 4:
             knobs = {**base, name: 4}
             illegal.append(Candidate(knobs, False,
-                                     check_schedule(gemm, knobs, wave_size, lds_limit)))
+                                     check_schedule(gemm, knobs, arch)))
     legal.sort(key=lambda c: _prior(c.knobs))
-    out = legal + [fallback_candidate(gemm, wave_size, lds_limit)] + illegal
+    out = legal + [fallback_candidate(gemm, arch)] + illegal
     return with_direct_conv(graph, dispatch, out)
 
 
@@ -136,8 +137,8 @@ FALLBACK = {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 
             "lds_pad": 4, "vec_a": 1, "vec_b": 1, "swizzle": "none"}
 
 
-def fallback_candidate(gemm, wave_size: int, lds_limit: int) -> Candidate:
-    why = check_schedule(gemm, FALLBACK, wave_size, lds_limit)
+def fallback_candidate(gemm, arch: Arch) -> Candidate:
+    why = check_schedule(gemm, FALLBACK, arch)
     return Candidate(dict(FALLBACK), not why, why, fallback=True)
 
 

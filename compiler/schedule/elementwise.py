@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.common import LoweringError, ceil_div
@@ -31,7 +31,7 @@ class Knobs:
     transpose: str = knob("none", "none: this naive walk; lds: the transpose kind's tile")
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+def space(graph: Graph, dispatch, arch: Arch) -> list:
     """Workgroup x vector x elems x order, with illegal points marked."""
     try:
         shape = iteration_shape(graph, dispatch)
@@ -61,7 +61,7 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     # the always-lowerable point: one scalar element per thread in output order
     out.append(Candidate({"workgroup": 64, "vector": 1, "elems": 1, "order": "output"},
                          fallback=True))
-    tiled = transpose.space(graph, dispatch, arch_name)
+    tiled = transpose.space(graph, dispatch, arch)
     if tiled:  # a permute: the naive walks compete with the LDS-tiled ones
         for c in out:
             c.knobs["transpose"] = "none"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
@@ -23,7 +23,7 @@ class Knobs:
     workgroup: int = knob(64, "threads per workgroup (64 or 256)")
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH, why: str = "") -> list:
+def space(graph: Graph, dispatch, arch: Arch, why: str = "") -> list:
     """The fallback's points; ``why``: what kept the dispatch off the row lowering."""
     return [Candidate({"lowering": "generic", "workgroup": wg}, True, f"generic: {why}")
             for wg in (64, 256)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.common import LoweringError
@@ -33,14 +33,13 @@ class Knobs:
                                 "online softmax for two dependent reductions")
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+def space(graph: Graph, dispatch, arch: Arch) -> list:
     """Candidates for a row dispatch; a non-row dispatch gets the generic fallback only."""
     try:
         rows = RowShape(graph, dispatch)
     except LoweringError as e:
-        return generic.space(graph, dispatch, arch_name, str(e))
-    ws = get_arch(arch_name).wave_size
-    max_wg = get_arch(arch_name).max_block_threads
+        return generic.space(graph, dispatch, arch, str(e))
+    ws, max_wg = arch.wave_size, arch.max_block_threads
     has_pair = any(_single_pass_pair(graph, dispatch, a, b)
                    for a in rows.reductions for b in rows.reductions)
     out = []
@@ -79,6 +78,6 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
             seen.add(k)
             uniq.append(c)
     # the always-lowerable point: the generic serial lowering handles whatever fusion formed
-    fallback = generic.space(graph, dispatch, arch_name, "the fallback")[0]
+    fallback = generic.space(graph, dispatch, arch, "the fallback")[0]
     fallback.fallback = True
     return uniq + [fallback]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.transpose import PADS, TILES, WORKGROUPS, staging_plan
@@ -27,13 +27,12 @@ class Knobs:
     lds_pad: int = knob(1, "words of padding per tile row: 1 spreads a column over the banks")
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+def space(graph: Graph, dispatch, arch: Arch) -> list:
     """The LDS-tiled candidates of an elementwise dispatch (empty when none applies)."""
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
         return []
     _, d_i, d_o, shape = plan
-    arch = get_arch(arch_name)
     lds_kib = arch.lds_bytes_per_workgroup // 1024
     out = []
     for tile in TILES:

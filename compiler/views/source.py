@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
-from gpusim.hw import DEFAULT_ARCH
+
+from gpusim.hw import DEFAULT_ARCH, Arch
 
 #: margin columns: (title, per_inst key, format)
 MARGIN = (("exec", "executions"), ("stall", "stall_cycles"), ("confl", "conflict_cycles"),
@@ -66,7 +67,7 @@ class SourceData:
     note: str = ""
 
 
-def source_data(kernel, sim_result=None, arch: str = DEFAULT_ARCH) -> SourceData:
+def source_data(kernel, sim_result=None, arch: Arch | str = DEFAULT_ARCH) -> SourceData:
     """The HIP source and, when a SimResult is given, its per-line counters."""
     from codegen_hip import emit_kernel
     counters = None
@@ -158,6 +159,6 @@ class SourceView:
         yield grid
 
 
-def source_view(kernel, sim_result=None, arch: str = DEFAULT_ARCH, header: bool = False):
+def source_view(kernel, sim_result=None, arch: Arch | str = DEFAULT_ARCH, header: bool = False):
     """Renderable HIP source of ``kernel`` with ``sim_result.per_inst`` in a margin."""
     return SourceView(source_data(kernel, sim_result, arch), header)
