@@ -133,8 +133,11 @@ def geometry(a: Attention, s: dict, wave_size: int) -> dict:
         ls = mg["DP"] + s["lds_pad"]
         lds = {"Qs": (s["BQ"], ls)} if s["q_in"] == "lds" else {}
         krows = s["BK"] if s["q_in"] == "lds" else max(s["BK"], s["BQ"])
-        lds.update({"Ks": (krows, ls), "Vs": (s["BK"], mg["DVP"])})
-        return {**mg, "T": s["waves"] * P.MFMA_WAVE, "TPR": mg["slots"], "LS": ls,
+        # V's row stride: 16x16 blocks read rows 4 apart (slots 0 and 1) in one b32
+        # phase group of 32 lanes, a 2-way conflict unless 4 rows are 16 banks apart
+        vs = mg["DVP"] + (4 if mg["M"] == 16 and mg["DVP"] % 8 == 0 else 0)
+        lds.update({"Ks": (krows, ls), "Vs": (s["BK"], vs)})
+        return {**mg, "T": s["waves"] * P.MFMA_WAVE, "TPR": mg["slots"], "LS": ls, "VS": vs,
                 "lds": lds, "lds_bytes": 4 * sum(r * c for r, c in lds.values()),
                 "grid": math.prod(a.batch) * ceil_div(a.sq, s["BQ"])}
     t = s["waves"] * wave_size
@@ -287,14 +290,24 @@ class _Builder:
         kinds = self.em.analyse_access(tensor, 4)
         return 4 if kinds and all(k == "vector" for k in kinds.values()) else 1
 
+    def copy_trips(self, R: int, C: int, tensor: str, vector: bool = True) -> int:
+        """Trips of ``copy_tile``'s staging loop for an R x C tile of ``tensor``."""
+        w = self.width(tensor, C) if vector else 1
+        cg = C // w
+        n, per_trip = (R, self.g["T"] // cg) if self.g["T"] % cg == 0 else (R * cg, self.g["T"])
+        per = ceil_div(n, per_trip)
+        return ceil_div(per, min(per, CHUNK))
+
     def copy_tile(self, out: list, lds: str, R: int, C: int, LS: int, row0, limit: int,
-                  tensor: str, index, it_name: str, vector: bool = True):
+                  tensor: str, index, it_name: str, vector: bool = True, stores=None):
         """Cooperative copy of rows ``row0 .. row0 + R`` (clamped below ``limit``), columns
         ``0 .. C`` of ``tensor`` into LDS array ``lds`` (row stride ``LS``). ``index(row,
         col)`` is the tensor index of an element; ``vector`` says that ``col`` is the
         tensor's innermost index (only then may a vector load run along it). Each thread copies ``CHUNK`` vectors
         per trip, every load issued before the first LDS store waits on one (one memory
-        latency per trip, as hipcc schedules an unrolled copy)."""
+        latency per trip, as hipcc schedules an unrolled copy). ``stores``: a list that
+        takes the LDS stores (a one-trip copy only), the loads going to ``out``, so the
+        loads of the next block can be issued before the math on this one."""
         T, em = self.g["T"], self.em
         w = self.width(tensor, C) if vector else 1
         cg = C // w
@@ -338,7 +351,12 @@ class _Builder:
                        [P.LdsStore(lds, at + x, (v,)) for x, v in enumerate(vals)])
                 body.extend(sts if exact else [P.If(guard, tuple(sts))])
         body = hoist_loads(body)
-        if trips == 1:
+        if stores is not None:
+            if trips != 1:
+                raise LoweringError(f"a copy split from its stores must be one trip, not {trips}")
+            out.extend(x for x in body if not isinstance(x, (P.LdsStore, P.If)))
+            stores.extend(x for x in body if isinstance(x, (P.LdsStore, P.If)))
+        elif trips == 1:
             out.extend(body)
         else:
             out.append(P.For(it, P.i32(0), P.i32(trips), 1, tuple(body)))
@@ -593,11 +611,25 @@ class _MfmaBuilder(_Builder):
       of its query row, one 16-byte store when Dv % 4 == 0.
     """
 
+    def k_source(self) -> str:
+        """K itself when K^T is a transpose inside the dispatch (rows = keys, vector loads
+        along the head dim), else K^T as it is in memory."""
+        a = self.a
+        kop = a.graph.op(a.kt)
+        rank = kop.type.rank
+        if a.kt in a.dispatch.ops and kop.kind == "transpose" and tuple(kop.attrs["perm"]) \
+                == tuple(range(rank - 2)) + (rank - 1, rank - 2):
+            return kop.inputs[0]
+        return a.kt
+
     def build(self) -> P.Kernel:
         a, s, g, em = self.a, self.s, self.g, self.em
+        ksrc = self.k_source()
+        g["prefetch"] = (self.copy_trips(s["BK"], a.dk, ksrc, ksrc != a.kt) == 1 and
+                         self.copy_trips(s["BK"], a.dv, a.v) == 1)
         BQ, BK, RM = s["BQ"], s["BK"], s["RM"]
         M, shape, nacc, R, rv, LS = g["M"], g["shape"], g["nacc"], g["R"], g["rv"], g["LS"]
-        DP, DVP, slots = g["DP"], g["DVP"], g["slots"]
+        DP, DVP, VS, slots = g["DP"], g["DVP"], g["VS"], g["slots"]
         D, Dv, Sq, Sk = a.dk, a.dv, a.sq, a.sk
         nqb = ceil_div(Sq, BQ)
         nkb_blocks, nvb = BK // M, DVP // M
@@ -633,8 +665,14 @@ class _MfmaBuilder(_Builder):
             if s["q_in"] == "lds":
                 zero_fill("Qs", BQ, D, DP, LS)
         if DVP > Dv:   # V's pad columns stay zero: their accumulators are never stored
-            zero_fill("Vs", BK, Dv, DVP, DVP)
-        run0 = self.let(body, "run0", (lane // M) * R, "i32")   # this slot's head-dim run
+            zero_fill("Vs", BK, Dv, DVP, VS)
+        # this slot's head-dim run: slot h reads run h, except that 16x16 blocks swap the
+        # slots' two bits (run order 0, 2, 1, 3), so that the two slots a ds_read_b128
+        # phase group serves (lanes 0-3 with 20-23, ...: rows r and r + 4 of slots h and
+        # h + 1) start 2R words apart: a multiple of 32 banks when R is a multiple of 16
+        # words, where R apart (R = 16 at head dim 64) is a 2-way conflict
+        run = (lane // M) if M == 32 else ((lane // M) % 2) * 2 + lane // (2 * M)
+        run0 = self.let(body, "run0", run * R, "i32")
         qtile = "Qs" if s["q_in"] == "lds" else "Ks"
         self.copy_tile(body, qtile, BQ, D, LS, qb * BQ, Sq, a.q,
                        lambda r, c: bidx + (r, c), "iq")
@@ -649,7 +687,7 @@ class _MfmaBuilder(_Builder):
                     body.append(P.LdsLoad(regs, "Ks", qaddr[k] + t0 if t0 else qaddr[k]))
                     qreg[k] += list(regs)
         kaddr = self.let(body, "kaddr", col * LS + run0, "i32")
-        vaddr = self.let(body, "vaddr", slot4 * DVP + col, "i32")
+        vaddr = self.let(body, "vaddr", slot4 * VS + col, "i32")
 
         m = [self.reg("m") for _ in range(RM)]
         l_ = [self.reg("l") for _ in range(RM)]
@@ -659,19 +697,36 @@ class _MfmaBuilder(_Builder):
         body += [P.Assign(x, P.f32(0.0)) for row in oacc for blk in row for x in blk]
 
         kb = P.Var("kb", "i32")
-        loop = [P.Barrier()]   # Q staged / the previous block's K, V no longer read
-        key0 = self.let(loop, "key0", kb * BK, "i32")
-        kop = a.graph.op(a.kt)
-        rank = kop.type.rank
-        if a.kt in a.dispatch.ops and kop.kind == "transpose" and tuple(kop.attrs["perm"]) \
-                == tuple(range(rank - 2)) + (rank - 1, rank - 2):
-            ksrc, kidx = kop.inputs[0], (lambda r, c: bidx + (r, c))
+        ksrc = self.k_source()
+        kidx = (lambda r, c: bidx + (r, c)) if ksrc != a.kt else (lambda r, c: bidx + (c, r))
+        nkb = P.i32(ceil_div(Sk, BK))
+        if a.pat.causal and Sq == Sk:
+            last = P.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
+            nkb = self.let(body, "nkb", P.minimum((last + (BK - 1)) // BK, nkb), "i32")
+
+        def stage(out, first_key, stores=None):
+            self.copy_tile(out, "Ks", BK, D, LS, first_key, Sk, ksrc, kidx, "ik",
+                           vector=ksrc != a.kt, stores=stores)
+            self.copy_tile(out, "Vs", BK, Dv, VS, first_key, Sk, a.v,
+                           lambda r, c: bidx + (r, c), "iv", stores=stores)
+
+        if g["prefetch"]:
+            # block 0 staged before the loop; each trip loads block kb + 1 (clamped: the
+            # last trip reloads its own block, never read) into registers before its math
+            # and stores it to LDS after, so the load latency hides behind the MFMAs
+            if s["q_in"] == "registers":
+                body.append(P.Barrier())   # Q read out of the K array
+            stage(body, P.i32(0))
+            loop = [P.Barrier()]
+            key0 = self.let(loop, "key0", kb * BK, "i32")
+            nxt = self.let(loop, "knext", P.minimum(kb + 1, nkb - 1) * BK, "i32")
+            late = []
+            stage(loop, nxt, late)
         else:
-            ksrc, kidx = a.kt, (lambda r, c: bidx + (c, r))
-        self.copy_tile(loop, "Ks", BK, D, LS, key0, Sk, ksrc, kidx, "ik",
-                       vector=ksrc != a.kt)
-        self.copy_tile(loop, "Vs", BK, Dv, DVP, key0, Sk, a.v, lambda r, c: bidx + (r, c), "iv")
-        loop.append(P.Barrier())
+            loop = [P.Barrier()]   # Q staged / the previous block's K, V no longer read
+            key0 = self.let(loop, "key0", kb * BK, "i32")
+            stage(loop, key0)
+            loop.append(P.Barrier())
 
         # S^T blocks (key block i of M keys, query block k): MFMAs over the head-dim runs
         sacc = [[tuple(self.reg(f"s{k}_{i}_") for _ in range(nacc)) for i in range(nkb_blocks)]
@@ -747,15 +802,13 @@ class _MfmaBuilder(_Builder):
         for i in range(nkb_blocks):
             for t in range(nacc):
                 vv = [self.reg("v") for _ in range(nvb)]
-                off = (i * M + base(t)) * DVP
+                off = (i * M + base(t)) * VS
                 loop += [P.LdsLoad((vv[b],), "Vs", vaddr + (off + b * M) if off + b * M
                                    else vaddr) for b in range(nvb)]
                 loop += [P.Mfma(oacc[k][b], vv[b], ps[k][i][t], shape)
                          for k in range(RM) for b in range(nvb)]
-        nkb = P.i32(ceil_div(Sk, BK))
-        if a.pat.causal and Sq == Sk:
-            last = P.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
-            nkb = P.minimum((last + (BK - 1)) // BK, nkb)
+        if g["prefetch"]:
+            loop += [P.Barrier()] + late   # every wave is done with block kb
         body.append(P.For(kb, P.i32(0), nkb, 1, tuple(loop)))
 
         # O = acc / l through PV's epilogue; registers 4j..4j+3 are 4 consecutive columns
@@ -782,7 +835,7 @@ class _MfmaBuilder(_Builder):
             em.bound = {}
             body.extend(stores if Sq % BQ == 0 else [P.If(rows[k] < Sq, tuple(stores))])
 
-        lds = tuple(P.LdsArray(name, "f32", shp, LS - D if name in ("Qs", "Ks") else DVP - Dv)
+        lds = tuple(P.LdsArray(name, "f32", shp, LS - D if name in ("Qs", "Ks") else VS - Dv)
                     for name, shp in g["lds"].items())
         body = em.provably_aligned(tuple(body), self.ws)
         return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
