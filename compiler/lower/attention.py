@@ -732,18 +732,29 @@ class _MfmaBuilder(_Builder):
         sacc = [[tuple(self.reg(f"s{k}_{i}_") for _ in range(nacc)) for i in range(nkb_blocks)]
                 for k in range(RM)]
         loop += [P.Assign(x, P.f32(0.0)) for row in sacc for blk in row for x in blk]
+        def pipelined(steps):
+            """(reads, MFMAs) steps with the reads of step j + 1 issued before the MFMAs
+            of step j: one step's matrix work hides the next one's LDS latency."""
+            out = list(steps[0][0]) if steps else []
+            for j, (_, maths) in enumerate(steps):
+                out += (steps[j + 1][0] if j + 1 < len(steps) else []) + maths
+            return out
+
+        steps = []
         for t0 in range(0, R, rv):
             kv = [tuple(self.reg("k") for _ in range(rv)) for _ in range(nkb_blocks)]
-            loop += [P.LdsLoad(kv[i], "Ks", kaddr + (i * M * LS + t0) if i or t0 else kaddr)
+            reads = [P.LdsLoad(kv[i], "Ks", kaddr + (i * M * LS + t0) if i or t0 else kaddr)
                      for i in range(nkb_blocks)]
             if qreg is None:
                 qv = [tuple(self.reg("q") for _ in range(rv)) for _ in range(RM)]
-                loop += [P.LdsLoad(qv[k], "Qs", qaddr[k] + t0 if t0 else qaddr[k])
-                         for k in range(RM)]
+                reads += [P.LdsLoad(qv[k], "Qs", qaddr[k] + t0 if t0 else qaddr[k])
+                          for k in range(RM)]
             else:
                 qv = [qreg[k][t0:t0 + rv] for k in range(RM)]
-            loop += [P.Mfma(sacc[k][i], kv[i][e], qv[k][e], shape)
-                     for e in range(rv) for k in range(RM) for i in range(nkb_blocks)]
+            steps.append((reads, [P.Mfma(sacc[k][i], kv[i][e], qv[k][e], shape)
+                                  for e in range(rv) for k in range(RM)
+                                  for i in range(nkb_blocks)]))
+        loop += pipelined(steps)
 
         def base(r):   # accumulator row of register r, less the lane's 4 * slot
             return 8 * (r // 4) + r % 4 if M == 32 else r
@@ -767,14 +778,14 @@ class _MfmaBuilder(_Builder):
         em.bound = {}
         loop.extend(hoist_loads(chain))
 
-        def across_slots(v, op):
+        def across_slots(out, v, op):
             f = P.maximum if op == "max" else (lambda x, y: x + y)
-            acc = self.let(loop, f"row{op}", v)
+            acc = self.let(out, f"row{op}", v)
             off = M
             while off < P.MFMA_WAVE:
                 o = self.reg(f"sh{op}")
-                loop.append(P.Shuffle(o, acc, "xor", off))
-                loop.append(P.Assign(acc, f(acc, o)))
+                out.append(P.Shuffle(o, acc, "xor", off))
+                out.append(P.Assign(acc, f(acc, o)))
                 off *= 2
             return acc
 
@@ -784,7 +795,7 @@ class _MfmaBuilder(_Builder):
             bmax = flat[0]
             for x in flat[1:]:
                 bmax = P.maximum(bmax, x)
-            bmax = across_slots(bmax, "max")
+            bmax = across_slots(loop, bmax, "max")
             m_new = self.let(loop, "mnew", P.maximum(m[k], bmax))
             alpha = self.let(loop, "alpha", P.exp(m[k] - m_new))
             for i in range(nkb_blocks):
@@ -793,20 +804,23 @@ class _MfmaBuilder(_Builder):
             psum = pflat[0]
             for p in pflat[1:]:
                 psum = psum + p
-            psum = across_slots(psum, "sum")
+            # l stays this lane's partial sum (alpha is the same on every slot of the
+            # row, m being combined): the slots' partials are added once, after the loop
             loop.append(P.Assign(l_[k], P.fma(l_[k], alpha, psum)))
             loop.append(P.Assign(m[k], m_new))
             loop += [P.Assign(x, x * alpha) for blk in oacc[k] for x in blk]
 
         # O^T += V^T P^T: step t of key block i takes key i*M + base(t) + 4*slot
+        steps = []
         for i in range(nkb_blocks):
             for t in range(nacc):
                 vv = [self.reg("v") for _ in range(nvb)]
                 off = (i * M + base(t)) * VS
-                loop += [P.LdsLoad((vv[b],), "Vs", vaddr + (off + b * M) if off + b * M
-                                   else vaddr) for b in range(nvb)]
-                loop += [P.Mfma(oacc[k][b], vv[b], ps[k][i][t], shape)
-                         for k in range(RM) for b in range(nvb)]
+                steps.append(([P.LdsLoad((vv[b],), "Vs", vaddr + (off + b * M)
+                                         if off + b * M else vaddr) for b in range(nvb)],
+                              [P.Mfma(oacc[k][b], vv[b], ps[k][i][t], shape)
+                               for k in range(RM) for b in range(nvb)]))
+        loop += pipelined(steps)
         if g["prefetch"]:
             loop += [P.Barrier()] + late   # every wave is done with block kb
         body.append(P.For(kb, P.i32(0), nkb, 1, tuple(loop)))
@@ -815,7 +829,7 @@ class _MfmaBuilder(_Builder):
         outt = a.graph.op(a.out).type
         vec = 4 if Dv % 4 == 0 else 1
         for k in range(RM):
-            inv = self.let(body, "inv_l", P.f32(1.0) / l_[k])
+            inv = self.let(body, "inv_l", P.f32(1.0) / across_slots(body, l_[k], "sum"))
             stores = []
             with em.scope(stores):
                 for b in range(nvb):
