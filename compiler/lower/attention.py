@@ -625,7 +625,8 @@ class _MfmaBuilder(_Builder):
     def build(self) -> P.Kernel:
         a, s, g, em = self.a, self.s, self.g, self.em
         ksrc = self.k_source()
-        g["prefetch"] = (self.copy_trips(s["BK"], a.dk, ksrc, ksrc != a.kt) == 1 and
+        g["prefetch"] = (a.sk > s["BK"] and   # one key block: nothing to overlap
+                         self.copy_trips(s["BK"], a.dk, ksrc, ksrc != a.kt) == 1 and
                          self.copy_trips(s["BK"], a.dv, a.v) == 1)
         BQ, BK, RM = s["BQ"], s["BK"], s["RM"]
         M, shape, nacc, R, rv, LS = g["M"], g["shape"], g["nacc"], g["R"], g["rv"], g["LS"]
@@ -740,20 +741,20 @@ class _MfmaBuilder(_Builder):
                 out += (steps[j + 1][0] if j + 1 < len(steps) else []) + maths
             return out
 
-        steps = []
+        steps = []   # one step: a key block's fragment run (and Q's, with the first)
         for t0 in range(0, R, rv):
-            kv = [tuple(self.reg("k") for _ in range(rv)) for _ in range(nkb_blocks)]
-            reads = [P.LdsLoad(kv[i], "Ks", kaddr + (i * M * LS + t0) if i or t0 else kaddr)
-                     for i in range(nkb_blocks)]
             if qreg is None:
                 qv = [tuple(self.reg("q") for _ in range(rv)) for _ in range(RM)]
-                reads += [P.LdsLoad(qv[k], "Qs", qaddr[k] + t0 if t0 else qaddr[k])
+                qreads = [P.LdsLoad(qv[k], "Qs", qaddr[k] + t0 if t0 else qaddr[k])
                           for k in range(RM)]
             else:
-                qv = [qreg[k][t0:t0 + rv] for k in range(RM)]
-            steps.append((reads, [P.Mfma(sacc[k][i], kv[i][e], qv[k][e], shape)
-                                  for e in range(rv) for k in range(RM)
-                                  for i in range(nkb_blocks)]))
+                qv, qreads = [qreg[k][t0:t0 + rv] for k in range(RM)], []
+            for i in range(nkb_blocks):
+                kv = tuple(self.reg("k") for _ in range(rv))
+                reads = [P.LdsLoad(kv, "Ks", kaddr + (i * M * LS + t0) if i or t0 else kaddr)]
+                steps.append((reads + (qreads if i == 0 else []),
+                              [P.Mfma(sacc[k][i], kv[e], qv[k][e], shape)
+                               for e in range(rv) for k in range(RM)]))
         loop += pipelined(steps)
 
         def base(r):   # accumulator row of register r, less the lane's 4 * slot
