@@ -172,8 +172,8 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
     if mma == "mfma":
         return _check_mfma(a, s, arch)
     t = s["waves"] * wave_size
-    if t > 1024:
-        return f"{t} threads per workgroup, over 1024"
+    if t > arch.max_block_threads:
+        return f"{t} threads per workgroup, over {arch.max_block_threads}"
     if s["BQ"] % s["RM"] or (t * s["RM"]) % s["BQ"]:
         return (f"{t} threads do not split evenly over BQ={s['BQ']} rows in groups of "
                 f"RM={s['RM']}")

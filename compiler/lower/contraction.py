@@ -311,9 +311,13 @@ class Gemm:
     def _propagate_layout(self, dispatch):
         """Output index maps and, when an output is a view of the result in another
         order, the write direction from its memory (``compiler.lower.layout``)."""
-        from .layout import is_identity, output_maps, output_vectors
+        from .layout import is_identity, output_maps, output_vectors, unit_only_reshape
         self.out_maps = output_maps(self.graph, dispatch, self.root.name)
         self.out_vec = None
+        # a reshape that splits or merges dims on the way to an output: the epilogue's
+        # view of the root index is then not syntactically the tile's (see epilogue_vector)
+        self.reindexed = any(op.kind == "reshape" and not unit_only_reshape(self.graph, op)
+                             for p in self.out_maps.values() for op, _ in p)
         if all(is_identity(self.graph, p) for p in self.out_maps.values()):
             return
         self.out_vec = output_vectors(self, self.graph, self.out_maps)
@@ -471,6 +475,7 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     """'' when the schedule is legal for this GEMM on ``arch``, else the reason (the space
     and the lowering share it)."""
     wave_size, lds_limit = arch.wave_size, arch.lds_bytes_per_workgroup
+    max_threads, max_regs = arch.max_block_threads, arch.arch_vgprs_per_lane
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     KW = int(s.get("KW", 1))
     mma = s.get("mma", "fma")
@@ -480,8 +485,8 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
     group = (BM // TM) * (BN // TN)
     if mma == "mfma":
-        if wave_size != 64:
-            return "mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942)"
+        if not arch.mfma_passes:
+            return f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
         if TM != TN or TM not in MFMA_FOR_BLOCK:
             return f"mma=mfma: the wave block TMxTN={TM}x{TN} must be 32x32 or 16x16"
         shape = MFMA_FOR_BLOCK[TM]
@@ -496,8 +501,8 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
             return f"mfma_lanes={s['mfma_lanes']!r} not in {MFMA_LANES}"
         group *= wave_size  # one wave per TM x TN block
     threads = group * KW
-    if threads > 1024:
-        return f"{threads} threads per workgroup > 1024"
+    if threads > max_threads:
+        return f"{threads} threads per workgroup > {max_threads}"
     if group % wave_size:
         return (f"{group} threads per K group is not a whole number of waves "
                 f"({wave_size}): each wave must own one K slice")
@@ -525,8 +530,8 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if lds > lds_limit:
         return f"LDS {lds} B > {lds_limit} B per CU"
     regs = vgpr_estimate(s, threads)
-    if regs > 256:
-        return f"about {regs} VGPRs per thread > 256"
+    if regs > max_regs:
+        return f"about {regs} VGPRs per thread > {max_regs}"
     return ""
 
 
@@ -562,8 +567,6 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch) -> P.K
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
     why = check_schedule(gemm, s, arch)
-    if not why and s["mma"] == "mfma" and not arch.mfma_passes:
-        why = f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:
@@ -1088,9 +1091,21 @@ class _Builder:
 
         def k(ix):  # a unit dim's index is 0 however a view wrote it
             return tuple(zero if u else key(e) for e, u in zip(ix, unit))
+        out = {}
+        if self.gemm.reindexed:
+            # through a split/merged reshape the index the emitter walks back to the root
+            # is another expression of the same element (h * D + d for n // D, n % D):
+            # each accumulator is bound alone, its epilogue inputs loaded per element
+            for o in self.d.outputs:
+                out[o] = []
+            for ix, r in zip(idxs, regs):
+                self.em.bound[root] = lambda _ix, r=r: r
+                for o in self.d.outputs:
+                    out[o].append(self.em.value(o, self.gemm.out_index(o, ix)))
+            self.em.bound.pop(root, None)
+            return out
         regmap = {k(ix): r for ix, r in zip(idxs, regs)}
         self.em.bound[root] = lambda ix: regmap[k(ix)]
-        out = {}
         for o in self.d.outputs:
             self.em.analyse_access(o, len(regs), stop_at=(root,))
             oidxs = [self.gemm.out_index(o, ix) for ix in idxs]

@@ -55,6 +55,16 @@ def _prior(k: dict) -> tuple:
             LDS_PADS.index(k["lds_pad"]))
 
 
+def check(graph: Graph, dispatch) -> str:
+    """'' when the dispatch has the attention structure the kernel computes, else why
+    not (whether a tile fits the arch's LDS and registers is the space's business)."""
+    try:
+        Attention(graph, dispatch)
+    except LoweringError as e:
+        return str(e)
+    return ""
+
+
 def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
     """Every candidate schedule, legal ones first in the prior's order; an illegal point
     carries the reason (LDS, registers, threads that do not split over the rows)."""
@@ -96,7 +106,7 @@ def _mfma_points(a: Attention, arch: Arch) -> list[Candidate]:
     of the query blocks, with 16-byte fragment reads (lds_pad 4; 0 and 1 crossed on the
     prior's first legal point only); on an arch without matrix cores one illegal point
     says why. Points with RM > 1 are opt-in (``--fix RM=2``): gpusim's VGPR estimate
-    counts up to a third fewer registers than hipcc allocates for them (84 vs 124,
+    counts up to a third fewer registers than hipcc allocates for them (80 vs 124,
     tests/test_attention_vgprs.py), so the occupancy they would be compared on is not
     trustworthy."""
     legal, illegal = [], []
