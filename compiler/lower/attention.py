@@ -1,6 +1,7 @@
 """The lowering of the attention dispatch kind (``compiler.passes.attention``) and the one
 legality check its space (``compiler.schedule.attention``) shares: ``O = softmax(f(Q K^T))
-V`` in one kernel with the online softmax (FlashAttention's algorithm, FMA micro-kernels).
+V`` in one kernel with the online softmax (FlashAttention's algorithm), with FMA
+micro-kernels (``mma=fma``) or on CDNA's matrix cores (``mma=mfma``, :class:`_MfmaBuilder`).
 
 One workgroup owns ``BQ`` query rows of one (batch, head). It stages its Q block in LDS
 once, then walks the keys in blocks of ``BK``: stage the K and V blocks in LDS, compute
@@ -16,7 +17,7 @@ exp(x_c - m_j) * prod exp(m_j - m_{j+1}) = exp(x_c - m_final), so acc / l = sum_
 softmax(x)_c V[c]. S and P never reach global memory: the kernel reads Q, K, V (and the
 mask) and writes O.
 
-Threads: ``T = waves * wave_size``; a row has ``TPR = T / BQ`` threads (consecutive
+mma=fma. Threads: ``T = waves * wave_size``; a row has ``TPR = T / BQ`` threads (consecutive
 lanes). Thread ``j`` of a row computes the scores of keys ``j, j+TPR, ...`` of the block
 and owns output columns ``j, j+TPR, ...`` of the row (``NV = ceil(Dv / TPR)``
 accumulators). The row's maximum and sum combine the TPR partials either by xor shuffles
@@ -31,9 +32,12 @@ and not stored.
 
 Numerics (what the tests hold it to, see :func:`tolerance`): the fused kernel reorders
 the sums of the reference (numpy computes S, then the softmax row by row, then P @ V) and
-adds one rounding per rescale, so its error grows with the number of key blocks.
-Model simplification: the MFMA variant of this kernel is not built; the FMA one is what
-the search scores.
+adds one rounding per rescale, so its error grows with the number of key blocks. The
+MFMA variant sums each block of k products exactly and rounds once (as gpusim models the
+instruction), within the same bound.
+Model simplifications of the MFMA variant: its query block is one MFMA block per wave
+and RM (no split of the keys over waves or workgroups); the V operand is read from LDS
+one word per lane per step (a transposed V tile would allow wider reads).
 """
 from __future__ import annotations
 
