@@ -43,6 +43,7 @@ footprint (above); the timed CU sees the L2 as if it were the first CU to touch 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -149,6 +150,14 @@ def _group_tables(arch):
     return group_of, n_groups, group_lanes
 
 
+class Partial(NamedTuple):
+    """A buffer given at some elements only (flat memory indices and their values); the
+    others stay zero and untouched, so a sampled check of a 512 MiB tensor holds only the
+    pages it fills (``simulate(inputs=)``)."""
+    index: np.ndarray
+    values: np.ndarray
+
+
 class _Launch:
     """Everything the engine needs for one launch, built once per simulate call."""
 
@@ -180,6 +189,19 @@ class _Launch:
         self.gmem_f = np.zeros(max(nf, 1), np.float32)
         self.gmem_i = np.zeros(max(ni, 1), np.int32)
         for b, kind, off in self.layout:
+            given = inputs.get(b.name)
+            if isinstance(given, Partial):  # only these elements; the rest stays zero
+                idx = np.asarray(given.index, np.int64).reshape(-1)
+                vals = np.asarray(given.values).reshape(-1)
+                if idx.size != vals.size or (idx.size and not 0 <= idx.min() <= idx.max() < b.size):
+                    raise KernelError(f"{kernel.name}: partial input {b.name!r} needs as many values as "
+                                      f"indices, each index in [0, {b.size})")
+                if kind == 2:
+                    self.gmem_i[off + idx] = vals
+                else:
+                    self.gmem_f[off + idx] = vals.astype(np.float16 if kind == 1 else np.float32,
+                                                         copy=False)
+                continue
             if b.name in inputs:
                 arr = np.asarray(inputs[b.name])
                 if arr.size != b.size:
@@ -203,6 +225,9 @@ class _Launch:
         lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
         self.lds_tab = lds_tab
         self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
+        self.tables = E.Prog(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
+                             self.iconst_reg, self.iconst_val, buf_tab, lds_tab, self.group_of,
+                             self.n_groups, self.group_lanes)
         # parameters: one typed record (``engine.Params``); ints stay Python ints, cycle
         # costs per line Python floats, so Numba sees one fixed record type
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
@@ -288,21 +313,15 @@ class _Launch:
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
         l1_shape = (1, max(1, l1_lines // arch.l1_ways), arch.l1_ways)
         l2_shape = (arch.l2_instances, params.l2_sets, arch.l2_ways)
-        l1_tag = np.full(l1_shape, -1, np.int64)
-        l1_lru = np.zeros(l1_shape, np.int64)
-        l1_rdy = np.zeros(l1_shape, np.float64)
-        l1_dirty = np.zeros(l1_shape, np.uint8)
-        l2_tag = np.full(l2_shape, -1, np.int64)
-        l2_lru = np.zeros(l2_shape, np.int64)
-        l2_rdy = np.zeros(l2_shape, np.float64)
-        l2_dirty = np.zeros(l2_shape, np.uint8)
+        l1 = E.Cache(np.full(l1_shape, -1, np.int64), np.zeros(l1_shape, np.int64),
+                     np.zeros(l1_shape, np.float64), np.zeros(l1_shape, np.uint8))
+        l2 = E.Cache(np.full(l2_shape, -1, np.int64), np.zeros(l2_shape, np.int64),
+                     np.zeros(l2_shape, np.float64), np.zeros(l2_shape, np.uint8))
         gmem_f = self.gmem_f  # one launch per _Launch: run in place
         gmem_i = self.gmem_i
-        _engine(jit)(params, prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
-                     self.iconst_reg, self.iconst_val, self.buf_tab, self.lds_tab, self.group_of,
-                     self.n_groups, self.group_lanes, gmem_f, gmem_i, wgs, off, cus, counters,
-                     per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err,
-                     l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty)
+        out = E.Out(counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err)
+        _engine(jit)(params, self.tables, E.Sessions(wgs, off, cus), gmem_f, gmem_i,
+                     *E.new_state(params), l1, l2, out)
         if err[0] != E.E_OK:
             self._raise(err)
         return dict(gmem_f=gmem_f, gmem_i=gmem_i, counters=counters, per_inst=per_inst,
@@ -389,7 +408,8 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
              workgroups=None) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
-    ``inputs`` maps buffer names to arrays (absent "in"/"inout" buffers get seeded random
+    ``inputs`` maps buffer names to arrays, or to ``Partial`` (some elements, the rest
+    zero) (absent "in"/"inout" buffers get seeded random
     values in functional mode, zeros with ``functional=False``; "out" buffers zeros); ``scalars`` gives scalar parameters. With
     ``functional=False`` only a sample of CU 0's workgroups runs (fast; outputs partial).
     ``trace=True`` records per-wave events of the timed CU. ``jit=False`` runs the

@@ -56,7 +56,7 @@ def run_tune(args, quiet: bool):
 
     from ..cluster import Cluster, cap_workers, parse_address
     fixed = common.fixed_knobs(args.fix)
-    graph = common.load(args)
+    graph = common.load(args, whole=args.check_all)
     if args.cluster:
         parse_address(args.cluster)  # a bad address fails before any work
     kw = dict(budget=args.budget, workers=cap_workers(args.workers), fixed=fixed,

@@ -475,6 +475,7 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     """'' when the schedule is legal for this GEMM on ``arch``, else the reason (the space
     and the lowering share it)."""
     wave_size, lds_limit = arch.wave_size, arch.lds_bytes_per_workgroup
+    max_threads, max_regs = arch.max_block_threads, arch.arch_vgprs_per_lane
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     KW = int(s.get("KW", 1))
     mma = s.get("mma", "fma")
@@ -484,8 +485,8 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
     group = (BM // TM) * (BN // TN)
     if mma == "mfma":
-        if wave_size != 64:
-            return "mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942)"
+        if not arch.mfma_passes:
+            return f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
         if TM != TN or TM not in MFMA_FOR_BLOCK:
             return f"mma=mfma: the wave block TMxTN={TM}x{TN} must be 32x32 or 16x16"
         shape = MFMA_FOR_BLOCK[TM]
@@ -500,8 +501,8 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
             return f"mfma_lanes={s['mfma_lanes']!r} not in {MFMA_LANES}"
         group *= wave_size  # one wave per TM x TN block
     threads = group * KW
-    if threads > 1024:
-        return f"{threads} threads per workgroup > 1024"
+    if threads > max_threads:
+        return f"{threads} threads per workgroup > {max_threads}"
     if group % wave_size:
         return (f"{group} threads per K group is not a whole number of waves "
                 f"({wave_size}): each wave must own one K slice")
@@ -529,8 +530,8 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if lds > lds_limit:
         return f"LDS {lds} B > {lds_limit} B per CU"
     regs = vgpr_estimate(s, threads)
-    if regs > 256:
-        return f"about {regs} VGPRs per thread > 256"
+    if regs > max_regs:
+        return f"about {regs} VGPRs per thread > {max_regs}"
     return ""
 
 
@@ -566,8 +567,6 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch) -> P.K
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
     why = check_schedule(gemm, s, arch)
-    if not why and s["mma"] == "mfma" and not arch.mfma_passes:
-        why = f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:

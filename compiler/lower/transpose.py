@@ -145,8 +145,9 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
         raise LoweringError(f"tile={T}: the LDS tile is 32 or 64 elements square")
     if pad not in PADS:
         raise LoweringError(f"lds_pad={pad}: pad the tile rows by 0 or 1 element")
-    if wg % T or wg > T * T:
-        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most {T * T}")
+    if wg % T or wg > min(T * T, arch.max_block_threads):
+        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most "
+                            f"{min(T * T, arch.max_block_threads)}")
     rows = wg // T            # tile rows covered per pass
     passes = T // rows        # elements each thread moves per phase
     others = [d for d in range(len(shape)) if d not in (d_i, d_o)]

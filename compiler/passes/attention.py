@@ -36,14 +36,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpusim.hw import ARCHES
+
 from ..graph import Graph
 from .core import Attempt, FusionState, Group
 
 NAME = "attention"
 
-#: LDS a workgroup may allocate on gfx90a, gfx942 and gfx1100 (gpusim.hw:
-#: lds_bytes_per_workgroup = 64 KiB on all three); the rule runs before an arch is chosen
-ATTENTION_LDS_LIMIT = 64 * 1024
+#: LDS a workgroup may allocate on every modelled arch (each Arch's
+#: lds_bytes_per_workgroup, 64 KiB on all three); the rule runs before an arch is chosen
+ATTENTION_LDS_LIMIT = min(a.lds_bytes_per_workgroup for a in ARCHES.values())
 #: the smallest tile the lowering offers (query rows, keys per block)
 MIN_BLOCK = 16
 

@@ -38,7 +38,8 @@ import numpy as np
 
 from . import indexing as ix
 from .core import Attempt, FusionState, Pairing, RootKind
-from .layout import epilogue_shape_reason, is_permutation, root_tables, written_dims
+from .layout import (as_array, epilogue_shape_reason, is_permutation, root_tables,
+                     written_dims)
 
 NAME = "epilogue"
 C = RootKind.CONTRACTION
@@ -105,7 +106,7 @@ def reindex(st: FusionState, at: Attempt):
     if not is_permutation(tab, root_t.size):
         return (f"{O.root} does not hold the contraction's elements one-to-one through "
                 f"the views, so the tile cannot compute it")
-    coords = np.unravel_index(tab, root_t.shape)
+    coords = np.unravel_index(as_array(tab), root_t.shape)
     o_shape = g.op(O.root).type.shape
     rel_R = {}
     for kr, loop in enumerate(R.pmap[R.root]):

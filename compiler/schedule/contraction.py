@@ -23,6 +23,7 @@ from ..lower.common import LoweringError
 from gpusim.hw import Arch
 
 from ..lower.contraction import LDS_PADS, SWIZZLES, Gemm, check_schedule
+from ..lower.layout import forward_index, output_maps
 from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from .common import Candidate, knob
 
@@ -82,12 +83,53 @@ def _prior(k: dict) -> tuple:
     return (k["mma"] == "mfma", tiles.index(t), pad_rank, SWIZZLES.index(k["swizzle"]))
 
 
+def check_outputs(graph, dispatch) -> str:
+    """The part of :func:`check` an epilogue merge can change: every output is the
+    result, a tensor computed beside it element for element, or a view the tile maps its
+    index through (``lower.layout``: no slice, no reshape that splits or merges dims),
+    with the result's element count. '' when so, else why not."""
+    root = graph.op(dispatch.root)
+    try:
+        maps = output_maps(graph, dispatch, root.name)
+        for path in maps.values():
+            forward_index(graph, path, (0,) * root.type.rank)
+    except LoweringError as e:
+        return str(e)
+    for o in dispatch.outputs:
+        if graph.op(o).type.size != root.type.size:
+            return (f"dispatch {dispatch.name!r}: output {o!r} has shape "
+                    f"{graph.op(o).type.shape}, not the root's {root.type.shape} or a "
+                    f"view of it")
+    return ""
+
+
+def _structure(graph, dispatch):
+    """The dispatch's GEMM view, or why no tile can compute it: an output the tile cannot
+    write (:func:`check_outputs`) or an operand it cannot address (the same refusals as
+    ``lower_contraction``)."""
+    why = check_outputs(graph, dispatch)
+    if why:
+        return why
+    try:
+        return Gemm(graph, dispatch)
+    except LoweringError as e:
+        return str(e)
+
+
+def check(graph, dispatch) -> str:
+    """'' when the space has a legal point (``FALLBACK`` fits every arch: 256 threads,
+    10 KiB of LDS, scalar loads), else why not. Fusion asks :func:`check_outputs` before
+    every merge that touches a contraction (``passes.core``): the operands, the other
+    part, are the root's own whatever joins its epilogue."""
+    gemm = _structure(graph, dispatch)
+    return gemm if isinstance(gemm, str) else ""
+
+
 def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
     """Every candidate schedule of a contraction dispatch, legal ones first."""
-    try:
-        gemm = Gemm(graph, dispatch)
-    except LoweringError as e:
-        return [Candidate({}, False, str(e))]
+    gemm = _structure(graph, dispatch)
+    if isinstance(gemm, str):
+        return [Candidate({}, False, gemm)]
     va = gemm.A.max_vec[gemm.A.inner]
     vb = gemm.B.max_vec[gemm.B.inner]
     legal, illegal = [], []
@@ -99,7 +141,7 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             knobs = {"mma": mma, "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "KW": kw,
                      "lds_pad": pad, "vec_a": va, "vec_b": vb, "swizzle": swz}
             why = check_schedule(gemm, knobs, arch)
-            if why and mma == "mfma" and arch.wave_size != 64:
+            if why and mma == "mfma" and not arch.mfma_passes:
                 if ti or swz != SWIZZLES[0]:
                     continue  # one illegal point says why, not the whole MFMA list
             opt_in = "mma" if mma == "mfma" else ""
