@@ -122,8 +122,8 @@ def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
 def _simulate_every_schedule(g, d, env, limit=None):
     """Lowers ``d`` with each legal schedule (the first ``limit``) and checks every output
     against the reference values ``env``; returns how many schedules ran."""
-    legal = [c for c in schedule_space(g, d, "gfx942") if c.legal and not c.opt_in]
-    assert legal, [c.reason for c in schedule_space(g, d, "gfx942")]
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, GFX942)]
     for c in legal[:limit]:
         k = lower(g, d, c.knobs, "gfx942")
         ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
