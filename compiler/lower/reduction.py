@@ -457,11 +457,15 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 
 # ------------------------------------------------------------------------- fallback
 
+#: the knobs ``lower_generic`` assumes when a schedule leaves one out
+GENERIC_DEFAULTS = {"lowering": "generic", "workgroup": 256}
+
+
 def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
     need not share an iteration space: a fallback must lower whatever fusion formed."""
-    wg = int(schedule.get("workgroup", 256))
+    wg = int({**GENERIC_DEFAULTS, **schedule}["workgroup"])
     n = max(graph.op(o).type.size for o in dispatch.outputs)
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
 

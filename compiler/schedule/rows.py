@@ -12,7 +12,8 @@ from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.common import LoweringError
-from ..lower.reduction import REGISTER_CACHE_ELEMS, RowShape, _single_pass_pair, check_schedule
+from ..lower.reduction import (REGISTER_CACHE_ELEMS, ROW_DEFAULTS as D, RowShape,
+                               _single_pass_pair, check_schedule)
 from ..lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
 from . import generic
 from .common import Candidate, knob
@@ -22,15 +23,15 @@ NAME = "rows"
 
 @dataclass(frozen=True)
 class Knobs:
-    mapping: str = knob("wave", "wave: a wave per row (several rows per workgroup); "
+    mapping: str = knob(D["mapping"], "wave: a wave per row (several rows per workgroup); "
                                 "workgroup: a workgroup per row")
-    workgroup: int = knob(256, "threads per workgroup, a multiple of the wave size")
-    vector: int = knob(1, "elements per access along the row (1, 2, 4)")
-    cache: str = knob("reread", "reread: loop over the row in every pass; registers: keep "
+    workgroup: int = knob(D["workgroup"], "threads per workgroup, a multiple of the wave size")
+    vector: int = knob(D["vector"], "elements per access along the row (1, 2, 4)")
+    cache: str = knob(D["cache"], "reread: loop over the row in every pass; registers: keep "
                                 f"the row in registers (at most {REGISTER_CACHE_ELEMS} per "
                                 "thread)")
-    reduce: str = knob("wave", "wave | shuffle | lds_tree: how lanes combine partials")
-    passes: str = knob("multi", "multi: a pass per dependency level; single: Welford / "
+    reduce: str = knob(D["reduce"], "wave | shuffle | lds_tree: how lanes combine partials")
+    passes: str = knob(D["passes"], "multi: a pass per dependency level; single: Welford / "
                                 "online softmax for two dependent reductions")
 
 
