@@ -43,6 +43,7 @@ from gpusim import program as P
 from gpusim.hw import Arch
 
 from ..graph import Graph
+from ..passes.attention import AttentionPattern, match
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, unravel
 
@@ -78,7 +79,6 @@ class Attention:
     """The attention of a dispatch: roles of its ops and the extents."""
 
     def __init__(self, graph: Graph, dispatch):
-        from ..passes.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
         if len(pats) != 1:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ..lower.common import LoweringError
 from gpusim.hw import Arch
 
+from ..lower.common import LoweringError
 from ..lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
 from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
+from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
 from .common import Candidate, knob
 
 NAME = "contraction"
@@ -122,7 +123,6 @@ def with_direct_conv(graph, dispatch, space: list) -> list:
     """A conv with few taps per output (depthwise) also gets the direct lowering
     (``compiler.lower.conv``), tried whatever the budget; the knob ``lowering`` (gemm |
     direct) then tells them apart."""
-    from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
     if direct_applies(graph, graph.op(dispatch.root)):
         return space
     for c in space:
