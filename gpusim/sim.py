@@ -43,6 +43,7 @@ footprint (above); the timed CU sees the L2 as if it were the first CU to touch 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -150,6 +151,14 @@ def _group_tables(arch):
     return group_of, n_groups, group_lanes
 
 
+class Partial(NamedTuple):
+    """A buffer given at some elements only (flat memory indices and their values); the
+    others stay zero and untouched, so a sampled check of a 512 MiB tensor holds only the
+    pages it fills (``simulate(inputs=)``)."""
+    index: np.ndarray
+    values: np.ndarray
+
+
 class _Launch:
     """Everything the engine needs for one launch, built once per simulate call."""
 
@@ -181,6 +190,19 @@ class _Launch:
         self.gmem_f = np.zeros(max(nf, 1), np.float32)
         self.gmem_i = np.zeros(max(ni, 1), np.int32)
         for b, kind, off in self.layout:
+            given = inputs.get(b.name)
+            if isinstance(given, Partial):  # only these elements; the rest stays zero
+                idx = np.asarray(given.index, np.int64).reshape(-1)
+                vals = np.asarray(given.values).reshape(-1)
+                if idx.size != vals.size or (idx.size and not 0 <= idx.min() <= idx.max() < b.size):
+                    raise KernelError(f"{kernel.name}: partial input {b.name!r} needs as many values as "
+                                      f"indices, each index in [0, {b.size})")
+                if kind == 2:
+                    self.gmem_i[off + idx] = vals
+                else:
+                    self.gmem_f[off + idx] = vals.astype(np.float16 if kind == 1 else np.float32,
+                                                         copy=False)
+                continue
             if b.name in inputs:
                 arr = np.asarray(inputs[b.name])
                 if arr.size != b.size:
@@ -390,7 +412,8 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
              workgroups=None) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
-    ``inputs`` maps buffer names to arrays (absent "in"/"inout" buffers get seeded random
+    ``inputs`` maps buffer names to arrays, or to ``Partial`` (some elements, the rest
+    zero) (absent "in"/"inout" buffers get seeded random
     values in functional mode, zeros with ``functional=False``; "out" buffers zeros); ``scalars`` gives scalar parameters. With
     ``functional=False`` only a sample of CU 0's workgroups runs (fast; outputs partial).
     ``trace=True`` records per-wave events of the timed CU. ``jit=False`` runs the

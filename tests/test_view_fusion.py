@@ -306,3 +306,83 @@ def test_exported_models_fuse_through_the_exporters_views(name, most):
     got = execute_plan(plan, x)
     for o in g.outputs:
         np.testing.assert_allclose(got[o], want[o], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------- reshapes that split or merge dims (head split)
+def head_split(s=32, dm=48, heads=4, hd=16, rotary=False):
+    """A q projection as exporters write it: MatMul + bias, Reshape (1, s, H*D) ->
+    (1, s, H, D) (the head split), Transpose to (1, H, s, D), then a multiply: by the
+    attention scale, or (``rotary``) by a (1, 1, s, D) cos table as rotary embeddings do."""
+    nodes = [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Add", ["y", "b"], ["yb"]),
+             h.make_node("Reshape", ["yb", "shp"], ["y4"]),
+             h.make_node("Transpose", ["y4"], ["yt"], perm=[0, 2, 1, 3]),
+             h.make_node("Mul", ["yt", "cos" if rotary else "scale"], ["out"])]
+    inits = [init("w", RNG.standard_normal((dm, heads * hd)) * 0.1),
+             init("b", RNG.standard_normal(heads * hd)), init("shp", [1, s, heads, hd]),
+             init("scale", [hd ** -0.5])]
+    ins = [vi("x", [1, s, dm])] + ([vi("cos", [1, 1, s, hd])] if rotary else [])
+    return model(nodes, ins, [vi("out", [1, heads, s, hd])], inits, "head_split")
+
+
+def head_merge(s=32, heads=4, hd=16):
+    """The other direction: PV (1, H, s, D) -> Transpose (1, s, H, D) -> Reshape
+    (1, s, H*D) (the head merge) -> residual add."""
+    nodes = [h.make_node("MatMul", ["p", "v"], ["o"]),
+             h.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+             h.make_node("Reshape", ["ot", "shp"], ["o2"]),
+             h.make_node("Add", ["o2", "res"], ["out"])]
+    ins = [vi("p", [1, heads, s, s]), vi("v", [1, heads, s, hd]), vi("res", [1, s, heads * hd])]
+    return model(nodes, ins, [vi("out", [1, s, heads * hd])],
+                 [init("shp", [1, s, heads * hd])], "head_merge")
+
+
+HEAD_GRAPHS = {"split_scale": lambda: head_split(), "split_rotary": lambda: head_split(rotary=True),
+               "merge_residual": head_merge}
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_GRAPHS))
+def test_epilogue_fuses_through_a_reshape_that_splits_or_merges_dims(name):
+    """The multiply (or residual add) behind the head split/merge joins the contraction's
+    dispatch (2 dispatches before: the reshape was no projection of the loops); the
+    fused plan equals the unfused one and numpy."""
+    g = HEAD_GRAPHS[name]()
+    unfused = fuse(g, attention=False)
+    assert len(unfused.dispatches) == 1, [dc.reason for dc in unfused.decisions
+                                          if not dc.fused]
+    d = unfused.dispatches[0]
+    assert d.kind == "contraction" and g.outputs[0] in d.outputs
+    x = random_inputs(g)
+    want = evaluate(g, x)[g.outputs[0]]
+    np.testing.assert_allclose(execute_plan(unfused, x)[g.outputs[0]], want, rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_GRAPHS))
+@pytest.mark.parametrize("swizzle", SWIZZLES)
+def test_tile_writes_the_split_or_merged_view_and_matches_numpy(name, swizzle):
+    """The simulated kernel writes every element at its re-indexed place (n -> (n // D,
+    n % D) for the split, h * D + d for the merge), equal to numpy in every swizzle
+    placement; the writes stay vectors along the contiguous dim when swizzled."""
+    g = HEAD_GRAPHS[name]()
+    d = fuse(g).dispatches[0]
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
+                 if c.legal and c.knobs["swizzle"] == swizzle)
+    k, _ = run_kernel(g, d, knobs)
+    if swizzle != "none":
+        assert stores(k, g.outputs[0]) == {4}
+
+
+def test_a_reshape_that_mixes_rows_and_columns_is_still_refused():
+    """A reshape of the (s, H*D) result that is no regrouping per row, read with its
+    transpose in one epilogue (y4 + y4^T), needs two accumulators per element: refused,
+    and the unfused plan still computes the graph."""
+    from compiler.graph import Graph
+    g = Graph("mix_reshape")
+    y = g.matmul(g.input("a", (16, 8)), g.input("b", (8, 16)))
+    y4 = g.reshape(y, (4, 4, 4, 4))
+    g.output(g.add(y4, g.transpose(y4, (1, 0, 3, 2))))
+    plan = fuse(g)
+    assert len(plan.dispatches) == 2
+    x = random_inputs(g)
+    out = g.outputs[0]
+    np.testing.assert_allclose(execute_plan(plan, x)[out], evaluate(g, x)[out], rtol=1e-5)

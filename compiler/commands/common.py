@@ -156,12 +156,14 @@ def add_seed(parser) -> None:
                         help="seed of the random inputs (default: 0)")
 
 
-def load(args, compute: bool = True) -> Graph:
+def load(args, compute: bool = True, whole: bool = True) -> Graph:
     """The graph named by ``args.model`` (built-in spec or .onnx path).
 
     ``compute``: the command evaluates or simulates the model, so a model with nothing to
     compute is refused, and so is one whose estimated memory passes ``--max-memory``; both
     before anything is allocated (built-in weights are checked before they are drawn).
+    ``whole``: the command computes the whole numpy reference (``tune`` without
+    ``--check-all`` computes the sampled rows only; ``limits.working_set_bytes``).
     """
     limit = limits.max_memory(getattr(args, "max_memory", None))
     dims = {}
@@ -172,7 +174,7 @@ def load(args, compute: bool = True) -> Graph:
         dims[name] = value
     graph = load_model(args.model, max_memory=limit, dims=dims)
     if compute:
-        limits.check_graph(graph, limit, args.model)
+        limits.check_graph(graph, limit, args.model, whole)
         if not any(op.kind not in ("input", "constant") for op in graph.ops):
             raise GraphError(f"{args.model}: nothing to compute, the model has no operations "
                              f"(its outputs are its inputs or constants)")

@@ -59,7 +59,7 @@ def add_tune_options(p) -> None:
 def run_tune(args, quiet: bool):
 
     fixed = common.fixed_knobs(args.fix)
-    graph = common.load(args)
+    graph = common.load(args, whole=args.check_all)
     if args.cluster:
         parse_address(args.cluster)  # a bad address fails before any work
     kw = dict(budget=args.budget, workers=cap_workers(args.workers), fixed=fixed,

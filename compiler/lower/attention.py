@@ -43,7 +43,6 @@ from gpusim import program as P
 from gpusim.hw import Arch
 
 from ..graph import Graph
-from ..passes.attention import AttentionPattern, match
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, unravel
 
@@ -79,6 +78,8 @@ class Attention:
     """The attention of a dispatch: roles of its ops and the extents."""
 
     def __init__(self, graph: Graph, dispatch):
+        # import cycle: passes -> schedule (the fusion rules' legal-schedule check) -> lower
+        from ..passes.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
         if len(pats) != 1:

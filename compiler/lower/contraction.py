@@ -74,7 +74,8 @@ from .common import (LoweringError, buffers, ceil_div, defined_registers, saniti
                      split_at_last_load)
 from .conv import conv_root_index, setup_conv_gemm
 from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
-from .layout import forward_index, is_identity, output_maps, output_vectors
+from .layout import (forward_index, is_identity, output_maps, output_vectors,
+                     unit_only_reshape)
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")
@@ -315,6 +316,10 @@ class Gemm:
         order, the write direction from its memory (``compiler.lower.layout``)."""
         self.out_maps = output_maps(self.graph, dispatch, self.root.name)
         self.out_vec = None
+        # a reshape that splits or merges dims on the way to an output: the epilogue's
+        # view of the root index is then not syntactically the tile's (see epilogue_vector)
+        self.reindexed = any(op.kind == "reshape" and not unit_only_reshape(self.graph, op)
+                             for p in self.out_maps.values() for op, _ in p)
         if all(is_identity(self.graph, p) for p in self.out_maps.values()):
             return
         self.out_vec = output_vectors(self, self.graph, self.out_maps)
@@ -1085,9 +1090,21 @@ class _Builder:
 
         def k(ix):  # a unit dim's index is 0 however a view wrote it
             return tuple(zero if u else key(e) for e, u in zip(ix, unit))
+        out = {}
+        if self.gemm.reindexed:
+            # through a split/merged reshape the index the emitter walks back to the root
+            # is another expression of the same element (h * D + d for n // D, n % D):
+            # each accumulator is bound alone, its epilogue inputs loaded per element
+            for o in self.d.outputs:
+                out[o] = []
+            for ix, r in zip(idxs, regs):
+                self.em.bound[root] = lambda _ix, r=r: r
+                for o in self.d.outputs:
+                    out[o].append(self.em.value(o, self.gemm.out_index(o, ix)))
+            self.em.bound.pop(root, None)
+            return out
         regmap = {k(ix): r for ix, r in zip(idxs, regs)}
         self.em.bound[root] = lambda ix: regmap[k(ix)]
-        out = {}
         for o in self.d.outputs:
             self.em.analyse_access(o, len(regs), stop_at=(root,))
             oidxs = [self.gemm.out_index(o, ix) for ix in idxs]

@@ -25,7 +25,7 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import Graph
+from ..graph import Graph, shared_iteration
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 
@@ -46,20 +46,13 @@ def iteration_order(graph: Graph, dispatch, order: str) -> tuple:
 
 def iteration_shape(graph: Graph, dispatch) -> tuple:
     """The largest output's shape: every output is that shape, a broadcast-smaller one,
-    or a view with as many elements (a reshape written as a graph output)."""
-    outs = [graph.op(o).type for o in dispatch.outputs]
-    shape = max(outs, key=lambda t: t.size).shape
-    root = graph.op(dispatch.root).type
-    if root.size == math.prod(shape):
-        # the root's own shape when the largest output is a view of it (a reshape written as
-        # a graph output): the smaller outputs broadcast against the root, not the view
-        shape = root.shape
-    for t in outs:
-        fits = len(t.shape) <= len(shape) and all(
-            s in (1, f) for s, f in zip(t.shape, shape[len(shape) - len(t.shape):]))
-        if not fits and t.size != math.prod(shape):
-            raise LoweringError(f"outputs of shapes {t.shape} and {shape} share no "
-                                f"iteration space")
+    or a view with as many elements (a reshape written as a graph output); the root's
+    own shape when the largest output is a view of it (the smaller outputs broadcast
+    against the root, not the view). ``graph.shared_iteration`` decides it."""
+    shape = shared_iteration([graph.op(o).type.shape for o in dispatch.outputs],
+                             graph.op(dispatch.root).type.shape)
+    if isinstance(shape, str):
+        raise LoweringError(shape)
     return shape
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..graph import Graph, is_identity_view
+from ..graph import Graph
 from ..plan import Decision, Dispatch, EpilogueInput, FusionPlan, IterationSpace
 from . import epilogue, indexing as ix
-from .layout import tile_writes_view
+from .layout import group_writes_view
 from .elementwise import place_views
 from .core import FusionState
 
@@ -45,9 +45,7 @@ def build_plan(st: FusionState) -> FusionPlan:
     copies = []
     copy_of = {}   # (tensor behind the views, output shape) -> the copy dispatch
     for out, (gid, chain) in materialise.items():
-        if gid is not None and g.op(roots[gid]).is_contraction and \
-                not all(is_identity_view(g.op(v), g) for v in chain) and \
-                not tile_writes_view(g, roots[gid], members[gid], chain):
+        if gid is not None and not group_writes_view(g, roots[gid], members[gid], chain):
             # a GEMM writes its tile in its own layout or through a one-to-one view of
             # it (layout propagation); a slice or a merging reshape of it that is a graph
             # output is copied by another dispatch
@@ -146,8 +144,9 @@ def build_plan(st: FusionState) -> FusionPlan:
                                       "a view that is a graph output and that no dispatch "
                                       "computing its tensor can write (a view of an input "
                                       "or constant; a slice or merging reshape of a "
-                                      "contraction result): it needs a copy dispatch to "
-                                      "exist in memory"))
+                                      "contraction result; a slice or repeating broadcast "
+                                      "an elementwise walk does not cover): it needs a "
+                                      "copy dispatch to exist in memory"))
     for n in g.topo_order():
         if g.op(n).is_view:
             where = [names[gid] for gid in seq if n in members[gid]]

@@ -4,8 +4,10 @@ Kinds: ``elementwise`` (naive walks), ``transpose`` (permutes through an LDS til
 ``rows`` (row reductions), ``generic`` (the serial fallback for reductions of any other
 shape), ``contraction`` (matmul / conv) and ``attention`` (QK^T, softmax and PV in one
 kernel). Each module holds a frozen ``Knobs``
-dataclass (every knob with its default and its meaning), ``space(graph, dispatch, arch)``
-and ``lower`` (the lowering in ``compiler.lower``). A schedule still travels as a plain
+dataclass (every knob with its default and its meaning), ``space(graph, dispatch, arch)``,
+``check(graph, dispatch)`` (why the space would have no legal point, arch-independent:
+fusion asks it before committing a merge) and ``lower`` (the lowering in
+``compiler.lower``). A schedule still travels as a plain
 ``dict`` of knob -> value (``{"workgroup": 256, "vector": 4}``), so it prints, serialises
 and pins (``--fix vector=4``) without ceremony; a pin names a knob some kind's ``Knobs``
 declares (:func:`check_pins`) and takes a value that kind's space enumerates (the search's
@@ -46,6 +48,19 @@ def check_pins(fixed: dict) -> None:
                          f"knobs per kind: {listing}")
 
 
+#: the structural legality check of each dispatch kind (``dispatch_kind``'s names)
+CHECKS = {"attention": attention.check, "contraction": contraction.check,
+          "reduction": rows.check, "elementwise": elementwise.check}
+
+
+def check(graph, dispatch) -> str:
+    """'' when nothing in the dispatch's structure keeps its space from a legal schedule,
+    else why not: the arch-independent check each space starts with (past it, every kind
+    but attention has a legal fallback point on every arch), asked by fusion before it
+    commits a merge (``passes.core``) and by the property tests of every plan."""
+    return CHECKS[dispatch_kind(graph, dispatch)](graph, dispatch)
+
+
 def schedule_space(graph, dispatch, arch: Arch) -> list:
     """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
     kind = dispatch_kind(graph, dispatch)
@@ -58,4 +73,4 @@ def schedule_space(graph, dispatch, arch: Arch) -> list:
     return elementwise.space(graph, dispatch, arch)
 
 
-__all__ = ["Candidate", "KINDS", "check_pins", "knob_names", "schedule_space"]
+__all__ = ["Candidate", "CHECKS", "KINDS", "check", "check_pins", "knob_names", "schedule_space"]

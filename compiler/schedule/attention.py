@@ -48,6 +48,16 @@ def _prior(k: dict) -> tuple:
             LDS_PADS.index(k["lds_pad"]))
 
 
+def check(graph: Graph, dispatch) -> str:
+    """'' when the dispatch has the attention structure the kernel computes, else why
+    not (whether a tile fits the arch's LDS and registers is the space's business)."""
+    try:
+        Attention(graph, dispatch)
+    except LoweringError as e:
+        return str(e)
+    return ""
+
+
 def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
     """Every candidate schedule, legal ones first in the prior's order; an illegal point
     carries the reason (LDS, registers, threads that do not split over the rows)."""

@@ -85,12 +85,35 @@ def _prior(k: dict) -> tuple:
     return (k["mma"] == "mfma", tiles.index(t), pad_rank, SWIZZLES.index(k["swizzle"]))
 
 
-def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
-    """Every candidate schedule of a contraction dispatch, legal ones first."""
+def _structure(graph, dispatch):
+    """The dispatch's GEMM view, or why no tile can compute it: an operand or output the
+    tile cannot address, or an output that is not the result or a one-to-one view of it
+    (the same refusals as ``lower_contraction``)."""
     try:
         gemm = Gemm(graph, dispatch)
     except LoweringError as e:
-        return [Candidate({}, False, str(e))]
+        return str(e)
+    for o in dispatch.outputs:
+        if graph.op(o).type.size != gemm.root.type.size:
+            return (f"dispatch {dispatch.name!r}: output {o!r} has shape "
+                    f"{graph.op(o).type.shape}, not the root's {gemm.root.type.shape} or a "
+                    f"view of it")
+    return gemm
+
+
+def check(graph, dispatch) -> str:
+    """'' when the space has a legal point (``FALLBACK`` fits every arch: 256 threads,
+    10 KiB of LDS, scalar loads), else why not; fusion asks it before every merge that
+    touches a contraction (``passes.core``)."""
+    gemm = _structure(graph, dispatch)
+    return gemm if isinstance(gemm, str) else ""
+
+
+def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
+    """Every candidate schedule of a contraction dispatch, legal ones first."""
+    gemm = _structure(graph, dispatch)
+    if isinstance(gemm, str):
+        return [Candidate({}, False, gemm)]
     va = gemm.A.max_vec[gemm.A.inner]
     vb = gemm.B.max_vec[gemm.B.inner]
     legal, illegal = [], []

@@ -31,12 +31,23 @@ class Knobs:
     transpose: str = knob(D["transpose"], "none: this naive walk; lds: the transpose kind's tile")
 
 
+def check(graph: Graph, dispatch) -> str:
+    """'' when the space has a legal point (its scalar fallback lowers whenever the
+    outputs share one iteration space), else why not. Needs only the dispatch's root and
+    outputs, so fusion asks it before every merge (``passes.core``)."""
+    try:
+        iteration_shape(graph, dispatch)
+    except LoweringError as e:
+        return str(e)
+    return ""
+
+
 def space(graph: Graph, dispatch, arch: Arch) -> list:
     """Workgroup x vector x elems x order, with illegal points marked."""
-    try:
-        shape = iteration_shape(graph, dispatch)
-    except LoweringError as e:
-        return [Candidate({"workgroup": 256}, False, str(e))]
+    why = check(graph, dispatch)
+    if why:
+        return [Candidate({"workgroup": 256}, False, why)]
+    shape = iteration_shape(graph, dispatch)
     n = math.prod(shape)
     orders = ["output"]
     for t in dispatch.inputs:

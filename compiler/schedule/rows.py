@@ -48,6 +48,12 @@ def _left_out(knobs: dict, ws: int, C: int) -> str:
     return ""
 
 
+def check(graph: Graph, dispatch) -> str:
+    """Always '': a dispatch off the row shape gets the generic fallback, which lowers
+    whatever fusion forms (one thread per root element, reductions serial)."""
+    return ""
+
+
 def space(graph: Graph, dispatch, arch: Arch) -> list:
     """Candidates for a row dispatch, illegal ones marked by the lowering's own
     ``check_schedule``; a non-row dispatch gets the generic fallback only."""
