@@ -231,6 +231,19 @@ def b_bert_2layer():
     return m, (ids,), ["input_ids"]
 
 
+def b_bert_sdpa():
+    """BERT (2 layers) with torch's scaled_dot_product_attention: the exporter multiplies
+    q and k by sqrt(scale) after the head split and transpose (issue 12, item 3: that
+    multiply joins the projection's epilogue through the split reshape)."""
+    torch = _torch()
+    from transformers import BertModel
+    cfg = bert_config(2)
+    cfg._attn_implementation = "sdpa"
+    m = _First.wrap(BertModel(cfg, add_pooling_layer=False).eval())
+    ids = torch.randint(0, 128, (1, 16))
+    return m, (ids,), ["input_ids"]
+
+
 def b_gpt2_2block():
     torch = _torch()
     from transformers import GPT2Model
@@ -275,7 +288,7 @@ FIXTURES = {
     "resnet_bottleneck": b_resnet_bottleneck, "conv_bn_relu": b_conv_bn_relu,
     "bn_relu_pool": b_bn_relu_pool, "softmax": b_softmax, "layernorm": b_layernorm,
     "conv_bn_relu_keep": b_conv_bn_relu, "nhwc_conv": b_nhwc_conv, "bert_2layer": b_bert_2layer, "gpt2_2block": b_gpt2_2block,
-    "resnet_tiny": b_resnet_tiny, "vit_tiny": b_vit_tiny,
+    "resnet_tiny": b_resnet_tiny, "vit_tiny": b_vit_tiny, "bert_sdpa": b_bert_sdpa,
 }
 
 

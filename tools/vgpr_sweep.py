@@ -79,8 +79,9 @@ def points(models, arch, kinds, mmas, per_dispatch=None, seed=0):
                          if c.legal and c.knobs.get("lowering") != "direct"
                          and (kind != "contraction" or c.knobs.get("mma", "fma") in mmas)]
                 if per_dispatch and len(cands) > per_dispatch:  # the first, then a sample
-                    rest = random.Random(f"{seed}:{d.name}").sample(cands[1:], per_dispatch - 1)
-                    cands = [cands[0]] + [c for c in cands[1:] if c in rest]
+                    rest = cands[1:]  # shuffled: a smaller N takes a prefix of a larger one's
+                    random.Random(f"{seed}:{d.name}").shuffle(rest)
+                    cands = [cands[0]] + rest[:per_dispatch - 1]
                 first = True
                 for c in cands:
                     try:

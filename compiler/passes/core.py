@@ -34,7 +34,7 @@ import networkx as nx
 
 from ..graph import Graph, live_ops
 from ..plan import Decision, SimpleDispatch
-from ..schedule import CHECKS
+from ..schedule import CHECKS, contraction
 from . import indexing as ix
 from .layout import group_writes_view
 
@@ -449,12 +449,14 @@ class FusionState:
 
         outs = {e.src for e in R.out + O.out if not inside(e.dst)}
         views = []
+        # the members matter only to a contraction's tile (its one-to-one views)
+        members = (R.ops | O.ops) if g.op(R.root).is_contraction else R.ops
         for src, o, chain in self.graph_outputs:
             if not inside(src):
                 continue
             if not chain:
                 outs.add(o)
-            elif group_writes_view(g, R.root, R.ops | O.ops, list(chain)):
+            elif group_writes_view(g, R.root, members, list(chain)):
                 outs.add(o)
                 views.extend(chain)
         ops, inputs = [], []
@@ -480,18 +482,14 @@ class FusionState:
         ``absorb``, holds a fallback point legal on every arch). Issue 16: a dispatch
         whose outputs shared no iteration space used to be formed and fail in ``tune``."""
         kind = max(p.R.kind(self.graph), p.O.kind(self.graph))
-        if kind != RootKind.CONTRACTION:   # their checks read the root and outputs only
-            d = self.would_be_dispatch(p, with_ops=False)
-            name = "reduction" if kind == RootKind.REDUCTION else "elementwise"
-            return CHECKS[name](self.graph, d) if d.outputs else ""
-        # a contraction's check builds its GEMM view (index tables as large as the
-        # result): asked once per pair of groups, as the epilogue condition is
-        key = ("schedule", p.R.root, frozenset(p.R.ops), frozenset(p.O.ops))
-        why = self.memo.get(key)
-        if why is None:
-            why = self.memo[key] = CHECKS["contraction"](
-                self.graph, self.would_be_dispatch(p, with_ops=True))
-        return why
+        if kind == RootKind.CONTRACTION:
+            # what an epilogue merge can change: the outputs (the GEMM's operands stay
+            # its own, fusion never reaches them); a few index maps, no tables
+            return contraction.check_outputs(self.graph,
+                                             self.would_be_dispatch(p, with_ops=True))
+        d = self.would_be_dispatch(p, with_ops=False)   # their checks read root, outputs
+        name = "reduction" if kind == RootKind.REDUCTION else "elementwise"
+        return CHECKS[name](self.graph, d) if d.outputs else ""
 
     # ------------------------------------------------------------------ the merge
     def try_merge(self, rule: str, prod: Group, cons: Group, *, sibling_links=None,

@@ -25,6 +25,7 @@ from ..lower.common import LoweringError
 from ..lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
 from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
+from ..lower.layout import forward_index, output_maps
 from .common import Candidate, knob
 
 NAME = "contraction"
@@ -85,26 +86,44 @@ def _prior(k: dict) -> tuple:
     return (k["mma"] == "mfma", tiles.index(t), pad_rank, SWIZZLES.index(k["swizzle"]))
 
 
-def _structure(graph, dispatch):
-    """The dispatch's GEMM view, or why no tile can compute it: an operand or output the
-    tile cannot address, or an output that is not the result or a one-to-one view of it
-    (the same refusals as ``lower_contraction``)."""
+def check_outputs(graph, dispatch) -> str:
+    """The part of :func:`check` an epilogue merge can change: every output is the
+    result, a tensor computed beside it element for element, or a view the tile maps its
+    index through (``lower.layout``: no slice, no reshape that splits or merges dims),
+    with the result's element count. '' when so, else why not."""
+    root = graph.op(dispatch.root)
     try:
-        gemm = Gemm(graph, dispatch)
+        maps = output_maps(graph, dispatch, root.name)
+        for path in maps.values():
+            forward_index(graph, path, (0,) * root.type.rank)
     except LoweringError as e:
         return str(e)
     for o in dispatch.outputs:
-        if graph.op(o).type.size != gemm.root.type.size:
+        if graph.op(o).type.size != root.type.size:
             return (f"dispatch {dispatch.name!r}: output {o!r} has shape "
-                    f"{graph.op(o).type.shape}, not the root's {gemm.root.type.shape} or a "
+                    f"{graph.op(o).type.shape}, not the root's {root.type.shape} or a "
                     f"view of it")
-    return gemm
+    return ""
+
+
+def _structure(graph, dispatch):
+    """The dispatch's GEMM view, or why no tile can compute it: an output the tile cannot
+    write (:func:`check_outputs`) or an operand it cannot address (the same refusals as
+    ``lower_contraction``)."""
+    why = check_outputs(graph, dispatch)
+    if why:
+        return why
+    try:
+        return Gemm(graph, dispatch)
+    except LoweringError as e:
+        return str(e)
 
 
 def check(graph, dispatch) -> str:
     """'' when the space has a legal point (``FALLBACK`` fits every arch: 256 threads,
-    10 KiB of LDS, scalar loads), else why not; fusion asks it before every merge that
-    touches a contraction (``passes.core``)."""
+    10 KiB of LDS, scalar loads), else why not. Fusion asks :func:`check_outputs` before
+    every merge that touches a contraction (``passes.core``): the operands, the other
+    part, are the root's own whatever joins its epilogue."""
     gemm = _structure(graph, dispatch)
     return gemm if isinstance(gemm, str) else ""
 
