@@ -85,6 +85,7 @@ class Attention:
     """The attention of a dispatch: roles of its ops and the extents."""
 
     def __init__(self, graph: Graph, dispatch):
+        # import cycle: passes -> schedule (the fusion rules' legal-schedule check) -> lower
         from ..passes.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
@@ -211,8 +212,8 @@ def _check_mfma(a: Attention, s: dict, arch: Arch) -> str:
     if wave_size != P.MFMA_WAVE or not arch.mfma_passes:
         return f"mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942), not {arch.name}"
     t = s["waves"] * P.MFMA_WAVE
-    if t > 1024:
-        return f"{t} threads per workgroup, over 1024"
+    if t > arch.max_block_threads:
+        return f"{t} threads per workgroup, over {arch.max_block_threads}"
     mg = mfma_geometry(a, s)
     if mg["shape"] is None or s["BQ"] != mg["M"] * s["waves"] * s["RM"]:
         return (f"mma=mfma: BQ={s['BQ']} must be waves x RM x 32 or x 16 (one MFMA block "
