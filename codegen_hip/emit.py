@@ -28,6 +28,7 @@ numpy's ``maximum`` propagates NaN.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from gpusim.program import (
 )
 
 from gpusim.analysis import expr_children, stmt_exprs
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from .names import Namer
 
@@ -170,7 +171,6 @@ def plan_declarations(body):
     that declares it, or to "loop" for a counter that every For over it declares in its
     init (it is used nowhere else); ``hoisted`` lists the registers declared at the top.
     """
-    from collections import defaultdict
     refs, dtypes = defaultdict(list), {}
     _collect_refs(body, (), refs, dtypes)
     _all_var_dtypes(body, dtypes)
@@ -550,8 +550,8 @@ def kernel_prototype(kernel: Kernel, c_name: str | None = None) -> str:
     return _Printer(kernel, c_name or kernel_c_name(kernel)).signature() + ";"
 
 
-def _header(kernel, arch_name, c_name, header_comment, counters) -> str:
-    lines = [f"wavefuse codegen_hip: kernel {kernel.name!r} (C name {c_name}), emitted for {arch_name}.",
+def _header(kernel, arch: Arch, c_name, header_comment, counters) -> str:
+    lines = [f"wavefuse codegen_hip: kernel {kernel.name!r} (C name {c_name}), emitted for {arch.name}.",
              "What is printed here is the program gpusim simulated; regenerate rather than edit.",
              f"Launch: grid = {kernel.grid} workgroups x block = {kernel.block} threads "
              f"(warpSize lanes per wave: 64 on CDNA, 32 on RDNA).",
@@ -566,7 +566,7 @@ def _header(kernel, arch_name, c_name, header_comment, counters) -> str:
         lines.append("Schedule (kernel.meta):")
         lines += [f"  {k}: {v}" for k, v in kernel.meta.items()]
     if counters:
-        lines.append(f"Simulator prediction (gpusim, {arch_name}):")
+        lines.append(f"Simulator prediction (gpusim, {arch.name}):")
         lines += [f"  {k}: {v:.6g}" if isinstance(v, float) else f"  {k}: {v}"
                   for k, v in counters.items()]
     if header_comment:
@@ -574,9 +574,11 @@ def _header(kernel, arch_name, c_name, header_comment, counters) -> str:
     return "\n".join(_comment(line) for line in lines) + "\n"
 
 
-def emit_kernel(kernel: Kernel, arch_name: str = DEFAULT_ARCH, header_comment: str | None = None,
-                *, c_name: str | None = None, counters: dict | None = None) -> str:
-    """HIP C++ source of one kernel: a self-contained .hip file.
+def emit_kernel(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH,
+                header_comment: str | None = None, *, c_name: str | None = None,
+                counters: dict | None = None) -> str:
+    """HIP C++ source of one kernel: a self-contained .hip file (``arch``: a name is
+    resolved here, the package's entry point).
 
     ``c_name`` overrides the sanitised kernel name (the exporter passes names unique across
     a project); ``counters`` are the simulator's predictions, printed in the header.
@@ -584,7 +586,7 @@ def emit_kernel(kernel: Kernel, arch_name: str = DEFAULT_ARCH, header_comment: s
     c_name = c_name or kernel_c_name(kernel)
     printer = _Printer(kernel, c_name)
     body = printer.kernel_source()
-    parts = [_header(kernel, arch_name, c_name, header_comment, counters),
+    parts = [_header(kernel, get_arch(arch), c_name, header_comment, counters),
              "#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n"]
     if "wf_half4" in body:
         parts.append(_HALF4_DEF)

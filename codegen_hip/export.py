@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 from gpusim.program import Kernel, Scalar
 
 from .emit import emit_kernel
@@ -48,7 +48,7 @@ def _dtype_of(arr: np.ndarray) -> str | None:
     return None
 
 
-def build_plan(kernels, launches, arrays, *, arch, title, expected, tolerances,
+def build_plan(kernels, launches, arrays, *, arch: Arch, title, expected, tolerances,
                warmup=3, repeats=20) -> Plan:
     """Validates the inputs and fixes every name; raises ExportError on any inconsistency."""
     kernels = list(kernels)
@@ -215,7 +215,7 @@ class ExportTarget:
         self._acquire()
 
     def _acquire(self):
-        import fcntl
+        import fcntl  # POSIX only: imported where the lock is taken, not by every user
         for _ in range(100):
             try:
                 fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -261,7 +261,8 @@ class ExportTarget:
             self.release()
 
 
-def write_project(out_dir, kernels, launches, arrays, *, arch: str = DEFAULT_ARCH, force: bool = False,
+def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFAULT_ARCH,
+                  force: bool = False,
                   title: str = "wavefuse export", expected: dict | None = None,
                   counters: dict | None = None, tolerances: dict | None = None,
                   warmup: int = 3, repeats: int = 20) -> Path:
@@ -272,9 +273,10 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: str = DEFAULT_ARC
     ``expected``: arrays the harness compares after the last dispatch.
     ``counters``: {kernel name: simulator counters} for the kernel headers and sidecars.
     ``tolerances``: {array name: (atol, rtol)} overriding the per-dtype defaults.
+    ``arch``: a name is resolved here, once (the package's entry point).
     """
-    plan = build_plan(kernels, launches, arrays, arch=arch, title=title, expected=expected,
-                      tolerances=tolerances, warmup=warmup, repeats=repeats)
+    plan = build_plan(kernels, launches, arrays, arch=get_arch(arch), title=title,
+                      expected=expected, tolerances=tolerances, warmup=warmup, repeats=repeats)
     if isinstance(out_dir, ExportTarget):
         target, own = out_dir, False
     else:
@@ -314,7 +316,7 @@ def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters) 
 
 def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: dict):
     sources = ["main.hip"]
-    (tmp / MARKER).write_text(json.dumps({"title": plan.title, "arch": plan.arch}) + "\n")
+    (tmp / MARKER).write_text(json.dumps({"title": plan.title, "arch": plan.arch.name}) + "\n")
     for k, c_name in plan.kernels:
         kc = counters.get(k.name)
         src = emit_kernel(k, plan.arch, c_name=c_name, counters=kc)

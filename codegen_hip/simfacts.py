@@ -10,31 +10,33 @@ min(max waves, VGPRs per SIMD lane / roundup(vgprs, granule)).
 from __future__ import annotations
 
 from gpusim.errors import KernelError
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import DEFAULT_ARCH, GFX90A, GFX942, GFX1100, Arch, get_arch
+from gpusim.occupancy import estimate_vgprs
 from gpusim.program import DTYPE_BYTES, Kernel, LdsLoad, LdsStore, Load, Store, walk
 
 SIM_FORMAT = "wavefuse.sim/1"
 
 #: LLVM target -> the modelled Arch whose register file it has (the MI300 targets gfx940,
 #: gfx941 and gfx942 share one, S9).
-TARGET_ARCH = {"gfx90a": "gfx90a", "gfx940": "gfx942", "gfx941": "gfx942",
-               "gfx942": "gfx942", "gfx1100": "gfx1100"}
-#: target -> (VGPRs per SIMD lane, allocation granule, max waves per SIMD), read from the
-#: Arch tables (each field carries its source there).
-VGPR_FILE = {t: (get_arch(a).vgprs_per_lane, get_arch(a).vgpr_granule,
-                 get_arch(a).wave_slots_per_simd) for t, a in TARGET_ARCH.items()}
+TARGET_ARCH = {"gfx90a": GFX90A, "gfx940": GFX942, "gfx941": GFX942, "gfx942": GFX942,
+               "gfx1100": GFX1100}
 
 
-def vgpr_occupancy(vgprs: int, arch: str) -> int:
-    """Waves per SIMD that ``vgprs`` registers per lane allow on ``arch``; an arch whose
-    register file is not known is an error, never another arch's numbers."""
-    if arch not in VGPR_FILE:
-        raise KernelError(f"unknown arch {arch!r} for the VGPR file; known targets: "
-                          f"{', '.join(VGPR_FILE)}")
-    total, granule, max_waves = VGPR_FILE[arch]
+def vgpr_waves(vgprs: int, arch: Arch) -> int:
+    """Waves per SIMD that ``vgprs`` registers per lane allow on ``arch`` (its VGPRs per
+    SIMD lane, allocation granule and wave slots, each with its source in the Arch)."""
     vgprs = max(int(vgprs), 1)
-    alloc = -(-vgprs // granule) * granule
-    return max(0, min(max_waves, total // alloc))
+    alloc = -(-vgprs // arch.vgpr_granule) * arch.vgpr_granule
+    return max(0, min(arch.wave_slots_per_simd, arch.vgprs_per_lane // alloc))
+
+
+def vgpr_occupancy(vgprs: int, target: str) -> int:
+    """``vgpr_waves`` for an LLVM target named by hipcc (``check``'s targets); a target
+    whose register file is not known is an error, never another arch's numbers."""
+    if target not in TARGET_ARCH:
+        raise KernelError(f"unknown arch {target!r} for the VGPR file; known targets: "
+                          f"{', '.join(TARGET_ARCH)}")
+    return vgpr_waves(vgprs, TARGET_ARCH[target])
 
 
 def memory_accesses(kernel: Kernel) -> list[dict]:
@@ -55,28 +57,23 @@ def memory_accesses(kernel: Kernel) -> list[dict]:
     return out
 
 
-def _gpusim_vgprs(kernel: Kernel, arch: str):
+def _gpusim_vgprs(kernel: Kernel, arch: Arch):
     """(gpusim's VGPR estimate, where it came from), or (None, why not)."""
-    import gpusim
-    estimate = getattr(gpusim, "estimate_vgprs", None)
-    if estimate is None:
-        try:
-            from gpusim.occupancy import estimate_vgprs as estimate
-        except ImportError:
-            return None, "gpusim.estimate_vgprs is not available"
     try:
-        return int(estimate(kernel, arch)), "gpusim.estimate_vgprs"
-    except Exception as e:  # an arch gpusim does not model must not stop an export
+        return int(estimate_vgprs(kernel, arch)), "gpusim.estimate_vgprs"
+    except Exception as e:  # an estimate that fails must not stop an export: the sidecar says why
         return None, f"gpusim.estimate_vgprs failed: {type(e).__name__}: {e}"
 
 
-def sim_info(kernel: Kernel, arch: str = DEFAULT_ARCH, *, c_name: str | None = None,
+def sim_info(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH, *, c_name: str | None = None,
              counters: dict | None = None, estimated_vgprs: int | None = None) -> dict:
-    """The sidecar contents for one kernel.
+    """The sidecar contents for one kernel (``arch``: a name is resolved here, the
+    package's entry point).
 
     ``estimated_vgprs`` overrides gpusim's estimate (e.g. from a SimResult's ``.vgprs``);
     ``counters`` are the simulator's predicted counters, kept for the record.
     """
+    arch = get_arch(arch)
     if estimated_vgprs is None:
         estimated_vgprs, source = _gpusim_vgprs(kernel, arch)
     else:
@@ -85,14 +82,14 @@ def sim_info(kernel: Kernel, arch: str = DEFAULT_ARCH, *, c_name: str | None = N
         "format": SIM_FORMAT,
         "kernel": kernel.name,
         "c_name": c_name,
-        "arch": arch,
+        "arch": arch.name,
         "grid": int(kernel.grid),
         "block": int(kernel.block),
         "accesses": memory_accesses(kernel),
         "lds_bytes": int(kernel.lds_bytes),
         "estimated_vgprs": estimated_vgprs,
         "vgpr_source": source,
-        "occupancy_waves_per_simd": (vgpr_occupancy(estimated_vgprs, arch)
+        "occupancy_waves_per_simd": (vgpr_waves(estimated_vgprs, arch)
                                      if estimated_vgprs is not None else None),
         "counters": {k: (float(v) if isinstance(v, float) else v)
                      for k, v in (counters or {}).items()

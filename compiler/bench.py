@@ -69,8 +69,8 @@ def bench_scaling(sizes, repeat: int, budget: int) -> dict:
     rows = []
     for s in sizes:
         spec = f"attention:heads=8,seq={s},dim=64"
-        r = _median([run_cli(["tune", spec, "--budget", str(budget), "--no-cache",
-                              "--max-memory", "64G"]) for _ in range(repeat)])
+        r = _median([run_cli(["tune", spec, "--budget", str(budget), "--no-cache"])
+                     for _ in range(repeat)])
         rows.append({"seq": s, **r})
         print(f"seq {s}: {r['median_s']:.1f} s, {r['peak_mib']:.0f} MiB", file=sys.stderr)
     by = {r["seq"]: r for r in rows}

@@ -188,6 +188,32 @@ def is_compute(op: "Op") -> bool:
     return op.kind not in ("input", "constant") and not op.is_view
 
 
+def shared_iteration(out_shapes, root_shape: tuple):
+    """The iteration space of an elementwise walk that writes outputs of ``out_shapes``
+    from a root of ``root_shape``, or why there is none: the largest output's shape
+    (the root's when that output is a view of the root with as many elements), which
+    every other output matches, broadcasts against, or holds as many elements as (a
+    view). The elementwise lowering walks it; fusion and both baselines write a view
+    output in its producer's dispatch only when it exists."""
+    shape = tuple(max(out_shapes, key=math.prod))
+    if math.prod(root_shape) == math.prod(shape):
+        shape = tuple(root_shape)
+    for t in out_shapes:
+        fits = len(t) <= len(shape) and all(
+            s in (1, f) for s, f in zip(t, shape[len(shape) - len(t):]))
+        if not fits and math.prod(t) != math.prod(shape):
+            return f"outputs of shapes {tuple(t)} and {shape} share no iteration space"
+    return shape
+
+
+def writes_view_in_place(g: "Graph", src: str, out: str) -> bool:
+    """Can the elementwise dispatch of ``src`` also write the graph output ``out``, a
+    view of ``src``? Not when no walk covers both (a slice, or a broadcast that
+    repeats ``src`` along a dim it does not have): then a copy dispatch writes it."""
+    shape = g.op(src).type.shape
+    return isinstance(shared_iteration([shape, g.op(out).type.shape], shape), tuple)
+
+
 def is_identity_view(op: "Op", g: "Graph") -> bool:
     """A view that moves no element (same shape, identity permutation)."""
     if op.kind == "transpose":

@@ -7,7 +7,8 @@ model first estimates the memory it will hold and refuses, in one line giving bo
 numbers, when the estimate passes the limit: 8 GiB unless ``--max-memory SIZE`` (or the
 ``WAVEFUSE_MAX_MEMORY`` environment variable) says otherwise.
 
-The estimate is a model of where wavefuse keeps tensors, not a measurement:
+The estimate is a model of where wavefuse keeps tensors, not a measurement. For a
+command that computes the whole reference (``verify``, ``tune --check-all``, ``run``):
 - the numpy reference keeps every value of the graph (verify and the search compare each
   dispatch's outputs with it) in float64 work arrays as well as in its dtype, gpusim
   holds the buffers of the dispatch it runs and their memory images: 5 times the bytes
@@ -18,6 +19,20 @@ Calibration (peak RSS of `/usr/bin/time -f %M wavefuse tune MODEL --budget 2 --j
 minus 0.19 GB for the interpreter with numba, loaded machine, 2026-12-01):
 softmax:rows=16384,cols=1024 took 1.44 GB (estimate 1.61 GB), layernorm at the same size
 1.22 GB (estimate 2.28 GB); the estimate errs on the high side.
+
+``tune`` without ``--check-all`` checks the rows a sample of workgroups wrote against a
+reference computed for those rows only (``compiler.partial``), and gpusim's memory is
+touched only where a sampled workgroup reads or writes, except the checked output, which
+is filled with a sentinel (4 bytes an element, f16 too, plus a 1-byte written mask and
+numpy's temporaries). So its estimate is: the graph's inputs and constants (3 times: the
+seeded inputs are drawn in float64), 6 bytes per element of the largest tensor, and the 16 bytes per
+element of offset tables only when the graph has a reshape (the lowerings carry offset
+tables in closed form, ``compiler.lower.affine``, except after a reshape strides cannot
+express). Calibration (same method, 2026-12-01, loaded machine):
+attention:heads=8,seq=4096,dim=64 --budget 8 peaked at 0.96 GB, 0.77 GB without the
+interpreter (estimate 0.88 GB; the whole-reference estimate is 15.8 GB). SIMPLIFICATION: a sampled check that finds a mismatch is repeated against the
+whole reference (to report the whole reference's verdict), which may need the whole
+estimate above.
 Built-in models' constant weights are checked against the same limit before they are
 drawn (see ``compiler.models``).
 """
@@ -75,14 +90,21 @@ def tensor_bytes(shape, dtype: str) -> int:
     return math.prod(int(s) for s in shape) * _ITEMSIZE.get(dtype, 4)
 
 
-def working_set_bytes(graph) -> int:
-    """The estimated peak memory of computing ``graph`` (see the module docstring)."""
-    total, largest = 0, 0
+def working_set_bytes(graph, whole: bool = True) -> int:
+    """The estimated peak memory of computing ``graph`` (see the module docstring):
+    ``whole`` for the whole reference, else for ``tune``'s sampled check."""
+    total, largest, leaves = 0, 0, 0
     for op in graph.ops:
         n = math.prod(int(s) for s in op.type.shape)
-        total += n * _ITEMSIZE.get(op.type.dtype, 4)
+        nbytes = n * _ITEMSIZE.get(op.type.dtype, 4)
+        total += nbytes
         largest = max(largest, n)
-    return 5 * total + 16 * largest
+        if op.kind in ("input", "constant"):
+            leaves += nbytes
+    if whole:
+        return 5 * total + 16 * largest
+    tables = 16 * largest if any(op.kind == "reshape" for op in graph.ops) else 0
+    return 3 * leaves + 6 * largest + tables
 
 
 def check_allocation(nbytes: int, limit: int, what: str) -> None:
@@ -93,11 +115,12 @@ def check_allocation(nbytes: int, limit: int, what: str) -> None:
                             f"--max-memory (e.g. --max-memory {_suggest(nbytes)})")
 
 
-def check_graph(graph, limit: int, name: str) -> None:
-    """Refuses a model whose estimated working set passes ``limit``, before any allocation."""
+def check_graph(graph, limit: int, name: str, whole: bool = True) -> None:
+    """Refuses a model whose estimated working set passes ``limit``, before any allocation
+    (``whole``: the command computes the whole reference, see ``working_set_bytes``)."""
     biggest = max(graph.ops, key=lambda op: math.prod(op.type.shape), default=None)
     shape = "x".join(str(s) for s in biggest.type.shape) if biggest is not None else "-"
-    check_allocation(working_set_bytes(graph), limit,
+    check_allocation(working_set_bytes(graph, whole), limit,
                      f"model {name} (largest tensor {biggest.name if biggest else '-'}: "
                      f"{shape})")
 

@@ -16,9 +16,12 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+from rich.table import Table
+from rich.tree import Tree
 
-from .graph import Graph, TensorType, is_compute, is_identity_view, live_ops
-from .reference import evaluate, random_inputs
+from .graph import (Graph, TensorType, is_compute, is_identity_view, live_ops,
+                    writes_view_in_place)
+from .reference import evaluate
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
            "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "bright_red")
@@ -144,8 +147,12 @@ def unfused_dispatches(graph: Graph) -> list[SimpleDispatch]:
         src = graph.op(n)
         # a copy dispatch when no compute op can write it: after an input or constant,
         # or after a matmul/conv (a GEMM writes its own tile layout, see multi_result)
+        # or when the producer's elementwise walk does not cover it (a slice, or a
+        # broadcast that repeats it)
         if not is_compute(src) or (src.is_contraction and
-                                   not all(is_identity_view(graph.op(v), graph) for v in chain)):
+                                   not all(is_identity_view(graph.op(v), graph) for v in chain)) \
+                or (not (src.is_contraction or src.is_reduction)
+                    and not writes_view_in_place(graph, n, o)):
             out.append(SimpleDispatch(f"{graph.op(o).kind}_{len(out)}", o, chain[::-1], [n],
                                       [o], copy=True))
         else:
@@ -260,8 +267,6 @@ def _fmt_bytes(n: int) -> str:
 def render_plan(plan: FusionPlan, console) -> None:
     """Rich tree: dispatches (a colour each) with their ops and boundary tensors, then
     the traffic unfused vs fused."""
-    from rich.table import Table
-    from rich.tree import Tree
 
     g = plan.graph
     tree = Tree(f"[bold]{g.name}[/] — {plan.mode} fusion: "

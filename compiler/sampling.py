@@ -5,8 +5,13 @@ attention is 134 M score elements), while a wrong kernel is almost always wrong 
 tile, or at the edges of the grid where the guards are. So the search checks a fixed
 sample: the first and last two workgroups (edge tiles), ``SPREAD`` evenly spaced ones and
 ``RANDOM`` seeded random ones, each run on its own CU by gpusim, and compares only the
-output elements those workgroups wrote with the numpy reference. ``tune --check-all``
-runs and compares every workgroup instead.
+output elements those workgroups wrote with the numpy reference for those rows only
+(``compiler.partial``: the reference's rows are pushed back through the graph, so the
+score matrix of a 4096-token attention is never computed whole; the kernel's inputs are
+given at the rows its sample reads, ``gpusim.Partial``). A kernel that reads an
+intermediate tensor first runs its sample once on zero inputs to learn which rows it
+writes. ``tune --check-all`` (and ``wavefuse verify``) runs and compares every workgroup
+against the whole reference instead.
 
 Which elements were written is read from the outputs: every output buffer starts filled
 with a sentinel (a NaN with a payload no arithmetic produces, or an unlikely integer),

@@ -29,12 +29,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpusim.hw import DEFAULT_ARCH
+import gpusim
+from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
-from . import numerics
+from . import cluster as runner
+from . import numerics, partial, sampling, tunedb
 from .graph import Graph, GraphError
 from .lower import LoweringError, dispatch_kind, lower
 from .lower.common import memory_image
+from .passes import fuse
 from .plan import Decision, unfused_dispatches
 from .reference import evaluate, random_inputs
 from .schedule import Candidate, check_pins, schedule_space
@@ -111,7 +114,7 @@ DispatchTune.kernel = property(_kernel_get, _kernel_set)
 @dataclass
 class TuneResult:
     model: str
-    arch: str
+    arch: Arch
     mode: str
     plan: object
     dispatches: list
@@ -136,7 +139,7 @@ class TuneResult:
         return {"total_us": total, "launch_us": launches, "kernel_us": total - launches}
 
     def to_json(self) -> dict:
-        return {"model": self.model, "arch": self.arch, "mode": self.mode,
+        return {"model": self.model, "arch": self.arch.name, "mode": self.mode,
                 "total_time_us": self.total_time_us,
                 "unfused_time_us": self.unfused_time_us,
                 "roofline_time_us": self.roofline_time_us,
@@ -150,9 +153,8 @@ class TuneResult:
 
 
 # ----------------------------------------------------------------------------- scoring
-def score(graph: Graph, dispatch, knobs: dict, arch: str) -> Scored:
+def score(graph: Graph, dispatch, knobs: dict, arch: Arch) -> Scored:
     """Lowers and simulates one candidate in timing mode; failures become reasons."""
-    import gpusim
     try:
         kernel = lower(graph, dispatch, knobs, arch)
         res = gpusim.simulate(kernel, arch, functional=False)
@@ -309,7 +311,7 @@ def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> li
     return sorted(out, key=lambda s: s.time_us)
 
 
-def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, fixed=None,
+def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, fixed=None,
                     seed=0, workers=1, progress=None, label="", store=None,
                     cluster=None) -> list:
     """Scores candidates of every dispatch; returns DispatchTune per dispatch.
@@ -320,11 +322,6 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
     tuning. The misses run serially, in ``workers`` processes or on a Dask ``cluster``
     (``compiler.cluster``); results come back in job order, so the choice is the same.
     """
-    from gpusim.hw import get_arch
-
-    from . import cluster as runner
-    from . import tunedb
-    hw = get_arch(arch)
     fixed = fixed or {}
     store = tunedb.MemoryStore() if store is None else store
     version = tunedb.model_version()
@@ -388,7 +385,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
                               f"simulated ({reasons})")
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
         t = DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal, None,
-                         nbytes, flops, roofline_us(nbytes, flops, hw))
+                         nbytes, flops, roofline_us(nbytes, flops, arch))
         t._lower = (graph, arch)
         out.append(t)
     return out
@@ -397,7 +394,6 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: str, *, budget=None, f
 def _spaces(graph, dispatches, fps, arch, store, version) -> list:
     """Each dispatch's schedule space, computed once per fingerprint and remembered in
     the store (a pure function of the dispatch, the arch and the lowering sources)."""
-    from . import tunedb
     keys = [tunedb.space_key(fp, arch, version) for fp in fps]
     known = store.get_many("spaces", keys)
     fresh, out = {}, []
@@ -423,19 +419,20 @@ def _scored_of(row: dict, knobs: dict) -> Scored:
                   row["occupancy_limiter"], row["error"])
 
 
-def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
+def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
                       store=None, check_all: bool = True) -> None:
     """Runs every chosen kernel functionally in gpusim and compares with numpy: every
     workgroup with ``check_all``, else the output tiles of a sample of workgroups
-    (``compiler.sampling``; ``d.check`` says which).
+    (``compiler.sampling``; ``d.check`` says which) against the reference computed for
+    those rows only (``compiler.partial``; the kernel's inputs are given at the rows the
+    reference says the sample reads, the rest of each buffer stays zero). A sampled check
+    the rows cannot decide (no row was found, or values differ) is repeated against the
+    whole reference, so a mismatch reported is one of the whole reference's.
 
     A check is remembered in ``store`` under the kernel's key (dispatch fingerprint,
     knobs, model version), the whole graph's fingerprint, the seed and the dispatch's
     place in the graph: the same kernel on the same inputs gives the same values, and a
     run whose checks are all remembered evaluates nothing."""
-    import gpusim
-
-    from . import sampling, tunedb
     version = tunedb.model_version()
     extent = "all" if check_all else \
         f"sample:{sampling.EDGE}/{sampling.SPREAD}/{sampling.RANDOM}"
@@ -460,55 +457,154 @@ def verify_dispatches(graph: Graph, tuned: list, arch: str, seed: int = 0,
             todo.append(i)
     if not todo:
         return
-    needed = {i: set(tuned[i].dispatch.inputs) | set(tuned[i].dispatch.outputs) for i in todo}
-    env = evaluate(graph, random_inputs(graph, seed), keep=set().union(*needed.values()))
-    for n, i in enumerate(todo):
+    inputs = random_inputs(graph, seed)
+    whole = _WholeReference(graph, inputs, [tuned[i] for i in todo])
+    for i in todo:
         d, key = tuned[i], keys[i]
-        later = set().union(*(needed[j] for j in todo[n + 1:]))
-        for name in [t for t in env if t not in later and t not in needed[i]]:
-            del env[name]  # no later check reads it
         grid = d.kernel.grid
         wgs = None if check_all else sampling.sample_workgroups(grid, seed)
         if wgs is not None and len(wgs) == grid:
             wgs = None
         d.check = (f"all {grid} workgroups" if wgs is None else
                    f"{len(wgs)} of {grid} workgroups (edges, spread, seeded random)")
-        k = d.kernel
-        inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
-                  if b.intent != "out"}
-        if wgs is not None:
-            inputs.update({b.name: sampling.sentinel_like(b.dtype, b.shape)
-                           for b in k.buffers if b.intent == "out"})
-            res = gpusim.simulate(k, arch, inputs=inputs, functional=True, workgroups=wgs)
-            masks = {b.name: sampling.written(res.outputs[b.name], b.dtype).reshape(-1)
-                     for b in k.buffers if b.intent == "out"}
-            if not any(m.any() for m in masks.values()):  # the sample wrote nothing
-                wgs, d.check = None, f"all {grid} workgroups (the sample wrote nothing)"
-                inputs = {n: a for n, a in inputs.items() if n not in masks}
-        if wgs is None:
-            res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
-            masks = {}
-        worst = 0.0
-        ok = True
-        for b in k.buffers:
-            if b.intent == "in":
-                continue
-            ref, got = np.asarray(env[b.name]), np.asarray(res.outputs[b.name])
-            if b.name in masks:  # the written elements only, before any f64 copy
-                ref, got = ref.reshape(-1)[masks[b.name]], got.reshape(-1)[masks[b.name]]
-            ref = np.asarray(ref, np.float64)
-            got = np.asarray(got, np.float64).reshape(ref.shape)
-            tol = numerics.tolerance("simulated", b.dtype)  # i32 (int/bool): exact
-            match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
-            worst = max(worst, err)
-            ok = ok and match
-        d.max_error, d.verified = worst, ok
+        found = _check_rows(graph, d.kernel, arch, inputs, wgs) if wgs is not None else None
+        if found is None or not found[1]:
+            found = _check_whole(graph, d, arch, whole.env(d), wgs)
+        whole.done(d)
+        d.max_error, d.verified = found
         if key is not None:
-            store.put_many("checks", {key: {"max_error": worst, "verified": bool(ok),
+            store.put_many("checks", {key: {"max_error": found[0], "verified": bool(found[1]),
                                             "check": d.check}}, version)
 
 
-def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
+class _WholeReference:
+    """The whole numpy reference, evaluated when a check first needs it, keeping only the
+    tensors later checks read (at attention's sequence 4096 each score-sized
+    intermediate is 512 MiB)."""
+
+    def __init__(self, graph, inputs, tuned):
+        self.graph, self.inputs = graph, inputs
+        self.needed = [set(d.dispatch.inputs) | set(d.dispatch.outputs) for d in tuned]
+        self.values = None
+
+    def env(self, d) -> dict:
+        if self.values is None:
+            self.values = evaluate(self.graph, self.inputs, keep=set().union(*self.needed))
+        return self.values
+
+    def done(self, d) -> None:
+        self.needed.pop(0)
+        if self.values is not None:
+            later = set().union(*self.needed) if self.needed else set()
+            for name in [t for t in self.values if t not in later]:
+                del self.values[name]  # no later check reads it
+
+
+def _compare(got, ref, dtype) -> tuple[float, bool]:
+    ref = np.asarray(ref, np.float64)
+    got = np.asarray(got, np.float64).reshape(ref.shape)
+    tol = numerics.tolerance("simulated", dtype)  # i32 (int/bool): exact
+    match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
+    return err, match
+
+
+def _written(res, kernel) -> dict:
+    return {b.name: np.flatnonzero(sampling.written(res.outputs[b.name], b.dtype))
+            for b in kernel.buffers if b.intent == "out"}
+
+
+def _check_rows(graph, kernel, arch, inputs, wgs):
+    """(max error, match) of the sampled workgroups against the reference computed for
+    the rows they wrote only, or None when the rows cannot decide (see verify_dispatches).
+    A kernel that reads an intermediate first runs once on zero inputs to learn which
+    rows its sample writes (the addresses a kernel writes do not depend on its data)."""
+
+    outs = [b for b in kernel.buffers if b.intent == "out"]
+    ins = [b for b in kernel.buffers if b.intent == "in"]
+    if not outs or len(outs) + len(ins) != len(kernel.buffers):
+        return None  # an inout buffer: the whole check
+    sentinels = {b.name: sampling.sentinel_like(b.dtype, b.shape) for b in outs}
+    leaves = all(graph.op(b.name).kind in ("input", "constant") for b in ins)
+    full = {b.name: memory_image(graph, b.name, inputs[b.name] if graph.op(b.name).kind ==
+                                 "input" else graph.op(b.name).attrs["value"]) for b in ins} \
+        if leaves else {b.name: gpusim.Partial(np.zeros(0, np.int64), np.zeros(0))
+                        for b in ins}
+    try:  # zero inputs may divide an integer by zero: then the whole check
+        res = gpusim.simulate(kernel, arch, inputs={**full, **sentinels}, functional=True,
+                              workgroups=wgs)
+    except gpusim.KernelError:
+        if leaves:
+            raise
+        return None
+    offsets = _written(res, kernel)
+    if not any(len(o) for o in offsets.values()):
+        return None
+    wanted = {n: partial.row_ids(graph.op(n).type, o) for n, o in offsets.items() if len(o)}
+    try:
+        ref = partial.evaluate_rows(graph, inputs, wanted)
+    except (KeyError, IndexError):
+        return None
+    if not leaves:  # the run that counts: the rows the sample reads, given
+        del res  # its memory image of the outputs: one score-sized buffer at a time
+        given = {}
+        for b in ins:
+            rows, t = ref[b.name], graph.op(b.name).type
+            given[b.name] = (memory_image(graph, b.name, rows.values[0]) if rows.r == 0 else
+                             gpusim.Partial(partial.memory_offsets(t, rows),
+                                            rows.values.reshape(-1)))
+        res = gpusim.simulate(kernel, arch, inputs={**given, **sentinels}, functional=True,
+                              workgroups=wgs)
+        again = _written(res, kernel)
+        if any(not np.array_equal(again[n], o) for n, o in offsets.items()):
+            return None
+    worst, ok = 0.0, True
+    for b in outs:
+        o = offsets[b.name]
+        if not len(o):
+            continue
+        try:
+            want = partial.values_at(graph.op(b.name).type, ref[b.name], o)
+        except (KeyError, IndexError):
+            return None
+        got = np.asarray(res.outputs[b.name]).reshape(-1)[o]
+        err, match = _compare(got, want, b.dtype)
+        worst, ok = max(worst, err), ok and match
+    return worst, ok
+
+
+def _check_whole(graph, d, arch, env, wgs):
+    """(max error, match) against the whole reference: every workgroup when ``wgs`` is
+    None, else the elements the sample wrote."""
+
+    k = d.kernel
+    inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
+              if b.intent != "out"}
+    masks = {}
+    if wgs is not None:
+        inputs.update({b.name: sampling.sentinel_like(b.dtype, b.shape)
+                       for b in k.buffers if b.intent == "out"})
+        res = gpusim.simulate(k, arch, inputs=inputs, functional=True, workgroups=wgs)
+        masks = {b.name: sampling.written(res.outputs[b.name], b.dtype).reshape(-1)
+                 for b in k.buffers if b.intent == "out"}
+        if not any(m.any() for m in masks.values()):  # the sample wrote nothing
+            d.check = f"all {k.grid} workgroups (the sample wrote nothing)"
+            inputs = {n: a for n, a in inputs.items() if n not in masks}
+            masks, wgs = {}, None
+    if wgs is None:
+        res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
+    worst, ok = 0.0, True
+    for b in k.buffers:
+        if b.intent == "in":
+            continue
+        ref, got = np.asarray(env[b.name]), np.asarray(res.outputs[b.name])
+        if b.name in masks:  # the written elements only, before any f64 copy
+            ref, got = ref.reshape(-1)[masks[b.name]], got.reshape(-1)[masks[b.name]]
+        err, match = _compare(got, ref, b.dtype)
+        worst, ok = max(worst, err), ok and match
+    return worst, ok
+
+
+def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
     """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
@@ -516,12 +612,10 @@ def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixe
 
     ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
     fresh in-memory one when None); ``cluster``: a ``compiler.cluster.Cluster``;
-    ``check_all``: check every workgroup's values, not a sample's."""
-    from gpusim.hw import get_arch
-
-    from . import tunedb
-    from .passes import fuse
-    hw = get_arch(arch)
+    ``check_all``: check every workgroup's values, not a sample's. ``arch`` is resolved
+    here, once (a name for the Python API's convenience); everything below takes the
+    ``Arch``."""
+    arch = get_arch(arch)
     check_pins(fixed or {})
     store = tunedb.MemoryStore() if store is None else store
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
@@ -570,7 +664,7 @@ def tune(graph: Graph, arch: str = DEFAULT_ARCH, *, budget=None, workers=1, fixe
         verify_dispatches(graph, tuned, arch, seed, store=store, check_all=check_all)
     flops = sum(d.flops for d in tuned)
     nbytes = minimal_bytes(graph)
-    roof = roofline_us(nbytes, flops, hw)
+    roof = roofline_us(nbytes, flops, arch)
     return TuneResult(graph.name, arch, chosen, plan, tuned, sum(d.best.time_us for d in tuned),
-                      unfused_us, len(unfused), roof, hw.launch_overhead_us, choice,
-                      roofline_basis(nbytes, hw))
+                      unfused_us, len(unfused), roof, arch.launch_overhead_us, choice,
+                      roofline_basis(nbytes, arch))

@@ -39,7 +39,14 @@ gain at most 1.049x. The measured difference needs 4-8 us. Candidates the model 
 contain: residual loads waited for one at a time in the develop build (16 dependent round
 trips of ~900 cycles, the MI300X memory latency row of ``gpusim.fidelity``, would be
 ~6.9 us, alone enough for 1.14x; the model issues all 16 before the first use, as hipcc
-schedules our kernel); and what the seed's own thread points to: the two builds differ in
+schedules our kernel). No evidence supports it: the seed thread holds no ISA and no LLVM
+or rocMLIR IR of either build (only the MIGraphX module, the reproduction script and the
+timings), so there is no ``s_waitcnt`` placement to model, and modelling the waits anyway
+would be tuning to the number. The thread's own evidence points elsewhere: its
+reproduction script exports float16 tensors (``np.float16`` inputs, ``tf.float16`` specs,
+batch ``None``) while the printed module is f32 batch 1, so the timed dtype is not
+certain (in f16 the MFMA K loop is several times shorter and the epilogue a larger
+share of the kernel); and what the thread says outright: the two builds differ in
 more than the placement (the PR also drops the LDS reuse before the swizzle and fixes
 fusion traversal for vectorized writes, and the reviewer notes the develop build was after
 an upstream merge the PR branch lacked), an exhaustive tune may pick a different perf
@@ -50,7 +57,13 @@ exceeds the 9.5% gain of the means.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from gpusim.hw import DEFAULT_ARCH
+
+from gpusim.hw import Arch
+
+from .lower.contraction import Gemm
+from .models import load_model
+from .passes import fuse
+from .search import score
 
 PUBLISHED = {
     "source": "shared/seeds/000_27d0e8b7047b9495.txt (rocMLIR PR discussion, MI300, "
@@ -74,17 +87,13 @@ class SeedRow:
 
 
 def contraction_dispatch(graph, aggressive: bool = True):
-    from .passes import fuse
     plan = fuse(graph, aggressive)
     return next(d for d in plan.dispatches if d.kind == "contraction")
 
 
-def seed_rows(arch: str = DEFAULT_ARCH, tile: dict | None = None) -> list:
+def seed_rows(arch: Arch, tile: dict | None = None) -> list:
     """Every (model, swizzle placement) of the seed with ``tile`` (rocMLIR's by default),
     scored by gpusim in timing mode."""
-    from .lower.contraction import Gemm
-    from .models import load_model
-    from .search import score
     tile = dict(ROCMLIR_TILE if tile is None else tile)
     rows = []
     for model in SEED_MODELS:
@@ -97,8 +106,7 @@ def seed_rows(arch: str = DEFAULT_ARCH, tile: dict | None = None) -> list:
             sc = score(graph, d, {**knobs, "swizzle": swz}, arch)
             if sc.time_us is None:
                 raise ValueError(f"seed tile {tile} is not legal for {model}: {sc.error}")
-            from gpusim.hw import get_arch
-            lo = get_arch(arch).launch_overhead_us
+            lo = arch.launch_overhead_us
             rows.append(SeedRow(model, swz, sc.time_us - lo, sc.counters["coalescing_pct"]))
     return rows
 

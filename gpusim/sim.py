@@ -43,6 +43,7 @@ footprint (above); the timed CU sees the L2 as if it were the first CU to touch 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,7 +52,8 @@ from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.occupancy import occupancy
-from gpusim.program import DTYPE_BYTES, Kernel
+from gpusim.program import (DTYPE_BYTES, Assign, Kernel, LdsLoad, LdsStore, Load, Mfma, Shuffle,
+                            Store, WaveReduce)
 from gpusim.validate import validate
 
 TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma")
@@ -107,7 +109,7 @@ def _program(kernel: Kernel, arch):
 
 def _engine(jit: bool):
     if jit:
-        from gpusim import engine_jit
+        from gpusim import engine_jit  # lazy: numba takes ~1 s to import; jit=False never needs it
         return engine_jit.run
     return E.run
 
@@ -149,6 +151,14 @@ def _group_tables(arch):
     return group_of, n_groups, group_lanes
 
 
+class Partial(NamedTuple):
+    """A buffer given at some elements only (flat memory indices and their values); the
+    others stay zero and untouched, so a sampled check of a 512 MiB tensor holds only the
+    pages it fills (``simulate(inputs=)``)."""
+    index: np.ndarray
+    values: np.ndarray
+
+
 class _Launch:
     """Everything the engine needs for one launch, built once per simulate call."""
 
@@ -180,6 +190,19 @@ class _Launch:
         self.gmem_f = np.zeros(max(nf, 1), np.float32)
         self.gmem_i = np.zeros(max(ni, 1), np.int32)
         for b, kind, off in self.layout:
+            given = inputs.get(b.name)
+            if isinstance(given, Partial):  # only these elements; the rest stays zero
+                idx = np.asarray(given.index, np.int64).reshape(-1)
+                vals = np.asarray(given.values).reshape(-1)
+                if idx.size != vals.size or (idx.size and not 0 <= idx.min() <= idx.max() < b.size):
+                    raise KernelError(f"{kernel.name}: partial input {b.name!r} needs as many values as "
+                                      f"indices, each index in [0, {b.size})")
+                if kind == 2:
+                    self.gmem_i[off + idx] = vals
+                else:
+                    self.gmem_f[off + idx] = vals.astype(np.float16 if kind == 1 else np.float32,
+                                                         copy=False)
+                continue
             if b.name in inputs:
                 arr = np.asarray(inputs[b.name])
                 if arr.size != b.size:
@@ -386,7 +409,8 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
              workgroups=None) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
-    ``inputs`` maps buffer names to arrays (absent "in"/"inout" buffers get seeded random
+    ``inputs`` maps buffer names to arrays, or to ``Partial`` (some elements, the rest
+    zero) (absent "in"/"inout" buffers get seeded random
     values in functional mode, zeros with ``functional=False``; "out" buffers zeros); ``scalars`` gives scalar parameters. With
     ``functional=False`` only a sample of CU 0's workgroups runs (fast; outputs partial).
     ``trace=True`` records per-wave events of the timed CU. ``jit=False`` runs the
@@ -462,7 +486,6 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
 
 def _per_inst(prog, rec, scale):
     """One record per memory / LDS / ALU statement, keyed by its walk-order index."""
-    from gpusim.program import Assign, LdsLoad, LdsStore, Load, Mfma, Shuffle, Store, WaveReduce
     stall = np.zeros(len(prog.statements))
     for pc in range(rec.shape[0]):
         si = prog.inst_stmt[pc]

@@ -93,3 +93,32 @@ def test_separable_operand_analysis_equals_the_full_table():
                 assert (dict(opnd.max_vec), opnd.inner) == fast, (spec, d.name, opnd.tensor)
                 checked += 1
     assert checked >= 6
+
+
+@settings(max_examples=150, deadline=None)
+@given(view_chains())
+def test_root_tables_in_closed_form_equal_the_materialised_ones(chain):
+    """Fusion's root tables (compiler.passes.layout) through the same view chains: the
+    closed-form table, its permutation answer and the output-dim map equal numpy's."""
+    from compiler.passes import layout
+    g, path = chain
+    out = path[-1].name if path else "x"
+    x = g.op("x").type
+    tables = layout.root_tables(g, "x", {op.name for op in path})
+    tab = tables[out]
+    ref = np.arange(x.size).reshape(x.shape)
+    for op in path:  # what the old, materialised tables were
+        if op.kind == "transpose":
+            ref = np.transpose(ref, op.attrs["perm"])
+        elif op.kind == "reshape":
+            ref = np.ascontiguousarray(ref).reshape(op.type.shape)
+        elif op.kind == "slice":
+            from compiler.graph import slice_windows
+            ref = ref[slice_windows(op.attrs)]
+        else:
+            ref = np.broadcast_to(ref, op.type.shape)
+    assert np.array_equal(layout.as_array(tab), ref)
+    flat = ref.reshape(-1)
+    counted = ref.size == x.size and np.array_equal(np.sort(flat), np.arange(x.size))
+    assert layout.is_permutation(tab, x.size) == counted
+    assert layout.is_permutation(layout.as_array(tab), x.size) == counted

@@ -88,6 +88,42 @@ def test_verify_mismatch_exits_1(capsys, monkeypatch):
     assert code == 1 and "MISMATCH" in out
 
 
+def test_verify_checks_a_sample_of_workgroups_unless_check_all(capsys, monkeypatch):
+    """verify's simulated-kernels check samples workgroups by default (full-size models
+    have thousands per kernel) and checks all with --check-all; --budget is the tune's."""
+    from compiler.commands import verify
+    seen = []
+    real = verify.tune
+
+    def spy(*a, **kw):
+        seen.append((kw["budget"], kw["check_all"]))
+        return real(*a, **kw)
+    monkeypatch.setattr(verify, "tune", spy)  # the name verify's check calls
+    for extra, want in (((), (6, False)), (("--check-all", "--budget", "2"), (2, True))):
+        code, out, _ = run(capsys, "verify", "softmax:rows=2,cols=4", "--json", *extra)
+        detail = next(c["detail"] for c in json.loads(out)["checks"]
+                      if c["name"] == "simulated kernels")
+        assert code == 0 and seen[-1] == want
+        assert ("every workgroup" if want[1] else "a sample of workgroups") in detail
+
+
+def test_verify_skips_the_onnx_check_when_onnx_cannot_evaluate_the_model(
+        capsys, tmp_path, monkeypatch):
+    """onnx's ReferenceEvaluator has limits of its own (its GatherElements takes at most
+    64 entries along the axis, less than BERT-base's 128 positions): the check is
+    skipped with onnx's reason, the other checks run, no traceback."""
+    import onnx.reference
+
+    def broken(self, *a, **kw):
+        raise ValueError("Need at least 0 and at most 64 array objects.")
+    monkeypatch.setattr(onnx.reference.ReferenceEvaluator, "run", broken)
+    code, out, err = run(capsys, "verify", str(softmax_onnx(tmp_path)), "--json")
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert code == 0 and checks["onnx ReferenceEvaluator"]["status"] == "skip"
+    assert "at most 64" in checks["onnx ReferenceEvaluator"]["detail"]
+    assert checks["fused plan"]["status"] == "pass" and "Traceback" not in err
+
+
 def test_verify_runs_the_schedule_free_checks_when_a_dispatch_cannot_be_scheduled(
         capsys, monkeypatch):
     """A dispatch whose every candidate is illegal fails the simulated-kernels check only:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from gpusim.hw import GFX942
 from compiler import cluster
 from compiler.cli import main
 from compiler.models import load_model
@@ -80,8 +81,8 @@ def local2():
 def test_local_cluster_gives_the_serial_result(local2):
     g = load_model("attention:heads=2,seq=64,dim=32")
     ds = fuse(g).dispatches
-    serial = tune_dispatches(g, ds, "gfx942", budget=5, seed=2)
-    spread = tune_dispatches(g, ds, "gfx942", budget=5, seed=2, cluster=local2)
+    serial = tune_dispatches(g, ds, GFX942, budget=5, seed=2)
+    spread = tune_dispatches(g, ds, GFX942, budget=5, seed=2, cluster=local2)
     for a, b in zip(serial, spread):
         assert a.best.knobs == b.best.knobs
         assert [(c.knobs, c.time_us, c.counters) for c in a.candidates] == \

@@ -137,7 +137,7 @@ def test_mfma_kernel_compiles_to_matrix_core_instructions(shape, tmp_path):
 def test_adjacent_ds_read2_counts_as_one_wide_access():
     # hipcc splits a 16-byte LDS read it cannot prove 16-byte aligned into ds_read2_b64
     # with neighbouring slots: that is the IR's width, not a disagreement; two slots far
-    # apart (offset1:8) are two 8-byte reads merged, which is one
+    # apart (offset1:8) are 8-byte pieces: a warning while most reads keep the IR's width
     from codegen_hip.check import compare, parse_asm
     text = ("\tds_read2_b64 v[0:3], v4 offset1:1\n"
             "\tds_read2_b64 v[4:7], v4 offset0:2 offset1:3\n"
@@ -151,8 +151,26 @@ def test_adjacent_ds_read2_counts_as_one_wide_access():
                                            "name": "t"}]}
     assert compare({"kernels": [entry]}, sim_info={"k": info}) == []
     entry["widths"]["lds_load"] = {8: 1, 16: 2}
-    assert [d["what"] for d in compare({"kernels": [entry]}, sim_info={"k": info})] == \
-        ["lds_load_width"]
+    found = compare({"kernels": [entry]}, sim_info={"k": info})
+    assert [(d["what"], d["severity"]) for d in found] == [("lds_load_width", "warning")]
+
+
+@pytest.mark.parametrize("isa,severity", [
+    ({4: 40, 8: 3, 12: 11, 16: 71}, "warning"),  # bert attention: a few b96/b64 pieces
+    ({8: 5, 16: 4}, "error"),                     # most 16-byte reads split: another width
+    ({16: 4, 32: 1}, "error"),                    # wider than any IR read: merged
+])
+def test_lds_read_pieces_are_a_warning_only_while_the_ir_width_dominates(isa, severity):
+    from codegen_hip.check import compare
+    entry = {"kernel": "k", "arch": "gfx90a", "rc": 0, "scratch_bytes": 0, "lds_bytes": 64,
+             "flat_insts": 0, "vgprs": None,
+             "widths": {"global_load": {}, "global_store": {}, "lds_load": isa,
+                        "lds_store": {}}}
+    info = {"lds_bytes": 64, "accesses": [{"space": "lds", "op": "load", "bytes": b,
+                                           "name": "t"} for b in (4, 16)]}
+    found = [d for d in compare({"kernels": [entry]}, sim_info={"k": info})
+             if d["what"] == "lds_load_width"]
+    assert found and {d["severity"] for d in found} == {severity}
 
 
 def test_adjacent_ds_read2_b32_of_scalar_ir_reads_is_two_merged_reads():

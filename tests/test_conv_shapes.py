@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpusim.hw import GFX942, get_arch
 from compiler.graph import Graph
 from compiler.schedule import schedule_space
 from compiler.passes import fuse
@@ -48,10 +49,10 @@ def test_every_conv_has_a_legal_schedule_and_the_chosen_kernel_equals_numpy(g, a
     plan = fuse(g)
     assert len(plan.dispatches) == 1        # conv + relu epilogue
     d = plan.dispatches[0]
-    space = schedule_space(g, d, arch)
+    space = schedule_space(g, d, get_arch(arch))
     assert any(c.legal and not c.opt_in for c in space), [c.reason for c in space]
-    tuned = tune_dispatches(g, plan.dispatches, arch, budget=2, seed=0)
-    verify_dispatches(g, tuned, arch)
+    tuned = tune_dispatches(g, plan.dispatches, get_arch(arch), budget=2, seed=0)
+    verify_dispatches(g, tuned, get_arch(arch))
     assert all(t.verified for t in tuned), [(t.name, t.max_error) for t in tuned]
 
 
@@ -162,7 +163,7 @@ def test_direct_depthwise_lowering_equals_numpy(fmt, mult, stride, dil):
     from compiler.reference import evaluate, random_inputs
     g = depthwise(mult=mult, fmt=fmt, stride=stride, dil=dil)
     d = fuse(g).dispatches[0]
-    space = schedule_space(g, d, "gfx942")
+    space = schedule_space(g, d, GFX942)
     direct = [c for c in space if c.knobs.get("lowering") == "direct"]
     assert direct and all(c.legal for c in direct)
     k = lower(g, d, direct[0].knobs, "gfx942")
@@ -181,15 +182,15 @@ def test_direct_lowering_wins_on_a_depthwise_conv_and_not_on_a_dense_one():
     from compiler.search import score
     g = depthwise(c=64, hw=56)
     d = fuse(g).dispatches[0]
-    space = [c for c in schedule_space(g, d, "gfx942") if c.legal]
-    direct = min(score(g, d, c.knobs, "gfx942").time_us for c in space
+    space = [c for c in schedule_space(g, d, GFX942) if c.legal]
+    direct = min(score(g, d, c.knobs, GFX942).time_us for c in space
                  if c.knobs["lowering"] == "direct")
-    gemm = min(score(g, d, c.knobs, "gfx942").time_us for c in space[:8]
+    gemm = min(score(g, d, c.knobs, GFX942).time_us for c in space[:8]
                if c.knobs["lowering"] == "gemm")
     assert direct * 2 < gemm
     dense = resnet_conv(64, 7, 1)
     assert not any("lowering" in c.knobs for c in schedule_space(dense, fuse(dense)
-                                                                 .dispatches[0], "gfx942"))
+                                                                 .dispatches[0], GFX942))
 
 
 @pytest.mark.parametrize("name", ["resnet_basic", "resnet_bottleneck"])

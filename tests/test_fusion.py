@@ -187,6 +187,7 @@ def test_epilogue_writes_a_view_of_the_contraction(aggressive):
     import gpusim
     from compiler.lower import lower
     from compiler.schedule import schedule_space
+    from gpusim.hw import GFX942
     from compiler.lower.common import memory_image
     from compiler.reference import evaluate, random_inputs
     g = Graph("unit_transpose")
@@ -198,7 +199,7 @@ def test_epilogue_writes_a_view_of_the_contraction(aggressive):
     assert [g.op(o).type.shape for o in d.outputs] == [(1, 2)]
     x = random_inputs(g)
     ref = evaluate(g, x)[g.outputs[0]]
-    for c in schedule_space(g, d):
+    for c in schedule_space(g, d, GFX942):
         if c.legal and not c.opt_in and c.knobs["KW"] == 1:
             k = lower(g, d, c.knobs)
             res = gpusim.simulate(k, "gfx942", inputs={n: memory_image(g, n, v)
@@ -214,6 +215,7 @@ def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
     GEMM dispatch cannot write it, so it is computed in its own dispatch."""
     from compiler.lower import lower
     from compiler.schedule import schedule_space
+    from gpusim.hw import GFX942
     g = Graph("side_output")
     x = g.input("x", (2, 2))
     side = g.neg(g.reduce_sum(x, 1, keepdims=True))
@@ -224,7 +226,7 @@ def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
         for d in plan.dispatches:
             if any(g.op(n).is_contraction for n in d.ops):
                 assert all(g.op(o).type.shape == (2, 3) for o in d.outputs)
-            legal = [c for c in schedule_space(g, d) if c.legal and not c.opt_in]
+            legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.opt_in]
             lower(g, d, legal[0].knobs)
     for mode, err in check_plan(g):
         assert err == 0.0, mode

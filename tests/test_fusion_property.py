@@ -16,6 +16,7 @@ from compiler.passes import fuse
 from compiler.graph import live_ops
 from compiler.plan import execute_plan, max_error
 from compiler.reference import evaluate, random_inputs
+from compiler.schedule import check
 
 UNARY = ("neg", "tanh", "relu", "sigmoid", "exp")
 BINARY = ("add", "sub", "mul", "max")
@@ -80,6 +81,8 @@ def check_structure(g, plan):
     written = set(g.inputs) | {n for n in g.topo_order() if g.op(n).kind == "constant"}
     for d in plan.dispatches:
         assert set(d.inputs) <= written, (d.name, d.inputs)
+        # the schedule spaces' own check, which fusion asks before every merge (issue 16)
+        assert check(g, d) == "", (d.name, check(g, d))
         written |= set(d.outputs)
         assert set(d.outputs) <= set(d.ops)
     assert set(g.outputs) <= written

@@ -43,7 +43,8 @@ def _lines(path):
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-@pytest.mark.parametrize("profile,counted,default", [("ci", 4, 100), ("long", 80, 2000)])
+@pytest.mark.parametrize("profile,counted,default", [("ci", 4, 100), ("long", 80, 2000),
+                                                     ("ci-long", 40, 1000)])
 def test_profile_scales_every_property_test(tmp_path, profile, counted, default):
     p, count = _run(tmp_path, profile)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -76,3 +77,27 @@ def test_failures_replay_from_the_database(tmp_path):
     second, count = _run(tmp_path, "ci", body)
     assert second.returncode == 1
     assert count.read_text().splitlines()[0] == "1000000"  # the saved example runs first
+
+
+RECORDING_TEST = (
+    'import os\nfrom hypothesis import given, settings, strategies as st\n'
+    '@settings(max_examples=5)\n@given(st.integers(0, 10**9))\n'
+    'def test_recorded(x):\n'
+    '    with open(os.environ["COUNT_FILE"], "a") as f:\n'
+    '        f.write(f"{x}\\n")\n')
+
+
+def test_ci_long_runs_the_same_examples_every_time(tmp_path):
+    """``.ci/run``'s profile is derandomized: two runs try the same examples (so a pass
+    stays a pass), and it writes no example database to replay from."""
+    runs = []
+    for _ in range(2):
+        p, count = _run(tmp_path, "ci-long", RECORDING_TEST)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "fixed seed" in p.stdout
+        runs.append(count.read_text().splitlines())
+        count.unlink()
+    assert runs[0] == runs[1] and len(set(runs[0])) > 10
+    assert not (tmp_path / ".hypothesis" / "examples").exists()
+    p, count = _run(tmp_path, "long", RECORDING_TEST)   # the random hunt differs
+    assert count.read_text().splitlines() != runs[0]

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from gpusim.hw import GFX1100, GFX942
 import gpusim
 from gpusim import program as P
 from gpusim.validate import validate
@@ -56,7 +57,7 @@ def global_accesses(kernel, buffer):
 def test_conv_kernels_validate(model, swizzle, pad):
     """Every conv kernel is one the modelled GPU accepts (aligned vectors, LDS, bounds)."""
     g = model(**SMALL)
-    k = lower_contraction(g, whole(g), {**TILE, "lds_pad": pad, "swizzle": swizzle}, "gfx942")
+    k = lower_contraction(g, whole(g), {**TILE, "lds_pad": pad, "swizzle": swizzle}, GFX942)
     validate(k, "gfx942")
     assert k.meta["schedule"]["swizzle"] == swizzle
     assert k.block == 64 and k.grid == 2  # 2 M-tiles x 1 N-tile
@@ -67,7 +68,7 @@ def test_conv_kernels_validate(model, swizzle, pad):
 def test_output_store_width(swizzle, store_width):
     """Direct stores from the MFMA-like layout are dwords; the swizzle makes them dwordx4."""
     g = models.conv_add_relu(**SMALL)
-    k = lower_contraction(g, whole(g), {**TILE, "swizzle": swizzle}, "gfx942")
+    k = lower_contraction(g, whole(g), {**TILE, "swizzle": swizzle}, GFX942)
     stores = [w for kind, w in global_accesses(k, g.outputs[0]) if kind == "store"]
     assert stores and set(stores) == {store_width}
 
@@ -81,7 +82,7 @@ def test_residual_read_follows_placement(model, before_width, matches):
     d = whole(g)
     widths = {}
     for swz in ("none", "after_fusion", "before_fusion"):
-        k = lower_contraction(g, d, {**TILE, "swizzle": swz}, "gfx942")
+        k = lower_contraction(g, d, {**TILE, "swizzle": swz}, GFX942)
         widths[swz] = {w for kind, w in global_accesses(k, "residual")}
         assert k.meta["extra_inputs"]["residual"]["layout_matches_output"] is matches
     assert widths["none"] == widths["after_fusion"] == {1}
@@ -92,7 +93,7 @@ def test_operand_vectors_and_illegal_widths():
     """NHWC activations and KYXC filters are contiguous along K, so 4-wide loads are
     legal; rows of 30 elements are not 4-aligned, so vec_a=4 is refused with the reason."""
     g = models.conv_add_relu(**SMALL)
-    k = lower_contraction(g, whole(g), {**TILE, "swizzle": "none"}, "gfx942")
+    k = lower_contraction(g, whole(g), {**TILE, "swizzle": "none"}, GFX942)
     assert {w for _, w in global_accesses(k, "x")} == {4}
     assert {w for _, w in global_accesses(k, "filter")} == {4}
     g = Graph("odd")
@@ -100,7 +101,7 @@ def test_operand_vectors_and_illegal_widths():
     b = g.input("b", (30, 32))
     g.output(g.matmul(a, b))
     with pytest.raises(LoweringError, match="vec_a=4 misaligned"):
-        lower_contraction(g, whole(g), {**TILE, "vec_a": 4, "vec_b": 1}, "gfx942")
+        lower_contraction(g, whole(g), {**TILE, "vec_a": 4, "vec_b": 1}, GFX942)
 
 
 @pytest.mark.parametrize("fmt,c,o,groups", [("NCHW", 4, 6, 2), ("NHWC", 8, 8, 8),
@@ -116,8 +117,8 @@ def test_grouped_and_depthwise_convs_match_numpy(fmt, c, o, groups):
     g.output(g.relu(g.conv2d(x, w, data_format=fmt, groups=groups, padding=(1, 1, 1, 1),
                              stride=(1, 2))))
     d = whole(g)
-    knobs = next(c.knobs for c in contraction_space(g, d, "gfx942") if c.legal)
-    k = lower_contraction(g, d, knobs, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942) if c.legal)
+    k = lower_contraction(g, d, knobs, GFX942)
     assert k.meta["gemm"]["batch"] == groups
     res, ref = run_functional(g, k)
     np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-4,
@@ -126,7 +127,7 @@ def test_grouped_and_depthwise_convs_match_numpy(fmt, c, o, groups):
 
 def test_space_marks_illegal_points_with_reasons():
     g = models.conv_add_relu()
-    cands = contraction_space(g, whole(g), "gfx942")
+    cands = contraction_space(g, whole(g), GFX942)
     legal = [c for c in cands if c.legal]
     assert 30 <= len(legal) <= 120
     assert legal[0].knobs["KW"] > 1 and legal[0].knobs["vec_a"] == 4
@@ -135,7 +136,7 @@ def test_space_marks_illegal_points_with_reasons():
     assert {c.knobs["swizzle"] for c in legal} == {"none", "after_fusion", "before_fusion"}
     mm = Graph("odd")
     mm.output(mm.matmul(mm.input("a", (32, 30)), mm.input("b", (30, 32))))
-    bad = [c for c in contraction_space(mm, whole(mm), "gfx942") if not c.legal]
+    bad = [c for c in contraction_space(mm, whole(mm), GFX942) if not c.legal]
     assert any("misaligned" in c.reason for c in bad)
 
 
@@ -180,10 +181,10 @@ def graphs():
 def test_simulated_outputs_equal_reference(gi, swizzle):
     g = graphs()[gi]
     d = whole(g)
-    cands = [c for c in contraction_space(g, d, "gfx942") if c.legal]
+    cands = [c for c in contraction_space(g, d, GFX942) if c.legal]
     knobs = next(c.knobs for c in cands if c.knobs["swizzle"] == swizzle)
     k = lower_contraction(g, d, {**knobs, "BM": 32, "BN": 32, "BK": 16, "TM": 4, "TN": 4,
-                                 "KW": 2 if swizzle == "after_fusion" else 1}, "gfx942")
+                                 "KW": 2 if swizzle == "after_fusion" else 1}, GFX942)
     res, ref = run_functional(g, k)
     for o in g.outputs:
         np.testing.assert_allclose(res.outputs[o], ref[o], rtol=1e-4, atol=1e-4)
@@ -202,7 +203,7 @@ def test_mfma_conv_kernels_match_numpy(model, swizzle, tile, lanes):
     N or (C^T, rocMLIR's conv layout) along M: equal to numpy."""
     g = model(**SMALL)
     k = lower_contraction(g, whole(g), {**TILE, **tile, "lds_pad": 4, "swizzle": swizzle,
-                                        "mma": "mfma", "mfma_lanes": lanes}, "gfx942")
+                                        "mma": "mfma", "mfma_lanes": lanes}, GFX942)
     assert any(isinstance(s, P.Mfma) for s in P.walk(k.body))
     res, ref = run_functional(g, k)
     np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-4, atol=1e-4)
@@ -219,21 +220,21 @@ def test_mfma_lanes_along_m_store_the_nhwc_output_one_line_per_lane():
         for swz in ("none", "before_fusion"):
             k = lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4,
                                                 "swizzle": swz, "mma": "mfma",
-                                                "mfma_lanes": lanes}, "gfx942")
+                                                "mfma_lanes": lanes}, GFX942)
             c = gpusim.simulate(k, "gfx942", functional=False).counters
             lines[(lanes, swz)] = c["global_store_lines"] / c["global_store_requests"]
     assert lines[("m", "none")] > 4 * lines[("n", "none")]
     assert lines[("m", "before_fusion")] == lines[("n", "before_fusion")]
     with pytest.raises(LoweringError, match="mfma_lanes"):
         lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4,
-                                        "mma": "mfma", "mfma_lanes": "k"}, "gfx942")
+                                        "mma": "mfma", "mfma_lanes": "k"}, GFX942)
 
 
 def test_mfma_is_refused_where_there_are_no_matrix_cores():
     g = models.conv_add_relu(**SMALL)
     with pytest.raises(LoweringError, match="MFMA|mfma"):
         lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4, "mma": "mfma"},
-                          "gfx1100")
+                          GFX1100)
 
 
 def test_swizzled_epilogue_through_a_unit_dim_view():
@@ -244,6 +245,6 @@ def test_swizzled_epilogue_through_a_unit_dim_view():
     g.output(g.reshape(y, (2, 1)))
     for swz in ("none", "after_fusion", "before_fusion"):
         d = fuse(g).dispatches[0]
-        k = lower_contraction(g, d, {**TILE, "vec_a": 1, "vec_b": 1, "swizzle": swz}, "gfx942")
+        k = lower_contraction(g, d, {**TILE, "vec_a": 1, "vec_b": 1, "swizzle": swz}, GFX942)
         res, ref = run_functional(g, k)
         np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-5)

@@ -10,6 +10,7 @@ import gpusim
 from compiler.graph import Graph
 from compiler.lower import LoweringError, lower
 from compiler.schedule import schedule_space
+from gpusim.hw import GFX942
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
 from compiler.reference import evaluate, random_inputs
@@ -21,7 +22,7 @@ def check_all_dispatches(g: Graph, picks=(0, 7, -1)):
     plan = fuse(g)
     ran = 0
     for d in plan.dispatches:
-        legal = [c for c in schedule_space(g, d) if c.legal]
+        legal = [c for c in schedule_space(g, d, GFX942) if c.legal]
         assert legal, d.name
         for pick in picks:
             knobs = legal[pick % len(legal)].knobs

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpusim.hw import GFX942, get_arch
 import gpusim
 from compiler.graph import Graph
 from compiler.lower import LoweringError, lower
@@ -39,7 +40,7 @@ def run_dispatch(graph, dispatch, knobs, arch="gfx942"):
 def test_row_schedules_compute_the_reference(model, rows, cols, pick, arch):
     g = load_model(f"{model}:rows={rows},cols={cols}")
     d = fuse(g).dispatches[0]
-    legal = [c for c in schedule_space(g, d, arch) if c.legal]
+    legal = [c for c in schedule_space(g, d, get_arch(arch)) if c.legal]
     assert legal
     run_dispatch(g, d, legal[pick % len(legal)].knobs, arch)
 
@@ -111,7 +112,7 @@ def test_elementwise_schedules_compute_the_reference(rows, cols, transposed, bia
     g = _chain_graph(rows, cols, (1, 0) if transposed else None, shape)
     plan = fuse(g)
     for d in plan.dispatches:
-        legal = [c for c in schedule_space(g, d, "gfx942") if c.legal]
+        legal = [c for c in schedule_space(g, d, GFX942) if c.legal]
         run_dispatch(g, d, legal[pick % len(legal)].knobs)
 
 

@@ -8,6 +8,7 @@ from compiler import models
 from compiler.graph import Graph
 from compiler.lower import LoweringError, lower
 from compiler.schedule import schedule_space
+from gpusim.hw import GFX942
 from compiler.lower.common import memory_image
 from compiler.lower.transpose import staging_plan
 from compiler.passes import fuse
@@ -69,18 +70,18 @@ def test_staging_plan_finds_the_disagreeing_dims():
 
 def test_space_offers_tiles_only_for_permutes():
     g = models.transpose_add(rows=256, cols=256)
-    space = schedule_space(g, fuse(g).dispatches[0])
+    space = schedule_space(g, fuse(g).dispatches[0], GFX942)
     kinds = {c.knobs["transpose"] for c in space}
     assert kinds == {"none", "lds"}
     assert all(c.legal for c in space if c.knobs["transpose"] == "lds")
     g = models.transpose_add(rows=32, cols=24)
-    illegal = [c for c in schedule_space(g, fuse(g).dispatches[0])
+    illegal = [c for c in schedule_space(g, fuse(g).dispatches[0], GFX942)
                if not c.legal and c.knobs["transpose"] == "lds"]
     assert illegal and all(c.knobs["tile"] == 64 and "larger than the permuted dims" in c.reason
                            for c in illegal)
     g = Graph("plain")
     g.output(g.relu(g.input("x", (64, 64))))
-    assert all("transpose" not in c.knobs for c in schedule_space(g, fuse(g).dispatches[0]))
+    assert all("transpose" not in c.knobs for c in schedule_space(g, fuse(g).dispatches[0], GFX942))
 
 
 def test_tiled_reads_and_writes_coalesced_and_padding_removes_conflicts():

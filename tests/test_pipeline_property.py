@@ -8,12 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpusim.hw import GFX942, get_arch
 import gpusim
 from compiler.graph import Graph
 from compiler.lower import lower
-from compiler.schedule import schedule_space
+from compiler.schedule import check, schedule_space
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
+from compiler.plan import execute_plan, max_error
 from compiler.reference import evaluate, random_inputs
 
 from test_fusion_property import graphs  # noqa: E402  (the fusion tests' graph generator)
@@ -34,7 +36,9 @@ def test_simulated_kernels_compute_the_graph(g, aggressive, pick, arch):
     env = evaluate(g, random_inputs(g, 3), keep_all=True)
     values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
     for d in plan.dispatches:
-        space = schedule_space(g, d, arch)
+        # the check fusion asks before every merge (issue 16) holds for every dispatch
+        assert check(g, d) == "", f"{d.name}: {check(g, d)} in graph {describe(g)}"
+        space = schedule_space(g, d, get_arch(arch))
         legal = [c for c in space if c.legal and not c.opt_in]
         assert legal, (f"{d.name} ops {d.ops} outputs {d.outputs}: no legal schedule "
                        f"({sorted({c.reason for c in space})}) in graph {describe(g)}")
@@ -79,7 +83,7 @@ def test_square_gemm_epilogue_keeps_its_transpose(aggressive, back):
     env = evaluate(g, random_inputs(g, 5), keep_all=True)
     values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
     (d,) = plan.dispatches
-    for c in schedule_space(g, d, "gfx942"):  # every placement and tile: the failing one
+    for c in schedule_space(g, d, GFX942):  # every placement and tile: the failing one
         if not c.legal:                       # was the first FMA tile, swizzle none
             continue
         k = lower(g, d, c.knobs, "gfx942")
@@ -105,8 +109,8 @@ def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
     plan = fuse(g, aggressive=aggressive)
     (d,) = plan.dispatches
     env = evaluate(g, random_inputs(g, 2), keep_all=True)
-    legal = [c for c in schedule_space(g, d, "gfx942") if c.legal and not c.opt_in]
-    assert legal, [c.reason for c in schedule_space(g, d, "gfx942")]
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, GFX942)]
     for c in legal:
         k = lower(g, d, c.knobs, "gfx942")
         ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
@@ -115,3 +119,167 @@ def test_outputs_beside_a_reshaped_root_share_its_iteration_space(aggressive):
         for o in d.outputs:
             np.testing.assert_array_equal(np.asarray(res.outputs[o]).reshape(env[o].shape),
                                           env[o], err_msg=str(c.knobs))
+
+
+def _simulate_every_schedule(g, d, env, limit=None):
+    """Lowers ``d`` with each legal schedule (the first ``limit``) and checks every output
+    against the reference values ``env``; returns how many schedules ran."""
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.opt_in]
+    assert legal, [c.reason for c in schedule_space(g, d, GFX942)]
+    for c in legal[:limit]:
+        k = lower(g, d, c.knobs, "gfx942")
+        ins = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
+               if b.intent == "in"}
+        res = gpusim.simulate(k, "gfx942", inputs=ins)
+        for o in d.outputs:
+            np.testing.assert_allclose(np.asarray(res.outputs[o]).reshape(env[o].shape),
+                                       env[o], rtol=1e-5, atol=1e-6, err_msg=str(c.knobs))
+    return len(legal[:limit])
+
+
+W23 = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+
+
+def _gemm_neg_two_transposes() -> Graph:
+    g = Graph("gemm_two_transposes")
+    x = g.input("x", (2, 2))
+    t1 = g.transpose(g.neg(g.matmul(x, g.constant(W23))), (1, 0))
+    g.output(g.transpose(t1, (0, 1)), t1)
+    return g
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+def test_view_outputs_of_an_epilogue_are_written_by_the_tile(aggressive):
+    """Regression (issue 16, found by the ``long`` profile): x @ w -> neg -> transpose ->
+    identity transpose, both transposes graph outputs. Each view output got a copy
+    dispatch of its own (3 dispatches against the unfused 2, the tile's result read
+    twice); the tile now writes both in the view's order (layout propagation): one
+    dispatch reading x and w (40 bytes) and writing two 3x2 results (48 bytes)."""
+    g = _gemm_neg_two_transposes()
+    plan = fuse(g, aggressive=aggressive)
+    assert (plan.num_dispatches, plan.num_dispatches_unfused) == (1, 2)
+    assert (plan.bytes_fused, plan.bytes_unfused) == (88, 160)
+    (d,) = plan.dispatches
+    assert sorted(d.outputs) == sorted(g.outputs)
+    inputs = random_inputs(g, 1)
+    want = np.transpose(-(inputs["x"] @ W23))
+    got = execute_plan(plan, inputs)
+    for o in g.outputs:
+        np.testing.assert_array_equal(got[o], want)
+    env = evaluate(g, inputs, keep_all=True)
+    assert _simulate_every_schedule(g, d, env, limit=12) >= 1
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+def test_views_no_dispatch_can_write_share_one_copy(aggressive):
+    """Two graph outputs that are views of one tensor with one shape, which no dispatch
+    computing it can write (a graph input here; a slice of a GEMM result below), are
+    written by one copy dispatch reading the tensor once, never by a copy each."""
+    g = Graph("input_views")
+    x = g.input("x", (2, 3))
+    t = g.transpose(x, (1, 0))
+    g.output(t, g.transpose(t, (0, 1)))
+    plan = fuse(g, aggressive=aggressive)
+    assert plan.num_dispatches == 1 and plan.bytes_fused == 24 * 3
+    assert plan.num_dispatches <= plan.num_dispatches_unfused
+    env = evaluate(g, random_inputs(g, 2), keep_all=True)
+    _simulate_every_schedule(g, plan.dispatches[0], env, limit=12)
+
+    g = Graph("gemm_slices")
+    x = g.input("x", (2, 2))
+    w = g.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))
+    n = g.neg(g.matmul(x, w))
+    s = g.slice(n, starts=(0, 1), steps=(1, 1), shape=(2, 2))
+    g.output(s, g.transpose(g.transpose(s, (1, 0)), (1, 0)))
+    plan = fuse(g, aggressive=aggressive)
+    # the GEMM with its epilogue, and one copy for both slice views (the unfused
+    # baseline copies each: no walk over neg's (2, 4) covers a (2, 2) slice)
+    assert (plan.num_dispatches, plan.num_dispatches_unfused) == (2, 4)
+    assert plan.bytes_fused <= plan.bytes_unfused
+    inputs = random_inputs(g, 3)
+    want = evaluate(g, inputs)
+    assert max_error(want, execute_plan(plan, inputs)) == 0.0
+    env = evaluate(g, inputs, keep_all=True)
+    for d in plan.dispatches:
+        _simulate_every_schedule(g, d, env, limit=4)
+
+
+def _tensor_and_uncovered_views() -> Graph:
+    """relu -> neg, graph outputs: neg's reshape broadcast to (4, 12), a slice of neg, and
+    max(reshape, broadcast). No walk over neg's (3, 4) covers the (4, 12) broadcast or
+    the (2, 4) slice."""
+    g = Graph("uncovered_views")
+    n = g.neg(g.relu(g.input("x", (3, 4))))
+    r = g.reshape(n, (1, 12))
+    b = g.broadcast(r, (4, 12))
+    g.output(g.binary("max", r, b), b, g.slice(n, (1, 0), (1, 1), (2, 4)), n)
+    return g
+
+
+@pytest.mark.parametrize("aggressive", [False, True])
+def test_views_a_walk_does_not_cover_get_a_copy(aggressive):
+    """Regression (found this session by sampling the property graphs): a graph output
+    that broadcasts a computed tensor to a shape its walk does not cover (reshape (1, 12)
+    -> broadcast (4, 12) of a (3, 4) tensor) or slices it was written by the tensor's own
+    dispatch, which then had no legal schedule, fused or not (the unfused baseline
+    counted it the same way). Such a view now gets a copy dispatch in both, and fusion
+    still merges relu into neg (the merge check refused it while the view was there)."""
+    g = _tensor_and_uncovered_views()
+    plan = fuse(g, aggressive=aggressive)
+    assert plan.num_dispatches <= plan.num_dispatches_unfused
+    assert plan.bytes_fused <= plan.bytes_unfused
+    (home,) = plan.dispatch_of("relu_0")
+    assert "neg_1" in home.ops
+    assert not any("no legal schedule" in d.reason for d in plan.decisions)
+    inputs = random_inputs(g, 4)
+    assert max_error(evaluate(g, inputs), execute_plan(plan, inputs)) == 0.0
+    env = evaluate(g, inputs, keep_all=True)
+    for d in plan.dispatches:
+        assert check(g, d) == ""
+        _simulate_every_schedule(g, d, env, limit=3)
+
+
+def _neg_v_reshaped_beside_add() -> Graph:
+    g = Graph("reshaped_beside_add")
+    x, v = g.input("x", (3, 4)), g.input("v", (4,))
+    a = g.neg(v)
+    g.output(g.add(x, a), g.reshape(a, (2, 2)))
+    return g
+
+
+def test_a_merge_without_a_legal_schedule_is_refused_and_explained(tmp_path, capsys):
+    """Issue 16, item 2: fusion asks the schedule spaces' own check before committing a
+    merge. neg(v) (4,) with the graph output reshape(neg(v), (2, 2)) would join
+    add(x, neg(v)) over (3, 4), whose walk covers neither the (2, 2) view nor its 4
+    elements: the one dispatch formed before had no legal schedule. The merge is
+    refused, the reason recorded and shown by ``view explain``, and both dispatches
+    lower and compute the graph."""
+    g = _neg_v_reshaped_beside_add()
+    for aggressive in (False, True):
+        plan = fuse(g, aggressive=aggressive)
+        assert plan.num_dispatches == 2
+        (dec,) = [d for d in plan.decisions if (d.producer, d.consumer) == ("neg_0", "add_1")]
+        assert not dec.fused and "no legal schedule" in dec.reason
+        assert "share no iteration space" in dec.reason
+        env = evaluate(g, random_inputs(g, 6), keep_all=True)
+        for d in plan.dispatches:
+            assert check(g, d) == ""
+            _simulate_every_schedule(g, d, env, limit=2)
+
+    from onnx import TensorProto, helper as h, numpy_helper
+    from compiler import cli
+    nodes = [h.make_node("Neg", ["v"], ["a"]), h.make_node("Add", ["x", "a"], ["y"]),
+             h.make_node("Reshape", ["a", "shape"], ["r"])]
+    onnx_g = h.make_graph(
+        nodes, "refused",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+         h.make_tensor_value_info("v", TensorProto.FLOAT, [4])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4]),
+         h.make_tensor_value_info("r", TensorProto.FLOAT, [2, 2])],
+        initializer=[numpy_helper.from_array(np.array([2, 2], np.int64), "shape")])
+    path = tmp_path / "refused.onnx"
+    path.write_bytes(h.make_model(onnx_g, opset_imports=[h.make_opsetid("", 17)])
+                     .SerializeToString())
+    assert cli.main(["view", "explain", str(path), "--width", "200"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no legal schedule" in out and "share no iteration space" in out

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from test_search import _zero_stores
 
+from gpusim.hw import GFX942
 import gpusim
 from compiler import sampling
 from compiler.lower.common import memory_image
@@ -29,7 +30,7 @@ def test_sample_has_the_edges_and_is_seeded():
 def test_sampled_workgroups_write_what_the_full_run_writes(spec):
     g = load_model(spec)
     env = evaluate(g, random_inputs(g, 0), keep_all=True)
-    tuned = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=2)
+    tuned = tune_dispatches(g, fuse(g).dispatches, GFX942, budget=2)
     checked = 0
     for d in tuned:
         k = d.kernel
@@ -55,18 +56,18 @@ def test_sampled_workgroups_write_what_the_full_run_writes(spec):
 
 def test_a_sampled_check_finds_a_wrong_kernel_and_says_what_it_checked():
     g = load_model("softmax:rows=4096,cols=256")
-    tuned = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=2)
-    verify_dispatches(g, tuned, "gfx942", check_all=False)
+    tuned = tune_dispatches(g, fuse(g).dispatches, GFX942, budget=2)
+    verify_dispatches(g, tuned, GFX942, check_all=False)
     d = tuned[0]
     assert d.verified and f"of {d.kernel.grid} workgroups" in d.check
     d.kernel = dataclasses.replace(d.kernel, body=_zero_stores(d.kernel.body))
-    verify_dispatches(g, tuned, "gfx942", check_all=False)
+    verify_dispatches(g, tuned, GFX942, check_all=False)
     assert d.verified is False and d.max_error > 0.001
 
 
 def test_workgroups_needs_functional_mode_and_real_ids():
     g = load_model("softmax")
-    k = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=1)[0].kernel
+    k = tune_dispatches(g, fuse(g).dispatches, GFX942, budget=1)[0].kernel
     with pytest.raises(gpusim.KernelError, match="workgroups="):
         gpusim.simulate(k, "gfx942", functional=False, workgroups=[0])
     with pytest.raises(gpusim.KernelError, match="got"):
@@ -75,7 +76,7 @@ def test_workgroups_needs_functional_mode_and_real_ids():
 
 def test_timing_method_states_rounds_and_error_bound():
     g = load_model("softmax:rows=65536,cols=256")
-    k = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=1)[0].kernel
+    k = tune_dispatches(g, fuse(g).dispatches, GFX942, budget=1)[0].kernel
     res = gpusim.simulate(k, "gfx942", functional=False)
     assert "rounds sampled" in res.method and "error bound" in res.method
 

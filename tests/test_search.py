@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from gpusim.hw import GFX1100, GFX942
 from compiler.cli import main
 from compiler.graph import Graph
 from compiler.models import load_model
@@ -66,8 +67,8 @@ def test_same_arguments_same_result_and_workers_agree():
 def test_budget_caps_candidates_and_seed_changes_sample():
     g = load_model("layernorm")
     plan = fuse(g)
-    a = tune_dispatches(g, plan.dispatches, "gfx942", budget=5, seed=1)
-    b = tune_dispatches(g, plan.dispatches, "gfx942", budget=5, seed=2)
+    a = tune_dispatches(g, plan.dispatches, GFX942, budget=5, seed=1)
+    b = tune_dispatches(g, plan.dispatches, GFX942, budget=5, seed=2)
     assert len(a[0].candidates) <= 5
     assert {json.dumps(c.knobs, sort_keys=True) for c in a[0].candidates} != \
         {json.dumps(c.knobs, sort_keys=True) for c in b[0].candidates}
@@ -76,13 +77,13 @@ def test_budget_caps_candidates_and_seed_changes_sample():
 def test_fix_pins_a_knob_and_rejects_unknown_values():
     g = load_model("layernorm")
     plan = fuse(g)
-    t = tune_dispatches(g, plan.dispatches, "gfx942", fixed={"vector": 2, "mapping": "wave"})
+    t = tune_dispatches(g, plan.dispatches, GFX942, fixed={"vector": 2, "mapping": "wave"})
     assert all(c.knobs["vector"] == 2 and c.knobs["mapping"] == "wave"
                for c in t[0].candidates)
     with pytest.raises(SearchError, match="values it has"):
-        tune_dispatches(g, plan.dispatches, "gfx942", fixed={"vector": 8})
+        tune_dispatches(g, plan.dispatches, GFX942, fixed={"vector": 8})
     with pytest.raises(SearchError, match="no dispatch of this model has that knob"):
-        tune_dispatches(g, plan.dispatches, "gfx942", fixed={"swizle": "none"})
+        tune_dispatches(g, plan.dispatches, GFX942, fixed={"swizle": "none"})
 
 
 def _zero_stores(stmts):
@@ -100,12 +101,12 @@ def _zero_stores(stmts):
 
 def test_verification_reports_a_wrong_kernel():
     g = load_model("softmax")
-    tuned = tune_dispatches(g, fuse(g).dispatches, "gfx942", budget=2)
-    verify_dispatches(g, tuned, "gfx942")
+    tuned = tune_dispatches(g, fuse(g).dispatches, GFX942, budget=2)
+    verify_dispatches(g, tuned, GFX942)
     assert tuned[0].verified
     k = tuned[0].kernel
     tuned[0].kernel = dataclasses.replace(k, body=_zero_stores(k.body))
-    verify_dispatches(g, tuned, "gfx942")
+    verify_dispatches(g, tuned, GFX942)
     assert tuned[0].verified is False and tuned[0].max_error > 0.001
 
 
@@ -140,14 +141,14 @@ def test_tune_cli_bad_pin_is_a_one_line_error(capsys):
 def test_mfma_tiles_are_opt_in():
     g = load_model("conv_add_relu:c=256,k=64")
     plan = fuse(g)
-    default = tune_dispatches(g, plan.dispatches, "gfx942", budget=40)
+    default = tune_dispatches(g, plan.dispatches, GFX942, budget=40)
     assert {c.knobs["mma"] for c in default[0].candidates} == {"fma"}
-    pinned = tune_dispatches(g, plan.dispatches, "gfx942", budget=4, fixed={"mma": "mfma"})
+    pinned = tune_dispatches(g, plan.dispatches, GFX942, budget=4, fixed={"mma": "mfma"})
     assert {c.knobs["mma"] for c in pinned[0].candidates} == {"mfma"}
-    verify_dispatches(g, pinned, "gfx942")
+    verify_dispatches(g, pinned, GFX942)
     assert pinned[0].verified
     with pytest.raises(SearchError, match="every candidate with the pinned knobs is illegal"):
-        tune_dispatches(g, plan.dispatches, "gfx1100", fixed={"mma": "mfma"})
+        tune_dispatches(g, plan.dispatches, GFX1100, fixed={"mma": "mfma"})
 
 
 def test_one_unfused_baseline_for_fuse_and_tune():

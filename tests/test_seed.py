@@ -3,6 +3,7 @@ measurement, the placement's direction, and the evidence that the epilogue is to
 to carry the measured gain."""
 import pytest
 
+from gpusim.hw import GFX942
 import gpusim
 from compiler import seed
 from compiler.lower.contraction import Gemm
@@ -12,7 +13,7 @@ from compiler.search import lower
 
 @pytest.fixture(scope="module")
 def rows():
-    return {(r.model, r.swizzle): r for r in seed.seed_rows("gfx942")}
+    return {(r.model, r.swizzle): r for r in seed.seed_rows(GFX942)}
 
 
 def test_absolute_time_within_1_5x_of_the_measurement(rows):

@@ -15,6 +15,7 @@ under 1%, against the measured 14%: the epilogue is a small part of this predict
 """
 import pytest
 
+from gpusim.hw import GFX942, get_arch
 import gpusim
 
 from compiler import models
@@ -28,7 +29,7 @@ TILE = dict(BM=16, BN=32, BK=64, TM=2, TN=4, KW=8, lds_pad=4, vec_a=4, vec_b=4)
 
 def predict(model, swizzle, arch="gfx942", tile=TILE):
     g = model()
-    k = lower_contraction(g, whole(g), {**tile, "swizzle": swizzle}, arch)
+    k = lower_contraction(g, whole(g), {**tile, "swizzle": swizzle}, get_arch(arch))
     return k, gpusim.simulate(k, arch=arch, functional=False)
 
 
@@ -92,7 +93,7 @@ def test_story_kernels_are_numerically_right(model, swizzle):
     import numpy as np
     g = model(**SMALL)
     k = lower_contraction(g, whole(g), {**TILE, "BM": 32, "BN": 32, "swizzle": swizzle},
-                          "gfx942")
+                          GFX942)
     res, ref = run_functional(g, k)
     np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]],
                                rtol=1e-4, atol=1e-4)

@@ -11,10 +11,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
+from gpusim.hw import GFX942
 import gpusim
 from gpusim import program as P
 from compiler.frontends.onnx import from_model, load_onnx
@@ -111,7 +114,7 @@ def test_seed_nhwc_from_onnx_is_one_dispatch_and_swizzle_keeps_its_meaning(swizz
     assert len(plan.dispatches) == 1
     d = plan.dispatches[0]
     assert [e.layout_matches_output for e in d.epilogue_inputs] == [True]
-    knobs = next(c.knobs for c in contraction_space(g, d, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
                  if c.legal and c.knobs["swizzle"] == swizzle)
     k, _ = run_kernel(g, d, knobs)
     assert stores(k, "out") == ({1} if swizzle == "none" else {4})
@@ -122,7 +125,7 @@ def test_seed_nhwc_swizzle_changes_the_counters():
     """The knob is meaningful: swizzled writes are fewer, wider stores."""
     g = seed_nhwc(hw=14)
     d = fuse(g).dispatches[0]
-    base = next(c.knobs for c in contraction_space(g, d, "gfx942") if c.legal)
+    base = next(c.knobs for c in contraction_space(g, d, GFX942) if c.legal)
     vm = {}
     for swz in SWIZZLES:
         k = lower(g, d, {**base, "swizzle": swz}, "gfx942")
@@ -140,7 +143,7 @@ def test_gemm_epilogue_fuses_through_the_exporters_reshape(unsqueeze, swizzle):
     plan = fuse(g)
     assert len(plan.dispatches) == 1
     d = plan.dispatches[0]
-    knobs = next(c.knobs for c in contraction_space(g, d, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
                  if c.legal and c.knobs["swizzle"] == swizzle)
     k, _ = run_kernel(g, d, knobs)
     assert stores(k, "z") == ({1} if swizzle == "none" else {4})
@@ -159,7 +162,7 @@ def test_transposed_matmul_result_is_written_in_the_views_order():
     assert len(plan.dispatches) == 1
     d = plan.dispatches[0]
     for swz in SWIZZLES:
-        knobs = next(c.knobs for c in contraction_space(g, d, "gfx942")
+        knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
                      if c.legal and c.knobs["swizzle"] == swz)
         k, _ = run_kernel(g, d, knobs)
         assert stores(k, g.outputs[0]) == ({1} if swz == "none" else {4})
@@ -271,9 +274,9 @@ def test_seed_from_onnx_is_predicted_like_the_builtin_nhwc_seed(swizzle):
     from compiler.search import score
     onnx_g, builtin = seed_nhwc(c=64, k=32), models.conv_add_relu(c=64, k=32)
     d_onnx, d_builtin = fuse(onnx_g).dispatches[0], fuse(builtin).dispatches[0]
-    knobs = next(c.knobs for c in contraction_space(builtin, d_builtin, "gfx942")
+    knobs = next(c.knobs for c in contraction_space(builtin, d_builtin, GFX942)
                  if c.legal and c.knobs["swizzle"] == swizzle)
-    a, b = score(onnx_g, d_onnx, knobs, "gfx942"), score(builtin, d_builtin, knobs, "gfx942")
+    a, b = score(onnx_g, d_onnx, knobs, GFX942), score(builtin, d_builtin, knobs, GFX942)
     assert a.ok and b.ok
     assert a.cycles == b.cycles
     assert a.counters["coalescing_pct"] == b.counters["coalescing_pct"]
@@ -305,3 +308,138 @@ def test_exported_models_fuse_through_the_exporters_views(name, most):
     got = execute_plan(plan, x)
     for o in g.outputs:
         np.testing.assert_allclose(got[o], want[o], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------- reshapes that split or merge dims (head split)
+def head_split(s=32, dm=48, heads=4, hd=16, rotary=False):
+    """A q projection as exporters write it: MatMul + bias, Reshape (1, s, H*D) ->
+    (1, s, H, D) (the head split), Transpose to (1, H, s, D), then a multiply: by the
+    attention scale, or (``rotary``) by a (1, 1, s, D) cos table as rotary embeddings do."""
+    nodes = [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Add", ["y", "b"], ["yb"]),
+             h.make_node("Reshape", ["yb", "shp"], ["y4"]),
+             h.make_node("Transpose", ["y4"], ["yt"], perm=[0, 2, 1, 3]),
+             h.make_node("Mul", ["yt", "cos" if rotary else "scale"], ["out"])]
+    inits = [init("w", RNG.standard_normal((dm, heads * hd)) * 0.1),
+             init("b", RNG.standard_normal(heads * hd)), init("shp", [1, s, heads, hd]),
+             init("scale", [hd ** -0.5])]
+    ins = [vi("x", [1, s, dm])] + ([vi("cos", [1, 1, s, hd])] if rotary else [])
+    return model(nodes, ins, [vi("out", [1, heads, s, hd])], inits, "head_split")
+
+
+def head_merge(s=32, heads=4, hd=16):
+    """The other direction: PV (1, H, s, D) -> Transpose (1, s, H, D) -> Reshape
+    (1, s, H*D) (the head merge) -> residual add."""
+    nodes = [h.make_node("MatMul", ["p", "v"], ["o"]),
+             h.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+             h.make_node("Reshape", ["ot", "shp"], ["o2"]),
+             h.make_node("Add", ["o2", "res"], ["out"])]
+    ins = [vi("p", [1, heads, s, s]), vi("v", [1, heads, s, hd]), vi("res", [1, s, heads * hd])]
+    return model(nodes, ins, [vi("out", [1, s, heads * hd])],
+                 [init("shp", [1, s, heads * hd])], "head_merge")
+
+
+HEAD_GRAPHS = {"split_scale": lambda: head_split(), "split_rotary": lambda: head_split(rotary=True),
+               "merge_residual": head_merge}
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_GRAPHS))
+def test_epilogue_fuses_through_a_reshape_that_splits_or_merges_dims(name):
+    """The multiply (or residual add) behind the head split/merge joins the contraction's
+    dispatch (2 dispatches before: the reshape was no projection of the loops); the
+    fused plan equals the unfused one and numpy."""
+    g = HEAD_GRAPHS[name]()
+    unfused = fuse(g, attention=False)
+    assert len(unfused.dispatches) == 1, [dc.reason for dc in unfused.decisions
+                                          if not dc.fused]
+    d = unfused.dispatches[0]
+    assert d.kind == "contraction" and g.outputs[0] in d.outputs
+    x = random_inputs(g)
+    want = evaluate(g, x)[g.outputs[0]]
+    np.testing.assert_allclose(execute_plan(unfused, x)[g.outputs[0]], want, rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_GRAPHS))
+@pytest.mark.parametrize("swizzle", SWIZZLES)
+def test_tile_writes_the_split_or_merged_view_and_matches_numpy(name, swizzle):
+    """The simulated kernel writes every element at its re-indexed place (n -> (n // D,
+    n % D) for the split, h * D + d for the merge), equal to numpy in every swizzle
+    placement; the writes stay vectors along the contiguous dim when swizzled."""
+    g = HEAD_GRAPHS[name]()
+    d = fuse(g).dispatches[0]
+    knobs = next(c.knobs for c in contraction_space(g, d, GFX942)
+                 if c.legal and c.knobs["swizzle"] == swizzle)
+    k, _ = run_kernel(g, d, knobs)
+    if swizzle != "none":
+        assert stores(k, g.outputs[0]) == {4}
+
+
+def test_a_reshape_that_mixes_rows_and_columns_is_still_refused():
+    """A reshape of the (s, H*D) result that is no regrouping per row, read with its
+    transpose in one epilogue (y4 + y4^T), needs two accumulators per element: refused,
+    and the unfused plan still computes the graph."""
+    from compiler.graph import Graph
+    g = Graph("mix_reshape")
+    y = g.matmul(g.input("a", (16, 8)), g.input("b", (8, 16)))
+    y4 = g.reshape(y, (4, 4, 4, 4))
+    g.output(g.add(y4, g.transpose(y4, (1, 0, 3, 2))))
+    plan = fuse(g)
+    assert len(plan.dispatches) == 2
+    x = random_inputs(g)
+    out = g.outputs[0]
+    np.testing.assert_allclose(execute_plan(plan, x)[out], evaluate(g, x)[out], rtol=1e-5)
+
+
+def test_sdpa_bert_scales_q_and_k_in_the_projection_epilogue():
+    """torch's scaled_dot_product_attention as the exporter writes it multiplies q and k
+    by sqrt(scale) after the head split and transpose. The multiply joins the q/k
+    projection's epilogue through the split reshape: 20 / 31 dispatches (aggressive /
+    conservative; 24 / 35 before, when each multiply was a dispatch of its own); the
+    plans compute the graph."""
+    g = fixture("bert_sdpa")
+    plan = fuse(g)
+    assert (plan.num_dispatches, fuse(g, aggressive=False).num_dispatches) == (20, 31)
+    scaled = [d for d in plan.dispatches if d.kind == "contraction"
+              and [g.op(n).kind for n in d.ops] == ["matmul", "add", "reshape", "transpose",
+                                                    "mul"]]
+    assert len(scaled) == 4                        # q and k of both layers
+    knobs = next(c.knobs for c in contraction_space(g, scaled[0], GFX942) if c.legal)
+    run_kernel(g, scaled[0], knobs)                # the tile's re-indexed writes = numpy
+    x = random_inputs(g)
+    want = evaluate(g, x)
+    for p in (plan, fuse(g, aggressive=False)):
+        got = execute_plan(p, x)
+        for o in g.outputs:
+            np.testing.assert_allclose(got[o], want[o], rtol=1e-4, atol=1e-5)
+
+
+@st.composite
+def regrouped_shapes(draw):
+    """Two shapes of the same row-major data: factors of a few dims regrouped (split,
+    merged, unit dims added or dropped), the reshapes exporters write."""
+    factors = draw(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=6))
+
+    def group(fs):
+        cuts = sorted(draw(st.sets(st.integers(1, max(1, len(fs) - 1)), max_size=len(fs))))
+        parts = [fs[a:b] for a, b in zip([0] + cuts, cuts + [len(fs)]) if fs[a:b]]
+        return tuple(math.prod(p) for p in parts)
+    return group(factors), group(factors)
+
+
+@settings(max_examples=200, deadline=None)
+@given(regrouped_shapes())
+def test_reshape_index_is_numpys_reshape(shapes):
+    """The tile's forward map of a reshape (per reassociation group) sends every element
+    where numpy's row-major reshape puts it, on number arrays as the vector-width
+    analysis uses it."""
+    from compiler.graph import Graph
+    from compiler.lower.layout import forward_index
+    src, dst = shapes
+    g = Graph("r")
+    r = g.reshape(g.input("x", src), dst)
+    idx = np.indices(src).reshape(len(src), -1)
+    got = forward_index(g, [(g.op(r.name), 0)], tuple(idx))
+    want = np.unravel_index(np.ravel_multi_index(idx, src), dst)
+    for a, b, s in zip(got, want, dst):
+        np.testing.assert_array_equal(np.broadcast_to(a, b.shape) if s > 1 else 0,
+                                      b if s > 1 else 0)

@@ -22,6 +22,7 @@ from compiler.views import (SORT_KEYS, ViewError, banks_data, banks_view, candid
                             candidates_view, coalescing_data, coalescing_view, explain_data,
                             explain_view, most_conflicted, plan_data, plan_view, source_data,
                             source_view, timeline_data, timeline_view, worst_coalesced)
+from gpusim.hw import get_arch
 from gpusim.program import (Barrier, Buffer, Kernel, LdsArray, LdsLoad, LdsStore, Load, Store,
                             Var, thread_id)
 
@@ -76,7 +77,7 @@ def check_snapshot(name: str, text: str):
 def softmax_tuned():
     g = load_model("softmax")
     plan = fuse(g)
-    return g, plan, tune_dispatches(g, plan.dispatches, ARCH, budget=6)[0]
+    return g, plan, tune_dispatches(g, plan.dispatches, get_arch(ARCH), budget=6)[0]
 
 
 # ----------------------------------------------------------------------------- banks

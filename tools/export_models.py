@@ -8,6 +8,12 @@ Needs torch and transformers, which are NOT dependencies of wavefuse or of its t
     /work/venv-export/bin/pip install torch==2.13.0 transformers onnx onnxscript numpy
     /work/venv-export/bin/python tools/export_models.py            # all fixtures
     /work/venv-export/bin/python tools/export_models.py gpt2_block  # some of them
+    /work/venv-export/bin/python tools/export_models.py --full /tmp/models  # full size
+
+``--full DIR`` writes the four full-size models of issue 12 instead (BERT-base at sequence
+128, GPT-2 small at 128 tokens, ViT-B/16 and ResNet-50 at 224x224; the transformers
+default configurations, random weights): hundreds of MB, so never into ``tests/data``;
+their manifest goes to ``DIR/MANIFEST.json``. ``tools/model_report.py`` reads them.
 
 Every module is built from a small configuration with a fixed seed, in eval mode, and
 exported with fixed input shapes. The exporter used for each fixture is written into
@@ -225,6 +231,19 @@ def b_bert_2layer():
     return m, (ids,), ["input_ids"]
 
 
+def b_bert_sdpa():
+    """BERT (2 layers) with torch's scaled_dot_product_attention: the exporter multiplies
+    q and k by sqrt(scale) after the head split and transpose (issue 12, item 3: that
+    multiply joins the projection's epilogue through the split reshape)."""
+    torch = _torch()
+    from transformers import BertModel
+    cfg = bert_config(2)
+    cfg._attn_implementation = "sdpa"
+    m = _First.wrap(BertModel(cfg, add_pooling_layer=False).eval())
+    ids = torch.randint(0, 128, (1, 16))
+    return m, (ids,), ["input_ids"]
+
+
 def b_gpt2_2block():
     torch = _torch()
     from transformers import GPT2Model
@@ -269,8 +288,45 @@ FIXTURES = {
     "resnet_bottleneck": b_resnet_bottleneck, "conv_bn_relu": b_conv_bn_relu,
     "bn_relu_pool": b_bn_relu_pool, "softmax": b_softmax, "layernorm": b_layernorm,
     "conv_bn_relu_keep": b_conv_bn_relu, "nhwc_conv": b_nhwc_conv, "bert_2layer": b_bert_2layer, "gpt2_2block": b_gpt2_2block,
-    "resnet_tiny": b_resnet_tiny, "vit_tiny": b_vit_tiny,
+    "resnet_tiny": b_resnet_tiny, "vit_tiny": b_vit_tiny, "bert_sdpa": b_bert_sdpa,
 }
+
+
+def b_bert_base():
+    torch = _torch()
+    from transformers import BertConfig, BertModel
+    m = _First.wrap(BertModel(BertConfig(attn_implementation="eager"),
+                              add_pooling_layer=False).eval())
+    return m, (torch.randint(0, 30000, (1, 128)),), ["input_ids"]
+
+
+def b_gpt2_small():
+    torch = _torch()
+    from transformers import GPT2Config, GPT2Model
+    m = _First.wrap(GPT2Model(GPT2Config(attn_implementation="eager")).eval(),
+                    call=lambda inner, ids: inner(input_ids=ids, use_cache=False))
+    return m, (torch.randint(0, 50000, (1, 128)),), ["input_ids"]
+
+
+def b_vit_b16():
+    torch = _torch()
+    from transformers import ViTConfig, ViTModel
+    m = _First.wrap(ViTModel(ViTConfig(attn_implementation="eager"),
+                             add_pooling_layer=False).eval())
+    return m, (torch.randn(1, 3, 224, 224),), ["pixel_values"]
+
+
+def b_resnet50():
+    torch = _torch()
+    from transformers import ResNetConfig, ResNetModel
+    m = _First.wrap(ResNetModel(ResNetConfig()).eval())   # the default is ResNet-50
+    _randomise_bn(m)
+    return m, (torch.randn(1, 3, 224, 224),), ["pixel_values"]
+
+
+#: issue 12's whole models at full size (``--full DIR``; not committed)
+FULL = {"bert_base": b_bert_base, "gpt2_small": b_gpt2_small, "vit_b16": b_vit_b16,
+        "resnet50": b_resnet50}
 
 
 #: Extra legacy-exporter options per fixture. Both exporters fold an eval-mode
@@ -280,13 +336,13 @@ FIXTURES = {
 LEGACY_OPTIONS = {"conv_bn_relu_keep": {"training": "PRESERVE"}}
 
 
-def export(name: str) -> dict:
-    """Exports one fixture; tries the legacy exporter, then dynamo (or the other way round
-    for DYNAMO_FIRST); checks the file with onnx and against torch."""
+def export(name: str, dest: str = DATA) -> dict:
+    """Exports one fixture (or full-size model) into ``dest``; tries the legacy exporter,
+    then dynamo; checks the file with onnx and against torch."""
     import onnx
     import torch
-    module, args, names = FIXTURES[name]()
-    path = os.path.join(DATA, f"{name}.onnx")
+    module, args, names = {**FIXTURES, **FULL}[name]()
+    path = os.path.join(dest, f"{name}.onnx")
     errors = []
     for dynamo in (False, True):
         try:
@@ -328,17 +384,32 @@ def export(name: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description="Writes the ONNX fixtures of tests/data or, "
+                                 "with --full, the full-size models.")
+    ap.add_argument("names", nargs="*", metavar="NAME",
+                    help=f"fixtures (default: all): {', '.join(FIXTURES)}; with --full: "
+                         f"{', '.join(FULL)}")
+    ap.add_argument("--full", metavar="DIR",
+                    help="write the full-size models into DIR (not tests/data)")
+    args = ap.parse_args(argv)
+    known = FULL if args.full else FIXTURES
+    names = args.names or list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"unknown {'model' if args.full else 'fixture'}(s): {', '.join(unknown)} "
+              f"(known: {', '.join(known)})", file=sys.stderr)
+        return 2
+    dest = args.full or DATA
+    if args.full and os.path.realpath(dest) == os.path.realpath(DATA):
+        print("--full DIR: the full-size models are hundreds of MB; pick a directory "
+              "outside tests/data", file=sys.stderr)
+        return 2
     import onnx
     import torch
     import transformers
-    names = argv or list(FIXTURES)
-    unknown = [n for n in names if n not in FIXTURES]
-    if unknown:
-        print(f"unknown fixture(s): {', '.join(unknown)} (known: {', '.join(FIXTURES)})",
-              file=sys.stderr)
-        return 2
-    os.makedirs(DATA, exist_ok=True)
-    manifest_path = os.path.join(DATA, "MANIFEST.json")
+    os.makedirs(dest, exist_ok=True)
+    manifest_path = os.path.join(dest, "MANIFEST.json")
     manifest = {}
     if os.path.exists(manifest_path):
         with open(manifest_path) as f:
@@ -350,7 +421,7 @@ def main(argv: list[str]) -> int:
     manifest["script"] = "tools/export_models.py"
     manifest["opset_requested"] = OPSET
     for n in names:
-        info = export(n)
+        info = export(n, dest)
         manifest["fixtures"][n] = info
         print(f"{n:18s} {info['exporter']:6s} opset {info['opset']} {info['nodes']:4d} nodes "
               f"{info['bytes'] / 1024:7.1f} KiB  max |onnx - torch| {info['max_abs_error_vs_torch']:.2e}")

@@ -191,6 +191,7 @@ def check_schedule(graph, knobs: dict, arch: str = "gfx942", slack: float = 1.2,
     from compiler.passes import fuse
     from compiler.search import tune_dispatches, verify_dispatches
 
+    arch = gpusim.get_arch(arch)  # the checker is an entry point: resolved once, here
     plan = fuse(graph, aggressive=True)
     if plan.num_dispatches != 1:
         return Verdict(False, [f"the graph fuses into {plan.num_dispatches} dispatches, not 1"])

@@ -14,6 +14,8 @@ import sys
 import numpy as np
 from rich.console import Console
 
+from gpusim.hw import ALIASES, ARCHES, Arch
+
 from .. import limits
 from ..graph import Graph, GraphError
 from ..models import load_model
@@ -82,13 +84,13 @@ def cycle_value(text: str) -> float:
     return value
 
 
-def arch_value(text: str) -> str:
-    """An arch the simulator models, by its LLVM target name (what hipcc's --offload-arch
-    takes, so an export's build script always names a real target)."""
-    from gpusim.hw import ALIASES, ARCHES
+def arch_value(text: str) -> Arch:
+    """The ``Arch`` an ``--arch`` names, by its LLVM target name (what hipcc's
+    --offload-arch takes, so an export's build script always names a real target). The
+    command resolves it here, once; everything below takes the ``Arch``."""
     name = text.strip()
     if name in ARCHES:
-        return name
+        return ARCHES[name]
     hint = ALIASES.get(name.lower())
     hint = f" ({name} is {hint})" if hint in ARCHES else ""
     raise argparse.ArgumentTypeError(f"unknown arch {text!r}{hint}; known arches: "
@@ -154,12 +156,14 @@ def add_seed(parser) -> None:
                         help="seed of the random inputs (default: 0)")
 
 
-def load(args, compute: bool = True) -> Graph:
+def load(args, compute: bool = True, whole: bool = True) -> Graph:
     """The graph named by ``args.model`` (built-in spec or .onnx path).
 
     ``compute``: the command evaluates or simulates the model, so a model with nothing to
     compute is refused, and so is one whose estimated memory passes ``--max-memory``; both
     before anything is allocated (built-in weights are checked before they are drawn).
+    ``whole``: the command computes the whole numpy reference (``tune`` without
+    ``--check-all`` computes the sampled rows only; ``limits.working_set_bytes``).
     """
     limit = limits.max_memory(getattr(args, "max_memory", None))
     dims = {}
@@ -170,7 +174,7 @@ def load(args, compute: bool = True) -> Graph:
         dims[name] = value
     graph = load_model(args.model, max_memory=limit, dims=dims)
     if compute:
-        limits.check_graph(graph, limit, args.model)
+        limits.check_graph(graph, limit, args.model, whole)
         if not any(op.kind not in ("input", "constant") for op in graph.ops):
             raise GraphError(f"{args.model}: nothing to compute, the model has no operations "
                              f"(its outputs are its inputs or constants)")

@@ -8,10 +8,15 @@ lines. Buffers hold tensors in their memory layout (see ``memory_image``).
 """
 from __future__ import annotations
 
+from codegen_hip import write_project
+from codegen_hip.export import ExportTarget
+from gpusim.hw import Arch
+
 from ..lower.common import memory_image
 from ..reference import evaluate, random_inputs
-from .tune import add_tune_options, run_tune
+from ..search import SearchError
 from . import common
+from .tune import add_tune_options, run_tune
 
 
 def register(sub) -> None:
@@ -28,9 +33,8 @@ def register(sub) -> None:
     p.set_defaults(func=run, no_baseline=True)
 
 
-def export_model(graph, result, out_dir, *, arch: str, force: bool, seed: int = 0):
+def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int = 0):
     """Writes the project for a TuneResult; returns (path, kernel names)."""
-    from codegen_hip import write_project
     inputs = random_inputs(graph, seed)
     env = evaluate(graph, inputs, keep_all=True)
     kernels, launches, arrays, counters = [], [], {}, {}
@@ -47,31 +51,29 @@ def export_model(graph, result, out_dir, *, arch: str, force: bool, seed: int = 
                 produced.add(b.name)
     expected = {o: memory_image(graph, o, env[o]) for o in graph.outputs}
     path = write_project(out_dir, kernels, launches, arrays, arch=arch, force=force,
-                         title=f"wavefuse export of {graph.name} for {arch}",
+                         title=f"wavefuse export of {graph.name} for {arch.name}",
                          expected=expected, counters=counters)
     return path, [k.name for k in kernels]
 
 
 def run(args) -> int:
-    from codegen_hip.export import ExportTarget
     common.fixed_knobs(args.fix)  # a bad pin fails before the target is even locked
     # the target is checked and locked before tuning: a bad one fails in a second, not
     # after the search, and a concurrent export of the same folder is refused
     with ExportTarget(args.output, args.force) as target:
         result = run_tune(args, quiet=args.json)
         if result.mismatches:
-            from ..search import SearchError
             raise SearchError("refusing to export: simulated outputs differ from numpy for "
                               + ", ".join(d.name for d in result.mismatches))
         graph = result.plan.graph
         path, names = export_model(graph, result, target, arch=args.arch, force=args.force,
                                    seed=args.seed)
     if args.json:
-        common.emit_json({"model": result.model, "arch": args.arch, "dir": str(path),
+        common.emit_json({"model": result.model, "arch": args.arch.name, "dir": str(path),
                           "kernels": names, "total_time_us": result.total_time_us})
     else:
         con = common.console()
-        con.print(f"wrote {len(names)} kernel(s) of {result.model} for {args.arch} to "
+        con.print(f"wrote {len(names)} kernel(s) of {result.model} for {args.arch.name} to "
                   f"[bold]{path}[/] (predicted {result.total_time_us:.2f} us, simulated)")
         con.print(f"build: cd {path} && sh build.sh   |   check the ISA: wavefuse check {path}")
     return 0

@@ -10,12 +10,21 @@ this package, never the other way round).
 """
 from __future__ import annotations
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
+from .attention import lower_attention
 from .common import LoweringError, dispatch_kind
+from .contraction import lower_contraction
+from .conv import lower_direct_conv
+from .elementwise import lower_elementwise
+from .reduction import lower_generic, lower_rows
+from .transpose import lower_transpose
 
 
-def lower(graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+def lower(graph, dispatch, schedule: dict, arch: Arch | str = DEFAULT_ARCH):
+    """The kernel of one dispatch under one schedule. ``arch`` may be a name here (the
+    Python API's entry point, resolved once); every kind's lowering takes the ``Arch``."""
+    arch = get_arch(arch)
     kind = dispatch_kind(graph, dispatch)
     for n in dispatch.ops:  # simplification: integer math is elementwise only
         op = graph.op(n)
@@ -24,24 +33,18 @@ def lower(graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
                                 f"lowered (only float reductions and powers are); cast "
                                 f"to float first")
     if kind == "attention":
-        from .attention import lower_attention
-        return lower_attention(graph, dispatch, schedule, arch_name)
+        return lower_attention(graph, dispatch, schedule, arch)
     if kind == "contraction":
         if schedule.get("lowering") == "direct":
-            from .conv import lower_direct_conv
-            return lower_direct_conv(graph, dispatch, schedule, arch_name)
-        from .contraction import lower_contraction
-        return lower_contraction(graph, dispatch, schedule, arch_name)
+            return lower_direct_conv(graph, dispatch, schedule, arch)
+        return lower_contraction(graph, dispatch, schedule, arch)
     if kind == "reduction":
-        from .reduction import lower_generic, lower_rows
         if schedule.get("lowering") == "generic":
-            return lower_generic(graph, dispatch, schedule, arch_name)
-        return lower_rows(graph, dispatch, schedule, arch_name)
+            return lower_generic(graph, dispatch, schedule, arch)
+        return lower_rows(graph, dispatch, schedule, arch)
     if schedule.get("transpose", "none") == "lds":
-        from .transpose import lower_transpose
-        return lower_transpose(graph, dispatch, schedule, arch_name)
-    from .elementwise import lower_elementwise
-    return lower_elementwise(graph, dispatch, schedule, arch_name)
+        return lower_transpose(graph, dispatch, schedule, arch)
+    return lower_elementwise(graph, dispatch, schedule, arch)
 
 
 __all__ = ["lower", "LoweringError", "dispatch_kind"]

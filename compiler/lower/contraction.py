@@ -66,13 +66,16 @@ import math
 import numpy as np
 
 from gpusim import program as P
-from gpusim.hw import get_arch
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from . import affine
 from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
                      split_at_last_load)
+from .conv import conv_root_index, setup_conv_gemm
 from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
+from .layout import (forward_index, is_identity, output_maps, output_vectors,
+                     unit_only_reshape)
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")
@@ -311,9 +314,12 @@ class Gemm:
     def _propagate_layout(self, dispatch):
         """Output index maps and, when an output is a view of the result in another
         order, the write direction from its memory (``compiler.lower.layout``)."""
-        from .layout import is_identity, output_maps, output_vectors
         self.out_maps = output_maps(self.graph, dispatch, self.root.name)
         self.out_vec = None
+        # a reshape that splits or merges dims on the way to an output: the epilogue's
+        # view of the root index is then not syntactically the tile's (see epilogue_vector)
+        self.reindexed = any(op.kind == "reshape" and not unit_only_reshape(self.graph, op)
+                             for p in self.out_maps.values() for op, _ in p)
         if all(is_identity(self.graph, p) for p in self.out_maps.values()):
             return
         self.out_vec = output_vectors(self, self.graph, self.out_maps)
@@ -323,7 +329,6 @@ class Gemm:
 
     def out_index(self, o, idx):
         """Index of dispatch output ``o`` holding the root element at ``idx``."""
-        from .layout import forward_index
         return forward_index(self.graph, self.out_maps[o], idx)
 
     # ---------------------------------------------------------------- matmul
@@ -378,7 +383,6 @@ class Gemm:
 
     # ---------------------------------------------------------------- conv
     def _conv(self, dispatch):
-        from .conv import setup_conv_gemm
         setup_conv_gemm(self, dispatch, _affine_strides,
                         (Operand, _add, _mul, _div, _mod, _and, _in_range))
 
@@ -392,7 +396,6 @@ class Gemm:
                 idx.append(_mod(rest, s))
                 rest = _div(rest, s)
             return tuple(reversed(idx)) + (m, n)
-        from .conv import conv_root_index
         return conv_root_index(self, b, m, n, (_add, _mul, _div, _mod))
 
     def swizzle_width(self, BM, BN):
@@ -467,8 +470,11 @@ def mfma_read_width(s) -> int:
     return 1
 
 
-def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65536) -> str:
-    """'' when the schedule is legal for this GEMM, else the reason."""
+def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
+    """'' when the schedule is legal for this GEMM on ``arch``, else the reason (the space
+    and the lowering share it)."""
+    wave_size, lds_limit = arch.wave_size, arch.lds_bytes_per_workgroup
+    max_threads, max_regs = arch.max_block_threads, arch.arch_vgprs_per_lane
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     KW = int(s.get("KW", 1))
     mma = s.get("mma", "fma")
@@ -478,8 +484,8 @@ def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65
         return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
     group = (BM // TM) * (BN // TN)
     if mma == "mfma":
-        if wave_size != 64:
-            return "mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942)"
+        if not arch.mfma_passes:
+            return f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
         if TM != TN or TM not in MFMA_FOR_BLOCK:
             return f"mma=mfma: the wave block TMxTN={TM}x{TN} must be 32x32 or 16x16"
         shape = MFMA_FOR_BLOCK[TM]
@@ -494,8 +500,8 @@ def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65
             return f"mfma_lanes={s['mfma_lanes']!r} not in {MFMA_LANES}"
         group *= wave_size  # one wave per TM x TN block
     threads = group * KW
-    if threads > 1024:
-        return f"{threads} threads per workgroup > 1024"
+    if threads > max_threads:
+        return f"{threads} threads per workgroup > {max_threads}"
     if group % wave_size:
         return (f"{group} threads per K group is not a whole number of waves "
                 f"({wave_size}): each wave must own one K slice")
@@ -523,8 +529,8 @@ def check_schedule(gemm: Gemm, s: dict, wave_size: int = 64, lds_limit: int = 65
     if lds > lds_limit:
         return f"LDS {lds} B > {lds_limit} B per CU"
     regs = vgpr_estimate(s, threads)
-    if regs > 256:
-        return f"about {regs} VGPRs per thread > 256"
+    if regs > max_regs:
+        return f"about {regs} VGPRs per thread > {max_regs}"
     return ""
 
 
@@ -555,24 +561,11 @@ def vgpr_estimate(s, threads) -> int:
 
 
 # ------------------------------------------------------------------ the lowering
-def arch_limits(arch_name):
-    """(wave size, LDS bytes a workgroup may use) of the Arch; an unknown arch is an error."""
-    a = get_arch(arch_name)
-    return a.wave_size, a.lds_bytes_per_workgroup
-
-
-def _arch_has_mfma(arch_name) -> bool:
-    return bool(get_arch(arch_name).mfma_passes)
-
-
-def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) -> P.Kernel:
+def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch) -> P.Kernel:
     """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in."""
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
-    wave_size, lds_limit = arch_limits(arch_name)
-    why = check_schedule(gemm, s, wave_size, lds_limit)
-    if not why and s["mma"] == "mfma" and not _arch_has_mfma(arch_name):
-        why = f"mma=mfma: {arch_name} has no MFMA matrix cores (CDNA only)"
+    why = check_schedule(gemm, s, arch)
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     for o in dispatch.outputs:
@@ -580,7 +573,7 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch_name: str) ->
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} has shape "
                                 f"{graph.op(o).type.shape}, not the root's "
                                 f"{gemm.root.type.shape} or a view of it")
-    return _Builder(graph, dispatch, gemm, s, arch_name).build()
+    return _Builder(graph, dispatch, gemm, s).build()
 
 
 def _acc_row(shape, lane, r):
@@ -592,8 +585,8 @@ def _acc_row(shape, lane, r):
 
 
 class _Builder:
-    def __init__(self, graph, dispatch, gemm, s, arch):
-        self.g, self.d, self.gemm, self.s, self.arch = graph, dispatch, gemm, s, arch
+    def __init__(self, graph, dispatch, gemm, s):
+        self.g, self.d, self.gemm, self.s = graph, dispatch, gemm, s
         self.BM, self.BN, self.BK, self.TM, self.TN = (int(s[k]) for k in
                                                        ("BM", "BN", "BK", "TM", "TN"))
         self.KW = int(s.get("KW", 1))
@@ -1097,9 +1090,21 @@ class _Builder:
 
         def k(ix):  # a unit dim's index is 0 however a view wrote it
             return tuple(zero if u else key(e) for e, u in zip(ix, unit))
+        out = {}
+        if self.gemm.reindexed:
+            # through a split/merged reshape the index the emitter walks back to the root
+            # is another expression of the same element (h * D + d for n // D, n % D):
+            # each accumulator is bound alone, its epilogue inputs loaded per element
+            for o in self.d.outputs:
+                out[o] = []
+            for ix, r in zip(idxs, regs):
+                self.em.bound[root] = lambda _ix, r=r: r
+                for o in self.d.outputs:
+                    out[o].append(self.em.value(o, self.gemm.out_index(o, ix)))
+            self.em.bound.pop(root, None)
+            return out
         regmap = {k(ix): r for ix, r in zip(idxs, regs)}
         self.em.bound[root] = lambda ix: regmap[k(ix)]
-        out = {}
         for o in self.d.outputs:
             self.em.analyse_access(o, len(regs), stop_at=(root,))
             oidxs = [self.gemm.out_index(o, ix) for ix in idxs]

@@ -26,7 +26,13 @@ kernel's index expressions.
 """
 from __future__ import annotations
 
-from .common import LoweringError
+import math
+
+from gpusim import program as P
+from gpusim.hw import Arch
+
+from .common import LoweringError, buffers, ceil_div, sanitize
+from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, unravel
 
 
 def conv_geometry(graph, root) -> dict:
@@ -56,7 +62,8 @@ def setup_conv_gemm(gemm, dispatch, affine_strides, ops) -> None:
     sizes, the two operands and ``conv`` facts ``root_index`` and the swizzle use.
     ``affine_strides(graph, dispatch, tensor)`` and ``ops`` (the Operand class and the
     numbers-or-IR helpers ``_add, _mul, _div, _mod, _and, _in_range``) come from the
-    contraction module, which imports this one lazily."""
+    contraction module, which imports this one (so this one imports ``Gemm`` inside
+    ``lower_direct_conv``)."""
     Operand, _add, _mul, _div, _mod, _and, _in_range = ops
     g = gemm.graph
     root = gemm.root
@@ -149,7 +156,7 @@ def direct_applies(graph, root) -> str:
     return ""
 
 
-def lower_direct_conv(graph, dispatch, schedule: dict, arch_name: str):
+def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     """A direct convolution for few taps per output (depthwise): thread e computes root
     element e (in the root's row-major order, so consecutive lanes walk the innermost
     output dim: x in NCHW, channels in NHWC, each coalesced with the input read) as an
@@ -158,13 +165,9 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch_name: str):
     neighbouring threads is served by the vL1D, which is what makes this lowering win
     over the implicit GEMM's 1-column tiles (N = channel multiplier) on depthwise convs.
     The operand formulas are the implicit GEMM's (``setup_conv_gemm``)."""
-    import math
 
-    from gpusim import program as P
 
-    from .common import buffers, ceil_div, sanitize
-    from .contraction import Gemm
-    from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, unravel
+    from .contraction import Gemm  # import cycle: contraction imports the conv helpers above
 
     root = graph.op(dispatch.root)
     why = direct_applies(graph, root)

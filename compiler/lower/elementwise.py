@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.hw import Arch
 
-from ..graph import Graph
+from ..graph import Graph, shared_iteration
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 
@@ -46,29 +46,27 @@ def iteration_order(graph: Graph, dispatch, order: str) -> tuple:
 
 def iteration_shape(graph: Graph, dispatch) -> tuple:
     """The largest output's shape: every output is that shape, a broadcast-smaller one,
-    or a view with as many elements (a reshape written as a graph output)."""
-    outs = [graph.op(o).type for o in dispatch.outputs]
-    shape = max(outs, key=lambda t: t.size).shape
-    root = graph.op(dispatch.root).type
-    if root.size == math.prod(shape):
-        # the root's own shape when the largest output is a view of it (a reshape written as
-        # a graph output): the smaller outputs broadcast against the root, not the view
-        shape = root.shape
-    for t in outs:
-        fits = len(t.shape) <= len(shape) and all(
-            s in (1, f) for s, f in zip(t.shape, shape[len(shape) - len(t.shape):]))
-        if not fits and t.size != math.prod(shape):
-            raise LoweringError(f"outputs of shapes {t.shape} and {shape} share no "
-                                f"iteration space")
+    or a view with as many elements (a reshape written as a graph output); the root's
+    own shape when the largest output is a view of it (the smaller outputs broadcast
+    against the root, not the view). ``graph.shared_iteration`` decides it."""
+    shape = shared_iteration([graph.op(o).type.shape for o in dispatch.outputs],
+                             graph.op(dispatch.root).type.shape)
+    if isinstance(shape, str):
+        raise LoweringError(shape)
     return shape
 
 
-def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+#: the knobs ``lower_elementwise`` assumes when a schedule leaves one out (``elems``:
+#: one vector per thread)
+DEFAULTS = {"workgroup": 256, "vector": 1, "elems": 1, "order": "output", "transpose": "none"}
+
+
+def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
     shape = iteration_shape(graph, dispatch)
-    wg = int(schedule.get("workgroup", 256))
-    vec = int(schedule.get("vector", 1))
-    elems = int(schedule.get("elems", vec))
-    perm = iteration_order(graph, dispatch, schedule.get("order", "output"))
+    s = {**DEFAULTS, **schedule}
+    wg, vec = int(s["workgroup"]), int(s["vector"])
+    elems = int(schedule.get("elems", vec))  # one vector per thread unless told
+    perm = iteration_order(graph, dispatch, s["order"])
     inner = perm[-1]
     if vec not in (1, 2, 4):
         raise LoweringError(f"vector={vec}: vector width must be 1, 2 or 4")
@@ -77,7 +75,7 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = D
                             f"({shape[inner]})")
     if elems % vec:
         raise LoweringError(f"elems={elems} must be a multiple of vector={vec}")
-    max_wg = get_arch(arch_name).max_block_threads
+    max_wg = arch.max_block_threads
     if not 1 <= wg <= max_wg:
         raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to {max_wg} threads")
 
@@ -113,7 +111,7 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch_name: str = D
                 _store(em, graph, out, idxs, shape, inner, vec, stmts)
         body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
-    body = em.provably_aligned(tuple(body), get_arch(arch_name).wave_size)
+    body = em.provably_aligned(tuple(body), arch.wave_size)
     return P.Kernel(name, buffers(graph, dispatch), grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule),

@@ -6,8 +6,10 @@ of the result: the exporter's Reshape (128, 256) -> (1, 128, 256), a squeeze, or
 Transpose NCHW -> NHWC after an ONNX Conv. The tile still computes accumulator (b, m, n);
 this module finds, for each dispatch output, the chain of ops from the root to it and
 maps the root's logical index forward through it (a transpose permutes the index, a
-reshape that only adds or drops unit dims inserts or drops zeros, an elementwise op or a
-broadcast aligns it numpy-style). The maps work on numbers or IR alike.
+reshape re-indexes within each group of dims it splits or merges: the attention head
+split (S, H*D) -> (S, H, D) writes n at (n // D, n % D), unit dims are zeros; an
+elementwise op or a broadcast aligns it numpy-style). The maps work on numbers, numpy
+arrays or IR alike.
 
 The output's memory then decides the swizzle direction (layout propagation): the tile is
 written in vectors along the GEMM dimension (m or n) that is contiguous in *every* output,
@@ -22,11 +24,91 @@ import numpy as np
 from gpusim import program as P
 
 from .common import LoweringError
+from .emitter import iadd, idiv, imod, imul
 
 
 def _zero(like):
     """A zero index of the same kind (IR or numbers) as ``like``."""
     return P.i32(0) if isinstance(like, P.Expr) else 0
+
+
+def _ir(*xs) -> bool:
+    return any(isinstance(x, P.Expr) for x in xs)
+
+
+def _add(a, b):
+    return iadd(a, b) if _ir(a, b) else a + b
+
+
+def _mul(a, s: int):
+    return a if s == 1 else imul(a, s) if _ir(a) else a * s
+
+
+def _div(a, s: int):
+    return a if s == 1 else idiv(a, s) if _ir(a) else a // s
+
+
+def _mod(a, s: int):
+    return imod(a, s) if _ir(a) else a % s
+
+
+def reshape_groups(in_shape, out_shape) -> list | None:
+    """The reassociation of a reshape, unit dims left out: [(input dims, output dims)],
+    consecutive runs whose extents have the same product (IREE's expand/collapse_shape
+    reassociation); None when no such grouping exists (never for a valid reshape of
+    row-major data, kept for safety)."""
+    ins = [i for i, s in enumerate(in_shape) if s != 1]
+    outs = [j for j, s in enumerate(out_shape) if s != 1]
+    groups, i, j = [], 0, 0
+    while i < len(ins) and j < len(outs):
+        gi, gj = [ins[i]], [outs[j]]
+        pi, pj = in_shape[ins[i]], out_shape[outs[j]]
+        i, j = i + 1, j + 1
+        while pi != pj:
+            if pi < pj and i < len(ins):
+                gi.append(ins[i])
+                pi, i = pi * in_shape[ins[i]], i + 1
+            elif pj < pi and j < len(outs):
+                gj.append(outs[j])
+                pj, j = pj * out_shape[outs[j]], j + 1
+            else:
+                return None
+        groups.append((gi, gj))
+    if i < len(ins) or j < len(outs):
+        return None
+    return groups
+
+
+def _reshape_index(op, in_shape, out_shape, idx) -> tuple:
+    """A reshape's index map, forward: within each reassociation group the input index
+    is linearised (row-major) and unravelled in the output extents. A split of the N
+    dimension into (H, D), the attention head split, is (n // D, n % D); a merge is
+    h * D + d; unit dims are zeros. Numbers, numpy arrays or IR alike."""
+    groups = reshape_groups(in_shape, out_shape)
+    if groups is None:
+        raise LoweringError(f"node {op.name!r}: reshape {tuple(in_shape)} -> "
+                            f"{tuple(out_shape)} has no reassociation of its dimensions")
+    z = _zero(idx[0]) if idx else 0
+    res = [z] * len(out_shape)
+    for gi, gj in groups:
+        lin = None
+        for i in gi:
+            lin = idx[i] if lin is None else _add(_mul(lin, in_shape[i]), idx[i])
+        if len(gj) == 1:
+            res[gj[0]] = lin
+            continue
+        rest = lin
+        for k, j in enumerate(reversed(gj)):
+            s = out_shape[j]
+            res[j] = rest if k == len(gj) - 1 else _mod(rest, s)
+            rest = _div(rest, s)
+    return tuple(res)
+
+
+def unit_only_reshape(graph, op) -> bool:
+    """A reshape that only adds or drops unit dims (no dim split or merged)."""
+    src = graph.op(op.inputs[0]).type.shape
+    return [s for s in op.type.shape if s != 1] == [s for s in src if s != 1]
 
 
 def is_identity(graph, path: list) -> bool:
@@ -68,12 +150,7 @@ def forward_index(graph, path: list, idx: tuple) -> tuple:
         if op.kind == "transpose":
             idx = tuple(idx[p] for p in op.attrs["perm"])
         elif op.kind == "reshape":
-            if [s for s in out_shape if s != 1] != [s for s in in_shape if s != 1]:
-                raise LoweringError(f"node {op.name!r}: a reshape that splits or merges "
-                                    f"dimensions of a contraction result is not written by "
-                                    f"the tile")
-            src = iter([i for i, s in zip(idx, in_shape) if s != 1])
-            idx = tuple(_zero(idx[0]) if s == 1 else next(src) for s in out_shape)
+            idx = _reshape_index(op, in_shape, out_shape, idx)
         elif op.kind == "slice" or op.is_injective:
             raise LoweringError(f"node {op.name!r}: a {op.kind} of a contraction result "
                                 f"picks elements, it is not written by the tile")

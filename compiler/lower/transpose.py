@@ -35,7 +35,7 @@ import math
 import numpy as np
 
 from gpusim import program as P
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from . import affine
@@ -47,6 +47,8 @@ from .emitter import (BINARY_IR, UNARY_IR, RegisterNamer, ValueEmitter, iadd, id
 TILES = (32, 64)
 WORKGROUPS = (256, 512, 1024)
 PADS = (0, 1)
+#: the knobs ``lower_transpose`` assumes when a schedule leaves one out
+DEFAULTS = {"transpose": "lds", "tile": 32, "workgroup": 256, "lds_pad": 1}
 
 
 def _paths(graph: Graph, dispatch, root: str, tensor: str) -> list:
@@ -133,20 +135,20 @@ def staging_plan(graph: Graph, dispatch) -> tuple:
     return "no input is stored with another contiguous dim than the output"
 
 
-def lower_transpose(graph: Graph, dispatch, schedule: dict, arch_name: str = DEFAULT_ARCH):
+def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
         raise LoweringError(f"transpose=lds: {plan}; use transpose=none")
     staged, d_i, d_o, shape = plan
-    T = int(schedule.get("tile", 32))
-    wg = int(schedule.get("workgroup", 256))
-    pad = int(schedule.get("lds_pad", 1))
+    s = {**DEFAULTS, **schedule}
+    T, wg, pad = int(s["tile"]), int(s["workgroup"]), int(s["lds_pad"])
     if T not in TILES:
         raise LoweringError(f"tile={T}: the LDS tile is 32 or 64 elements square")
     if pad not in PADS:
         raise LoweringError(f"lds_pad={pad}: pad the tile rows by 0 or 1 element")
-    if wg % T or wg > T * T:
-        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most {T * T}")
+    if wg % T or wg > min(T * T, arch.max_block_threads):
+        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most "
+                            f"{min(T * T, arch.max_block_threads)}")
     rows = wg // T            # tile rows covered per pass
     passes = T // rows        # elements each thread moves per phase
     others = [d for d in range(len(shape)) if d not in (d_i, d_o)]

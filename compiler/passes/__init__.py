@@ -44,13 +44,16 @@ CONDITIONS = (attention.condition, epilogue.condition, root_consumers.condition,
               multi_use.condition)
 #: rule conditions checked after pairing (they need the pairing's outcome)
 SPACE_CONDITIONS = (root_consumers.space_condition,)
+#: rules that pair spaces joined through a reshape splitting or merging dims (not a
+#: projection of the loops), each proving the merge exact itself
+REINDEXERS = (epilogue.reindex,)
 
 
 def fuse(graph: Graph, aggressive: bool = True, attention: bool = True) -> FusionPlan:
     """Forms dispatches for ``graph``; ``aggressive=False`` is IREE's default behaviour;
     ``attention=False`` leaves the attention rule out (the 3-dispatch attention plan the
     search compares with the fused one)."""
-    st = FusionState.start(graph, aggressive, CONDITIONS, SPACE_CONDITIONS)
+    st = FusionState.start(graph, aggressive, CONDITIONS, SPACE_CONDITIONS, REINDEXERS)
     rules = RULES if attention else tuple(r for r in RULES if r.NAME != "attention")
     while any(rule.apply(st) for rule in rules):
         pass
@@ -70,4 +73,4 @@ def check_plan(graph: Graph, inputs: dict | None = None) -> list[tuple[str, floa
     return out
 
 
-__all__ = ["fuse", "check_plan", "RULES", "CONDITIONS", "SPACE_CONDITIONS"]
+__all__ = ["fuse", "check_plan", "RULES", "CONDITIONS", "SPACE_CONDITIONS", "REINDEXERS"]

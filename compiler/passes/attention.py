@@ -36,14 +36,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from gpusim.hw import ARCHES
+
 from ..graph import Graph
 from .core import Attempt, FusionState, Group
 
 NAME = "attention"
 
-#: LDS a workgroup may allocate on gfx90a, gfx942 and gfx1100 (gpusim.hw:
-#: lds_bytes_per_workgroup = 64 KiB on all three); the rule runs before an arch is chosen
-ATTENTION_LDS_LIMIT = 64 * 1024
+#: LDS a workgroup may allocate on every modelled arch (each Arch's
+#: lds_bytes_per_workgroup, 64 KiB on all three); the rule runs before an arch is chosen
+ATTENTION_LDS_LIMIT = min(a.lds_bytes_per_workgroup for a in ARCHES.values())
 #: the smallest tile the lowering offers (query rows, keys per block)
 MIN_BLOCK = 16
 
@@ -190,7 +194,6 @@ CAUSAL_MASKED = -1.0e4
 def is_causal_mask(g: Graph, n: str) -> bool:
     """``n`` adds a constant that is 0 at and below the diagonal and <= -1e4 above it (a
     GPT-2 causal mask): the lowering can then skip the key blocks after a query block."""
-    import numpy as np
 
     op = g.op(n)
     if op.kind != "add":

@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ..graph import Graph, live_ops
-from ..plan import Decision
+from ..plan import Decision, SimpleDispatch
+from ..schedule import CHECKS, contraction
 from . import indexing as ix
+from .layout import group_writes_view
 
 
 class RootKind(enum.IntEnum):
@@ -170,6 +172,10 @@ class FusionState:
     aggressive: bool
     conditions: tuple = ()        # rule conditions before pairing, in order
     space_conditions: tuple = ()  # rule conditions after pairing, in order
+    #: rules that can pair two spaces joined by a non-projected map (a reshape splitting
+    #: or merging dims), each proving the merge exact by its own means: (st, at) ->
+    #: Pairing, a reason string, or None when the rule does not apply
+    reindexers: tuple = ()
     groups: dict = field(default_factory=dict)    # id -> Group
     owner: MutableMapping = None                  # op -> group id
     decisions: dict = field(default_factory=dict)  # (producer, consumer) -> Decision
@@ -179,12 +185,16 @@ class FusionState:
     #: asks (key: its name and the members): the rule loop restarts after every merge and
     #: re-asks the same questions about groups that have not changed
     memo: dict = field(default_factory=dict)
+    #: (compute op, graph output, views from the output down to the op) for every graph
+    #: output a dispatch computes, directly (no views) or through views
+    graph_outputs: list = field(default_factory=list)
 
     @classmethod
     def start(cls, graph: Graph, aggressive: bool, conditions=(),
-              space_conditions=()) -> "FusionState":
+              space_conditions=(), reindexers=()) -> "FusionState":
         """Every compute op in its own group: the unfused plan."""
-        st = cls(graph, aggressive, tuple(conditions), tuple(space_conditions))
+        st = cls(graph, aggressive, tuple(conditions), tuple(space_conditions),
+                 tuple(reindexers))
         st.owner = _Owners(st)
         order = graph.topo_order()
         st.order = {n: i for i, n in enumerate(order)}
@@ -213,6 +223,13 @@ class FusionState:
             st.group_of(e.src).out.append(e)
         st._sorted = sorted((st.order[g.root], g.id) for g in st.groups.values())
         st._dg = st._build_condensed()
+        for o in dict.fromkeys(graph.outputs):
+            chain, n = [], o
+            while graph.op(n).is_view:
+                chain.append(n)
+                n = graph.op(n).inputs[0]
+            if ix.is_compute(graph.op(n)):
+                st.graph_outputs.append((n, o, tuple(chain)))
         return st
 
     # ------------------------------------------------------------------ queries
@@ -418,6 +435,62 @@ class FusionState:
         return bool(first and _meets(dg, first, {cons.id}, skip=(prod.id, cons.id))) or \
             _meets(dg, {cons.id}, {prod.id})
 
+    # ------------------------------------------------------------------ legality
+    def would_be_dispatch(self, p: Pairing, with_ops: bool) -> SimpleDispatch:
+        """The dispatch ``p``'s merge would form, as the plan will build it: its root, and
+        as outputs every member some other dispatch reads or that is (or a view of which
+        is) a graph output. Ops (views included) and inputs only when ``with_ops``: they
+        cost the group's size, the outputs only the edges leaving it (a 3000-op chain
+        merges 3000 times)."""
+        g, R, O = self.graph, p.R, p.O
+
+        def inside(n):
+            return n in R.ops or n in O.ops
+
+        outs = {e.src for e in R.out + O.out if not inside(e.dst)}
+        views = []
+        # the members matter only to a contraction's tile (its one-to-one views)
+        members = (R.ops | O.ops) if g.op(R.root).is_contraction else R.ops
+        for src, o, chain in self.graph_outputs:
+            if not inside(src):
+                continue
+            if not chain:
+                outs.add(o)
+            elif group_writes_view(g, R.root, members, list(chain)):
+                outs.add(o)
+                views.extend(chain)
+        ops, inputs = [], []
+        if with_ops:
+            found = set(R.ops) | set(O.ops) | set(views)
+            for n in list(found):
+                op = g.op(n)
+                if not op.is_view:
+                    for k in range(len(op.inputs)):
+                        found.update(ix.trace_operand(g, n, k)[1])
+            ops = sorted(found, key=self.order.__getitem__)
+            for n in ops:
+                for i in g.op(n).inputs:
+                    if i not in found and i not in inputs:
+                        inputs.append(i)
+        return SimpleDispatch(f"{R.root}+{O.root}", R.root, ops, inputs,
+                              sorted(outs, key=self.order.__getitem__))
+
+    def schedule_reason(self, p: Pairing) -> str:
+        """Why the merged dispatch would have no legal schedule ('' when it has one): the
+        structural check its kind's schedule space starts with (``compiler.schedule``'s
+        ``check``; past it every space but attention's, which fusion forms only by
+        ``absorb``, holds a fallback point legal on every arch). Issue 16: a dispatch
+        whose outputs shared no iteration space used to be formed and fail in ``tune``."""
+        kind = max(p.R.kind(self.graph), p.O.kind(self.graph))
+        if kind == RootKind.CONTRACTION:
+            # what an epilogue merge can change: the outputs (the GEMM's operands stay
+            # its own, fusion never reaches them); a few index maps, no tables
+            return contraction.check_outputs(self.graph,
+                                             self.would_be_dispatch(p, with_ops=True))
+        d = self.would_be_dispatch(p, with_ops=False)   # their checks read root, outputs
+        name = "reduction" if kind == RootKind.REDUCTION else "elementwise"
+        return CHECKS[name](self.graph, d) if d.outputs else ""
+
     # ------------------------------------------------------------------ the merge
     def try_merge(self, rule: str, prod: Group, cons: Group, *, sibling_links=None,
                   record_edges=None, other_uses_ok=False):
@@ -425,7 +498,8 @@ class FusionState:
 
         Order: the edges must be projections, then each rule's ``condition``, then the
         pairing of the parallel spaces and each rule's ``space_condition``, then the
-        cycle check; only then is the merge committed and recorded."""
+        cycle check, then the merged dispatch must have a legal schedule
+        (:meth:`schedule_reason`); only then is the merge committed and recorded."""
         edges = self.between(prod, cons)
         sibling = sibling_links is not None
         if not sibling and not edges:
@@ -434,18 +508,29 @@ class FusionState:
             return False, ("one reads the other's result: they are producer and consumer, "
                            "not siblings")
         at = Attempt(rule, prod, cons, edges, sibling, other_uses_ok)
+        p = None
         for e in edges:
             if e.opaque:
                 via = f" through {', '.join(e.views)}" if e.views else ""
-                return False, (f"{e.dst} reads {e.src}{via} with a map that is not a "
-                               f"projection of its loops (a reshape that splits/merges "
-                               f"dims, or a convolution window)")
+                why = (f"{e.dst} reads {e.src}{via} with a map that is not a "
+                       f"projection of its loops (a reshape that splits/merges "
+                       f"dims, or a convolution window)")
+                for rx in self.reindexers:
+                    p = rx(self, at)
+                    if p is not None:
+                        break
+                if p is None:
+                    return False, why
+                if isinstance(p, str):
+                    return False, f"{why}; {p}"
+                break
         for cond in self.conditions:
             reason = cond(self, at)
             if reason:
                 return False, reason
         links = sibling_links if sibling else [(e.src, e.dst, e.links) for e in edges]
-        p = self.pair(at, links)
+        if p is None:
+            p = self.pair(at, links)
         if isinstance(p, str):
             return False, p
         for cond in self.space_conditions:
@@ -455,6 +540,9 @@ class FusionState:
         if self.creates_cycle(prod, cons):
             return False, ("fusing would create a cycle between dispatches (a path leaves "
                            "one and re-enters the other through a third dispatch)")
+        why = self.schedule_reason(p)
+        if why:
+            return False, f"the merged dispatch would have no legal schedule: {why}"
         self._commit(p)
         space = "x".join(map(str, p.R.psizes)) or "1"
         head = (f"{'siblings' if sibling else 'chained roots' if at.chained else 'fused'}"

@@ -21,12 +21,25 @@ epilogue runs once per output element of the tile; producers of the operands are
 fused (a GEMM reads its operands from memory, as in IREE); every tensor of the epilogue
 that leaves the dispatch holds the contraction's elements, in its shape or one-to-one
 through a view (``passes.layout``), the only tensors its tiles write.
+
+Through a reshape that splits or merges dims (the attention head split (B, S, H*D) ->
+(B, S, H, D) after a projection, then its transpose and a scale or rotary multiply) the
+consumer's loops are no projection of the contraction's, so the shared pairing refuses
+it; ``reindex`` pairs the two spaces itself when the root tables prove every epilogue
+element one-to-one with an accumulator: the loops that do correspond are paired, the
+split ones (h, d against n) are re-indexed by the tile (``lower.layout``: n -> (n // D,
+n % D)), as IREE propagates expand_shape through elementwise consumers.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from . import indexing as ix
-from .core import Attempt, FusionState, RootKind
-from .layout import epilogue_shape_reason, written_dims
+from .core import Attempt, FusionState, Pairing, RootKind
+from .layout import (as_array, epilogue_shape_reason, is_permutation, root_tables,
+                     written_dims)
 
 NAME = "epilogue"
 C = RootKind.CONTRACTION
@@ -69,6 +82,45 @@ def condition(st: FusionState, at: Attempt) -> str | None:
         if why:
             return why
     return None
+
+
+def reindex(st: FusionState, at: Attempt):
+    """A Pairing for a contraction and an elementwise consumer that reads it through
+    reshape/transpose views the loops cannot project (a split or merged dim), when the
+    consumer's elements are the result's one-to-one; a reason when they are not; None
+    when this is not such a merge."""
+    g = st.graph
+    R, O = at.prod, at.cons
+    if at.sibling or R.kind(g) != C or O.kind(g) != RootKind.ELEMENTWISE or \
+            not st.elementwise_only(O):
+        return None
+    for e in at.edges:
+        if e.opaque and (not g.op(e.dst).is_elementwise or not e.views or
+                         any(g.op(v).kind not in ("reshape", "transpose") for v in e.views)):
+            return None
+    if math.prod(O.psizes) != math.prod(R.psizes):
+        return (f"{O.root} iterates {math.prod(O.psizes)} points, the contraction "
+                f"{math.prod(R.psizes)}: not one epilogue evaluation per accumulator")
+    root_t = g.op(R.root).type
+    tab = root_tables(g, R.root, set(R.ops) | set(O.ops)).get(O.root)
+    if not is_permutation(tab, root_t.size):
+        return (f"{O.root} does not hold the contraction's elements one-to-one through "
+                f"the views, so the tile cannot compute it")
+    coords = np.unravel_index(as_array(tab), root_t.shape)
+    o_shape = g.op(O.root).type.shape
+    rel_R = {}
+    for kr, loop in enumerate(R.pmap[R.root]):
+        dr = ix.result_map(g.op(R.root), g).index(loop)
+        for ko, lo in enumerate(O.pmap[O.root]):
+            if lo is None or o_shape[lo] != root_t.shape[dr]:
+                continue
+            along = np.arange(o_shape[lo]).reshape([-1 if i == lo else 1
+                                                    for i in range(len(o_shape))])
+            if np.array_equal(coords[dr], np.broadcast_to(along, o_shape)):
+                rel_R[kr] = ko
+                break
+    return Pairing(R, O, rel_R, False,
+                   ["written through the reshape's re-indexing (split/merged dims)"], 1)
 
 
 def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..graph import Graph, is_identity_view
+from ..graph import Graph
 from ..plan import Decision, Dispatch, EpilogueInput, FusionPlan, IterationSpace
 from . import epilogue, indexing as ix
+from .layout import group_writes_view
 from .elementwise import place_views
 from .core import FusionState
 
@@ -42,19 +43,24 @@ def build_plan(st: FusionState) -> FusionPlan:
     materialise = place_views(st, members)
     writer = {}
     copies = []
+    copy_of = {}   # (tensor behind the views, output shape) -> the copy dispatch
     for out, (gid, chain) in materialise.items():
-        if gid is not None and g.op(roots[gid]).is_contraction and \
-                not all(is_identity_view(g.op(v), g) for v in chain):
-            # a GEMM writes its result tile by tile in its own layout; a reshaped or
-            # transposed view of it that is a graph output is copied by its own dispatch
+        if gid is not None and not group_writes_view(g, roots[gid], members[gid], chain):
+            # a GEMM writes its tile in its own layout or through a one-to-one view of
+            # it (layout propagation); a slice or a merging reshape of it that is a graph
+            # output is copied by another dispatch
             gid = None
         if gid is None:
-            gid = max(list(members) + [-1]) + 1
-            members[gid] = set(chain)
-            roots[gid] = chain[0]
-            copies.append(gid)
-        else:
-            members[gid].update(chain)
+            # one copy dispatch per tensor and shape: two graph outputs that are views
+            # of one tensor with one shape share its read (never more work than unfused)
+            key = (g.op(chain[-1]).inputs[0], g.op(out).type.shape)
+            gid = copy_of.get(key)
+            if gid is None:
+                gid = copy_of[key] = max(list(members) + [-1]) + 1
+                members[gid] = set()
+                roots[gid] = chain[0]
+                copies.append(gid)
+        members[gid].update(chain)
         writer[out] = gid
     for n, gid in st.owner.items():
         writer.setdefault(n, gid)
@@ -135,8 +141,12 @@ def build_plan(st: FusionState) -> FusionPlan:
                                       f"writes {len(d.outputs)} results: " + "; ".join(why)))
         if gid in copies:
             decisions.append(Decision("elementwise", ops[0], d.name, False,
-                                      "a view of a graph input is a graph output: it needs "
-                                      "a copy dispatch to exist in memory"))
+                                      "a view that is a graph output and that no dispatch "
+                                      "computing its tensor can write (a view of an input "
+                                      "or constant; a slice or merging reshape of a "
+                                      "contraction result; a slice or repeating broadcast "
+                                      "an elementwise walk does not cover): it needs a "
+                                      "copy dispatch to exist in memory"))
     for n in g.topo_order():
         if g.op(n).is_view:
             where = [names[gid] for gid in seq if n in members[gid]]

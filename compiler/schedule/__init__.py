@@ -4,14 +4,17 @@ Kinds: ``elementwise`` (naive walks), ``transpose`` (permutes through an LDS til
 ``rows`` (row reductions), ``generic`` (the serial fallback for reductions of any other
 shape), ``contraction`` (matmul / conv) and ``attention`` (QK^T, softmax and PV in one
 kernel). Each module holds a frozen ``Knobs``
-dataclass (every knob with its default and its meaning), ``space(graph, dispatch, arch)``
-and ``lower`` (the lowering in ``compiler.lower``). A schedule still travels as a plain
+dataclass (every knob with its default and its meaning), ``space(graph, dispatch, arch)``,
+``check(graph, dispatch)`` (why the space would have no legal point, arch-independent:
+fusion asks it before committing a merge) and ``lower`` (the lowering in
+``compiler.lower``). A schedule still travels as a plain
 ``dict`` of knob -> value (``{"workgroup": 256, "vector": 4}``), so it prints, serialises
 and pins (``--fix vector=4``) without ceremony; a pin names a knob some kind's ``Knobs``
 declares (:func:`check_pins`) and takes a value that kind's space enumerates (the search's
 ``select_candidates``). Each space marks illegal points with the reason (LDS over the
-limit, more than 1024 threads, misaligned vectors, too many registers), so the candidate
-table can show why a point was never simulated.
+limit, more threads than the arch allows, misaligned vectors, too many registers: every
+limit read from the ``Arch``), so the candidate table can show why a point was never
+simulated.
 
 Import direction: ``schedule`` -> ``lower``, never back.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import GraphError
 from ..lower import dispatch_kind
@@ -45,16 +48,29 @@ def check_pins(fixed: dict) -> None:
                          f"knobs per kind: {listing}")
 
 
-def schedule_space(graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
+#: the structural legality check of each dispatch kind (``dispatch_kind``'s names)
+CHECKS = {"attention": attention.check, "contraction": contraction.check,
+          "reduction": rows.check, "elementwise": elementwise.check}
+
+
+def check(graph, dispatch) -> str:
+    """'' when nothing in the dispatch's structure keeps its space from a legal schedule,
+    else why not: the arch-independent check each space starts with (past it, every kind
+    but attention has a legal fallback point on every arch), asked by fusion before it
+    commits a merge (``passes.core``) and by the property tests of every plan."""
+    return CHECKS[dispatch_kind(graph, dispatch)](graph, dispatch)
+
+
+def schedule_space(graph, dispatch, arch: Arch) -> list:
     """Every candidate schedule of a dispatch, the illegal ones marked with a reason."""
     kind = dispatch_kind(graph, dispatch)
     if kind == "attention":
-        return attention.space(graph, dispatch, arch_name)
+        return attention.space(graph, dispatch, arch)
     if kind == "contraction":
-        return contraction.space(graph, dispatch, arch_name)
+        return contraction.space(graph, dispatch, arch)
     if kind == "reduction":
-        return rows.space(graph, dispatch, arch_name)
-    return elementwise.space(graph, dispatch, arch_name)
+        return rows.space(graph, dispatch, arch)
+    return elementwise.space(graph, dispatch, arch)
 
 
-__all__ = ["Candidate", "KINDS", "check_pins", "knob_names", "schedule_space"]
+__all__ = ["Candidate", "CHECKS", "KINDS", "check", "check_pins", "knob_names", "schedule_space"]

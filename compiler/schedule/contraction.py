@@ -19,9 +19,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from gpusim.hw import Arch
+
 from ..lower.common import LoweringError
-from ..lower.contraction import (LDS_PADS, SWIZZLES, Gemm, arch_limits, check_schedule)
+from ..lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
 from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
+from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
+from ..lower.layout import forward_index, output_maps
 from .common import Candidate, knob
 
 NAME = "contraction"
@@ -29,18 +33,20 @@ NAME = "contraction"
 
 @dataclass(frozen=True)
 class Knobs:
-    mma: str = knob("fma", "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
-                           "(CDNA only, opt-in)")
-    BM: int = knob(64, "block tile rows (M)")
-    BN: int = knob(64, "block tile columns (N)")
-    BK: int = knob(16, "block tile depth (K) per LDS stage")
-    TM: int = knob(4, "thread micro-tile rows")
-    TN: int = knob(4, "thread micro-tile columns")
-    KW: int = knob(1, "wave groups splitting each K tile (partials combined in LDS)")
-    lds_pad: object = knob(4, f"LDS row padding, one of {LDS_PADS}")
-    vec_a: int = knob(4, "global load width of A (the widest legal; narrower is slower)")
-    vec_b: int = knob(4, "global load width of B (the widest legal; narrower is slower)")
-    swizzle: str = knob("none", f"output swizzle placement, one of {SWIZZLES}")
+    mma: str = knob(D["mma"], "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
+                              "(CDNA only, opt-in)")
+    BM: int = knob(D["BM"], "block tile rows (M)")
+    BN: int = knob(D["BN"], "block tile columns (N)")
+    BK: int = knob(D["BK"], "block tile depth (K) per LDS stage")
+    TM: int = knob(D["TM"], "thread micro-tile rows")
+    TN: int = knob(D["TN"], "thread micro-tile columns")
+    KW: int = knob(D["KW"], "wave groups splitting each K tile (partials combined in LDS)")
+    lds_pad: object = knob(D["lds_pad"], f"LDS row padding, one of {LDS_PADS}")
+    vec_a: int = knob(D["vec_a"], "global load width of A (the space sets the widest legal; "
+                                   "narrower is slower)")
+    vec_b: int = knob(D["vec_b"], "global load width of B (the space sets the widest legal; "
+                                   "narrower is slower)")
+    swizzle: str = knob(D["swizzle"], f"output swizzle placement, one of {SWIZZLES}")
     lowering: str = knob("gemm", "gemm: implicit-GEMM tiles; direct: a thread per output "
                                  "(convs with few taps per output, e.g. depthwise)")
     workgroup: int = knob(64, "lowering=direct: threads per workgroup (64 or 256)")
@@ -80,13 +86,53 @@ def _prior(k: dict) -> tuple:
     return (k["mma"] == "mfma", tiles.index(t), pad_rank, SWIZZLES.index(k["swizzle"]))
 
 
-def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
-    """Every candidate schedule of a contraction dispatch, legal ones first."""
+def check_outputs(graph, dispatch) -> str:
+    """The part of :func:`check` an epilogue merge can change: every output is the
+    result, a tensor computed beside it element for element, or a view the tile maps its
+    index through (``lower.layout``: no slice, no reshape that splits or merges dims),
+    with the result's element count. '' when so, else why not."""
+    root = graph.op(dispatch.root)
     try:
-        gemm = Gemm(graph, dispatch)
+        maps = output_maps(graph, dispatch, root.name)
+        for path in maps.values():
+            forward_index(graph, path, (0,) * root.type.rank)
     except LoweringError as e:
-        return [Candidate({}, False, str(e))]
-    wave_size, lds_limit = arch_limits(arch_name)
+        return str(e)
+    for o in dispatch.outputs:
+        if graph.op(o).type.size != root.type.size:
+            return (f"dispatch {dispatch.name!r}: output {o!r} has shape "
+                    f"{graph.op(o).type.shape}, not the root's {root.type.shape} or a "
+                    f"view of it")
+    return ""
+
+
+def _structure(graph, dispatch):
+    """The dispatch's GEMM view, or why no tile can compute it: an output the tile cannot
+    write (:func:`check_outputs`) or an operand it cannot address (the same refusals as
+    ``lower_contraction``)."""
+    why = check_outputs(graph, dispatch)
+    if why:
+        return why
+    try:
+        return Gemm(graph, dispatch)
+    except LoweringError as e:
+        return str(e)
+
+
+def check(graph, dispatch) -> str:
+    """'' when the space has a legal point (``FALLBACK`` fits every arch: 256 threads,
+    10 KiB of LDS, scalar loads), else why not. Fusion asks :func:`check_outputs` before
+    every merge that touches a contraction (``passes.core``): the operands, the other
+    part, are the root's own whatever joins its epilogue."""
+    gemm = _structure(graph, dispatch)
+    return gemm if isinstance(gemm, str) else ""
+
+
+def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
+    """Every candidate schedule of a contraction dispatch, legal ones first."""
+    gemm = _structure(graph, dispatch)
+    if isinstance(gemm, str):
+        return [Candidate({}, False, gemm)]
     va = gemm.A.max_vec[gemm.A.inner]
     vb = gemm.B.max_vec[gemm.B.inner]
     legal, illegal = [], []
@@ -97,8 +143,8 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         for pad, swz in itertools.product(LDS_PADS if first else (4,), SWIZZLES):
             knobs = {"mma": mma, "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "KW": kw,
                      "lds_pad": pad, "vec_a": va, "vec_b": vb, "swizzle": swz}
-            why = check_schedule(gemm, knobs, wave_size, lds_limit)
-            if why and mma == "mfma" and wave_size != 64:
+            why = check_schedule(gemm, knobs, arch)
+            if why and mma == "mfma" and not arch.mfma_passes:
                 if ti or swz != SWIZZLES[0]:
                     continue  # one illegal point says why, not the whole MFMA list
             opt_in = "mma" if mma == "mfma" else ""
@@ -109,9 +155,9 @@ def contraction_space(graph, dispatch, arch_name: str) -> list[Candidate]:
         if best < 4:
             knobs = {**base, name: 4}
             illegal.append(Candidate(knobs, False,
-                                     check_schedule(gemm, knobs, wave_size, lds_limit)))
+                                     check_schedule(gemm, knobs, arch)))
     legal.sort(key=lambda c: _prior(c.knobs))
-    out = legal + [fallback_candidate(gemm, wave_size, lds_limit)] + illegal
+    out = legal + [fallback_candidate(gemm, arch)] + illegal
     return with_direct_conv(graph, dispatch, out)
 
 
@@ -119,7 +165,6 @@ def with_direct_conv(graph, dispatch, space: list) -> list:
     """A conv with few taps per output (depthwise) also gets the direct lowering
     (``compiler.lower.conv``), tried whatever the budget; the knob ``lowering`` (gemm |
     direct) then tells them apart."""
-    from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
     if direct_applies(graph, graph.op(dispatch.root)):
         return space
     for c in space:
@@ -136,8 +181,8 @@ FALLBACK = {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 
             "lds_pad": 4, "vec_a": 1, "vec_b": 1, "swizzle": "none"}
 
 
-def fallback_candidate(gemm, wave_size: int, lds_limit: int) -> Candidate:
-    why = check_schedule(gemm, FALLBACK, wave_size, lds_limit)
+def fallback_candidate(gemm, arch: Arch) -> Candidate:
+    why = check_schedule(gemm, FALLBACK, arch)
     return Candidate(dict(FALLBACK), not why, why, fallback=True)
 
 

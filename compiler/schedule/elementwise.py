@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.common import LoweringError, ceil_div
-from ..lower.elementwise import iteration_order, iteration_shape
+from ..lower.elementwise import DEFAULTS as D, iteration_order, iteration_shape
 from ..lower.elementwise import lower_elementwise as lower  # noqa: F401  (the kind's lowering)
 from . import transpose
 from .common import Candidate, knob
@@ -23,20 +23,31 @@ NAME = "elementwise"
 
 @dataclass(frozen=True)
 class Knobs:
-    workgroup: int = knob(256, "threads per workgroup (64 to 1024)")
-    vector: int = knob(1, "elements per access along the innermost iterated dim (1, 2, 4)")
-    elems: int = knob(1, "elements per thread, a multiple of vector, unrolled (at most 16)")
-    order: str = knob("output", "walk the output row-major, or input:<tensor> to walk "
+    workgroup: int = knob(D["workgroup"], "threads per workgroup (64 to 1024)")
+    vector: int = knob(D["vector"], "elements per access along the innermost iterated dim (1, 2, 4)")
+    elems: int = knob(D["elems"], "elements per thread, a multiple of vector, unrolled (at most 16)")
+    order: str = knob(D["order"], "walk the output row-major, or input:<tensor> to walk "
                                 "that input's memory order")
-    transpose: str = knob("none", "none: this naive walk; lds: the transpose kind's tile")
+    transpose: str = knob(D["transpose"], "none: this naive walk; lds: the transpose kind's tile")
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
-    """Workgroup x vector x elems x order, with illegal points marked."""
+def check(graph: Graph, dispatch) -> str:
+    """'' when the space has a legal point (its scalar fallback lowers whenever the
+    outputs share one iteration space), else why not. Needs only the dispatch's root and
+    outputs, so fusion asks it before every merge (``passes.core``)."""
     try:
-        shape = iteration_shape(graph, dispatch)
+        iteration_shape(graph, dispatch)
     except LoweringError as e:
-        return [Candidate({"workgroup": 256}, False, str(e))]
+        return str(e)
+    return ""
+
+
+def space(graph: Graph, dispatch, arch: Arch) -> list:
+    """Workgroup x vector x elems x order, with illegal points marked."""
+    why = check(graph, dispatch)
+    if why:
+        return [Candidate({"workgroup": 256}, False, why)]
+    shape = iteration_shape(graph, dispatch)
     n = math.prod(shape)
     orders = ["output"]
     for t in dispatch.inputs:
@@ -61,7 +72,7 @@ def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH) -> list:
     # the always-lowerable point: one scalar element per thread in output order
     out.append(Candidate({"workgroup": 64, "vector": 1, "elems": 1, "order": "output"},
                          fallback=True))
-    tiled = transpose.space(graph, dispatch, arch_name)
+    tiled = transpose.space(graph, dispatch, arch)
     if tiled:  # a permute: the naive walks compete with the LDS-tiled ones
         for c in out:
             c.knobs["transpose"] = "none"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusim.hw import DEFAULT_ARCH
+from gpusim.hw import Arch
 
 from ..graph import Graph
+from ..lower.reduction import GENERIC_DEFAULTS as D
 from ..lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
 from .common import Candidate, knob
 
@@ -19,11 +20,11 @@ NAME = "generic"
 
 @dataclass(frozen=True)
 class Knobs:
-    lowering: str = knob("generic", "generic: the serial fallback (set by the space)")
-    workgroup: int = knob(64, "threads per workgroup (64 or 256)")
+    lowering: str = knob(D["lowering"], "generic: the serial fallback (set by the space)")
+    workgroup: int = knob(D["workgroup"], "threads per workgroup (the space: 64 or 256)")
 
 
-def space(graph: Graph, dispatch, arch_name: str = DEFAULT_ARCH, why: str = "") -> list:
+def space(graph: Graph, dispatch, arch: Arch, why: str = "") -> list:
     """The fallback's points; ``why``: what kept the dispatch off the row lowering."""
     return [Candidate({"lowering": "generic", "workgroup": wg}, True, f"generic: {why}")
             for wg in (64, 256)]

@@ -51,6 +51,9 @@ class Arch:
     wave_slots_per_simd: int
     vgprs_per_lane: int
     vgpr_granule: int
+    #: VGPRs one thread can address (the 8-bit register operand): the most a kernel's
+    #: VALU code may use, whatever the size of the register file above
+    arch_vgprs_per_lane: int
     max_workgroups_per_cu: int
     max_block_threads: int
     lds_bytes_per_cu: int

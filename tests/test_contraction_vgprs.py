@@ -1,0 +1,107 @@
+"""The VGPR estimate of contraction (GEMM / conv) tiles against hipcc's count.
+
+Recorded with hipcc (Debian package: HIP 5.2, clang 15) for gfx90a, ``-O3``, on the kernels
+``wavefuse export`` writes, by ``python tools/vgpr_sweep.py --kinds contraction
+--per-dispatch 6 --models mlp conv_add_relu:c=256,k=64 conv_add_relu
+tests/data/bert_2layer.onnx`` (the sweep also prints how many of its points meet the rule).
+The estimate must meet ``wavefuse check``'s rule (within 10% of hipcc, or the same
+VGPR-limited occupancy). bert's 16-token GEMMs pin the dead-code rule: a 64-row tile over
+16 rows keeps one live row per thread in hipcc's ISA. The known gaps are pinned as strict
+xfails, so fixing one fails the test until it moves to the agreeing list.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from codegen_hip.check import VGPR_AGREEMENT_REL, compile_to_asm, parse_asm
+from codegen_hip.emit import emit_kernel
+from codegen_hip.simfacts import vgpr_occupancy
+from compiler.lower import lower
+from compiler.models import load_model
+from compiler.passes import fuse
+from gpusim.occupancy import estimate_vgprs
+
+ARCH = "gfx90a"
+BERT = "tests/data/bert_2layer.onnx"
+
+
+def _k(mma, bm, bn, bk, tm, tn, kw, pad=4, swizzle="none", va=4, vb=4):
+    return {"mma": mma, "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "KW": kw,
+            "lds_pad": pad, "vec_a": va, "vec_b": vb, "swizzle": swizzle}
+
+
+#: (model, dispatch, knobs, hipcc's gfx90a .vgpr_count)
+AGREE = [
+    ("mlp", "d0_matmul_0", _k("fma", 16, 32, 64, 2, 4, 8), 62),
+    ("mlp", "d1_matmul_10", _k("fma", 32, 32, 32, 4, 4, 4, swizzle="after_fusion"), 102),
+    ("mlp", "d1_matmul_10", _k("fma", 64, 32, 64, 4, 4, 8, swizzle="before_fusion"), 106),
+    ("conv_add_relu:c=256,k=64", "d0_conv2d_0", _k("fma", 64, 32, 64, 4, 4, 8), 100),
+    ("mlp", "d1_matmul_10", _k("mfma", 32, 32, 128, 32, 32, 8), 58),
+    ("conv_add_relu:c=256,k=64", "d0_conv2d_0",
+     _k("mfma", 32, 32, 32, 32, 32, 8, swizzle="before_fusion"), 42),
+    # 16 tokens: rows past 16 are dead code (hipcc 34; 92 before the dead-code rule)
+    (BERT, "d5__inner_encoder_layer_0_attention_self_MatMul_output_0",
+     _k("fma", 64, 64, 16, 4, 4, 1, va=1, vb=1), 34),
+    (BERT, "d9__inner_encoder_layer_0_attention_self_MatMul_1_output_0",
+     _k("fma", 128, 128, 16, 8, 8, 1), 36),
+]
+
+#: known gaps (see gpusim.occupancy's docstring): hipcc's scheduler sinks the second half
+#: of a straight-line K tile's fragment reads below the first half's FMAs, yet hoists all
+#: of a K loop's reads to the loop top when the tile is small enough
+GAPS = [
+    ("mlp", "d0_matmul_0", _k("fma", 32, 64, 64, 4, 4, 8, swizzle="after_fusion"), 76),
+    (BERT, "d8__inner_encoder_layer_0_intermediate_dense_MatMul_output_0",
+     _k("fma", 64, 64, 16, 4, 4, 1, swizzle="after_fusion"), 144),
+    ("conv_add_relu:c=256,k=64", "d0_conv2d_0", _k("fma", 32, 32, 64, 4, 4, 16), 82),
+]
+
+_GRAPHS: dict = {}
+
+
+def _kernel(model, dispatch, knobs):
+    if model not in _GRAPHS:
+        g = load_model(model)
+        _GRAPHS[model] = (g, fuse(g).dispatches + fuse(g, aggressive=False).dispatches)
+    g, ds = _GRAPHS[model]
+    [d] = [d for d in ds if d.name == dispatch][:1]
+    return lower(g, d, knobs, ARCH)
+
+
+def _agrees(est, hip):
+    return (abs(est - hip) <= VGPR_AGREEMENT_REL * hip
+            or vgpr_occupancy(est, ARCH) == vgpr_occupancy(hip, ARCH))
+
+
+def _ids(cases):
+    return [f"{m.split('/')[-1]}-{d[:12]}-{k['mma']}{k['BM']}x{k['BN']}x{k['BK']}"
+            f"kw{k['KW']}-{k['swizzle']}" for m, d, k, _ in cases]
+
+
+@pytest.mark.parametrize("model,dispatch,knobs,hip", AGREE, ids=_ids(AGREE))
+def test_estimate_meets_checks_rule_against_recorded_hipcc(model, dispatch, knobs, hip):
+    est = estimate_vgprs(_kernel(model, dispatch, knobs), ARCH)
+    assert _agrees(est, hip), (f"estimate {est} VGPRs ({vgpr_occupancy(est, ARCH)} waves) vs "
+                               f"hipcc {hip} ({vgpr_occupancy(hip, ARCH)} waves)")
+
+
+@pytest.mark.parametrize("model,dispatch,knobs,hip", GAPS, ids=_ids(GAPS))
+@pytest.mark.xfail(strict=True, reason="known gap of the program-order estimate (docstring)")
+def test_known_gaps_still_miss(model, dispatch, knobs, hip):
+    assert _agrees(estimate_vgprs(_kernel(model, dispatch, knobs), ARCH), hip)
+
+
+@pytest.mark.slow
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+@pytest.mark.parametrize("model,dispatch,knobs,hip", AGREE + GAPS, ids=_ids(AGREE + GAPS))
+def test_recorded_counts_are_what_hipcc_allocates(model, dispatch, knobs, hip, tmp_path):
+    src = tmp_path / "k.hip"
+    src.write_text(emit_kernel(_kernel(model, dispatch, knobs), ARCH))
+    r = compile_to_asm(src, ARCH, tmp_path / "k.s")
+    assert r["rc"] == 0, r["stderr"]
+    got = parse_asm((tmp_path / "k.s").read_text())["vgprs"]
+    assert got == hip, f"hipcc now allocates {got} VGPRs, recorded {hip}: record it again"
