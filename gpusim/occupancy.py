@@ -167,7 +167,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 lin(s.orelse)
 
     lin(body)
-    hoisted = _hoisted_lds_reads(body, alias)
+    hoisted = _hoisted_lds_reads(body, alias, needed)
     # MFMA K loops: (loop span, first LDS fragment read of its body); LdsLoad destinations
     frag_regs, mfma_loops = set(), []
     for s in walk(body):
@@ -387,7 +387,7 @@ def _trips(loop: For):
     return None
 
 
-def _hoisted_lds_reads(body, alias) -> dict:
+def _hoisted_lds_reads(body, alias, needed=None) -> dict:
     """LDS reads hipcc hoists out of a loop: register -> (point of that loop, copies).
 
     LLVM's LICM moves a load out of a loop when nothing in the loop may write what it
@@ -398,12 +398,17 @@ def _hoisted_lds_reads(body, alias) -> dict:
     tests/test_attention_vgprs.py records the counts).
     Inner loops with constant trip counts are fully unrolled first, so a read whose
     address depends only on their counters is hoisted once per trip (``copies``). A loop
-    with one trip is no loop in the ISA and hoists nothing."""
+    with one trip is no loop in the ISA and hoists nothing. ``needed``: the registers
+    some result depends on; a statement defining none of them is dead, skipped here as
+    by the linearisation, so the points of both agree."""
     counter = [0]
     out = {}
 
     def visit(stmts, enclosing):
         for s in stmts:
+            if needed is not None and stmt_defs(s) and not isinstance(s, For) and \
+                    not any(v.name in needed for v in stmt_defs(s)):
+                continue   # dead: not a point of the linearisation
             here = counter[0]
             counter[0] += 1
             if isinstance(s, For):
