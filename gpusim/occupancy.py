@@ -143,6 +143,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     points = []
     kinds = []
     loops = []
+    loop_point = {}
 
     def lin(body):
         for s in body:
@@ -159,6 +160,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             kinds.append(type(s))
             if isinstance(s, For):
                 start = len(points) - 1
+                loop_point[id(s)] = start  # the hoisting rule names loops, not points
                 lin(s.body)
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
                     loops.append((start, len(points) - 1))
@@ -167,7 +169,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 lin(s.orelse)
 
     lin(body)
-    hoisted = _hoisted_lds_reads(body, alias, needed)
+    hoisted = _hoisted_lds_reads(body, alias)
     # MFMA K loops: (loop span, first LDS fragment read of its body); LdsLoad destinations
     frag_regs, mfma_loops = set(), []
     for s in walk(body):
@@ -208,8 +210,8 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi
                     changed = True
-    for name, (loop_at, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
-        a, b = next(span for span in loops if span[0] == loop_at)
+    for name, (loop, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
+        a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
         for c in range(copies):
             key = name if c == 0 else f"{name}#unrolled{c}"
             lo, hi = ranges.get(name, [a, b])
@@ -387,8 +389,8 @@ def _trips(loop: For):
     return None
 
 
-def _hoisted_lds_reads(body, alias, needed=None) -> dict:
-    """LDS reads hipcc hoists out of a loop: register -> (point of that loop, copies).
+def _hoisted_lds_reads(body, alias) -> dict:
+    """LDS reads hipcc hoists out of a loop: register -> (that loop's ``For``, copies).
 
     LLVM's LICM moves a load out of a loop when nothing in the loop may write what it
     reads: an LDS array with no store inside the loop, read at an address that does not
@@ -398,21 +400,13 @@ def _hoisted_lds_reads(body, alias, needed=None) -> dict:
     tests/test_attention_vgprs.py records the counts).
     Inner loops with constant trip counts are fully unrolled first, so a read whose
     address depends only on their counters is hoisted once per trip (``copies``). A loop
-    with one trip is no loop in the ISA and hoists nothing. ``needed``: the registers
-    some result depends on; a statement defining none of them is dead, skipped here as
-    by the linearisation, so the points of both agree."""
-    counter = [0]
+    with one trip is no loop in the ISA and hoists nothing."""
     out = {}
 
     def visit(stmts, enclosing):
         for s in stmts:
-            if needed is not None and stmt_defs(s) and not isinstance(s, For) and \
-                    not any(v.name in needed for v in stmt_defs(s)):
-                continue   # dead: not a point of the linearisation
-            here = counter[0]
-            counter[0] += 1
             if isinstance(s, For):
-                visit(s.body, enclosing + [(here, s)])
+                visit(s.body, enclosing + [(s, s)])
             elif isinstance(s, If):
                 visit(s.then, enclosing)
                 visit(s.orelse, enclosing)
