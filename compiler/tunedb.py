@@ -37,7 +37,7 @@ import numpy as np
 
 from gpusim.hw import Arch
 
-from .graph import GraphError
+from .graph import FLOAT_DTYPES, GraphError
 
 ENV_VAR = "WAVEFUSE_CACHE"
 FILE_NAME = "tune.sqlite3"
@@ -189,15 +189,26 @@ def _outside(graph, name) -> list:
     return ["outside", op.kind, _type(op.type)]
 
 
+def _program_constant(op) -> bool:
+    """A constant whose values the lowering or the timing can depend on: a scalar (inlined
+    as an immediate), an integer or bool tensor (indices and masks decide addresses). A
+    float tensor of more elements (a weight, a bias, a mask added to scores) is data the
+    kernel loads like an input: its bytes change neither the program nor its timing."""
+    return op.type.size == 1 or op.type.dtype not in FLOAT_DTYPES
+
+
 def dispatch_fingerprint(graph, dispatch) -> str:
-    """A hash of everything a dispatch's lowering reads, with names replaced by positions."""
+    """A hash of everything a dispatch's lowering reads, with names replaced by positions.
+    Float weights enter by shape, dtype and layout only (``_program_constant``), so the
+    identical layers of a model (BERT-base's 12) share one fingerprint and are tuned
+    once; the values a kernel computes are checked per graph (``check_key``)."""
     ref = {}
     body = {"inputs": [], "ops": [], "outputs": []}
     for t in dispatch.inputs:
         op = graph.op(t)
         ref[t] = f"in{len(ref)}"
         entry = [op.kind, _type(op.type)]
-        if op.kind == "constant":
+        if op.kind == "constant" and _program_constant(op):
             entry.append(_canon(op.attrs.get("value")))
         body["inputs"].append(entry)
     for n in dispatch.ops:

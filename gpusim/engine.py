@@ -5,6 +5,12 @@ function here with ``numba.njit(cache=True)``; importing this module directly gi
 pure-Python interpreter of exactly the same code, the reference the JIT path is tested
 against (``simulate(..., jit=False)``).
 
+Written for Numba (compile time and speed, ``python -m gpusim.bench``): the engine never
+allocates (``new_state`` and ``gpusim.sim`` make every array); a constant handed to a helper
+is written ``int(0)`` / ``bool(True)`` (or starts a counter that way), because Numba
+compiles a helper once more for each literal argument; hot per-lane loops work on one
+register row (``F[s, r]``) at a time.
+
 Program. ``gpusim.compile`` turns the kernel tree into ``code`` (one row per instruction:
 opcode, registers, jump target, timing category, instruction counts) plus a scoreboard
 table ``srcs`` (the registers each instruction reads). Each wave has an f32 and an i32
@@ -285,28 +291,29 @@ def iun(op, x):
     return 0
 
 
-def cache_access(tag, lru, rdy, dirty, inst, nsets, ways, line, clock, allocate):
-    """LRU set-associative lookup. Returns (hit, way); way < 0 when not allocated."""
+def cache_access(tag, lru, rdy, dirty, nsets, ways, line, clock, allocate):
+    """LRU set-associative lookup in one cache instance (set x way arrays). Returns
+    (hit, way); way < 0 when not allocated."""
     st = line % nsets
     for w in range(ways):
-        if tag[inst, st, w] == line:
-            lru[inst, st, w] = clock
+        if tag[st, w] == line:
+            lru[st, w] = clock
             return 1, w
     if not allocate:
         return 0, -1
     victim = 0
-    best = lru[inst, st, 0]
+    best = lru[st, 0]
     for w in range(ways):
-        if tag[inst, st, w] < 0:
+        if tag[st, w] < 0:
             victim = w
             break
-        if lru[inst, st, w] < best:
-            best = lru[inst, st, w]
+        if lru[st, w] < best:
+            best = lru[st, w]
             victim = w
-    tag[inst, st, victim] = line
-    lru[inst, st, victim] = clock
-    rdy[inst, st, victim] = 0.0
-    dirty[inst, st, victim] = 0
+    tag[st, victim] = line
+    lru[st, victim] = clock
+    rdy[st, victim] = 0.0
+    dirty[st, victim] = 0
     return 0, victim
 
 
@@ -349,15 +356,44 @@ Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RP
 Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
-Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals")
-Out = namedtuple("Out", "counters per_inst wg_done trace trace_n probe err")
+Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx")
+Out = namedtuple("Out", "counters per_inst sess_cycles wg_done trace trace_n probe err")
+Prog = namedtuple("Prog", "code srcs mfma_regs fconst_reg fconst_val iconst_reg iconst_val "
+                          "buf_tab lds_tab group_of n_groups group_lanes")
+Sessions = namedtuple("Sessions", "wgs off cu")
 
 # CuState.free: the cycle each shared pipe of the CU is next free
 FR_L1, FR_L2, FR_HBM, FR_LDS = range(4)
 NFREE = 4
 
 
-def launch_wg(g, wg, t, p, wv, grp, fconst_reg, fconst_val, iconst_reg, iconst_val, counters):
+def new_state(p):
+    """The per-launch state records (waves, workgroup slots, CU pipes, scratch), zeroed.
+    Allocated by the caller, outside the jitted code, so the engine never allocates."""
+    W = p.W
+    nsimd = p.nsimd
+    wgs = p.wgs
+    nslots = wgs * p.wpw
+    NF = p.nf
+    NI = p.ni
+    wv = Waves(np.zeros((nslots, NF, W), np.float32), np.zeros((nslots, NI, W), np.int32),
+               np.zeros((nslots, W), np.uint8), np.zeros((nslots, p.depth + 1, W), np.uint8),
+               np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.float64),
+               np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
+               np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64))
+    grp = Groups(np.zeros(wgs, np.int64), np.zeros(wgs, np.int64), np.zeros(wgs, np.int64),
+                 np.zeros(wgs, np.float64), np.zeros(wgs, np.float64), np.zeros(wgs, np.int64),
+                 np.zeros((wgs, max(p.nlf, 1)), np.float32), np.zeros((wgs, max(p.nli, 1)), np.int32))
+    cu = CuState(np.zeros(nsimd, np.float64), np.zeros(nsimd, np.float64),
+                 np.zeros((nsimd, NCAT), np.float64), np.zeros(NFREE, np.float64), np.zeros(1, np.int64))
+    sc = Scratch(np.zeros(W * 2, np.int64), np.zeros(W, np.int64), np.zeros(W, np.int64),
+                 np.zeros(8, np.int64), np.zeros(4 * W, np.int64), np.zeros(p.nbanks, np.int64),
+                 np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64),
+                 np.zeros(W, np.int64))
+    return wv, grp, cu, sc
+
+
+def launch_wg(g, wg, t, p, prog, wv, grp, counters):
     """Starts workgroup ``wg`` in workgroup slot ``g`` at cycle ``t``."""
     W = p.W
     wpw = p.wpw
@@ -371,6 +407,10 @@ def launch_wg(g, wg, t, p, wv, grp, fconst_reg, fconst_val, iconst_reg, iconst_v
     grp.LDSI[g, :] = 0
     F = wv.F
     I = wv.I
+    fconst_reg = prog.fconst_reg
+    fconst_val = prog.fconst_val
+    iconst_reg = prog.iconst_reg
+    iconst_val = prog.iconst_val
     for j in range(wpw):
         s = g * wpw + j
         F[s, :, :] = 0.0
@@ -535,7 +575,7 @@ def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc):
     elif op == OP_ICMP:
         for l in range(W):
             if EX[s, l]:
-                I[s, d, l] = fcmp(aux, np.int64(I[s, a, l]), np.int64(I[s, b, l]))
+                I[s, d, l] = fcmp(aux, np.float64(I[s, a, l]), np.float64(I[s, b, l]))  # i32 exact in f64
     elif op == OP_FUN:
         for l in range(W):
             if EX[s, l]:
@@ -592,7 +632,8 @@ def exec_control(op, a, b, aux, s, pc, jump, W, wv):
     I = wv.I
     nxt_pc = pc + 1
     if op == OP_IF:
-        MS[s, SP[s], :] = EX[s, :]
+        for l in range(W):
+            MS[s, SP[s], l] = EX[s, l]
         SP[s] += 1
         anyl = 0
         for l in range(W):
@@ -620,7 +661,8 @@ def exec_control(op, a, b, aux, s, pc, jump, W, wv):
             anyl += EX[s, l]
         wv.NACT[s] = anyl
     elif op == OP_LOOP_BEGIN:
-        MS[s, SP[s], :] = EX[s, :]
+        for l in range(W):
+            MS[s, SP[s], l] = EX[s, l]
         SP[s] += 1
     elif op == OP_LOOP_TEST:
         anyl = 0
@@ -645,7 +687,7 @@ def exec_control(op, a, b, aux, s, pc, jump, W, wv):
 
 
 # ------------------------------------------------------------------------------ vector memory and caches
-def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, cu, l1, l2, sc, out):
+def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, sc, out):
     """A global load or store: moves the values, counts lines and TCP accesses, walks the
     L1 / L2 / HBM model and sets when loaded registers arrive. Returns False after
     recording an out-of-bounds access in ``out.err``."""
@@ -653,6 +695,8 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
     NF = p.nf
     l1_line = p.l1_line
     l2_line = p.l2_line
+    code = prog.code
+    buf_tab = prog.buf_tab
     F = wv.F
     I = wv.I
     EX = wv.EX
@@ -674,8 +718,8 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
     base = buf_tab[aux, 3]
     es = buf_tab[aux, 4]
     secs = sc.dbuf
-    nl = 0
-    ns = 0
+    nl = int(0)
+    ns = int(0)
     nact = 0
     for l in range(W):
         lane_lo[l] = -1
@@ -723,10 +767,10 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
         probe[W, 0] = 1
     nu = unique_sorted(lines, nl)
     # TCP accesses: unique lines per quad of lanes (rocprof coalescing)
-    tcp = 0
+    tcp = int(0)
     quads = 0
     for q in range(W // 4):
-        nq = 0
+        nq = int(0)
         for l in range(4 * q, 4 * q + 4):
             if lane_lo[l] >= 0:
                 qbuf[nq] = lane_lo[l]
@@ -750,7 +794,7 @@ def exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i, wv, c
         counters[N_GLD_REQ] += 1
         counters[N_GLD_LINES] += nu
         counters[N_GLD_BYTES] += nact * width * es
-    ns = unique_sorted(secs, ns) if store else 0
+    ns = unique_sorted(secs, ns) if store else ns
     done = memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counters)
     if not store:
         for v in range(width):
@@ -782,9 +826,14 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
     l2_sets = p.l2_sets
     l2_ways = p.l2_ways
     free = cu.free
-    l1_rdy = l1.rdy
-    l2_rdy = l2.rdy
-    l2_dirty = l2.dirty
+    l1_tag = l1.tag[0]
+    l1_lru = l1.lru[0]
+    l1_rdy = l1.rdy[0]
+    l1_dirty = l1.dirty[0]
+    l2_tag = l2.tag[l2i]
+    l2_lru = l2.lru[l2i]
+    l2_rdy = l2.rdy[l2i]
+    l2_dirty = l2.dirty[l2i]
     l2_free = free[FR_L2]
     hbm_free = free[FR_HBM]
     clock = cu.clock[0]
@@ -805,32 +854,32 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
             while k < ns and (secs[k] * SECTOR) // l1_line == line:
                 wmask |= 1 << (secs[k] % per_l2)
                 k += 1
-            cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets, l1_ways, line, clock, False)
+            cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line, clock, bool(False))
             t2 = max(tj, l2_free)
             l2_free = t2 + p.l2w_cyc
             counters[N_L2_ACC] += 1
-            hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
-                                    l2_ways, l2line, clock, True)
+            hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
+                                    clock, bool(True))
             st2 = l2line % l2_sets
             if hit2:
                 counters[N_L2_HIT] += 1
-            state = l2_dirty[l2i, st2, w2]
+            state = l2_dirty[st2, w2]
             new = wmask & ~(state & 15)
             if new:
                 nb = popcount4(new) * SECTOR
                 counters[N_HBM_WR] += nb
                 th = max(t2, hbm_free)
                 hbm_free = th + p.hbmw_cyc * nb / l2_line
-            l2_dirty[l2i, st2, w2] = state | wmask | (wmask << 4)
+            l2_dirty[st2, w2] = state | wmask | (wmask << 4)
             done = max(done, t2 + p.l2w_cyc)
         else:
             counters[N_L1_ACC] += 1
-            hit1, w1 = cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets,
-                                    l1_ways, line, clock, True)
+            hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line,
+                                    clock, bool(True))
             st1 = line % l1_sets
             if hit1:
                 counters[N_L1_HIT] += 1
-                arrive = max(tj + p.l1_lat, l1_rdy[0, st1, w1])
+                arrive = max(tj + p.l1_lat, l1_rdy[st1, w1])
             else:
                 first = ((line * l1_line) % l2_line) // SECTOR
                 need = 0
@@ -839,23 +888,23 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
                 t2 = max(tj, l2_free)
                 l2_free = t2 + p.l2_cyc
                 counters[N_L2_ACC] += 1
-                hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
-                                        l2_ways, l2line, clock, True)
+                hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
+                                        clock, bool(True))
                 st2 = l2line % l2_sets
-                state = l2_dirty[l2i, st2, w2]
+                state = l2_dirty[st2, w2]
                 missing = need & ~(state >> 4)
                 if missing == 0:
                     counters[N_L2_HIT] += 1
-                    arrive = max(t2 + p.l2_lat, l2_rdy[l2i, st2, w2] + p.l1_lat)
+                    arrive = max(t2 + p.l2_lat, l2_rdy[st2, w2] + p.l1_lat)
                 else:
                     nb = popcount4(missing) * SECTOR
                     th = max(t2, hbm_free)
                     hbm_free = th + p.hbm_cyc * nb / l2_line
                     counters[N_HBM_RD] += nb
                     arrive = th + p.hbm_lat
-                    l2_rdy[l2i, st2, w2] = arrive - p.l1_lat
-                    l2_dirty[l2i, st2, w2] = state | (need << 4)
-                l1_rdy[0, st1, w1] = arrive
+                    l2_rdy[st2, w2] = arrive - p.l1_lat
+                    l2_dirty[st2, w2] = state | (need << 4)
+                l1_rdy[st1, w1] = arrive
             done = max(done, arrive)
     free[FR_L1] = tl + max(tcp, nu)
     free[FR_L2] = l2_free
@@ -865,19 +914,38 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
 
 
 # ------------------------------------------------------------------------------ LDS
-def exec_lds(p, code, pc, s, g, t, probing, lds_tab, n_groups, group_lanes, wv, grp, cu, sc, out):
+def lane_indices(s, a, width, size, W, wv, idx):
+    """The element index of each active lane (register ``a``) into ``idx``, -1 for an
+    inactive lane. Returns the first active lane whose ``width`` elements do not fit in
+    ``[0, size)``, or -1. Checked before any value moves: a failed access aborts the launch."""
+    EX = wv.EX
+    Ia = wv.I[s, a]
+    full = wv.NACT[s] == W
+    bad = -1
+    for l in range(W):
+        if full or EX[s, l]:
+            i = np.int64(Ia[l])
+            idx[l] = i
+            if bad < 0 and (i < 0 or i + width > size):
+                bad = l
+        else:
+            idx[l] = -1
+    return bad
+
+
+def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
     """An LDS load or store: moves the values, counts bank conflicts per phase group and
     books the LDS pipe. Returns False after recording an out-of-bounds access."""
     W = p.W
     NF = p.nf
     nbanks = p.nbanks
+    code = prog.code
+    lds_tab = prog.lds_tab
+    n_groups = prog.n_groups
+    group_lanes = prog.group_lanes
     F = wv.F
     I = wv.I
-    EX = wv.EX
-    LDSF = grp.LDSF
-    LDSI = grp.LDSI
-    lane_lo = sc.lane_lo
-    lane_hi = sc.lane_hi
+    idx = sc.idx
     dbuf = sc.dbuf
     bank_cnt = sc.bank_cnt
     counters = out.counters
@@ -893,63 +961,81 @@ def exec_lds(p, code, pc, s, g, t, probing, lds_tab, n_groups, group_lanes, wv, 
     size = lds_tab[aux, 2]
     base = lds_tab[aux, 3]
     es = lds_tab[aux, 4]
-    for l in range(W):
-        lane_lo[l] = -1
-        if not EX[s, l]:
-            continue
-        idx = np.int64(I[s, a, l])
-        if idx < 0 or idx + width > size:
-            err[0] = E_OOB_LDS
-            err[1] = pc
-            err[2] = idx
-            err[3] = aux
-            return False
+    bad = lane_indices(s, a, width, size, W, wv, idx)
+    if bad >= 0:
+        err[0] = E_OOB_LDS
+        err[1] = pc
+        err[2] = idx[bad]
+        err[3] = aux
+        return False
+    if store:  # lane by lane: where lanes overlap, the higher lane's values win
+        LDSF = grp.LDSF[g]
+        LDSI = grp.LDSI[g]
+        for l in range(W):
+            i = idx[l]
+            if i >= 0:
+                for v in range(width):
+                    reg = code[pc, K_V0 + v]
+                    if kind == 2:
+                        LDSI[off + i + v] = I[s, reg, l]
+                    elif kind == 1:
+                        LDSF[off + i + v] = round_f16(np.float64(F[s, reg, l]))
+                    else:
+                        LDSF[off + i + v] = F[s, reg, l]
+    else:  # component by component (each goes to its own register)
         for v in range(width):
             reg = code[pc, K_V0 + v]
-            if store:
-                if kind == 2:
-                    LDSI[g, off + idx + v] = I[s, reg, l]
-                elif kind == 1:
-                    LDSF[g, off + idx + v] = round_f16(np.float64(F[s, reg, l]))
-                else:
-                    LDSF[g, off + idx + v] = F[s, reg, l]
+            if kind == 2:
+                Id = I[s, reg]
+                LDSI = grp.LDSI[g]
+                for l in range(W):
+                    if idx[l] >= 0:
+                        Id[l] = LDSI[off + idx[l] + v]
             else:
-                if kind == 2:
-                    I[s, reg, l] = LDSI[g, off + idx + v]
-                else:
-                    F[s, reg, l] = LDSF[g, off + idx + v]
-        addr = base + idx * es
-        lane_lo[l] = addr // 4
-        lane_hi[l] = (addr + width * es - 1) // 4
-        if probing:
-            probe[l, 0] = addr
-            probe[l, 1] = width * es
-            probe[l, 2] = 1
+                Fd = F[s, reg]
+                LDSF = grp.LDSF[g]
+                for l in range(W):
+                    if idx[l] >= 0:
+                        Fd[l] = LDSF[off + idx[l] + v]
     if probing:
+        for l in range(W):
+            if idx[l] >= 0:
+                probe[l, 0] = base + idx[l] * es
+                probe[l, 1] = width * es
+                probe[l, 2] = 1
         probe[W, 0] = 1
+    # bank conflicts per phase group (the groups partition the lanes): dword addresses
     wc = code[pc, K_C]  # width class 0: <=4 B, 1: 8 B, 2: 16 B per lane
     rw = 1 if store else 0
     ng = n_groups[rw, wc]
     gsize = W // ng
+    nbytes = width * es
     conflict = 0
     for gi in range(ng):
-        nd = 0
+        lanes = group_lanes[rw, wc, gi]
         dmin = 1 << 62
         dmax = -1
         for k in range(gsize):
-            l = group_lanes[rw, wc, gi, k]
-            if lane_lo[l] >= 0:
-                if lane_lo[l] < dmin:
-                    dmin = lane_lo[l]
-                if lane_hi[l] > dmax:
-                    dmax = lane_hi[l]
-                for dw in range(lane_lo[l], lane_hi[l] + 1):
-                    dbuf[nd] = dw
-                    nd += 1
+            i = idx[lanes[k]]
+            if i >= 0:
+                addr = base + i * es
+                if addr // 4 < dmin:
+                    dmin = addr // 4
+                if (addr + nbytes - 1) // 4 > dmax:
+                    dmax = (addr + nbytes - 1) // 4
         if dmax - dmin < nbanks:
             continue  # all dwords within one bank-width window: distinct banks
+        nd = int(0)
+        for k in range(gsize):
+            i = idx[lanes[k]]
+            if i >= 0:
+                addr = base + i * es
+                for dw in range(addr // 4, (addr + nbytes - 1) // 4 + 1):
+                    dbuf[nd] = dw
+                    nd += 1
         nu = unique_sorted(dbuf, nd)
-        bank_cnt[:] = 0
+        for k in range(nbanks):
+            bank_cnt[k] = 0
         mx = 0
         for k in range(nu):
             bk = dbuf[k] % nbanks
@@ -976,9 +1062,11 @@ def exec_lds(p, code, pc, s, g, t, probing, lds_tab, n_groups, group_lanes, wv, 
     return True
 
 
-def exec_shuffle(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
+def exec_shuffle(p, prog, pc, s, t, wv, cu, sc, counters):
     """A lane shuffle (xor or down, ds_swizzle / DPP) through the LDS crossbar."""
     W = p.W
+    code = prog.code
+    n_groups = prog.n_groups
     F = wv.F
     I = wv.I
     fvals = sc.fvals
@@ -1013,9 +1101,11 @@ def exec_shuffle(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
     wv.RPROD[s, ur] = pc
 
 
-def exec_wave_reduce(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
+def exec_wave_reduce(p, prog, pc, s, t, wv, cu, sc, counters):
     """WaveReduce: the xor butterfly over all lanes, one LDS crossbar step per level."""
     W = p.W
+    code = prog.code
+    n_groups = prog.n_groups
     F = wv.F
     I = wv.I
     fvals = sc.fvals
@@ -1024,6 +1114,7 @@ def exec_wave_reduce(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
     d = code[pc, K_DST]
     aux = code[pc, K_AUX]
     isf = code[pc, K_ISF]
+    bop = B_MAX if aux == R_MAX else B_MIN
     for l in range(W):
         if isf:
             fvals[l] = F[s, a, l]
@@ -1041,10 +1132,8 @@ def exec_wave_reduce(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
                     yf = fvals[m]
                     if aux == R_SUM:
                         rf = np.float64(np.float32(xf + yf))
-                    elif aux == R_MAX:
-                        rf = fbin(B_MAX, xf, yf)
                     else:
-                        rf = fbin(B_MIN, xf, yf)
+                        rf = fbin(bop, xf, yf)
                     fvals[l] = rf
                     fvals[m] = rf
                 else:
@@ -1076,10 +1165,12 @@ def exec_wave_reduce(p, code, pc, s, t, n_groups, wv, cu, sc, counters):
 
 
 # ------------------------------------------------------------------------------ MFMA
-def exec_mfma(p, code, pc, s, simd, t, mfma_regs, wv, cu, sc, counters):
+def exec_mfma(p, prog, pc, s, simd, t, wv, cu, sc, counters):
     """One matrix-core instruction: every lane takes part (the validator requires full,
     uniform waves); the SIMD's matrix core is busy ``K_MULT`` cycles."""
     W = p.W
+    code = prog.code
+    mfma_regs = prog.mfma_regs
     F = wv.F
     fvals = sc.fvals
     gvals = sc.gvals
@@ -1130,7 +1221,7 @@ def barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out):
             if wv.STATUS[k] == S_BAR:
                 if timed and cap > 0:
                     add_trace(out.trace, out.trace_n, cap, cu_id, k % p.nsimd, grp.ID[g] * wpw + k - g * wpw,
-                              wv.READY[k], rel, T_BARRIER)
+                              wv.READY[k], rel, int(T_BARRIER))
                 wv.STATUS[k] = S_RUN
                 wv.READY[k] = rel
         grp.ARR[g] = 0
@@ -1165,15 +1256,13 @@ def wave_end(p, s, g, t, wv, grp):
 
 
 # ------------------------------------------------------------------------------ the loop
-def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val, buf_tab, lds_tab,
-        group_of, n_groups, group_lanes, gmem_f, gmem_i, sess_wgs, sess_off, sess_cu,
-        counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe, err,
-        l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty):
+def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
     """Simulates every session (a CU with its list of workgroups) in order.
 
-    ``p`` is the ``Params`` record. Session 0 is the timed CU: its per-workgroup
-    completion times go to ``wg_done`` and its events to ``trace``. Returns nothing;
-    results land in the output arrays.
+    ``p`` is the ``Params`` record, ``prog`` the ``Prog`` tables, ``sess`` the
+    ``Sessions``; the state records come from ``new_state``. Session 0 is the timed CU:
+    its per-workgroup completion times go to ``out.wg_done`` and its events to
+    ``out.trace``. Returns nothing; results land in ``out`` and the memories.
     """
     W = p.W
     nsimd = p.nsimd
@@ -1181,41 +1270,28 @@ def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val
     valu_cyc = p.valu
     wgs = p.wgs
     wpw = p.wpw
-    nslots = wgs * wpw
-    NF = p.nf
-    NI = p.ni
-    depth = p.depth + 1
     cap = p.trace_cap
-
-    wv = Waves(np.zeros((nslots, NF, W), np.float32), np.zeros((nslots, NI, W), np.int32),
-               np.zeros((nslots, W), np.uint8), np.zeros((nslots, depth, W), np.uint8),
-               np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.float64),
-               np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
-               np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64))
-    grp = Groups(np.zeros(wgs, np.int64), np.zeros(wgs, np.int64), np.zeros(wgs, np.int64),
-                 np.zeros(wgs, np.float64), np.zeros(wgs, np.float64), np.zeros(wgs, np.int64),
-                 np.zeros((wgs, max(p.nlf, 1)), np.float32), np.zeros((wgs, max(p.nli, 1)), np.int32))
-    cu = CuState(np.zeros(nsimd, np.float64), np.zeros(nsimd, np.float64),
-                 np.zeros((nsimd, NCAT), np.float64), np.zeros(NFREE, np.float64), np.zeros(1, np.int64))
-    sc = Scratch(np.zeros(W * 2, np.int64), np.zeros(W, np.int64), np.zeros(W, np.int64),
-                 np.zeros(8, np.int64), np.zeros(4 * W, np.int64), np.zeros(p.nbanks, np.int64),
-                 np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64))
-    l1 = Cache(l1_tag, l1_lru, l1_rdy, l1_dirty)
-    l2 = Cache(l2_tag, l2_lru, l2_rdy, l2_dirty)
-    out = Out(counters, per_inst, wg_done, trace, trace_n, probe, err)
+    code = prog.code
+    srcs = prog.srcs
+    counters = out.counters
+    per_inst = out.per_inst
+    trace = out.trace
+    trace_n = out.trace_n
+    probe = out.probe
+    wg_done = out.wg_done
     READY = wv.READY
     STATUS = wv.STATUS
     PC = wv.PC
 
-    for sess in range(sess_cu.shape[0]):
-        cu_id = sess_cu[sess]
+    for si in range(sess.cu.shape[0]):
+        cu_id = sess.cu[si]
         l2i = cu_id % p.n_l2
-        timed = sess == 0
-        first = sess_off[sess]
-        last = sess_off[sess + 1]
+        timed = si == 0
+        first = sess.off[si]
+        last = sess.off[si + 1]
         nxt = first
-        l1_tag[:, :, :] = -1
-        l1_lru[:, :, :] = 0
+        l1.tag[:, :, :] = -1
+        l1.lru[:, :, :] = 0
         cu.valu_free[:] = 0.0
         cu.mfma_free[:] = 0.0
         cu.cat_last[:, :] = -1.0
@@ -1225,11 +1301,10 @@ def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val
         for g in range(wgs):
             if nxt < last:
                 grp.IDX[g] = nxt - first
-                launch_wg(g, sess_wgs[nxt], 0.0, p, wv, grp, fconst_reg, fconst_val, iconst_reg,
-                          iconst_val, counters)
+                launch_wg(g, sess.wgs[nxt], 0.0, p, prog, wv, grp, counters)
                 nxt += 1
-        fast = -1  # the last wave issued, still known to be the earliest-ready one
-        s2 = -1
+        fast = int(-1)  # the last wave issued, still known to be the earliest-ready one
+        s2 = int(-1)
         bt2 = math.inf
         while True:
             s, s2, bt2 = pick_wave(STATUS, READY, fast, s2, bt2)
@@ -1247,7 +1322,7 @@ def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val
                     per_inst[prod, I_STALL] += opr - t0
                 counters[N_STALL] += opr - t0
                 if timed and cap > 0:
-                    add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t0, opr, T_STALL)
+                    add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t0, opr, int(T_STALL))
                 READY[s] = opr
                 continue
             op = code[pc, K_OP]
@@ -1267,27 +1342,26 @@ def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val
             probing = (pc == p.probe_pc and timed and grp.ID[g] == p.probe_wg
                        and s - g * wpw == p.probe_wave and probe[W, 0] == 0)
             if op <= OP_IMOV:
-                if not exec_alu(op, code[pc, K_AUX], code[pc, K_A], code[pc, K_B], code[pc, K_C],
-                                code[pc, K_DST], s, wv.NACT[s] == W, W, wv, err, pc):
+                if not exec_alu(op, int(code[pc, K_AUX]), code[pc, K_A], code[pc, K_B], code[pc, K_C],
+                                code[pc, K_DST], s, wv.NACT[s] == W, W, wv, out.err, pc):
                     return
             elif op == OP_GLOAD or op == OP_GSTORE:
-                if not exec_vmem(p, code, pc, s, g, t, probing, l2i, buf_tab, gmem_f, gmem_i,
-                                 wv, cu, l1, l2, sc, out):
+                if not exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2,
+                                 sc, out):
                     return
                 trace_kind = T_VMEM
             elif op == OP_LLOAD or op == OP_LSTORE:
-                if not exec_lds(p, code, pc, s, g, t, probing, lds_tab, n_groups, group_lanes,
-                                wv, grp, cu, sc, out):
+                if not exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
                     return
                 trace_kind = T_LDS
             elif op == OP_SHFL:
-                exec_shuffle(p, code, pc, s, t, n_groups, wv, cu, sc, counters)
+                exec_shuffle(p, prog, pc, s, t, wv, cu, sc, counters)
                 trace_kind = T_LDS
             elif op == OP_WRED:
-                exec_wave_reduce(p, code, pc, s, t, n_groups, wv, cu, sc, counters)
+                exec_wave_reduce(p, prog, pc, s, t, wv, cu, sc, counters)
                 trace_kind = T_LDS
             elif op == OP_MFMA:
-                exec_mfma(p, code, pc, s, simd, t, mfma_regs, wv, cu, sc, counters)
+                exec_mfma(p, prog, pc, s, simd, t, wv, cu, sc, counters)
                 trace_kind = T_MFMA
                 busy = float(period)
             elif op == OP_BARRIER:
@@ -1306,8 +1380,7 @@ def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val
                         wg_done[grp.IDX[g]] = tdone
                     if nxt < last:
                         grp.IDX[g] = nxt - first
-                        launch_wg(g, sess_wgs[nxt], tdone, p, wv, grp, fconst_reg, fconst_val,
-                                  iconst_reg, iconst_val, counters)
+                        launch_wg(g, sess.wgs[nxt], tdone, p, prog, wv, grp, counters)
                         nxt += 1
                 continue
             else:
@@ -1317,4 +1390,4 @@ def run(p, code, srcs, mfma_regs, fconst_reg, fconst_val, iconst_reg, iconst_val
                 add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t, t + busy, trace_kind)
             PC[s] = nxt_pc
             READY[s] = t + busy if cat != CAT_NONE else t
-        sess_cycles[sess] = end_time
+        out.sess_cycles[si] = end_time

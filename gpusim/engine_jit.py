@@ -6,6 +6,17 @@ pure-Python reference and both paths run literally the same code. ``error_model=
 lets float division by zero give inf (as on the GPU) instead of raising. The compiled code
 is cached in ``__pycache__``, so only the first process on a machine pays the compile.
 
+Compile options, each for speed (``python -m gpusim.bench`` measures them):
+- ``_nrt=False``: no reference counting. The engine never allocates (``engine.new_state``
+  and ``gpusim.sim`` allocate every array beforehand), so Numba's atomic reference counts
+  on each array taken out of a record or passed to a helper were pure cost (a fifth of
+  the run time). An allocation inside the engine would now fail to compile.
+- ``forceinline`` on the hot helpers: LLVM inlines them into ``run``, so a call no longer
+  copies the records' array descriptors (hundreds of words per call) on every simulated
+  instruction.
+- no C / CPython wrappers for the helpers (only ``run`` is called from Python): those
+  wrappers were a third of the cold compile.
+
 Numba's cache key ignores compile flags, so a cached build without bounds checks would be
 reused under ``NUMBA_BOUNDSCHECK=1``; when bounds checking is on we therefore compile
 without the cache (once per process).
@@ -20,8 +31,17 @@ with open(_SRC) as _f:
 
 _FUNCS = ("wrap32", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_access",
           "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready", "issue_time",
-          "issue", "exec_alu", "exec_control", "exec_vmem", "popcount4", "memory_lines", "exec_lds",
-          "exec_shuffle", "exec_wave_reduce", "exec_mfma", "barrier_arrive", "wave_end", "run")
+          "issue", "exec_alu", "exec_control", "lane_indices", "exec_vmem", "popcount4",
+          "memory_lines", "exec_lds", "exec_shuffle", "exec_wave_reduce", "exec_mfma",
+          "barrier_arrive", "wave_end", "run")
 _CACHE = not numba.config.BOUNDSCHECK
+#: run once per simulated instruction or more: inlined into ``run`` (see above); the rest
+#: (workgroup launch, barriers, wave end, MFMA, shuffles, trace) stay calls, which keeps
+#: the cold compile shorter
+_INLINE = ("pick_wave", "operands_ready", "issue_time", "issue", "exec_alu", "exec_control",
+           "lane_indices", "exec_vmem", "memory_lines", "cache_access", "unique_sorted",
+           "exec_lds", "wrap32", "popcount4")
 for _name in _FUNCS:
-    globals()[_name] = numba.njit(cache=_CACHE, error_model="numpy")(globals()[_name])
+    globals()[_name] = numba.njit(cache=_CACHE, error_model="numpy", _nrt=False, no_cfunc_wrapper=True,
+                                  no_cpython_wrapper=_name != "run",
+                                  forceinline=_name in _INLINE)(globals()[_name])

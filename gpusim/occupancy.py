@@ -19,9 +19,13 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   no VGPR, and the AGPR block starts at the VGPR count rounded up to 4. Larger
   workgroups get the VGPR form: accumulators count like any f32 register. The
   ``v_accvgpr_read``/``write`` copies at the loop edges are not counted;
-- in a loop with MFMAs, every LDS fragment read of the body is live from the body's
-  first LDS read: hipcc issues all of a K tile's fragment reads before the first MFMA
-  (seen in its gfx90a/gfx940 output for every MFMA tile of the schedule space);
+- in a loop whose body is one run of LDS fragment reads and MFMAs (a GEMM's K tile),
+  every fragment read of the body is live from the body's first LDS read: hipcc issues
+  all of a K tile's fragment reads before the first MFMA (seen in its gfx90a/gfx940
+  output for every MFMA tile of the schedule space). A body with several such runs (the
+  MFMA attention: QK^T, the softmax, PV) keeps the reads where the IR puts them: that
+  lowering issues each step's reads one step ahead of its MFMAs, as hipcc schedules them
+  there (hoisting them all would count 224 VGPRs where hipcc takes 128, at seq 1024);
 - i32 registers that differ only by a constant (``m1 = base + 1``, ``m2 = base + 2``:
   the index rows of a tile) share one register: hipcc keeps the base and folds the
   constants into instruction offsets or recomputes them with one add, so such a family
@@ -174,7 +178,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             frag_regs |= {alias.get(v.name, v.name) for v in s.dsts}
     for a, b in loops:
         body = range(a + 1, b + 1)
-        if any(kinds[i] is Mfma for i in body):
+        if any(kinds[i] is Mfma for i in body) and _mfma_runs(kinds, body) == 1:
             first = next((i for i in body if kinds[i] is LdsLoad), None)
             mfma_loops.append(((a, b), b + 1 if first is None else first))
     first_def, last_use, first_use = {}, {}, {}
@@ -231,6 +235,20 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     if not in_agprs:
         return vgprs
     return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
+
+
+def _mfma_runs(kinds, body) -> int:
+    """Runs of LDS reads and MFMAs in a loop body that hold an MFMA, other statements
+    between them ending a run."""
+    runs, mfma, inside = 0, False, False
+    for i in body:
+        if kinds[i] in (LdsLoad, Mfma):
+            inside = True
+            mfma = mfma or kinds[i] is Mfma
+            continue
+        runs += inside and mfma
+        inside = mfma = False
+    return runs + (inside and mfma)
 
 
 def _interval(e, env, kernel):

@@ -52,7 +52,8 @@ from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.occupancy import occupancy
-from gpusim.program import DTYPE_BYTES, Kernel
+from gpusim.program import (DTYPE_BYTES, Assign, Kernel, LdsLoad, LdsStore, Load, Mfma, Shuffle,
+                            Store, WaveReduce)
 from gpusim.validate import validate
 
 TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma")
@@ -108,7 +109,7 @@ def _program(kernel: Kernel, arch):
 
 def _engine(jit: bool):
     if jit:
-        from gpusim import engine_jit
+        from gpusim import engine_jit  # lazy: numba takes ~1 s to import; jit=False never needs it
         return engine_jit.run
     return E.run
 
@@ -225,6 +226,9 @@ class _Launch:
         lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
         self.lds_tab = lds_tab
         self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
+        self.tables = E.Prog(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
+                             self.iconst_reg, self.iconst_val, buf_tab, lds_tab, self.group_of,
+                             self.n_groups, self.group_lanes)
         # parameters: one typed record (``engine.Params``); ints stay Python ints, cycle
         # costs per line Python floats, so Numba sees one fixed record type
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
@@ -310,21 +314,15 @@ class _Launch:
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
         l1_shape = (1, max(1, l1_lines // arch.l1_ways), arch.l1_ways)
         l2_shape = (arch.l2_instances, params.l2_sets, arch.l2_ways)
-        l1_tag = np.full(l1_shape, -1, np.int64)
-        l1_lru = np.zeros(l1_shape, np.int64)
-        l1_rdy = np.zeros(l1_shape, np.float64)
-        l1_dirty = np.zeros(l1_shape, np.uint8)
-        l2_tag = np.full(l2_shape, -1, np.int64)
-        l2_lru = np.zeros(l2_shape, np.int64)
-        l2_rdy = np.zeros(l2_shape, np.float64)
-        l2_dirty = np.zeros(l2_shape, np.uint8)
+        l1 = E.Cache(np.full(l1_shape, -1, np.int64), np.zeros(l1_shape, np.int64),
+                     np.zeros(l1_shape, np.float64), np.zeros(l1_shape, np.uint8))
+        l2 = E.Cache(np.full(l2_shape, -1, np.int64), np.zeros(l2_shape, np.int64),
+                     np.zeros(l2_shape, np.float64), np.zeros(l2_shape, np.uint8))
         gmem_f = self.gmem_f  # one launch per _Launch: run in place
         gmem_i = self.gmem_i
-        _engine(jit)(params, prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
-                     self.iconst_reg, self.iconst_val, self.buf_tab, self.lds_tab, self.group_of,
-                     self.n_groups, self.group_lanes, gmem_f, gmem_i, wgs, off, cus, counters,
-                     per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err,
-                     l1_tag, l1_lru, l1_rdy, l1_dirty, l2_tag, l2_lru, l2_rdy, l2_dirty)
+        out = E.Out(counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err)
+        _engine(jit)(params, self.tables, E.Sessions(wgs, off, cus), gmem_f, gmem_i,
+                     *E.new_state(params), l1, l2, out)
         if err[0] != E.E_OK:
             self._raise(err)
         return dict(gmem_f=gmem_f, gmem_i=gmem_i, counters=counters, per_inst=per_inst,
@@ -488,7 +486,6 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
 
 def _per_inst(prog, rec, scale):
     """One record per memory / LDS / ALU statement, keyed by its walk-order index."""
-    from gpusim.program import Assign, LdsLoad, LdsStore, Load, Mfma, Shuffle, Store, WaveReduce
     stall = np.zeros(len(prog.statements))
     for pc in range(rec.shape[0]):
         si = prog.inst_stmt[pc]

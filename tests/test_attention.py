@@ -4,6 +4,7 @@ the JIT and the pure-Python engine; the rule fuses what it can see and falls bac
 reason otherwise; the search compares the fused and the 3-dispatch plans."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -12,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpusim
+from gpusim import program as P
 from gpusim.hw import get_arch
 from compiler import builders as B
 from compiler.graph import Graph
 from compiler.lower import lower
-from compiler.lower.attention import Attention, tolerance
+from compiler.lower.attention import Attention, check_schedule, tolerance
 from compiler.lower.common import memory_image
 from compiler.passes import fuse
 from compiler.plan import execute_plan, max_error
@@ -80,6 +82,63 @@ def test_fused_attention_equals_numpy(heads, sq, sk, dk, dv, mask, pick, arch):
     legal = [c for c in schedule_space(g, d, get_arch(arch)) if c.legal]
     assert legal
     run(g, legal[pick % len(legal)].knobs, arch)
+
+
+@SETTINGS
+@given(heads=st.integers(1, 2), sq=st.integers(1, 70), sk=st.integers(1, 70),
+       dk=st.integers(16, 128), dv=st.integers(16, 128),
+       mask=st.sampled_from(["none", "additive", "causal"]), pick=st.integers(0, 10_000),
+       arch=st.sampled_from(["gfx942", "gfx90a"]))
+def test_mfma_attention_equals_numpy(heads, sq, sk, dk, dv, mask, pick, arch):
+    """The matrix-core variant over the same shapes and masks (head dims that are not a
+    multiple of the MFMA's k slots, keys and queries that do not fill a block)."""
+    if mask == "causal":
+        sk = sq
+    g = attention_graph(heads, sq, sk, dk, dv, mask)
+    d = next(d for d in fuse(g).dispatches if d.kind == "attention")
+    legal = [c for c in schedule_space(g, d, get_arch(arch))
+             if c.legal and c.knobs["mma"] == "mfma"]
+    assert legal
+    k, _, _, _ = run(g, legal[pick % len(legal)].knobs, arch)
+    assert k.meta["mfma_shape"] and any(isinstance(s, P.Mfma) for s in P.walk(k.body))
+
+
+@pytest.mark.parametrize("mask,knobs", [
+    ("none", dict(BQ=32, BK=32, waves=1, RM=1, q_in="registers", lds_pad=4)),
+    ("additive", dict(BQ=32, BK=16, waves=1, RM=2, q_in="lds", lds_pad=1)),
+    ("causal", dict(BQ=32, BK=32, waves=2, RM=1, q_in="registers", lds_pad=0))])
+def test_mfma_jit_and_python_engines_agree(mask, knobs):
+    g = attention_graph(1, 37, 37, 17, 20, mask)
+    knobs = {"mma": "mfma", "row_stats": "registers", **knobs}
+    _, a, _, _ = run(g, knobs, jit=True)
+    _, b, _, _ = run(g, knobs, jit=False)
+    for name in a.outputs:
+        np.testing.assert_array_equal(a.outputs[name], b.outputs[name])
+    assert a.cycles == b.cycles
+    assert a.counters["mfma_insts"] > 0
+
+
+def test_mfma_schedules_the_check_refuses():
+    g = attention_graph(1, 64, 64, 32, 32)
+    a = Attention(g, next(d for d in fuse(g).dispatches if d.kind == "attention"))
+    ok = {"mma": "mfma", "BQ": 64, "BK": 32, "waves": 2, "RM": 1, "q_in": "registers",
+          "row_stats": "registers", "lds_pad": 4}
+    cdna, rdna = get_arch("gfx942"), get_arch("gfx1100")
+    assert check_schedule(a, ok, cdna) == ""
+    assert "wave64" in check_schedule(a, ok, rdna)
+    assert "waves x RM x 32 or x 16" in check_schedule(a, {**ok, "BQ": 16}, cdna)
+    assert "whole 32-key" in check_schedule(a, {**ok, "BK": 16}, cdna)
+    assert "row statistics in registers" in check_schedule(a, {**ok, "row_stats": "lds"}, cdna)
+    small = dataclasses.replace(cdna, lds_bytes_per_workgroup=8192)
+    assert "LDS" in check_schedule(a, ok, small)
+    big = attention_graph(1, 64, 64, 128, 128)
+    ab = Attention(big, next(d for d in fuse(big).dispatches if d.kind == "attention"))
+    assert "registers per lane" in check_schedule(ab, {**ok, "BK": 64, "RM": 2, "BQ": 128}, cdna)
+    # the space: mfma points on CDNA, one illegal point saying why on RDNA
+    d = next(d for d in fuse(g).dispatches if d.kind == "attention")
+    assert any(c.legal and c.knobs["mma"] == "mfma" for c in schedule_space(g, d, cdna))
+    on_rdna = [c for c in schedule_space(g, d, rdna) if c.knobs.get("mma") == "mfma"]
+    assert len(on_rdna) == 1 and not on_rdna[0].legal and "CDNA" in on_rdna[0].reason
 
 
 @pytest.mark.parametrize("mask,row_stats,q_in", [("none", "registers", "registers"),

@@ -66,6 +66,34 @@ def test_fingerprint_sees_shapes_dtypes_layouts_and_constants():
         tunedb.dispatch_fingerprint(b, fuse(b).dispatches[0])
 
 
+def _linear(w, b, ids=None) -> Graph:
+    g = Graph("lin")
+    x = g.input("x", (16, 8))
+    y = g.add(g.matmul(x, g.constant(w, "w")), g.constant(b, "b"))
+    g.output(y if ids is None else g.gather(y, g.constant(ids, "ids"), axis=0))
+    return g
+
+
+def test_float_weights_enter_the_fingerprint_by_shape_not_by_value():
+    """Layers that differ only in their weights are one tuning job (BERT-base's 12
+    layers); scalars and integer constants (inlined, or deciding addresses) still count."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((8, 32)).astype(np.float32), np.ones(32, np.float32)
+
+    def fp(g):
+        return {tunedb.dispatch_fingerprint(g, d) for d in fuse(g).dispatches}
+    assert fp(_linear(w, b)) == fp(_linear(2 * w, -b))
+    assert fp(_linear(w, b[:1])) != fp(_linear(w, -b[:1]))              # a scalar
+    ids = np.arange(4, dtype=np.int32)
+    assert fp(_linear(w, b, ids)) != fp(_linear(w, b, ids[::-1].copy()))  # indices
+    from compiler.frontends.onnx import load_onnx
+    from pathlib import Path
+    g = load_onnx(Path(__file__).parent / "data" / "bert_2layer.onnx")
+    ds = fuse(g).dispatches
+    assert len({tunedb.dispatch_fingerprint(g, d) for d in ds}) < len(ds) // 2 + 2
+
+
 def test_second_tune_simulates_nothing_and_gives_the_same_result(tmp_path, counted):
     g = load_model("layernorm")
     db = tunedb.TuneDB(tmp_path / "t.sqlite3")

@@ -78,6 +78,13 @@ def report(path: str, budget: int | None, arch: Arch, cache: str | None = None) 
         row["distinct_dispatches"] = len({tunedb.dispatch_fingerprint(g, d.dispatch)
                                           for d in res.dispatches})
         row["predicted_us"] = round(res.total_time_us, 2)
+        row["roofline_us"] = round(res.roofline_time_us, 2)
+        # the dispatches furthest over their own roofline (where the time goes)
+        worst = sorted(res.dispatches, key=lambda d: -d.best.time_us / max(d.roofline_us, 1e-9))
+        row["worst_vs_roofline"] = [
+            {"name": d.name, "time_us": round(d.best.time_us, 2),
+             "x_roofline": round(d.best.time_us / max(d.roofline_us, 1e-9), 1)}
+            for d in worst[:3]]
         row["unfused_predicted_us"] = round(res.unfused_time_us, 2)
         row["kernels_match_numpy"] = not res.mismatches
     return row

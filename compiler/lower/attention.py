@@ -1,6 +1,7 @@
 """The lowering of the attention dispatch kind (``compiler.passes.attention``) and the one
 legality check its space (``compiler.schedule.attention``) shares: ``O = softmax(f(Q K^T))
-V`` in one kernel with the online softmax (FlashAttention's algorithm, FMA micro-kernels).
+V`` in one kernel with the online softmax (FlashAttention's algorithm), with FMA
+micro-kernels (``mma=fma``) or on CDNA's matrix cores (``mma=mfma``, :class:`_MfmaBuilder`).
 
 One workgroup owns ``BQ`` query rows of one (batch, head). It stages its Q block in LDS
 once, then walks the keys in blocks of ``BK``: stage the K and V blocks in LDS, compute
@@ -16,7 +17,7 @@ exp(x_c - m_j) * prod exp(m_j - m_{j+1}) = exp(x_c - m_final), so acc / l = sum_
 softmax(x)_c V[c]. S and P never reach global memory: the kernel reads Q, K, V (and the
 mask) and writes O.
 
-Threads: ``T = waves * wave_size``; a row has ``TPR = T / BQ`` threads (consecutive
+mma=fma. Threads: ``T = waves * wave_size``; a row has ``TPR = T / BQ`` threads (consecutive
 lanes). Thread ``j`` of a row computes the scores of keys ``j, j+TPR, ...`` of the block
 and owns output columns ``j, j+TPR, ...`` of the row (``NV = ceil(Dv / TPR)``
 accumulators). The row's maximum and sum combine the TPR partials either by xor shuffles
@@ -31,9 +32,12 @@ and not stored.
 
 Numerics (what the tests hold it to, see :func:`tolerance`): the fused kernel reorders
 the sums of the reference (numpy computes S, then the softmax row by row, then P @ V) and
-adds one rounding per rescale, so its error grows with the number of key blocks.
-Model simplification: the MFMA variant of this kernel is not built; the FMA one is what
-the search scores.
+adds one rounding per rescale, so its error grows with the number of key blocks. The
+MFMA variant sums each block of k products exactly and rounds once (as gpusim models the
+instruction), within the same bound.
+Model simplifications of the MFMA variant: its query block is one MFMA block per wave
+and RM (no split of the keys over waves or workgroups); the V operand is read from LDS
+one word per lane per step (a transposed V tile would allow wider reads).
 """
 from __future__ import annotations
 
@@ -49,6 +53,9 @@ from .emitter import RegisterNamer, ValueEmitter, unravel
 #: the score of a key past the end of the last block: exp(-1e30 - m) is exactly 0, and
 #: no rescale sees -inf - -inf (every row's first block holds key 0)
 NEG = -1.0e30
+MMAS = ("fma", "mfma")
+#: mma=mfma: the MFMA block edge M (query rows of one wave block) -> the instruction
+MFMA_FOR_BLOCK = {32: "32x32x2f32", 16: "16x16x4f32"}
 BQS = (16, 32, 64, 128)
 BKS = (16, 32, 64)
 WAVES = (1, 2, 4)
@@ -78,6 +85,7 @@ class Attention:
     """The attention of a dispatch: roles of its ops and the extents."""
 
     def __init__(self, graph: Graph, dispatch):
+        # import cycle: passes -> schedule (the fusion rules' legal-schedule check) -> lower
         from ..passes.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
@@ -99,8 +107,44 @@ class Attention:
         self.batch, self.sq, self.sk, self.dk, self.dv = p.batch, p.sq, p.sk, p.dk, p.dv
 
 
+def mfma_geometry(a: Attention, s: dict) -> dict:
+    """mma=mfma: the block edge M = BQ / (waves x RM) (one MFMA block of M query rows per
+    wave and RM), the instruction, its k slots, accumulators per lane, the head dim padded
+    to whole k-slot runs (DP; the pad columns of Q and K are zero in LDS), the run each
+    lane reads per slot (R) and its LDS read width, and V's columns padded to whole blocks."""
+    m = s["BQ"] // max(s["waves"] * s["RM"], 1)
+    shape = MFMA_FOR_BLOCK.get(m)
+    slots = P.MFMA_WAVE // m if shape else 1
+    rv = 4 if s["lds_pad"] % 4 == 0 else 1
+    dp = ceil_div(a.dk, slots * rv) * slots * rv
+    nacc = P.MFMA_SHAPES[shape][3] if shape else 0
+    return {"M": m, "shape": shape, "slots": slots, "nacc": nacc, "DP": dp, "R": dp // slots,
+            "rv": rv, "DVP": ceil_div(a.dv, m) * m if m else a.dv}
+
+
+def mfma_tile_regs(a: Attention, s: dict, mg: dict) -> dict:
+    """Per-lane registers of the MFMA variant's tiles: S^T and O^T accumulators, Q's run
+    (q_in=registers), the K fragments of one read step and one V operand."""
+    blocks_k, blocks_v = s["BK"] // mg["M"], mg["DVP"] // mg["M"]
+    return {"S": s["RM"] * blocks_k * mg["nacc"], "O": s["RM"] * blocks_v * mg["nacc"],
+            "Q": s["RM"] * mg["R"] if s["q_in"] == "registers" else 0,
+            "frag": blocks_k * mg["rv"] + 1}
+
+
 def geometry(a: Attention, s: dict, wave_size: int) -> dict:
     """Derived sizes of a schedule: threads, threads per row, tiles, LDS bytes."""
+    if s.get("mma", "fma") == "mfma":
+        mg = mfma_geometry(a, s)
+        ls = mg["DP"] + s["lds_pad"]
+        lds = {"Qs": (s["BQ"], ls)} if s["q_in"] == "lds" else {}
+        krows = s["BK"] if s["q_in"] == "lds" else max(s["BK"], s["BQ"])
+        # V's row stride: 16x16 blocks read rows 4 apart (slots 0 and 1) in one b32
+        # phase group of 32 lanes, a 2-way conflict unless 4 rows are 16 banks apart
+        vs = mg["DVP"] + (4 if mg["M"] == 16 and mg["DVP"] % 8 == 0 else 0)
+        lds.update({"Ks": (krows, ls), "Vs": (s["BK"], vs)})
+        return {**mg, "T": s["waves"] * P.MFMA_WAVE, "TPR": mg["slots"], "LS": ls, "VS": vs,
+                "lds": lds, "lds_bytes": 4 * sum(r * c for r, c in lds.values()),
+                "grid": math.prod(a.batch) * ceil_div(a.sq, s["BQ"])}
     t = s["waves"] * wave_size
     tpr = max(t * s["RM"] // s["BQ"], 1)
     nv = ceil_div(a.dv, tpr)
@@ -127,6 +171,11 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
     be allocated, so it is refused here rather than by the simulator."""
     wave_size, lds_limit, vgpr_limit = (arch.wave_size, arch.lds_bytes_per_workgroup,
                                         arch.vgprs_per_lane)
+    mma = s.get("mma", "fma")
+    if mma not in MMAS:
+        return f"mma={mma!r} not in {MMAS}"
+    if mma == "mfma":
+        return _check_mfma(a, s, arch)
     t = s["waves"] * wave_size
     if t > arch.max_block_threads:
         return f"{t} threads per workgroup, over {arch.max_block_threads}"
@@ -152,6 +201,39 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
     if need > vgpr_limit:
         return (f"{need} registers per thread (tiles + {vregs} V values per PV trip) over "
                 f"the {vgpr_limit} VGPRs per lane")
+    if g["lds_bytes"] > lds_limit:
+        return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
+    return ""
+
+
+def _check_mfma(a: Attention, s: dict, arch: Arch) -> str:
+    wave_size, lds_limit, vgpr_limit = (arch.wave_size, arch.lds_bytes_per_workgroup,
+                                        arch.vgprs_per_lane)
+    if wave_size != P.MFMA_WAVE or not arch.mfma_passes:
+        return f"mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942), not {arch.name}"
+    t = s["waves"] * P.MFMA_WAVE
+    if t > arch.max_block_threads:
+        return f"{t} threads per workgroup, over {arch.max_block_threads}"
+    mg = mfma_geometry(a, s)
+    if mg["shape"] is None or s["BQ"] != mg["M"] * s["waves"] * s["RM"]:
+        return (f"mma=mfma: BQ={s['BQ']} must be waves x RM x 32 or x 16 (one MFMA block "
+                f"of query rows per wave and RM), not {s['waves']} x {s['RM']} x "
+                f"{s['BQ'] / (s['waves'] * s['RM']):g}")
+    if s["BK"] % mg["M"]:
+        return f"mma=mfma: BK={s['BK']} keys must be whole {mg['M']}-key MFMA blocks"
+    if s["row_stats"] != "registers":
+        return ("mma=mfma keeps the row statistics in registers (each lane holds one query "
+                "row of the accumulators: row_stats=registers)")
+    r = mfma_tile_regs(a, s, mg)
+    tiles = r["S"] + r["O"] + r["Q"]
+    if tiles > MAX_TILE_REGS:
+        return (f"{r['S']} score + {r['O']} output accumulators"
+                + (f" + {r['Q']} of Q" if r["Q"] else "") + f" registers per lane, over "
+                f"{MAX_TILE_REGS}")
+    if tiles + r["frag"] > vgpr_limit:
+        return (f"{tiles + r['frag']} registers per lane (tiles + {r['frag']} operands) over "
+                f"the {vgpr_limit} VGPRs per lane")
+    g = geometry(a, s, wave_size)
     if g["lds_bytes"] > lds_limit:
         return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
     return ""
@@ -185,6 +267,8 @@ def lower_attention(graph, dispatch, schedule: dict, arch: Arch) -> P.Kernel:
     why = check_schedule(a, s, arch)
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
+    if s.get("mma", "fma") == "mfma":
+        return _MfmaBuilder(a, s, arch.wave_size).build()
     return _Builder(a, s, arch.wave_size).build()
 
 
@@ -211,14 +295,24 @@ class _Builder:
         kinds = self.em.analyse_access(tensor, 4)
         return 4 if kinds and all(k == "vector" for k in kinds.values()) else 1
 
+    def copy_trips(self, R: int, C: int, tensor: str, vector: bool = True) -> int:
+        """Trips of ``copy_tile``'s staging loop for an R x C tile of ``tensor``."""
+        w = self.width(tensor, C) if vector else 1
+        cg = C // w
+        n, per_trip = (R, self.g["T"] // cg) if self.g["T"] % cg == 0 else (R * cg, self.g["T"])
+        per = ceil_div(n, per_trip)
+        return ceil_div(per, min(per, CHUNK))
+
     def copy_tile(self, out: list, lds: str, R: int, C: int, LS: int, row0, limit: int,
-                  tensor: str, index, it_name: str, vector: bool = True):
+                  tensor: str, index, it_name: str, vector: bool = True, stores=None):
         """Cooperative copy of rows ``row0 .. row0 + R`` (clamped below ``limit``), columns
         ``0 .. C`` of ``tensor`` into LDS array ``lds`` (row stride ``LS``). ``index(row,
         col)`` is the tensor index of an element; ``vector`` says that ``col`` is the
         tensor's innermost index (only then may a vector load run along it). Each thread copies ``CHUNK`` vectors
         per trip, every load issued before the first LDS store waits on one (one memory
-        latency per trip, as hipcc schedules an unrolled copy)."""
+        latency per trip, as hipcc schedules an unrolled copy). ``stores``: a list that
+        takes the LDS stores (a one-trip copy only), the loads going to ``out``, so the
+        loads of the next block can be issued before the math on this one."""
         T, em = self.g["T"], self.em
         w = self.width(tensor, C) if vector else 1
         cg = C // w
@@ -262,7 +356,12 @@ class _Builder:
                        [P.LdsStore(lds, at + x, (v,)) for x, v in enumerate(vals)])
                 body.extend(sts if exact else [P.If(guard, tuple(sts))])
         body = hoist_loads(body)
-        if trips == 1:
+        if stores is not None:
+            if trips != 1:
+                raise LoweringError(f"a copy split from its stores must be one trip, not {trips}")
+            out.extend(x for x in body if not isinstance(x, (P.LdsStore, P.If)))
+            stores.extend(x for x in body if isinstance(x, (P.LdsStore, P.If)))
+        elif trips == 1:
             out.extend(body)
         else:
             out.append(P.For(it, P.i32(0), P.i32(trips), 1, tuple(body)))
@@ -489,5 +588,284 @@ class _Builder:
                         meta={"dispatch": a.dispatch.name, "kind": "attention",
                               "schedule": dict(s), "lds_bytes": g["lds_bytes"],
                               "threads_per_row": TPR, "key_blocks": ceil_div(Sk, BK),
+                              "causal_skip": bool(a.pat.causal and Sq == Sk),
+                              "seq_q": Sq, "seq_k": Sk, "head_dim": D})
+
+
+class _MfmaBuilder(_Builder):
+    """mma=mfma: the transposed products S^T = K Q^T and O^T = V^T P^T on the matrix
+    cores, so that every lane holds one query row (column ``lane % M`` of both
+    accumulators) and the row statistics are per lane.
+
+    Wave w owns RM blocks of M query rows (block k: local rows ``(w * RM + k) * M ..``).
+    Lane l sits in k slot ``l // M`` of the MFMA; in the accumulator layout
+    (``gpusim.program.mfma_acc_elem``) register r of lane l holds row ``base(r) + 4 * slot``
+    and column ``l % M``, base(r) = 8 (r // 4) + r % 4 (32x32) or r (16x16). Hence:
+
+    - QK^T: A = the K block (keys x head dim, from LDS), B = Q^T; slot h of the MFMA sums
+      the head-dim run ``h * R .. (h + 1) * R`` (consecutive words: 16-byte LDS reads, or
+      registers for Q), so every d is summed once. The accumulator register r of lane l is
+      the score of query ``l % M`` with key ``base(r) + 4 * slot``.
+    - row statistics: a lane's partial max / sum runs over its own registers, then the
+      64 / M slots holding the same query combine with xor shuffles at offsets M, 2M, ...
+      (1 for 32x32, 2 for 16x16): no LDS array, no barrier. m, l and alpha are one
+      register per lane and query block; the rescale is acc * alpha on every O^T register.
+    - PV: O^T += V^T P^T, whose k-step t takes the key ``base(t) + 4 * slot`` in slot
+      ``slot``: exactly the key the lane's S^T register t holds. So P never leaves the
+      registers (no LDS round trip, no layout conversion): register t of each score block
+      is the B operand of step t, and A reads V[key][dv] from LDS (consecutive lanes,
+      consecutive words).
+    - the output: O^T registers 4j .. 4j + 3 of a lane are 4 consecutive head-dim columns
+      of its query row, one 16-byte store when Dv % 4 == 0.
+    """
+
+    def k_source(self) -> str:
+        """K itself when K^T is a transpose inside the dispatch (rows = keys, vector loads
+        along the head dim), else K^T as it is in memory."""
+        a = self.a
+        kop = a.graph.op(a.kt)
+        rank = kop.type.rank
+        if a.kt in a.dispatch.ops and kop.kind == "transpose" and tuple(kop.attrs["perm"]) \
+                == tuple(range(rank - 2)) + (rank - 1, rank - 2):
+            return kop.inputs[0]
+        return a.kt
+
+    def build(self) -> P.Kernel:
+        a, s, g, em = self.a, self.s, self.g, self.em
+        ksrc = self.k_source()
+        g["prefetch"] = (a.sk > s["BK"] and   # one key block: nothing to overlap
+                         self.copy_trips(s["BK"], a.dk, ksrc, ksrc != a.kt) == 1 and
+                         self.copy_trips(s["BK"], a.dv, a.v) == 1)
+        BQ, BK, RM = s["BQ"], s["BK"], s["RM"]
+        M, shape, nacc, R, rv, LS = g["M"], g["shape"], g["nacc"], g["R"], g["rv"], g["LS"]
+        DP, DVP, VS, slots = g["DP"], g["DVP"], g["VS"], g["slots"]
+        D, Dv, Sq, Sk = a.dk, a.dv, a.sq, a.sk
+        nqb = ceil_div(Sq, BQ)
+        nkb_blocks, nvb = BK // M, DVP // M
+        body = []
+        self.tid = self.let(body, "tid", P.thread_id(), "i32")
+        lane = self.let(body, "lane", P.lane(), "i32")
+        wave = self.let(body, "wave", P.wave_id(), "i32")
+        col = self.let(body, "col", lane % M, "i32")          # this lane's query (column)
+        slot4 = self.let(body, "slot4", (lane // M) * 4, "i32")   # 4 * k slot
+        bid = P.block_id()
+        bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
+        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else P.i32(0)
+        lrow = [self.let(body, "lrow", (wave * RM + k) * M + col, "i32") for k in range(RM)]
+        rows = [self.let(body, "row", qb * BQ + lrow[k], "i32") for k in range(RM)]
+        rowc = [self.let(body, "rowc", P.minimum(r, Sq - 1), "i32") if Sq % BQ else r
+                for r in rows]
+        bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
+        T = g["T"]
+
+        def zero_fill(arr, nrows, c0, c1, stride):
+            """Columns c0 .. c1 of ``nrows`` rows of ``arr`` := 0 (the head-dim pad the
+            MFMA's k slots read; no copy ever writes them)."""
+            w = c1 - c0
+            n = nrows * w
+            for u in range(ceil_div(n, T)):
+                e = self.tid + u * T
+                st = P.LdsStore(arr, (e // w) * stride + c0 + e % w, (P.f32(0.0),))
+                body.append(st if (u + 1) * T <= n else P.If(e < n, (st,)))
+
+        krows = g["lds"]["Ks"][0]
+        if DP > D:
+            zero_fill("Ks", krows, D, DP, LS)
+            if s["q_in"] == "lds":
+                zero_fill("Qs", BQ, D, DP, LS)
+        if DVP > Dv:   # V's pad columns stay zero: their accumulators are never stored
+            zero_fill("Vs", BK, Dv, DVP, VS)
+        # this slot's head-dim run: slot h reads run h, except that 16x16 blocks swap the
+        # slots' two bits (run order 0, 2, 1, 3), so that the two slots a ds_read_b128
+        # phase group serves (lanes 0-3 with 20-23, ...: rows r and r + 4 of slots h and
+        # h + 1) start 2R words apart: a multiple of 32 banks when R is a multiple of 16
+        # words, where R apart (R = 16 at head dim 64) is a 2-way conflict
+        run = (lane // M) if M == 32 else ((lane // M) % 2) * 2 + lane // (2 * M)
+        run0 = self.let(body, "run0", run * R, "i32")
+        qtile = "Qs" if s["q_in"] == "lds" else "Ks"
+        self.copy_tile(body, qtile, BQ, D, LS, qb * BQ, Sq, a.q,
+                       lambda r, c: bidx + (r, c), "iq")
+        qaddr = [self.let(body, "qaddr", lrow[k] * LS + run0, "i32") for k in range(RM)]
+        qreg = None
+        if s["q_in"] == "registers":   # staged through the K array, then held
+            body.append(P.Barrier())
+            qreg = [[] for _ in range(RM)]
+            for k in range(RM):
+                for t0 in range(0, R, rv):
+                    regs = tuple(self.reg("q") for _ in range(rv))
+                    body.append(P.LdsLoad(regs, "Ks", qaddr[k] + t0 if t0 else qaddr[k]))
+                    qreg[k] += list(regs)
+        kaddr = self.let(body, "kaddr", col * LS + run0, "i32")
+        vaddr = self.let(body, "vaddr", slot4 * VS + col, "i32")
+
+        m = [self.reg("m") for _ in range(RM)]
+        l_ = [self.reg("l") for _ in range(RM)]
+        oacc = [[tuple(self.reg(f"o{k}_{b}_") for _ in range(nacc)) for b in range(nvb)]
+                for k in range(RM)]
+        body += [P.Assign(x, P.f32(NEG)) for x in m] + [P.Assign(x, P.f32(0.0)) for x in l_]
+        body += [P.Assign(x, P.f32(0.0)) for row in oacc for blk in row for x in blk]
+
+        kb = P.Var("kb", "i32")
+        ksrc = self.k_source()
+        kidx = (lambda r, c: bidx + (r, c)) if ksrc != a.kt else (lambda r, c: bidx + (c, r))
+        nkb = P.i32(ceil_div(Sk, BK))
+        if a.pat.causal and Sq == Sk:
+            last = P.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
+            nkb = self.let(body, "nkb", P.minimum((last + (BK - 1)) // BK, nkb), "i32")
+
+        def stage(out, first_key, stores=None):
+            self.copy_tile(out, "Ks", BK, D, LS, first_key, Sk, ksrc, kidx, "ik",
+                           vector=ksrc != a.kt, stores=stores)
+            self.copy_tile(out, "Vs", BK, Dv, VS, first_key, Sk, a.v,
+                           lambda r, c: bidx + (r, c), "iv", stores=stores)
+
+        if g["prefetch"]:
+            # block 0 staged before the loop; each trip loads block kb + 1 (clamped: the
+            # last trip reloads its own block, never read) into registers before its math
+            # and stores it to LDS after, so the load latency hides behind the MFMAs
+            if s["q_in"] == "registers":
+                body.append(P.Barrier())   # Q read out of the K array
+            stage(body, P.i32(0))
+            loop = [P.Barrier()]
+            key0 = self.let(loop, "key0", kb * BK, "i32")
+            nxt = self.let(loop, "knext", P.minimum(kb + 1, nkb - 1) * BK, "i32")
+            late = []
+            stage(loop, nxt, late)
+        else:
+            loop = [P.Barrier()]   # Q staged / the previous block's K, V no longer read
+            key0 = self.let(loop, "key0", kb * BK, "i32")
+            stage(loop, key0)
+            loop.append(P.Barrier())
+
+        # S^T blocks (key block i of M keys, query block k): MFMAs over the head-dim runs
+        sacc = [[tuple(self.reg(f"s{k}_{i}_") for _ in range(nacc)) for i in range(nkb_blocks)]
+                for k in range(RM)]
+        loop += [P.Assign(x, P.f32(0.0)) for row in sacc for blk in row for x in blk]
+        def pipelined(steps):
+            """(reads, MFMAs) steps with the reads of step j + 1 issued before the MFMAs
+            of step j: one step's matrix work hides the next one's LDS latency."""
+            out = list(steps[0][0]) if steps else []
+            for j, (_, maths) in enumerate(steps):
+                out += (steps[j + 1][0] if j + 1 < len(steps) else []) + maths
+            return out
+
+        steps = []   # one step: a key block's fragment run (and Q's, with the first)
+        for t0 in range(0, R, rv):
+            if qreg is None:
+                qv = [tuple(self.reg("q") for _ in range(rv)) for _ in range(RM)]
+                qreads = [P.LdsLoad(qv[k], "Qs", qaddr[k] + t0 if t0 else qaddr[k])
+                          for k in range(RM)]
+            else:
+                qv, qreads = [qreg[k][t0:t0 + rv] for k in range(RM)], []
+            for i in range(nkb_blocks):
+                kv = tuple(self.reg("k") for _ in range(rv))
+                reads = [P.LdsLoad(kv, "Ks", kaddr + (i * M * LS + t0) if i or t0 else kaddr)]
+                steps.append((reads + (qreads if i == 0 else []),
+                              [P.Mfma(sacc[k][i], kv[e], qv[k][e], shape)
+                               for e in range(rv) for k in range(RM)]))
+        loop += pipelined(steps)
+
+        def base(r):   # accumulator row of register r, less the lane's 4 * slot
+            return 8 * (r // 4) + r % 4 if M == 32 else r
+
+        chain = []
+        xs = [[[None] * nacc for _ in range(nkb_blocks)] for _ in range(RM)]
+        with em.scope(chain):
+            kk = self.let(chain, "kk", key0 + slot4, "i32")
+            keys = [[self.let(chain, "key", kk + (i * M + base(r)) if i * M + base(r) else kk,
+                              "i32") for r in range(nacc)] for i in range(nkb_blocks)]
+            for k in range(RM):
+                for i in range(nkb_blocks):
+                    for r in range(nacc):
+                        key = keys[i][r]
+                        em.bound = {a.pat.qk: (lambda ix, x=sacc[k][i][r]: x)}
+                        x = em.value(a.pat.scores, bidx + (rowc[k], P.minimum(key, Sk - 1)
+                                                           if Sk % BK else key))
+                        if Sk % BK:
+                            x = P.select(key < Sk, x, P.f32(NEG))
+                        xs[k][i][r] = self.let(chain, "x", x)
+        em.bound = {}
+        loop.extend(hoist_loads(chain))
+
+        def across_slots(out, v, op):
+            f = P.maximum if op == "max" else (lambda x, y: x + y)
+            acc = self.let(out, f"row{op}", v)
+            off = M
+            while off < P.MFMA_WAVE:
+                o = self.reg(f"sh{op}")
+                out.append(P.Shuffle(o, acc, "xor", off))
+                out.append(P.Assign(acc, f(acc, o)))
+                off *= 2
+            return acc
+
+        ps = [[None] * nkb_blocks for _ in range(RM)]
+        for k in range(RM):
+            flat = [x for blk in xs[k] for x in blk]
+            bmax = flat[0]
+            for x in flat[1:]:
+                bmax = P.maximum(bmax, x)
+            bmax = across_slots(loop, bmax, "max")
+            m_new = self.let(loop, "mnew", P.maximum(m[k], bmax))
+            alpha = self.let(loop, "alpha", P.exp(m[k] - m_new))
+            for i in range(nkb_blocks):
+                ps[k][i] = [self.let(loop, "p", P.exp(x - m_new)) for x in xs[k][i]]
+            pflat = [p for blk in ps[k] for p in blk]
+            psum = pflat[0]
+            for p in pflat[1:]:
+                psum = psum + p
+            # l stays this lane's partial sum (alpha is the same on every slot of the
+            # row, m being combined): the slots' partials are added once, after the loop
+            loop.append(P.Assign(l_[k], P.fma(l_[k], alpha, psum)))
+            loop.append(P.Assign(m[k], m_new))
+            loop += [P.Assign(x, x * alpha) for blk in oacc[k] for x in blk]
+
+        # O^T += V^T P^T: step t of key block i takes key i*M + base(t) + 4*slot
+        steps = []
+        for i in range(nkb_blocks):
+            for t in range(nacc):
+                vv = [self.reg("v") for _ in range(nvb)]
+                off = (i * M + base(t)) * VS
+                steps.append(([P.LdsLoad((vv[b],), "Vs", vaddr + (off + b * M)
+                                         if off + b * M else vaddr) for b in range(nvb)],
+                              [P.Mfma(oacc[k][b], vv[b], ps[k][i][t], shape)
+                               for k in range(RM) for b in range(nvb)]))
+        loop += pipelined(steps)
+        if g["prefetch"]:
+            loop += [P.Barrier()] + late   # every wave is done with block kb
+        body.append(P.For(kb, P.i32(0), nkb, 1, tuple(loop)))
+
+        # O = acc / l through PV's epilogue; registers 4j..4j+3 are 4 consecutive columns
+        outt = a.graph.op(a.out).type
+        vec = 4 if Dv % 4 == 0 else 1
+        for k in range(RM):
+            inv = self.let(body, "inv_l", P.f32(1.0) / across_slots(body, l_[k], "sum"))
+            stores = []
+            with em.scope(stores):
+                for b in range(nvb):
+                    for r0 in range(0, nacc, vec):
+                        c0 = self.let(stores, "dv", slot4 + (b * M + base(r0))
+                                      if b * M + base(r0) else slot4, "i32")
+                        st = []
+                        with em.scope(st):
+                            vals = []
+                            for e in range(vec):
+                                em.bound = {a.pat.pv: (lambda ix, x=oacc[k][b][r0 + e], y=inv:
+                                                       x * y)}
+                                vals.append(em.value(a.out, bidx + (rowc[k], c0 + e if e else c0)))
+                            st.append(P.Store(a.out, em.offset(outt, bidx + (rows[k], c0)),
+                                              tuple(vals)))
+                        stores.extend(st if DVP == Dv else [P.If(c0 < Dv, tuple(st))])
+            em.bound = {}
+            body.extend(stores if Sq % BQ == 0 else [P.If(rows[k] < Sq, tuple(stores))])
+
+        lds = tuple(P.LdsArray(name, "f32", shp, LS - D if name in ("Qs", "Ks") else VS - Dv)
+                    for name, shp in g["lds"].items())
+        body = em.provably_aligned(tuple(body), self.ws)
+        return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
+                        T, tuple(body), lds=lds,
+                        meta={"dispatch": a.dispatch.name, "kind": "attention",
+                              "schedule": dict(s), "lds_bytes": g["lds_bytes"],
+                              "mfma_shape": shape, "threads_per_row": slots,
+                              "key_blocks": ceil_div(Sk, BK),
                               "causal_skip": bool(a.pat.causal and Sq == Sk),
                               "seq_q": Sq, "seq_k": Sk, "head_dim": D})

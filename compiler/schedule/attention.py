@@ -5,18 +5,22 @@ The lowering is ``compiler.lower.attention`` (its docstring explains the kernel 
 knob's effect); ``check_schedule`` there is the one legality check the space and the
 lowering share. The space crosses query block x key block x waves x rows per thread x
 where Q lives x where the row statistics live, with ``lds_pad`` crossed on the prior's
-first legal point only, so it stays a few hundred points the search samples.
+first legal point only, so it stays a few hundred points the search samples. ``mma``
+adds the matrix-core variant (CDNA): its query block is waves x RM x 32 or 16 (one MFMA
+block per wave and RM), its row statistics always in registers, so it crosses key block x
+waves x RM x block edge x where Q lives (a few dozen points, in the search like the rest).
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
 
+from gpusim import program as P
 from gpusim.hw import Arch
 
 from ..graph import Graph
-from ..lower.attention import (BKS, BQS, LDS_PADS, Q_IN, RMS, ROW_STATS, WAVES, Attention,
-                               check_schedule)
+from ..lower.attention import (BKS, BQS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS,
+                               WAVES, Attention, check_schedule)
 from ..lower.attention import lower_attention as lower  # noqa: F401  (the kind's lowering)
 from ..lower.common import LoweringError
 from .common import Candidate, knob
@@ -26,6 +30,9 @@ NAME = "attention"
 
 @dataclass(frozen=True)
 class Knobs:
+    mma: str = knob("fma", "fma: VALU micro-kernels; mfma: QK^T and PV on the matrix cores "
+                           "(CDNA only), one block of BQ / (waves x RM) = 32 or 16 query "
+                           "rows per wave and RM")
     BQ: int = knob(16, f"query rows per workgroup, one of {BQS}")
     BK: int = knob(32, f"keys per block streamed through LDS, one of {BKS}")
     waves: int = knob(4, f"waves per workgroup, one of {WAVES}")
@@ -71,17 +78,54 @@ def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
             for w in WAVES:
                 for rm in RMS:
                     for rs, qin in itertools.product(ROW_STATS, Q_IN):
-                        knobs = {"BQ": bq, "BK": bk, "waves": w, "RM": rm, "q_in": qin,
+                        knobs = {"mma": "fma", "BQ": bq, "BK": bk, "waves": w, "RM": rm,
+                                 "q_in": qin,
                                  "row_stats": rs, "lds_pad": 4}
                         why = check_schedule(a, knobs, arch)
                         (illegal if why else legal).append(Candidate(knobs, not why, why))
     legal.sort(key=lambda c: _prior(c.knobs))
+    mfma = _mfma_points(a, arch)
     if legal:
         first = legal[0].knobs
         for pad in LDS_PADS[1:]:
             knobs = {**first, "lds_pad": pad}
             why = check_schedule(a, knobs, arch)
             (illegal if why else legal).append(Candidate(knobs, not why, why))
+    return legal + [c for c in mfma if c.legal] + illegal + [c for c in mfma if not c.legal]
+
+
+def _mfma_prior(k: dict) -> tuple:
+    """Tried first among the MFMA points (a scan at seq 1024, head dim 64 on gfx942): Q in
+    registers, 4 waves, 64-key blocks, one query block per wave, 16x16 blocks."""
+    m = k["BQ"] // (k["waves"] * k["RM"])
+    return (Q_IN.index(k["q_in"]), abs(k["waves"] - 4), abs(k["BK"] - 64), k["RM"], m)
+
+
+def _mfma_points(a: Attention, arch: Arch) -> list[Candidate]:
+    """mma=mfma: every (block edge M, waves, RM, BK, q_in) whose BQ = waves x RM x M is one
+    of the query blocks, with 16-byte fragment reads (lds_pad 4; 0 and 1 crossed on the
+    prior's first legal point only); on an arch without matrix cores one illegal point
+    says why. Points with RM > 1 are opt-in (``--fix RM=2``): gpusim's VGPR estimate
+    counts up to a third fewer registers than hipcc allocates for them (80 vs 124,
+    tests/test_attention_vgprs.py), so the occupancy they would be compared on is not
+    trustworthy."""
+    legal, illegal = [], []
+    for m, w, rm, bk, qin in itertools.product(sorted(MFMA_FOR_BLOCK), WAVES, RMS, BKS, Q_IN):
+        if w * rm * m not in BQS:
+            continue
+        knobs = {"mma": "mfma", "BQ": w * rm * m, "BK": bk, "waves": w, "RM": rm,
+                 "q_in": qin, "row_stats": "registers", "lds_pad": 4}
+        why = check_schedule(a, knobs, arch)
+        (illegal if why else legal).append(Candidate(knobs, not why, why,
+                                                     opt_in="RM" if rm > 1 else ""))
+        if why and arch.wave_size != P.MFMA_WAVE:
+            return illegal
+    legal.sort(key=lambda c: _mfma_prior(c.knobs))
+    for pad in (LDS_PADS[1:] if legal else ()):
+        knobs = {**legal[0].knobs, "lds_pad": pad}
+        why = check_schedule(a, knobs, arch)
+        (illegal if why else legal).append(Candidate(knobs, not why, why,
+                                                     opt_in=legal[0].opt_in))
     return legal + illegal
 
 
