@@ -393,6 +393,8 @@ class _Printer:
         incr = f"{var} += {step}" if step >= 0 else f"{var} -= {-step}"
         if s.unroll:
             self.emit("#pragma unroll", depth)
+        elif s.rolled:
+            self.emit("#pragma unroll 1", depth)
         self.emit(f"for ({init}; {var} < {self.expr(s.stop)}; {incr}) {{", depth)
         self.block(s.body, depth + 1)
         self.emit("}", depth)

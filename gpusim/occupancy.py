@@ -55,7 +55,8 @@ registers are short (a hoisted Q block, many scores per thread; the second half 
 straight-line split-K tile's fragment reads: 87 estimated vs 69-76), which this
 program-order model does not see, yet hoists all of a K loop's reads to the loop top for
 some small tiles (64x64x16: 99 vs 144), and a 1024-thread workgroup, capped at 4 waves
-per SIMD anyway, gets up to 128 VGPRs (41 vs 128). tests/test_contraction_vgprs.py and
+per SIMD anyway, gets up to 128 VGPRs (41 vs 128); fused attention schedules with Q in
+LDS come out one wave pessimistic (124 vs 86). tests/test_contraction_vgprs.py and
 tests/test_attention_vgprs.py pin agreeing points and these gaps.
 
 Occupancy (waves per SIMD, S9): the minimum of
@@ -153,7 +154,9 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             reads = {alias.get(r, r) for r in reads}
             if stmt_defs(s) and not isinstance(s, For) and \
                     not any(v.name in needed for v in stmt_defs(s)):
-                continue  # dead: LLVM removes it
+                points.append((set(), set(), 0))  # dead: LLVM removes it (the point stays
+                kinds.append(type(s))              # so statement counts index points)
+                continue
             temps = sum(_temps(e, uni) for e in stmt_exprs(s))
             defs = {alias.get(v.name, v.name) for v in stmt_defs(s) if v.name in needed}
             points.append((reads, defs, temps))

@@ -551,7 +551,10 @@ class _Builder:
                   for u in range(pw) for e, x in enumerate(vv[u])]   # the trip's loads first
         inner += [P.Assign(accs[k][e], P.fma(pv[k][u], x, accs[k][e]))
                   for u in range(pw) for k in range(RM) for e, x in enumerate(vv[u])]
-        loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner)))
+        # kept a loop in hipcc's output too: fully unrolled (BK / p_vec trips), hipcc 15
+        # issues every trip's P and V reads first and needs all 256 VGPRs plus AGPR spills
+        # (vit_tiny, seq 17: 276 VGPRs; rolled: 85, the estimate 81)
+        loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner), rolled=True))
         nkb = P.i32(ceil_div(Sk, BK))
         if a.pat.causal and Sq == Sk:
             # keys after this query block's last row are masked to -1e4 or less: their
