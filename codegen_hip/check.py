@@ -15,6 +15,7 @@ is checked as gfx940 and the report says so.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -26,7 +27,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from .export import ExportError
+from .names import c_identifier
 from .simfacts import SIM_FORMAT, TARGET_ARCH, sim_info as _sim_info, vgpr_occupancy
 
 #: archs the installed clang does not know, and the one with the same ISA it checks instead.
@@ -365,7 +370,6 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
         pairs = kernels.items() if isinstance(kernels, dict) else \
             ((getattr(k, "name", None), k) for k in kernels)
         for name, k in pairs:
-            from .names import c_identifier
             cname = name if isinstance(kernels, dict) else c_identifier(name)
             if cname not in infos:
                 infos[cname] = _sim_info(k, c_name=cname)
@@ -458,7 +462,6 @@ def to_json(report: dict) -> str:
 
 def render_check(report: dict, console) -> None:
     """A rich table of the compiled kernels, then every disagreement and note."""
-    from rich.table import Table
 
     t = Table(title=f"hipcc check of {report.get('dir')}", show_lines=False)
     for col in ("kernel", "arch", "VGPR (sim)", "SGPR", "LDS B", "scratch", "occ (VGPR/sim)",
@@ -492,7 +495,6 @@ def render_check(report: dict, console) -> None:
 
 def main(argv=None) -> int:
     """``python -m codegen_hip.check DIR [--arch gfx90a,gfx940] [--json]``; exit 1 on disagreement."""
-    import argparse
     ap = argparse.ArgumentParser(prog="python -m codegen_hip.check", description=main.__doc__)
     ap.add_argument("dir")
     ap.add_argument("--arch", default="gfx90a,gfx940")
@@ -506,7 +508,6 @@ def main(argv=None) -> int:
     if args.json:
         print(to_json(report))
     else:
-        from rich.console import Console
         render_check(report, Console())
     return 0 if report["ok"] else 1
 

@@ -28,6 +28,7 @@ numpy's ``maximum`` propagates NaN.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import numpy as np
 
@@ -170,7 +171,6 @@ def plan_declarations(body):
     that declares it, or to "loop" for a counter that every For over it declares in its
     init (it is used nowhere else); ``hoisted`` lists the registers declared at the top.
     """
-    from collections import defaultdict
     refs, dtypes = defaultdict(list), {}
     _collect_refs(body, (), refs, dtypes)
     _all_var_dtypes(body, dtypes)
@@ -393,6 +393,8 @@ class _Printer:
         incr = f"{var} += {step}" if step >= 0 else f"{var} -= {-step}"
         if s.unroll:
             self.emit("#pragma unroll", depth)
+        elif s.rolled:
+            self.emit("#pragma unroll 1", depth)
         self.emit(f"for ({init}; {var} < {self.expr(s.stop)}; {incr}) {{", depth)
         self.block(s.body, depth + 1)
         self.emit("}", depth)

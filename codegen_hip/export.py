@@ -215,7 +215,7 @@ class ExportTarget:
         self._acquire()
 
     def _acquire(self):
-        import fcntl
+        import fcntl  # POSIX only: imported where the lock is taken, not by every user
         for _ in range(100):
             try:
                 fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -275,8 +275,8 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
     ``tolerances``: {array name: (atol, rtol)} overriding the per-dtype defaults.
     ``arch``: a name is resolved here, once (the package's entry point).
     """
-    plan = build_plan(kernels, launches, arrays, arch=get_arch(arch), title=title, expected=expected,
-                      tolerances=tolerances, warmup=warmup, repeats=repeats)
+    plan = build_plan(kernels, launches, arrays, arch=get_arch(arch), title=title,
+                      expected=expected, tolerances=tolerances, warmup=warmup, repeats=repeats)
     if isinstance(out_dir, ExportTarget):
         target, own = out_dir, False
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, GFX90A, GFX942, GFX1100, Arch, get_arch
+from gpusim.occupancy import estimate_vgprs
 from gpusim.program import DTYPE_BYTES, Kernel, LdsLoad, LdsStore, Load, Store, walk
 
 SIM_FORMAT = "wavefuse.sim/1"
@@ -58,16 +59,9 @@ def memory_accesses(kernel: Kernel) -> list[dict]:
 
 def _gpusim_vgprs(kernel: Kernel, arch: Arch):
     """(gpusim's VGPR estimate, where it came from), or (None, why not)."""
-    import gpusim
-    estimate = getattr(gpusim, "estimate_vgprs", None)
-    if estimate is None:
-        try:
-            from gpusim.occupancy import estimate_vgprs as estimate
-        except ImportError:
-            return None, "gpusim.estimate_vgprs is not available"
     try:
-        return int(estimate(kernel, arch)), "gpusim.estimate_vgprs"
-    except Exception as e:  # an arch gpusim does not model must not stop an export
+        return int(estimate_vgprs(kernel, arch)), "gpusim.estimate_vgprs"
+    except Exception as e:  # an estimate that fails must not stop an export: the sidecar says why
         return None, f"gpusim.estimate_vgprs failed: {type(e).__name__}: {e}"
 
 

@@ -16,7 +16,9 @@ import pkgutil
 import signal
 import sys
 
-from . import __version__
+import numpy as np
+
+from . import __version__, commands
 from .graph import GraphError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
@@ -49,7 +51,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 def command_modules() -> list:
     """Every module in compiler.commands that defines ``register``, sorted by name."""
-    from . import commands
     mods = []
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
@@ -131,7 +132,6 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     old_handlers = _catch_termination()
     try:
-        import numpy as np
         with np.errstate(all="ignore"):  # NaN/Inf in a model are results, not warnings
             code = args.func(args)
     except KeyboardInterrupt:

@@ -72,7 +72,7 @@ def parse_address(text: str) -> tuple[str, object]:
 
 def _import_distributed():
     try:
-        import distributed
+        import distributed  # an optional dependency (the extra wavefuse[cluster])
     except ImportError:
         raise ClusterError("--cluster needs Dask distributed: pip install 'wavefuse[cluster]' "
                            "(or run without --cluster)") from None

@@ -16,10 +16,12 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+from rich.table import Table
+from rich.tree import Tree
 
 from .graph import (Graph, TensorType, is_compute, is_identity_view, live_ops,
                     writes_view_in_place)
-from .reference import evaluate, random_inputs
+from .reference import evaluate
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
            "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "bright_red")
@@ -265,8 +267,6 @@ def _fmt_bytes(n: int) -> str:
 def render_plan(plan: FusionPlan, console) -> None:
     """Rich tree: dispatches (a colour each) with their ops and boundary tensors, then
     the traffic unfused vs fused."""
-    from rich.table import Table
-    from rich.tree import Tree
 
     g = plan.graph
     tree = Tree(f"[bold]{g.name}[/] — {plan.mode} fusion: "

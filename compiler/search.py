@@ -29,12 +29,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import gpusim
 from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
-from . import numerics
+from . import cluster as runner
+from . import numerics, partial, sampling, tunedb
 from .graph import Graph, GraphError
 from .lower import LoweringError, dispatch_kind, lower
 from .lower.common import memory_image
+from .passes import fuse
 from .plan import Decision, unfused_dispatches
 from .reference import evaluate, random_inputs
 from .schedule import Candidate, check_pins, schedule_space
@@ -152,7 +155,6 @@ class TuneResult:
 # ----------------------------------------------------------------------------- scoring
 def score(graph: Graph, dispatch, knobs: dict, arch: Arch) -> Scored:
     """Lowers and simulates one candidate in timing mode; failures become reasons."""
-    import gpusim
     try:
         kernel = lower(graph, dispatch, knobs, arch)
         res = gpusim.simulate(kernel, arch, functional=False)
@@ -320,8 +322,6 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
     tuning. The misses run serially, in ``workers`` processes or on a Dask ``cluster``
     (``compiler.cluster``); results come back in job order, so the choice is the same.
     """
-    from . import cluster as runner
-    from . import tunedb
     fixed = fixed or {}
     store = tunedb.MemoryStore() if store is None else store
     version = tunedb.model_version()
@@ -394,7 +394,6 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
 def _spaces(graph, dispatches, fps, arch, store, version) -> list:
     """Each dispatch's schedule space, computed once per fingerprint and remembered in
     the store (a pure function of the dispatch, the arch and the lowering sources)."""
-    from . import tunedb
     keys = [tunedb.space_key(fp, arch, version) for fp in fps]
     known = store.get_many("spaces", keys)
     fresh, out = {}, []
@@ -434,7 +433,6 @@ def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
     knobs, model version), the whole graph's fingerprint, the seed and the dispatch's
     place in the graph: the same kernel on the same inputs gives the same values, and a
     run whose checks are all remembered evaluates nothing."""
-    from . import sampling, tunedb
     version = tunedb.model_version()
     extent = "all" if check_all else \
         f"sample:{sampling.EDGE}/{sampling.SPREAD}/{sampling.RANDOM}"
@@ -511,7 +509,6 @@ def _compare(got, ref, dtype) -> tuple[float, bool]:
 
 
 def _written(res, kernel) -> dict:
-    from . import sampling
     return {b.name: np.flatnonzero(sampling.written(res.outputs[b.name], b.dtype))
             for b in kernel.buffers if b.intent == "out"}
 
@@ -521,9 +518,7 @@ def _check_rows(graph, kernel, arch, inputs, wgs):
     the rows they wrote only, or None when the rows cannot decide (see verify_dispatches).
     A kernel that reads an intermediate first runs once on zero inputs to learn which
     rows its sample writes (the addresses a kernel writes do not depend on its data)."""
-    import gpusim
 
-    from . import partial, sampling
     outs = [b for b in kernel.buffers if b.intent == "out"]
     ins = [b for b in kernel.buffers if b.intent == "in"]
     if not outs or len(outs) + len(ins) != len(kernel.buffers):
@@ -580,9 +575,7 @@ def _check_rows(graph, kernel, arch, inputs, wgs):
 def _check_whole(graph, d, arch, env, wgs):
     """(max error, match) against the whole reference: every workgroup when ``wgs`` is
     None, else the elements the sample wrote."""
-    import gpusim
 
-    from . import sampling
     k = d.kernel
     inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
               if b.intent != "out"}
@@ -622,8 +615,6 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     ``check_all``: check every workgroup's values, not a sample's. ``arch`` is resolved
     here, once (a name for the Python API's convenience); everything below takes the
     ``Arch``."""
-    from . import tunedb
-    from .passes import fuse
     arch = get_arch(arch)
     check_pins(fixed or {})
     store = tunedb.MemoryStore() if store is None else store

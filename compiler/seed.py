@@ -57,7 +57,13 @@ exceeds the 9.5% gain of the means.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from gpusim.hw import Arch
+
+from .lower.contraction import Gemm
+from .models import load_model
+from .passes import fuse
+from .search import score
 
 PUBLISHED = {
     "source": "shared/seeds/000_27d0e8b7047b9495.txt (rocMLIR PR discussion, MI300, "
@@ -81,7 +87,6 @@ class SeedRow:
 
 
 def contraction_dispatch(graph, aggressive: bool = True):
-    from .passes import fuse
     plan = fuse(graph, aggressive)
     return next(d for d in plan.dispatches if d.kind == "contraction")
 
@@ -89,9 +94,6 @@ def contraction_dispatch(graph, aggressive: bool = True):
 def seed_rows(arch: Arch, tile: dict | None = None) -> list:
     """Every (model, swizzle placement) of the seed with ``tile`` (rocMLIR's by default),
     scored by gpusim in timing mode."""
-    from .lower.contraction import Gemm
-    from .models import load_model
-    from .search import score
     tile = dict(ROCMLIR_TILE if tile is None else tile)
     rows = []
     for model in SEED_MODELS:

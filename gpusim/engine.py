@@ -5,6 +5,12 @@ function here with ``numba.njit(cache=True)``; importing this module directly gi
 pure-Python interpreter of exactly the same code, the reference the JIT path is tested
 against (``simulate(..., jit=False)``).
 
+Written for Numba (compile time and speed, ``python -m gpusim.bench``): the engine never
+allocates (``new_state`` and ``gpusim.sim`` make every array); a constant handed to a helper
+is written ``int(0)`` / ``bool(True)`` (or starts a counter that way), because Numba
+compiles a helper once more for each literal argument; hot per-lane loops work on one
+register row (``F[s, r]``) at a time.
+
 Program. ``gpusim.compile`` turns the kernel tree into ``code`` (one row per instruction:
 opcode, registers, jump target, timing category, instruction counts) plus a scoreboard
 table ``srcs`` (the registers each instruction reads). Each wave has an f32 and an i32
@@ -285,28 +291,29 @@ def iun(op, x):
     return 0
 
 
-def cache_access(tag, lru, rdy, dirty, inst, nsets, ways, line, clock, allocate):
-    """LRU set-associative lookup. Returns (hit, way); way < 0 when not allocated."""
+def cache_access(tag, lru, rdy, dirty, nsets, ways, line, clock, allocate):
+    """LRU set-associative lookup in one cache instance (set x way arrays). Returns
+    (hit, way); way < 0 when not allocated."""
     st = line % nsets
     for w in range(ways):
-        if tag[inst, st, w] == line:
-            lru[inst, st, w] = clock
+        if tag[st, w] == line:
+            lru[st, w] = clock
             return 1, w
     if not allocate:
         return 0, -1
     victim = 0
-    best = lru[inst, st, 0]
+    best = lru[st, 0]
     for w in range(ways):
-        if tag[inst, st, w] < 0:
+        if tag[st, w] < 0:
             victim = w
             break
-        if lru[inst, st, w] < best:
-            best = lru[inst, st, w]
+        if lru[st, w] < best:
+            best = lru[st, w]
             victim = w
-    tag[inst, st, victim] = line
-    lru[inst, st, victim] = clock
-    rdy[inst, st, victim] = 0.0
-    dirty[inst, st, victim] = 0
+    tag[st, victim] = line
+    lru[st, victim] = clock
+    rdy[st, victim] = 0.0
+    dirty[st, victim] = 0
     return 0, victim
 
 
@@ -568,7 +575,7 @@ def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc):
     elif op == OP_ICMP:
         for l in range(W):
             if EX[s, l]:
-                I[s, d, l] = fcmp(aux, np.int64(I[s, a, l]), np.int64(I[s, b, l]))
+                I[s, d, l] = fcmp(aux, np.float64(I[s, a, l]), np.float64(I[s, b, l]))  # i32 exact in f64
     elif op == OP_FUN:
         for l in range(W):
             if EX[s, l]:
@@ -711,8 +718,8 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
     base = buf_tab[aux, 3]
     es = buf_tab[aux, 4]
     secs = sc.dbuf
-    nl = 0
-    ns = 0
+    nl = int(0)
+    ns = int(0)
     nact = 0
     for l in range(W):
         lane_lo[l] = -1
@@ -760,10 +767,10 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
         probe[W, 0] = 1
     nu = unique_sorted(lines, nl)
     # TCP accesses: unique lines per quad of lanes (rocprof coalescing)
-    tcp = 0
+    tcp = int(0)
     quads = 0
     for q in range(W // 4):
-        nq = 0
+        nq = int(0)
         for l in range(4 * q, 4 * q + 4):
             if lane_lo[l] >= 0:
                 qbuf[nq] = lane_lo[l]
@@ -787,7 +794,7 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
         counters[N_GLD_REQ] += 1
         counters[N_GLD_LINES] += nu
         counters[N_GLD_BYTES] += nact * width * es
-    ns = unique_sorted(secs, ns) if store else 0
+    ns = unique_sorted(secs, ns) if store else ns
     done = memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counters)
     if not store:
         for v in range(width):
@@ -819,9 +826,14 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
     l2_sets = p.l2_sets
     l2_ways = p.l2_ways
     free = cu.free
-    l1_rdy = l1.rdy
-    l2_rdy = l2.rdy
-    l2_dirty = l2.dirty
+    l1_tag = l1.tag[0]
+    l1_lru = l1.lru[0]
+    l1_rdy = l1.rdy[0]
+    l1_dirty = l1.dirty[0]
+    l2_tag = l2.tag[l2i]
+    l2_lru = l2.lru[l2i]
+    l2_rdy = l2.rdy[l2i]
+    l2_dirty = l2.dirty[l2i]
     l2_free = free[FR_L2]
     hbm_free = free[FR_HBM]
     clock = cu.clock[0]
@@ -842,32 +854,32 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
             while k < ns and (secs[k] * SECTOR) // l1_line == line:
                 wmask |= 1 << (secs[k] % per_l2)
                 k += 1
-            cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets, l1_ways, line, clock, False)
+            cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line, clock, bool(False))
             t2 = max(tj, l2_free)
             l2_free = t2 + p.l2w_cyc
             counters[N_L2_ACC] += 1
-            hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
-                                    l2_ways, l2line, clock, True)
+            hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
+                                    clock, bool(True))
             st2 = l2line % l2_sets
             if hit2:
                 counters[N_L2_HIT] += 1
-            state = l2_dirty[l2i, st2, w2]
+            state = l2_dirty[st2, w2]
             new = wmask & ~(state & 15)
             if new:
                 nb = popcount4(new) * SECTOR
                 counters[N_HBM_WR] += nb
                 th = max(t2, hbm_free)
                 hbm_free = th + p.hbmw_cyc * nb / l2_line
-            l2_dirty[l2i, st2, w2] = state | wmask | (wmask << 4)
+            l2_dirty[st2, w2] = state | wmask | (wmask << 4)
             done = max(done, t2 + p.l2w_cyc)
         else:
             counters[N_L1_ACC] += 1
-            hit1, w1 = cache_access(l1.tag, l1.lru, l1_rdy, l1.dirty, 0, l1_sets,
-                                    l1_ways, line, clock, True)
+            hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line,
+                                    clock, bool(True))
             st1 = line % l1_sets
             if hit1:
                 counters[N_L1_HIT] += 1
-                arrive = max(tj + p.l1_lat, l1_rdy[0, st1, w1])
+                arrive = max(tj + p.l1_lat, l1_rdy[st1, w1])
             else:
                 first = ((line * l1_line) % l2_line) // SECTOR
                 need = 0
@@ -876,23 +888,23 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
                 t2 = max(tj, l2_free)
                 l2_free = t2 + p.l2_cyc
                 counters[N_L2_ACC] += 1
-                hit2, w2 = cache_access(l2.tag, l2.lru, l2_rdy, l2_dirty, l2i, l2_sets,
-                                        l2_ways, l2line, clock, True)
+                hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
+                                        clock, bool(True))
                 st2 = l2line % l2_sets
-                state = l2_dirty[l2i, st2, w2]
+                state = l2_dirty[st2, w2]
                 missing = need & ~(state >> 4)
                 if missing == 0:
                     counters[N_L2_HIT] += 1
-                    arrive = max(t2 + p.l2_lat, l2_rdy[l2i, st2, w2] + p.l1_lat)
+                    arrive = max(t2 + p.l2_lat, l2_rdy[st2, w2] + p.l1_lat)
                 else:
                     nb = popcount4(missing) * SECTOR
                     th = max(t2, hbm_free)
                     hbm_free = th + p.hbm_cyc * nb / l2_line
                     counters[N_HBM_RD] += nb
                     arrive = th + p.hbm_lat
-                    l2_rdy[l2i, st2, w2] = arrive - p.l1_lat
-                    l2_dirty[l2i, st2, w2] = state | (need << 4)
-                l1_rdy[0, st1, w1] = arrive
+                    l2_rdy[st2, w2] = arrive - p.l1_lat
+                    l2_dirty[st2, w2] = state | (need << 4)
+                l1_rdy[st1, w1] = arrive
             done = max(done, arrive)
     free[FR_L1] = tl + max(tcp, nu)
     free[FR_L2] = l2_free
@@ -1013,7 +1025,7 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
                     dmax = (addr + nbytes - 1) // 4
         if dmax - dmin < nbanks:
             continue  # all dwords within one bank-width window: distinct banks
-        nd = 0
+        nd = int(0)
         for k in range(gsize):
             i = idx[lanes[k]]
             if i >= 0:
@@ -1102,6 +1114,7 @@ def exec_wave_reduce(p, prog, pc, s, t, wv, cu, sc, counters):
     d = code[pc, K_DST]
     aux = code[pc, K_AUX]
     isf = code[pc, K_ISF]
+    bop = B_MAX if aux == R_MAX else B_MIN
     for l in range(W):
         if isf:
             fvals[l] = F[s, a, l]
@@ -1119,10 +1132,8 @@ def exec_wave_reduce(p, prog, pc, s, t, wv, cu, sc, counters):
                     yf = fvals[m]
                     if aux == R_SUM:
                         rf = np.float64(np.float32(xf + yf))
-                    elif aux == R_MAX:
-                        rf = fbin(B_MAX, xf, yf)
                     else:
-                        rf = fbin(B_MIN, xf, yf)
+                        rf = fbin(bop, xf, yf)
                     fvals[l] = rf
                     fvals[m] = rf
                 else:
@@ -1210,7 +1221,7 @@ def barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out):
             if wv.STATUS[k] == S_BAR:
                 if timed and cap > 0:
                     add_trace(out.trace, out.trace_n, cap, cu_id, k % p.nsimd, grp.ID[g] * wpw + k - g * wpw,
-                              wv.READY[k], rel, T_BARRIER)
+                              wv.READY[k], rel, int(T_BARRIER))
                 wv.STATUS[k] = S_RUN
                 wv.READY[k] = rel
         grp.ARR[g] = 0
@@ -1292,8 +1303,8 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                 grp.IDX[g] = nxt - first
                 launch_wg(g, sess.wgs[nxt], 0.0, p, prog, wv, grp, counters)
                 nxt += 1
-        fast = -1  # the last wave issued, still known to be the earliest-ready one
-        s2 = -1
+        fast = int(-1)  # the last wave issued, still known to be the earliest-ready one
+        s2 = int(-1)
         bt2 = math.inf
         while True:
             s, s2, bt2 = pick_wave(STATUS, READY, fast, s2, bt2)
@@ -1311,7 +1322,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                     per_inst[prod, I_STALL] += opr - t0
                 counters[N_STALL] += opr - t0
                 if timed and cap > 0:
-                    add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t0, opr, T_STALL)
+                    add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t0, opr, int(T_STALL))
                 READY[s] = opr
                 continue
             op = code[pc, K_OP]
@@ -1331,7 +1342,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
             probing = (pc == p.probe_pc and timed and grp.ID[g] == p.probe_wg
                        and s - g * wpw == p.probe_wave and probe[W, 0] == 0)
             if op <= OP_IMOV:
-                if not exec_alu(op, code[pc, K_AUX], code[pc, K_A], code[pc, K_B], code[pc, K_C],
+                if not exec_alu(op, int(code[pc, K_AUX]), code[pc, K_A], code[pc, K_B], code[pc, K_C],
                                 code[pc, K_DST], s, wv.NACT[s] == W, W, wv, out.err, pc):
                     return
             elif op == OP_GLOAD or op == OP_GSTORE:

@@ -11,7 +11,7 @@ Compile options, each for speed (``python -m gpusim.bench`` measures them):
   and ``gpusim.sim`` allocate every array beforehand), so Numba's atomic reference counts
   on each array taken out of a record or passed to a helper were pure cost (a fifth of
   the run time). An allocation inside the engine would now fail to compile.
-- ``forceinline`` on the helpers: LLVM inlines them into ``run``, so a call no longer
+- ``forceinline`` on the hot helpers: LLVM inlines them into ``run``, so a call no longer
   copies the records' array descriptors (hundreds of words per call) on every simulated
   instruction.
 - no C / CPython wrappers for the helpers (only ``run`` is called from Python): those
@@ -35,7 +35,13 @@ _FUNCS = ("wrap32", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_ac
           "memory_lines", "exec_lds", "exec_shuffle", "exec_wave_reduce", "exec_mfma",
           "barrier_arrive", "wave_end", "run")
 _CACHE = not numba.config.BOUNDSCHECK
+#: run once per simulated instruction or more: inlined into ``run`` (see above); the rest
+#: (workgroup launch, barriers, wave end, MFMA, shuffles, trace) stay calls, which keeps
+#: the cold compile shorter
+_INLINE = ("pick_wave", "operands_ready", "issue_time", "issue", "exec_alu", "exec_control",
+           "lane_indices", "exec_vmem", "memory_lines", "cache_access", "unique_sorted",
+           "exec_lds", "wrap32", "popcount4")
 for _name in _FUNCS:
-    _top = _name == "run"
     globals()[_name] = numba.njit(cache=_CACHE, error_model="numpy", _nrt=False, no_cfunc_wrapper=True,
-                                  no_cpython_wrapper=not _top, forceinline=not _top)(globals()[_name])
+                                  no_cpython_wrapper=_name != "run",
+                                  forceinline=_name in _INLINE)(globals()[_name])

@@ -33,8 +33,12 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 
+from rich.console import Console
+from rich.table import Table
+
 from gpusim import microbench as mb
 from gpusim.hw import get_arch
+from gpusim.occupancy import occupancy
 from gpusim.sim import simulate
 
 #: short tag -> full citation; rows name the tag, the legend under the table the citation
@@ -145,7 +149,6 @@ def _rdna3_lds_diff(stride_bytes: int, width: int) -> float:
 
 
 def occupancy_waves(arch, block: int, vgprs: int = 0, lds_bytes: int = 0) -> float:
-    from gpusim.occupancy import occupancy
     k = mb.lds_burst(0, 4, 1, 1, get_arch(arch).wave_size, lds_bytes or 4)
     k = type(k)(k.name, k.params, k.grid, block, k.body, k.lds if lds_bytes else ())
     return occupancy(k, arch, vgprs=vgprs or None).waves_per_simd
@@ -273,8 +276,6 @@ def rows(arch: str | None = None) -> list:
 
 
 def render(table_rows, console=None):
-    from rich.console import Console
-    from rich.table import Table
     console = console or Console()
     t = Table(title="gpusim fidelity: simulated predictions vs published measurements",
               show_lines=False)

@@ -55,7 +55,8 @@ registers are short (a hoisted Q block, many scores per thread; the second half 
 straight-line split-K tile's fragment reads: 87 estimated vs 69-76), which this
 program-order model does not see, yet hoists all of a K loop's reads to the loop top for
 some small tiles (64x64x16: 99 vs 144), and a 1024-thread workgroup, capped at 4 waves
-per SIMD anyway, gets up to 128 VGPRs (41 vs 128). tests/test_contraction_vgprs.py and
+per SIMD anyway, gets up to 128 VGPRs (41 vs 128); fused attention schedules with Q in
+LDS come out one wave pessimistic (124 vs 86). tests/test_contraction_vgprs.py and
 tests/test_attention_vgprs.py pin agreeing points and these gaps.
 
 Occupancy (waves per SIMD, S9): the minimum of
@@ -143,6 +144,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     points = []
     kinds = []
     loops = []
+    loop_point = {}
 
     def lin(body):
         for s in body:
@@ -152,13 +154,16 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             reads = {alias.get(r, r) for r in reads}
             if stmt_defs(s) and not isinstance(s, For) and \
                     not any(v.name in needed for v in stmt_defs(s)):
-                continue  # dead: LLVM removes it
+                points.append((set(), set(), 0))  # dead: LLVM removes it (the point stays
+                kinds.append(type(s))              # so statement counts index points)
+                continue
             temps = sum(_temps(e, uni) for e in stmt_exprs(s))
             defs = {alias.get(v.name, v.name) for v in stmt_defs(s) if v.name in needed}
             points.append((reads, defs, temps))
             kinds.append(type(s))
             if isinstance(s, For):
                 start = len(points) - 1
+                loop_point[id(s)] = start  # the hoisting rule names loops, not points
                 lin(s.body)
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
                     loops.append((start, len(points) - 1))
@@ -208,8 +213,8 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi
                     changed = True
-    for name, (loop_at, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
-        a, b = next(span for span in loops if span[0] == loop_at)
+    for name, (loop, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
+        a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
         for c in range(copies):
             key = name if c == 0 else f"{name}#unrolled{c}"
             lo, hi = ranges.get(name, [a, b])
@@ -388,7 +393,7 @@ def _trips(loop: For):
 
 
 def _hoisted_lds_reads(body, alias) -> dict:
-    """LDS reads hipcc hoists out of a loop: register -> (point of that loop, copies).
+    """LDS reads hipcc hoists out of a loop: register -> (that loop's ``For``, copies).
 
     LLVM's LICM moves a load out of a loop when nothing in the loop may write what it
     reads: an LDS array with no store inside the loop, read at an address that does not
@@ -399,15 +404,12 @@ def _hoisted_lds_reads(body, alias) -> dict:
     Inner loops with constant trip counts are fully unrolled first, so a read whose
     address depends only on their counters is hoisted once per trip (``copies``). A loop
     with one trip is no loop in the ISA and hoists nothing."""
-    counter = [0]
     out = {}
 
     def visit(stmts, enclosing):
         for s in stmts:
-            here = counter[0]
-            counter[0] += 1
             if isinstance(s, For):
-                visit(s.body, enclosing + [(here, s)])
+                visit(s.body, enclosing + [(s, s)])
             elif isinstance(s, If):
                 visit(s.then, enclosing)
                 visit(s.orelse, enclosing)

@@ -255,13 +255,17 @@ class Assign(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class For(Stmt):
-    """for (var = start; var < stop; var += step) body. ``unroll`` is a hint for hipcc."""
+    """for (var = start; var < stop; var += step) body. ``unroll`` is a hint for hipcc
+    (unroll fully; the simulator then charges no loop control). ``rolled`` asks hipcc to
+    keep the loop a loop (``#pragma unroll 1``), as the simulator runs it: fully unrolled,
+    hipcc may issue every trip's loads up front and run out of registers."""
     var: Var
     start: Expr
     stop: Expr
     step: int
     body: tuple
     unroll: bool = False
+    rolled: bool = False
 
 
 @dataclass(frozen=True, eq=False)

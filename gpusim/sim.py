@@ -52,7 +52,8 @@ from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.occupancy import occupancy
-from gpusim.program import DTYPE_BYTES, Kernel
+from gpusim.program import (DTYPE_BYTES, Assign, Kernel, LdsLoad, LdsStore, Load, Mfma, Shuffle,
+                            Store, WaveReduce)
 from gpusim.validate import validate
 
 TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma")
@@ -108,7 +109,7 @@ def _program(kernel: Kernel, arch):
 
 def _engine(jit: bool):
     if jit:
-        from gpusim import engine_jit
+        from gpusim import engine_jit  # lazy: numba takes ~1 s to import; jit=False never needs it
         return engine_jit.run
     return E.run
 
@@ -485,7 +486,6 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
 
 def _per_inst(prog, rec, scale):
     """One record per memory / LDS / ALU statement, keyed by its walk-order index."""
-    from gpusim.program import Assign, LdsLoad, LdsStore, Load, Mfma, Shuffle, Store, WaveReduce
     stall = np.zeros(len(prog.statements))
     for pc in range(rec.shape[0]):
         si = prog.inst_stmt[pc]

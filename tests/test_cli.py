@@ -91,14 +91,14 @@ def test_verify_mismatch_exits_1(capsys, monkeypatch):
 def test_verify_checks_a_sample_of_workgroups_unless_check_all(capsys, monkeypatch):
     """verify's simulated-kernels check samples workgroups by default (full-size models
     have thousands per kernel) and checks all with --check-all; --budget is the tune's."""
-    from compiler import search
+    from compiler.commands import verify
     seen = []
-    real = search.tune
+    real = verify.tune
 
     def spy(*a, **kw):
         seen.append((kw["budget"], kw["check_all"]))
         return real(*a, **kw)
-    monkeypatch.setattr(search, "tune", spy)
+    monkeypatch.setattr(verify, "tune", spy)  # the name verify's check calls
     for extra, want in (((), (6, False)), (("--check-all", "--budget", "2"), (2, True))):
         code, out, _ = run(capsys, "verify", "softmax:rows=2,cols=4", "--json", *extra)
         detail = next(c["detail"] for c in json.loads(out)["checks"]

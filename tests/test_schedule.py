@@ -6,7 +6,7 @@ import pytest
 
 from gpusim.hw import GFX942
 from compiler import cli
-from compiler.lower import dispatch_kind
+from compiler.lower import dispatch_kind, lower
 from compiler.models import load_model
 from compiler.passes import fuse
 from compiler.schedule import KINDS, check_pins, knob_names, schedule_space
@@ -35,6 +35,21 @@ def test_every_knob_has_a_default_and_a_meaning():
         for f in dataclasses.fields(mod.Knobs):
             assert f.default is not dataclasses.MISSING and f.metadata["meaning"], (name, f.name)
         mod.Knobs()   # every default given
+
+
+@pytest.mark.parametrize("spec", ["softmax", "mlp:tokens=32,hidden=32,ffn=64",
+                                  "transpose_add:rows=64,cols=64"])
+def test_knob_defaults_are_what_the_lowering_assumes(spec):
+    """A schedule that leaves every knob out lowers to the kernel of its kind's ``Knobs()``:
+    the defaults are written once, in the lowering, and the Knobs read them."""
+    g = load_model(spec)
+    for d in fuse(g).dispatches:
+        kind = {"reduction": "rows", "contraction": "contraction"}.get(dispatch_kind(g, d),
+                                                                      "elementwise")
+        implicit = lower(g, d, {}, GFX942)
+        explicit = lower(g, d, dataclasses.asdict(KINDS[kind].Knobs()), GFX942)
+        assert (repr(implicit.body), implicit.grid, implicit.block) == \
+            (repr(explicit.body), explicit.grid, explicit.block), (spec, d.name)
 
 
 def test_unknown_pin_is_rejected_with_the_kinds_knobs():

@@ -37,6 +37,7 @@ from compiler.lower import dispatch_kind, lower  # noqa: E402
 from compiler.models import load_model  # noqa: E402
 from compiler.passes import fuse  # noqa: E402
 from compiler.schedule import schedule_space  # noqa: E402
+from gpusim.hw import get_arch  # noqa: E402
 from gpusim.occupancy import estimate_vgprs  # noqa: E402
 
 DEFAULT_MODELS = ("mlp", "conv_add_relu:c=256,k=64", "conv_add_relu", "attention",
@@ -66,6 +67,7 @@ def points(models, arch, kinds, mmas, per_dispatch=None, seed=0):
     deduplicated by normalised source; a dispatch whose first point was seen before (the
     same shape in another layer) is skipped whole."""
     seen = set()
+    hw = get_arch(arch)  # this tool's arch (a hipcc target name), resolved once
     for spec in models:
         g = load_model(spec)
         for plan in (fuse(g), fuse(g, aggressive=False)):
@@ -73,7 +75,7 @@ def points(models, arch, kinds, mmas, per_dispatch=None, seed=0):
                 kind = dispatch_kind(g, d)
                 if kind not in kinds:
                     continue
-                cands = [c for c in schedule_space(g, d, arch)
+                cands = [c for c in schedule_space(g, d, hw)
                          if c.legal and c.knobs.get("lowering") != "direct"
                          and (kind != "contraction" or c.knobs.get("mma", "fma") in mmas)]
                 if per_dispatch and len(cands) > per_dispatch:  # the first, then a sample
@@ -83,7 +85,7 @@ def points(models, arch, kinds, mmas, per_dispatch=None, seed=0):
                 first = True
                 for c in cands:
                     try:
-                        k = lower(g, d, c.knobs, arch)
+                        k = lower(g, d, c.knobs, hw)
                     except Exception as exc:  # noqa: BLE001 - a point the lowering refuses
                         print(f"skip {spec} {d.name} {c.label()}: {exc}", file=sys.stderr)
                         continue

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from codegen_hip import ExportError, check_dir, render_check
+from codegen_hip.check import check_archs
+
 from . import common
 
 
 def arch_list(text: str) -> tuple[str, ...]:
     """``gfx90a,gfx940`` -> the targets, checked before anything is compiled."""
-    from codegen_hip import ExportError
-    from codegen_hip.check import check_archs
     try:
         return check_archs(text.split(","))
     except ExportError as exc:
@@ -32,7 +33,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from codegen_hip import check_dir, render_check
     report = check_dir(args.dir, args.arch)
     errors = report["disagreements"]
     if args.json:

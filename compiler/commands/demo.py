@@ -10,11 +10,18 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+import gpusim
+from codegen_hip import emit_kernel
 from gpusim.hw import DEFAULT_ARCH, get_arch
 
+from ..passes import fuse
+from ..plan import render_plan
+from ..search import tune
+from ..views import candidates_data, candidates_view, source_view, timeline_data, timeline_view
 from . import common
 from .cache import add_cache_options, store_of
 from .show import render_graph
+from .tune import render_tune
 
 DEFAULT_MODEL = "layernorm:rows=4096,cols=1024"
 
@@ -38,8 +45,6 @@ def step_graph(state: dict, con) -> dict:
 def step_fusion(state: dict, con) -> dict:
     """Unfused: one dispatch per primitive op. Fused: the three fusion steps of IREE's
     layer-norm study bring it to one dispatch that reads the input once."""
-    from ..passes import fuse
-    from ..plan import render_plan
     graph = state["graph"]
     plans = {m: fuse(graph, aggressive=(m == "aggressive"))
              for m in ("aggressive", "conservative")}
@@ -60,8 +65,6 @@ def step_fusion(state: dict, con) -> dict:
 
 def step_tune(state: dict, con) -> dict:
     """Both plans and the unfused baseline tuned on gfx942; times are simulated."""
-    from ..search import tune
-    from .tune import render_tune
     result = tune(state["graph"], DEMO_ARCH, budget=DEMO_BUDGET, seed=0,
                   store=state.get("store"))
     state["tune"] = result
@@ -72,7 +75,6 @@ def step_tune(state: dict, con) -> dict:
 
 def step_candidates(state: dict, con) -> dict:
     """Why this schedule: the scored candidates of the fused dispatch, fastest first."""
-    from ..views import candidates_data, candidates_view
     d = state["tune"].dispatches[0]
     if con is not None:
         con.print(candidates_view(d, limit=10))
@@ -83,8 +85,6 @@ def step_candidates(state: dict, con) -> dict:
 
 def step_timeline(state: dict, con) -> dict:
     """What the winner's waves do over simulated cycles on one CU."""
-    import gpusim
-    from ..views import timeline_data, timeline_view
     d = state["tune"].dispatches[0]
     res = gpusim.simulate(d.kernel, DEMO_ARCH, functional=False, trace=True)
     state["winner_sim"] = res
@@ -97,8 +97,6 @@ def step_timeline(state: dict, con) -> dict:
 
 def step_source(state: dict, con) -> dict:
     """The winner as HIP, with the simulator's per-line counters in the margin."""
-    from codegen_hip import emit_kernel
-    from ..views import source_view
     d = state["tune"].dispatches[0]
     if con is not None:
         con.print(source_view(d.kernel, state.get("winner_sim"), DEMO_ARCH))

@@ -8,12 +8,15 @@ lines. Buffers hold tensors in their memory layout (see ``memory_image``).
 """
 from __future__ import annotations
 
+from codegen_hip import write_project
+from codegen_hip.export import ExportTarget
 from gpusim.hw import Arch
 
 from ..lower.common import memory_image
 from ..reference import evaluate, random_inputs
-from .tune import add_tune_options, run_tune
+from ..search import SearchError
 from . import common
+from .tune import add_tune_options, run_tune
 
 
 def register(sub) -> None:
@@ -32,7 +35,6 @@ def register(sub) -> None:
 
 def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int = 0):
     """Writes the project for a TuneResult; returns (path, kernel names)."""
-    from codegen_hip import write_project
     inputs = random_inputs(graph, seed)
     env = evaluate(graph, inputs, keep_all=True)
     kernels, launches, arrays, counters = [], [], {}, {}
@@ -55,14 +57,12 @@ def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int =
 
 
 def run(args) -> int:
-    from codegen_hip.export import ExportTarget
     common.fixed_knobs(args.fix)  # a bad pin fails before the target is even locked
     # the target is checked and locked before tuning: a bad one fails in a second, not
     # after the search, and a concurrent export of the same folder is refused
     with ExportTarget(args.output, args.force) as target:
         result = run_tune(args, quiet=args.json)
         if result.mismatches:
-            from ..search import SearchError
             raise SearchError("refusing to export: simulated outputs differ from numpy for "
                               + ", ".join(d.name for d in result.mismatches))
         graph = result.plan.graph

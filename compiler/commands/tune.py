@@ -1,12 +1,17 @@
 """`wavefuse tune MODEL`: the best plan and schedule per dispatch, scored by gpusim."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpusim.hw import DEFAULT_ARCH
 
+from ..cluster import Cluster, cap_workers, parse_address
 from ..search import tune
+from ..seed import PUBLISHED, ROCMLIR_TILE, SEED_MODELS, gains, published_gains
+from ..seed import seed_rows as rows_of
 from . import common
 from .cache import add_cache_options, store_of
 
@@ -52,9 +57,7 @@ def add_tune_options(p) -> None:
 
 
 def run_tune(args, quiet: bool):
-    from contextlib import nullcontext
 
-    from ..cluster import Cluster, cap_workers, parse_address
     fixed = common.fixed_knobs(args.fix)
     graph = common.load(args, whole=args.check_all)
     if args.cluster:
@@ -76,7 +79,6 @@ def run(args) -> int:
     result = run_tune(args, quiet=args.json)
     seed_rows = None
     if _seed_case(result, args):
-        from ..seed import seed_rows as rows_of
         seed_rows = rows_of(result.arch)
     if args.json:
         out = result.to_json()
@@ -92,13 +94,11 @@ def run(args) -> int:
 
 def _seed_case(result, args) -> bool:
     """The rocMLIR seed question: a conv_add_relu model tuned with MFMA on a CDNA arch."""
-    from ..seed import SEED_MODELS
     return (result.model in SEED_MODELS and common.fixed_knobs(args.fix).get("mma") == "mfma"
             and bool(result.arch.mfma_passes))
 
 
 def _seed_json(rows) -> dict:
-    from ..seed import PUBLISHED, ROCMLIR_TILE, gains, published_gains
     one, means = published_gains()
     return {"tile": ROCMLIR_TILE, "published": PUBLISHED,
             "published_gain": {"one_run": one, "five_run_means": means},
@@ -109,7 +109,6 @@ def _seed_json(rows) -> dict:
 def render_seed(rows, console) -> None:
     """The seed's kernel as rocMLIR builds it, every swizzle placement, beside the
     measurement."""
-    from ..seed import PUBLISHED, ROCMLIR_TILE, gains, published_gains
     t = Table(title="rocMLIR seed: MFMA tile as rocMLIR builds it "
                     f"(BM{ROCMLIR_TILE['BM']} BN{ROCMLIR_TILE['BN']} 32x32x2f32 per wave, K "
                     "unsplit); kernel time without launch", expand=False)

@@ -17,7 +17,10 @@ from gpusim.hw import DEFAULT_ARCH
 
 from .. import numerics
 from ..graph import DTYPES, Graph, GraphError
+from ..passes import fuse
+from ..plan import execute_plan
 from ..reference import evaluate, random_inputs
+from ..search import tune
 from . import common
 from .cache import add_cache_options, store_of
 
@@ -98,9 +101,9 @@ def check_onnx(ctx: VerifyContext) -> CheckResult:
     meta = ctx.graph.meta
     if "onnx_model" not in meta:
         return CheckResult(name, "skip", detail="not an ONNX model")
-    from onnx.reference import ReferenceEvaluator
+    from onnx.reference import ReferenceEvaluator  # lazy: ~1 s of start-up for every command
 
-    from onnx.helper import tensor_dtype_to_np_dtype
+    from onnx.helper import tensor_dtype_to_np_dtype  # lazy: as above
 
     model = meta["onnx_model"]
     declared = {vi.name: tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
@@ -141,8 +144,6 @@ def check_onnx(ctx: VerifyContext) -> CheckResult:
 def check_fused_plan(ctx: VerifyContext) -> CheckResult:
     """Both fusion plans, run dispatch by dispatch (only boundary tensors survive between
     dispatches), equal the unfused graph."""
-    from ..plan import execute_plan
-    from ..passes import fuse
     worst, details, ok, tol = 0.0, [], True, 0.0
     for aggressive in (True, False):
         plan = fuse(ctx.graph, aggressive=aggressive)
@@ -159,7 +160,6 @@ def check_fused_plan(ctx: VerifyContext) -> CheckResult:
 def check_simulated(ctx: VerifyContext) -> CheckResult:
     """The tuned kernels (a small seeded search on gfx942), run functionally by gpusim,
     equal numpy: what the simulator times is a correct program."""
-    from ..search import tune
     try:
         result = tune(ctx.graph, DEFAULT_ARCH, budget=ctx.budget, seed=ctx.seed,
                       baseline=False, mode="auto", store=ctx.store,

@@ -10,11 +10,18 @@ small seeded budget (--budget) and show its fastest schedule. Times are simulate
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from rich.console import Console
 
+import gpusim
 from gpusim.hw import DEFAULT_ARCH
 
+from .. import views
+from ..graph import GraphError
+from ..passes import fuse
+from ..search import tune, tune_dispatches
 from . import common
 from .cache import add_cache_options, store_of
 
@@ -66,10 +73,7 @@ def run(args) -> int:
 
 def _check_svg_target(path: str) -> None:
     """--svg FILE must be writable before any tuning starts (fail fast, write nothing)."""
-    import os
-    from pathlib import Path
 
-    from ..graph import GraphError
     p = Path(path)
     if not path.strip() or p.is_dir() or path.endswith(("/", os.sep)):
         raise GraphError(f"--svg {path!r}: give a file name, e.g. --svg view.svg")
@@ -82,11 +86,7 @@ def _check_svg_target(path: str) -> None:
 
 def build(args, store=None):
     """(renderable, title) for the requested view; tuning and simulation happen here."""
-    import gpusim
 
-    from .. import views
-    from ..passes import fuse
-    from ..search import tune, tune_dispatches
 
     graph = common.load(args, compute=args.kind not in ("plan", "explain") or args.tune)
     plan = fuse(graph, aggressive=args.mode == "aggressive")

@@ -32,12 +32,16 @@ node names, which is how ``wavefuse verify`` feeds onnx's ReferenceEvaluator the
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
 
 import numpy as np
 
+# onnx itself is imported inside the functions that use it: every wavefuse command loads
+# this module (through compiler.models) and `import onnx` takes ~0.7 s, onnx.reference
+# ~0.5 s more, so only a command that reads, folds or writes ONNX pays for them.
 from .. import builders as B
 from ..graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
 
@@ -45,7 +49,7 @@ MIN_OPSET = 13
 
 
 def _max_opset() -> int:
-    import onnx.defs
+    import onnx.defs  # lazy: start-up time (see the imports)
     return int(onnx.defs.onnx_opset_version())
 
 
@@ -68,7 +72,7 @@ def _sanitise(name: str) -> str:
 
 
 def _type_name(elem_type: int) -> str:
-    import onnx
+    import onnx  # lazy: start-up time (see the imports)
     try:
         return onnx.TensorProto.DataType.Name(elem_type)
     except ValueError:
@@ -167,7 +171,7 @@ class _Importer:
 
     # ---------------------------------------------------------------- import
     def run(self) -> Graph:
-        from onnx import numpy_helper
+        from onnx import numpy_helper  # lazy: start-up time (see the imports)
 
         graph = self.model.graph
         for init in graph.initializer:
@@ -247,7 +251,7 @@ class _Importer:
 
     # ---------------------------------------------------------------- helpers for rules
     def attr(self, node, name, default=None):
-        from onnx import helper
+        from onnx import helper  # lazy: start-up time (see the imports)
         for a in node.attribute:
             if a.name == name:
                 return helper.get_attribute_value(a)
@@ -278,11 +282,11 @@ _FOLD_WITH_NUMPY = {"GatherElements": _gather_elements}
 
 def _evaluate_node(node, im: _Importer, arrays: list) -> list:
     """One node on constant inputs, by onnx's ReferenceEvaluator (exact ONNX semantics)."""
-    from onnx import helper
+    from onnx import helper  # lazy: start-up time (see the imports)
 
     if node.op_type in _FOLD_WITH_NUMPY:
         return _FOLD_WITH_NUMPY[node.op_type](node, im, arrays)
-    from onnx.reference import ReferenceEvaluator
+    from onnx.reference import ReferenceEvaluator  # lazy: start-up time (see the imports)
 
     names = [f"in{i}" if n else "" for i, n in enumerate(node.input)]
     feeds = {nm: a for nm, a in zip(names, arrays) if nm}
@@ -676,7 +680,6 @@ def _pool(kind):
         full = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
         xp = g.pad(x, full, fill) if any(a or b for a, b in full) else x
         acc = None
-        import itertools
         for offs in itertools.product(*(range(k) for k in kernel)):
             starts = (0, 0) + tuple(o * d for o, d in zip(offs, dil))
             steps = (1, 1) + strides
@@ -805,7 +808,7 @@ def _identity(im: _Importer, node):
 
 
 def _constant(im: _Importer, node):
-    from onnx import numpy_helper
+    from onnx import numpy_helper  # lazy: start-up time (see the imports)
     for a in node.attribute:
         if a.name == "value":
             return _Static(numpy_helper.to_array(a.t))
@@ -1197,7 +1200,7 @@ def _onnx_ranks(model) -> dict:
 def from_model(model, source: str = "<onnx model>", dims: dict | None = None) -> Graph:
     """Imports an in-memory ``onnx.ModelProto`` (checked like a file); ``dims`` pins
     symbolic dimensions by name."""
-    import onnx
+    import onnx  # lazy: start-up time (see the imports)
 
     light = _without_large_initializers(model)
     try:
@@ -1237,7 +1240,7 @@ LARGE_INITIALIZER_BYTES = 1 << 20
 
 def _without_large_initializers(model):
     """The model with its large initializers declared as inputs (type and shape only)."""
-    from onnx import helper
+    from onnx import helper  # lazy: start-up time (see the imports)
     big = [t for t in model.graph.initializer
            if len(t.raw_data) > LARGE_INITIALIZER_BYTES or
            (not t.raw_data and math.prod(t.dims) * 4 > LARGE_INITIALIZER_BYTES)]
@@ -1260,7 +1263,7 @@ def _without_large_initializers(model):
 
 def _pin_dims(model, dims: dict, source: str):
     """A copy of the model whose symbolic input dimensions named in ``dims`` are fixed."""
-    import onnx
+    import onnx  # lazy: start-up time (see the imports)
     named = {d.dim_param for vi in model.graph.input
              for d in vi.type.tensor_type.shape.dim if d.dim_param}
     unknown = sorted(set(dims) - named)
@@ -1280,7 +1283,7 @@ def _pin_dims(model, dims: dict, source: str):
 
 def load_onnx(path, dims: dict | None = None) -> Graph:
     """Reads, checks and imports an ``.onnx`` file."""
-    import onnx
+    import onnx  # lazy: start-up time (see the imports)
 
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -1301,8 +1304,8 @@ def load_onnx(path, dims: dict | None = None) -> Graph:
 def _load_external_data(model, path: str) -> None:
     """Reads initializers kept in external files, naming the file when one is missing or
     lies outside the model's folder (onnx's own error names neither the model nor why)."""
-    import onnx
-    from onnx.external_data_helper import uses_external_data
+    import onnx  # lazy: start-up time (see the imports)
+    from onnx.external_data_helper import uses_external_data  # lazy: start-up time
 
     base = os.path.dirname(os.path.realpath(path))
     external = [t for t in model.graph.initializer if uses_external_data(t)]

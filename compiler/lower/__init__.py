@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
+from .attention import lower_attention
 from .common import LoweringError, dispatch_kind
+from .contraction import lower_contraction
+from .conv import lower_direct_conv
+from .elementwise import lower_elementwise
+from .reduction import lower_generic, lower_rows
+from .transpose import lower_transpose
 
 
 def lower(graph, dispatch, schedule: dict, arch: Arch | str = DEFAULT_ARCH):
@@ -27,23 +33,17 @@ def lower(graph, dispatch, schedule: dict, arch: Arch | str = DEFAULT_ARCH):
                                 f"lowered (only float reductions and powers are); cast "
                                 f"to float first")
     if kind == "attention":
-        from .attention import lower_attention
         return lower_attention(graph, dispatch, schedule, arch)
     if kind == "contraction":
         if schedule.get("lowering") == "direct":
-            from .conv import lower_direct_conv
             return lower_direct_conv(graph, dispatch, schedule, arch)
-        from .contraction import lower_contraction
         return lower_contraction(graph, dispatch, schedule, arch)
     if kind == "reduction":
-        from .reduction import lower_generic, lower_rows
         if schedule.get("lowering") == "generic":
             return lower_generic(graph, dispatch, schedule, arch)
         return lower_rows(graph, dispatch, schedule, arch)
     if schedule.get("transpose", "none") == "lds":
-        from .transpose import lower_transpose
         return lower_transpose(graph, dispatch, schedule, arch)
-    from .elementwise import lower_elementwise
     return lower_elementwise(graph, dispatch, schedule, arch)
 
 

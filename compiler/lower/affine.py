@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph import slice_windows
+
 
 @dataclass(frozen=True)
 class Affine:
@@ -139,7 +141,6 @@ def of_path(graph, tensor: str, path: list) -> Affine | None:
             if a is None:
                 return None
         elif op.kind == "slice":
-            from ..graph import slice_windows
             a = a.slice(slice_windows(op.attrs))
         else:
             a = a.broadcast(tuple(op.type.shape))

@@ -85,6 +85,7 @@ class Attention:
     """The attention of a dispatch: roles of its ops and the extents."""
 
     def __init__(self, graph: Graph, dispatch):
+        # import cycle: passes -> schedule (the fusion rules' legal-schedule check) -> lower
         from ..passes.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
@@ -211,8 +212,8 @@ def _check_mfma(a: Attention, s: dict, arch: Arch) -> str:
     if wave_size != P.MFMA_WAVE or not arch.mfma_passes:
         return f"mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942), not {arch.name}"
     t = s["waves"] * P.MFMA_WAVE
-    if t > 1024:
-        return f"{t} threads per workgroup, over 1024"
+    if t > arch.max_block_threads:
+        return f"{t} threads per workgroup, over {arch.max_block_threads}"
     mg = mfma_geometry(a, s)
     if mg["shape"] is None or s["BQ"] != mg["M"] * s["waves"] * s["RM"]:
         return (f"mma=mfma: BQ={s['BQ']} must be waves x RM x 32 or x 16 (one MFMA block "
@@ -550,7 +551,10 @@ class _Builder:
                   for u in range(pw) for e, x in enumerate(vv[u])]   # the trip's loads first
         inner += [P.Assign(accs[k][e], P.fma(pv[k][u], x, accs[k][e]))
                   for u in range(pw) for k in range(RM) for e, x in enumerate(vv[u])]
-        loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner)))
+        # kept a loop in hipcc's output too: fully unrolled (BK / p_vec trips), hipcc 15
+        # issues every trip's P and V reads first and needs all 256 VGPRs plus AGPR spills
+        # (vit_tiny, seq 17: 276 VGPRs; rolled: 85, the estimate 81)
+        loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner), rolled=True))
         nkb = P.i32(ceil_div(Sk, BK))
         if a.pat.causal and Sq == Sk:
             # keys after this query block's last row are masked to -1e4 or less: their

@@ -72,7 +72,10 @@ from ..graph import Graph
 from . import affine
 from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
                      split_at_last_load)
+from .conv import conv_root_index, setup_conv_gemm
 from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
+from .layout import (forward_index, is_identity, output_maps, output_vectors,
+                     unit_only_reshape)
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")
@@ -311,7 +314,6 @@ class Gemm:
     def _propagate_layout(self, dispatch):
         """Output index maps and, when an output is a view of the result in another
         order, the write direction from its memory (``compiler.lower.layout``)."""
-        from .layout import is_identity, output_maps, output_vectors, unit_only_reshape
         self.out_maps = output_maps(self.graph, dispatch, self.root.name)
         self.out_vec = None
         # a reshape that splits or merges dims on the way to an output: the epilogue's
@@ -327,7 +329,6 @@ class Gemm:
 
     def out_index(self, o, idx):
         """Index of dispatch output ``o`` holding the root element at ``idx``."""
-        from .layout import forward_index
         return forward_index(self.graph, self.out_maps[o], idx)
 
     # ---------------------------------------------------------------- matmul
@@ -382,7 +383,6 @@ class Gemm:
 
     # ---------------------------------------------------------------- conv
     def _conv(self, dispatch):
-        from .conv import setup_conv_gemm
         setup_conv_gemm(self, dispatch, _affine_strides,
                         (Operand, _add, _mul, _div, _mod, _and, _in_range))
 
@@ -396,7 +396,6 @@ class Gemm:
                 idx.append(_mod(rest, s))
                 rest = _div(rest, s)
             return tuple(reversed(idx)) + (m, n)
-        from .conv import conv_root_index
         return conv_root_index(self, b, m, n, (_add, _mul, _div, _mod))
 
     def swizzle_width(self, BM, BN):

@@ -26,9 +26,13 @@ kernel's index expressions.
 """
 from __future__ import annotations
 
+import math
+
+from gpusim import program as P
 from gpusim.hw import Arch
 
-from .common import LoweringError
+from .common import LoweringError, buffers, ceil_div, sanitize
+from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, unravel
 
 
 def conv_geometry(graph, root) -> dict:
@@ -58,7 +62,8 @@ def setup_conv_gemm(gemm, dispatch, affine_strides, ops) -> None:
     sizes, the two operands and ``conv`` facts ``root_index`` and the swizzle use.
     ``affine_strides(graph, dispatch, tensor)`` and ``ops`` (the Operand class and the
     numbers-or-IR helpers ``_add, _mul, _div, _mod, _and, _in_range``) come from the
-    contraction module, which imports this one lazily."""
+    contraction module, which imports this one (so this one imports ``Gemm`` inside
+    ``lower_direct_conv``)."""
     Operand, _add, _mul, _div, _mod, _and, _in_range = ops
     g = gemm.graph
     root = gemm.root
@@ -160,13 +165,9 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     neighbouring threads is served by the vL1D, which is what makes this lowering win
     over the implicit GEMM's 1-column tiles (N = channel multiplier) on depthwise convs.
     The operand formulas are the implicit GEMM's (``setup_conv_gemm``)."""
-    import math
 
-    from gpusim import program as P
 
-    from .common import buffers, ceil_div, sanitize
-    from .contraction import Gemm
-    from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, unravel
+    from .contraction import Gemm  # import cycle: contraction imports the conv helpers above
 
     root = graph.op(dispatch.root)
     why = direct_applies(graph, root)

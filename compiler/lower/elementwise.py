@@ -56,12 +56,17 @@ def iteration_shape(graph: Graph, dispatch) -> tuple:
     return shape
 
 
+#: the knobs ``lower_elementwise`` assumes when a schedule leaves one out (``elems``:
+#: one vector per thread)
+DEFAULTS = {"workgroup": 256, "vector": 1, "elems": 1, "order": "output", "transpose": "none"}
+
+
 def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
     shape = iteration_shape(graph, dispatch)
-    wg = int(schedule.get("workgroup", 256))
-    vec = int(schedule.get("vector", 1))
-    elems = int(schedule.get("elems", vec))
-    perm = iteration_order(graph, dispatch, schedule.get("order", "output"))
+    s = {**DEFAULTS, **schedule}
+    wg, vec = int(s["workgroup"]), int(s["vector"])
+    elems = int(schedule.get("elems", vec))  # one vector per thread unless told
+    perm = iteration_order(graph, dispatch, s["order"])
     inner = perm[-1]
     if vec not in (1, 2, 4):
         raise LoweringError(f"vector={vec}: vector width must be 1, 2 or 4")

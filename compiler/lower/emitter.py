@@ -45,6 +45,7 @@ from gpusim import program as P
 from gpusim.analysis import Divisibility, expr_key, expr_vars
 
 from ..graph import COMPARE, LOGICAL, Graph, GraphError, slice_windows
+from . import affine
 
 # ------------------------------------------------------------------ index arithmetic
 # Small constant-folding constructors keep the emitted index expressions readable (and the
@@ -202,7 +203,6 @@ def vector_access(table: np.ndarray, width: int) -> str:
 def _access_kind(graph: Graph, tensor: str, path: tuple, width: int) -> str:
     """Cached :func:`vector_access` of a tensor through a chain of ops: every candidate
     schedule of a dispatch asks the same question, and the tables can be large."""
-    from . import affine
     ops = [graph.op(n) for n in path]
     a = affine.of_path(graph, tensor, ops)
     if a is not None:  # closed form: no table of the whole iteration space

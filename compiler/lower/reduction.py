@@ -41,6 +41,9 @@ from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unrav
 
 NEG_INF = -3.0e38
 REDUCE_KINDS = ("reduce_sum", "reduce_max", "reduce_mean")
+#: row elements one thread may keep with cache=registers: a budget of this lowering (the
+#: passes need the rest of the registers), far under the Arch's VGPRs per lane
+REGISTER_CACHE_ELEMS = 32
 
 
 # ------------------------------------------------------------------------- analysis
@@ -114,36 +117,49 @@ def _reduction_deps(graph, dispatch, tensor, reds, seen=None):
 
 
 # ------------------------------------------------------------------------- lowering
+def check_schedule(rows: RowShape, s: dict, arch: Arch) -> str:
+    """'' when the row schedule ``s`` (every knob given) is legal on ``arch``, else why
+    not: the one check the rows space (``compiler.schedule.rows``) and ``lower_rows``
+    share."""
+    ws, max_wg = arch.wave_size, arch.max_block_threads
+    mapping, wg, vec = s["mapping"], int(s["workgroup"]), int(s["vector"])
+    if mapping not in ("wave", "workgroup"):
+        return f"mapping={mapping!r}; use wave or workgroup"
+    if wg % ws or not ws <= wg <= max_wg:
+        return f"workgroup={wg} must be a multiple of the wave size {ws}, at most {max_wg}"
+    if vec not in (1, 2, 4) or rows.C % vec:
+        return f"vector={vec} must be 1, 2 or 4 and divide the row ({rows.C})"
+    if s["reduce"] == "lds_tree" and (mapping != "workgroup" or wg & (wg - 1)):
+        return "reduce=lds_tree needs mapping=workgroup and a power-of-two workgroup"
+    chunk = (ws if mapping == "wave" else wg) * vec
+    if s["cache"] == "registers" and (rows.C % chunk or
+                                      rows.C // chunk * vec > REGISTER_CACHE_ELEMS):
+        return (f"cache=registers needs the row split evenly with at most "
+                f"{REGISTER_CACHE_ELEMS} elements per thread (row {rows.C}, {chunk} per pass)")
+    return ""
+
+
+#: the knobs ``lower_rows`` assumes when a schedule leaves one out
+ROW_DEFAULTS = {"mapping": "wave", "workgroup": 256, "vector": 1, "cache": "reread",
+                "reduce": "wave", "passes": "multi"}
+
+
 def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
     rows = RowShape(graph, dispatch)
+    s = {**ROW_DEFAULTS, **schedule}
+    why = check_schedule(rows, s, arch)
+    if why:
+        raise LoweringError(why)
     ws = arch.wave_size
-    mapping = schedule.get("mapping", "wave")
-    wg = int(schedule.get("workgroup", 256))
-    vec = int(schedule.get("vector", 1))
-    cache = schedule.get("cache", "reread")
-    reduce = schedule.get("reduce", "wave")
-    passes = schedule.get("passes", "multi")
+    mapping, wg, vec = s["mapping"], int(s["workgroup"]), int(s["vector"])
+    cache, reduce, passes = s["cache"], s["reduce"], s["passes"]
     C, R = rows.C, rows.R
-    max_wg = arch.max_block_threads
-    if wg % ws or not ws <= wg <= max_wg:
-        raise LoweringError(f"workgroup={wg} must be a multiple of the wave size {ws}, "
-                            f"at most {max_wg}")
-    if vec not in (1, 2, 4) or C % vec:
-        raise LoweringError(f"vector={vec} must be 1, 2 or 4 and divide the row ({C})")
-    if mapping not in ("wave", "workgroup"):
-        raise LoweringError(f"mapping={mapping!r}; use wave or workgroup")
-    if reduce == "lds_tree" and (mapping != "workgroup" or wg & (wg - 1)):
-        raise LoweringError("reduce=lds_tree needs mapping=workgroup and a power-of-two "
-                            "workgroup")
     T = ws if mapping == "wave" else wg
     nwaves = wg // ws
     rows_per_wg = nwaves if mapping == "wave" else 1
     chunk = T * vec
     n_it = ceil_div(C, chunk)
     ragged = C % chunk != 0
-    if cache == "registers" and (n_it * vec > 32 or ragged):
-        raise LoweringError(f"cache=registers needs the row split evenly with at most 32 "
-                            f"elements per thread (row {C}, {chunk} per pass)")
 
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     stmts: list = []
@@ -441,11 +457,15 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 
 # ------------------------------------------------------------------------- fallback
 
+#: the knobs ``lower_generic`` assumes when a schedule leaves one out
+GENERIC_DEFAULTS = {"lowering": "generic", "workgroup": 256}
+
+
 def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
     need not share an iteration space: a fallback must lower whatever fusion formed."""
-    wg = int(schedule.get("workgroup", 256))
+    wg = int({**GENERIC_DEFAULTS, **schedule}["workgroup"])
     n = max(graph.op(o).type.size for o in dispatch.outputs)
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
 

@@ -47,6 +47,8 @@ from .emitter import (BINARY_IR, UNARY_IR, RegisterNamer, ValueEmitter, iadd, id
 TILES = (32, 64)
 WORKGROUPS = (256, 512, 1024)
 PADS = (0, 1)
+#: the knobs ``lower_transpose`` assumes when a schedule leaves one out
+DEFAULTS = {"transpose": "lds", "tile": 32, "workgroup": 256, "lds_pad": 1}
 
 
 def _paths(graph: Graph, dispatch, root: str, tensor: str) -> list:
@@ -138,9 +140,8 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     if isinstance(plan, str):
         raise LoweringError(f"transpose=lds: {plan}; use transpose=none")
     staged, d_i, d_o, shape = plan
-    T = int(schedule.get("tile", 32))
-    wg = int(schedule.get("workgroup", 256))
-    pad = int(schedule.get("lds_pad", 1))
+    s = {**DEFAULTS, **schedule}
+    T, wg, pad = int(s["tile"]), int(s["workgroup"]), int(s["lds_pad"])
     if T not in TILES:
         raise LoweringError(f"tile={T}: the LDS tile is 32 or 64 elements square")
     if pad not in PADS:

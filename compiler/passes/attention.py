@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpusim.hw import ARCHES
 
 from ..graph import Graph
@@ -192,7 +194,6 @@ CAUSAL_MASKED = -1.0e4
 def is_causal_mask(g: Graph, n: str) -> bool:
     """``n`` adds a constant that is 0 at and below the diagonal and <= -1e4 above it (a
     GPT-2 causal mask): the lowering can then skip the key blocks after a query block."""
-    import numpy as np
 
     op = g.op(n)
     if op.kind != "add":

@@ -19,12 +19,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ..lower.common import LoweringError
 from gpusim.hw import Arch
 
-from ..lower.contraction import LDS_PADS, SWIZZLES, Gemm, check_schedule
-from ..lower.layout import forward_index, output_maps
+from ..lower.common import LoweringError
+from ..lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
 from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
+from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
+from ..lower.layout import forward_index, output_maps
 from .common import Candidate, knob
 
 NAME = "contraction"
@@ -32,18 +33,20 @@ NAME = "contraction"
 
 @dataclass(frozen=True)
 class Knobs:
-    mma: str = knob("fma", "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
-                           "(CDNA only, opt-in)")
-    BM: int = knob(64, "block tile rows (M)")
-    BN: int = knob(64, "block tile columns (N)")
-    BK: int = knob(16, "block tile depth (K) per LDS stage")
-    TM: int = knob(4, "thread micro-tile rows")
-    TN: int = knob(4, "thread micro-tile columns")
-    KW: int = knob(1, "wave groups splitting each K tile (partials combined in LDS)")
-    lds_pad: object = knob(4, f"LDS row padding, one of {LDS_PADS}")
-    vec_a: int = knob(4, "global load width of A (the widest legal; narrower is slower)")
-    vec_b: int = knob(4, "global load width of B (the widest legal; narrower is slower)")
-    swizzle: str = knob("none", f"output swizzle placement, one of {SWIZZLES}")
+    mma: str = knob(D["mma"], "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
+                              "(CDNA only, opt-in)")
+    BM: int = knob(D["BM"], "block tile rows (M)")
+    BN: int = knob(D["BN"], "block tile columns (N)")
+    BK: int = knob(D["BK"], "block tile depth (K) per LDS stage")
+    TM: int = knob(D["TM"], "thread micro-tile rows")
+    TN: int = knob(D["TN"], "thread micro-tile columns")
+    KW: int = knob(D["KW"], "wave groups splitting each K tile (partials combined in LDS)")
+    lds_pad: object = knob(D["lds_pad"], f"LDS row padding, one of {LDS_PADS}")
+    vec_a: int = knob(D["vec_a"], "global load width of A (the space sets the widest legal; "
+                                   "narrower is slower)")
+    vec_b: int = knob(D["vec_b"], "global load width of B (the space sets the widest legal; "
+                                   "narrower is slower)")
+    swizzle: str = knob(D["swizzle"], f"output swizzle placement, one of {SWIZZLES}")
     lowering: str = knob("gemm", "gemm: implicit-GEMM tiles; direct: a thread per output "
                                  "(convs with few taps per output, e.g. depthwise)")
     workgroup: int = knob(64, "lowering=direct: threads per workgroup (64 or 256)")
@@ -162,7 +165,6 @@ def with_direct_conv(graph, dispatch, space: list) -> list:
     """A conv with few taps per output (depthwise) also gets the direct lowering
     (``compiler.lower.conv``), tried whatever the budget; the knob ``lowering`` (gemm |
     direct) then tells them apart."""
-    from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
     if direct_applies(graph, graph.op(dispatch.root)):
         return space
     for c in space:

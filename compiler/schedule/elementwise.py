@@ -13,7 +13,7 @@ from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.common import LoweringError, ceil_div
-from ..lower.elementwise import iteration_order, iteration_shape
+from ..lower.elementwise import DEFAULTS as D, iteration_order, iteration_shape
 from ..lower.elementwise import lower_elementwise as lower  # noqa: F401  (the kind's lowering)
 from . import transpose
 from .common import Candidate, knob
@@ -23,12 +23,12 @@ NAME = "elementwise"
 
 @dataclass(frozen=True)
 class Knobs:
-    workgroup: int = knob(256, "threads per workgroup (64 to 1024)")
-    vector: int = knob(1, "elements per access along the innermost iterated dim (1, 2, 4)")
-    elems: int = knob(1, "elements per thread, a multiple of vector, unrolled (at most 16)")
-    order: str = knob("output", "walk the output row-major, or input:<tensor> to walk "
+    workgroup: int = knob(D["workgroup"], "threads per workgroup (64 to 1024)")
+    vector: int = knob(D["vector"], "elements per access along the innermost iterated dim (1, 2, 4)")
+    elems: int = knob(D["elems"], "elements per thread, a multiple of vector, unrolled (at most 16)")
+    order: str = knob(D["order"], "walk the output row-major, or input:<tensor> to walk "
                                 "that input's memory order")
-    transpose: str = knob("none", "none: this naive walk; lds: the transpose kind's tile")
+    transpose: str = knob(D["transpose"], "none: this naive walk; lds: the transpose kind's tile")
 
 
 def check(graph: Graph, dispatch) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from ..graph import Graph
+from ..lower.reduction import GENERIC_DEFAULTS as D
 from ..lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
 from .common import Candidate, knob
 
@@ -19,8 +20,8 @@ NAME = "generic"
 
 @dataclass(frozen=True)
 class Knobs:
-    lowering: str = knob("generic", "generic: the serial fallback (set by the space)")
-    workgroup: int = knob(64, "threads per workgroup (64 or 256)")
+    lowering: str = knob(D["lowering"], "generic: the serial fallback (set by the space)")
+    workgroup: int = knob(D["workgroup"], "threads per workgroup (the space: 64 or 256)")
 
 
 def space(graph: Graph, dispatch, arch: Arch, why: str = "") -> list:

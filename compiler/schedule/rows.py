@@ -12,7 +12,8 @@ from gpusim.hw import Arch
 
 from ..graph import Graph
 from ..lower.common import LoweringError
-from ..lower.reduction import RowShape, _single_pass_pair
+from ..lower.reduction import (REGISTER_CACHE_ELEMS, ROW_DEFAULTS as D, RowShape,
+                               _single_pass_pair, check_schedule)
 from ..lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
 from . import generic
 from .common import Candidate, knob
@@ -22,15 +23,29 @@ NAME = "rows"
 
 @dataclass(frozen=True)
 class Knobs:
-    mapping: str = knob("wave", "wave: a wave per row (several rows per workgroup); "
+    mapping: str = knob(D["mapping"], "wave: a wave per row (several rows per workgroup); "
                                 "workgroup: a workgroup per row")
-    workgroup: int = knob(256, "threads per workgroup, a multiple of the wave size")
-    vector: int = knob(1, "elements per access along the row (1, 2, 4)")
-    cache: str = knob("reread", "reread: loop over the row in every pass; registers: keep "
-                                "the row in registers (at most 32 per thread)")
-    reduce: str = knob("wave", "wave | shuffle | lds_tree: how lanes combine partials")
-    passes: str = knob("multi", "multi: a pass per dependency level; single: Welford / "
+    workgroup: int = knob(D["workgroup"], "threads per workgroup, a multiple of the wave size")
+    vector: int = knob(D["vector"], "elements per access along the row (1, 2, 4)")
+    cache: str = knob(D["cache"], "reread: loop over the row in every pass; registers: keep "
+                                f"the row in registers (at most {REGISTER_CACHE_ELEMS} per "
+                                "thread)")
+    reduce: str = knob(D["reduce"], "wave | shuffle | lds_tree: how lanes combine partials")
+    passes: str = knob(D["passes"], "multi: a pass per dependency level; single: Welford / "
                                 "online softmax for two dependent reductions")
+
+
+def _left_out(knobs: dict, ws: int, C: int) -> str:
+    """Points ``check_schedule`` accepts that the space still leaves out (never the best:
+    idle lanes, or variants only worth one setting), with the reason."""
+    mapping, wg = knobs["mapping"], knobs["workgroup"]
+    if mapping == "workgroup" and wg * knobs["vector"] > C:
+        return f"workgroup of {wg} x {knobs['vector']} wider than the row"
+    if mapping == "wave" and wg != ws and wg > 256:
+        return "more than 4 rows per workgroup"
+    if mapping == "wave" and knobs["reduce"] == "shuffle" and wg != ws * 4:
+        return "shuffle variant only tried at 4 waves"
+    return ""
 
 
 def check(graph: Graph, dispatch) -> str:
@@ -40,7 +55,8 @@ def check(graph: Graph, dispatch) -> str:
 
 
 def space(graph: Graph, dispatch, arch: Arch) -> list:
-    """Candidates for a row dispatch; a non-row dispatch gets the generic fallback only."""
+    """Candidates for a row dispatch, illegal ones marked by the lowering's own
+    ``check_schedule``; a non-row dispatch gets the generic fallback only."""
     try:
         rows = RowShape(graph, dispatch)
     except LoweringError as e:
@@ -59,22 +75,8 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
                         for passes in (("multi", "single") if has_pair else ("multi",)):
                             knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
                                      "cache": cache, "reduce": reduce, "passes": passes}
-                            T = ws if mapping == "wave" else wg
-                            chunk = T * vec
-                            reason = ""
-                            if rows.C % vec:
-                                reason = f"vector {vec} does not divide the row {rows.C}"
-                            elif reduce == "lds_tree" and mapping != "workgroup":
-                                reason = "lds_tree needs a workgroup per row"
-                            elif cache == "registers" and (rows.C % chunk or
-                                                           rows.C // chunk * vec > 32):
-                                reason = "row does not fit in 32 registers per thread"
-                            elif mapping == "workgroup" and chunk > rows.C:
-                                reason = f"workgroup of {wg} x {vec} wider than the row"
-                            elif mapping == "wave" and wg != ws and wg > 256:
-                                reason = "more than 4 rows per workgroup"
-                            elif mapping == "wave" and reduce == "shuffle" and wg != ws * 4:
-                                reason = "shuffle variant only tried at 4 waves"
+                            reason = (check_schedule(rows, knobs, arch)
+                                      or _left_out(knobs, ws, rows.C))
                             out.append(Candidate(knobs, not reason, reason))
     # deduplicate (256 may equal 4 * wave size)
     seen, uniq = set(), []

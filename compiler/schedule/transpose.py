@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from ..graph import Graph
-from ..lower.transpose import PADS, TILES, WORKGROUPS, staging_plan
+from ..lower.transpose import DEFAULTS as D, PADS, TILES, WORKGROUPS, staging_plan
 from ..lower.transpose import lower_transpose as lower  # noqa: F401  (the kind's lowering)
 from .common import Candidate, knob
 
@@ -21,10 +21,10 @@ NAME = "transpose"
 
 @dataclass(frozen=True)
 class Knobs:
-    transpose: str = knob("lds", "lds: stage a tile in LDS (none: the elementwise kind)")
-    tile: int = knob(32, f"tile side T, one of {TILES}")
-    workgroup: int = knob(256, "threads per workgroup, a multiple of T up to T*T")
-    lds_pad: int = knob(1, "words of padding per tile row: 1 spreads a column over the banks")
+    transpose: str = knob(D["transpose"], "lds: stage a tile in LDS (none: the elementwise kind)")
+    tile: int = knob(D["tile"], f"tile side T, one of {TILES}")
+    workgroup: int = knob(D["workgroup"], "threads per workgroup, a multiple of T up to T*T")
+    lds_pad: int = knob(D["lds_pad"], "words of padding per tile row: 1 spreads a column over the banks")
 
 
 def space(graph: Graph, dispatch, arch: Arch) -> list:

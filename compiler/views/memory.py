@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from rich.text import Text
 
+import gpusim
+from gpusim.program import LdsLoad, LdsStore, Load, Store, walk
+
 from .common import ViewError
 
 TOUCH, MISS = "█", "·"
@@ -21,7 +24,6 @@ TOUCH, MISS = "█", "·"
 
 def stmt_label(stmt) -> str:
     """A short description of a memory statement: kind, array and vector width."""
-    from gpusim.program import LdsLoad, LdsStore, Load, Store
     if isinstance(stmt, Load):
         return f"global load {stmt.buffer} x{len(stmt.dsts)}"
     if isinstance(stmt, Store):
@@ -35,7 +37,6 @@ def stmt_label(stmt) -> str:
 
 def memory_insts(kernel, space: str) -> list:
     """Walk-order statement indices of the global ("global") or LDS ("lds") accesses."""
-    from gpusim.program import LdsLoad, LdsStore, Load, Store, walk
     types = (Load, Store) if space == "global" else (LdsLoad, LdsStore)
     return [i for i, s in enumerate(walk(kernel.body)) if isinstance(s, types)]
 
@@ -46,7 +47,6 @@ def _check_inst(kernel, inst, space):
         raise ViewError(f"kernel {kernel.name} has no {'global memory' if space == 'global' else 'LDS'} "
                         f"instruction")
     if inst is not None and inst not in valid:
-        from gpusim.program import walk
         stmts = list(walk(kernel.body))
         listed = ", ".join(f"{i} ({stmt_label(stmts[i])})" for i in valid)
         raise ViewError(f"no {space} instruction {inst} in kernel {kernel.name}; valid: {listed}")
@@ -56,7 +56,6 @@ def _check_inst(kernel, inst, space):
 def _ranked(kernel, arch, space, key, sim_result, inputs):
     """Memory statements of ``space``, worst first by ``key`` of gpusim's per-instruction
     record (one timing simulation, instead of probing every statement)."""
-    import gpusim
     valid = _check_inst(kernel, None, space)
     if sim_result is None:
         sim_result = gpusim.simulate(kernel, arch, inputs, functional=False)
@@ -67,7 +66,6 @@ def _ranked(kernel, arch, space, key, sim_result, inputs):
 
 
 def _first_executed(kernel, arch, order, inputs, what):
-    import gpusim
     for i in order:
         p = gpusim.access_pattern(kernel, arch, i, inputs)
         if p["executed"]:
@@ -94,7 +92,6 @@ def most_conflicted(kernel, arch, inputs=None, sim_result=None) -> tuple[int, di
 def pattern_for(kernel, arch, inst, space, inputs=None, block=0, wave=0,
                 sim_result=None) -> tuple[int, dict]:
     """The access pattern of ``inst`` (validated), or of the worst one when None."""
-    import gpusim
     _check_inst(kernel, inst, space)
     if inst is None:
         return (worst_coalesced if space == "global" else most_conflicted)(

@@ -16,7 +16,10 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from codegen_hip import emit as hip_emit
+from codegen_hip import emit_kernel
 from gpusim.hw import DEFAULT_ARCH, Arch
+from gpusim.program import For, If, walk
 
 #: margin columns: (title, per_inst key, format)
 MARGIN = (("exec", "executions"), ("stall", "stall_cycles"), ("confl", "conflict_cycles"),
@@ -26,8 +29,6 @@ MARGIN = (("exec", "executions"), ("stall", "stall_cycles"), ("confl", "conflict
 def statement_lines(kernel, c_name: str | None = None) -> tuple[list, dict]:
     """(body lines, {walk-order statement index: (first, last) body line}) as the HIP
     printer lays them out. Compound statements (for, if) map to their header line."""
-    from codegen_hip import emit as hip_emit
-    from gpusim.program import For, If, walk
 
     index = {id(s): i for i, s in enumerate(walk(kernel.body))}
 
@@ -69,7 +70,6 @@ class SourceData:
 
 def source_data(kernel, sim_result=None, arch: Arch | str = DEFAULT_ARCH) -> SourceData:
     """The HIP source and, when a SimResult is given, its per-line counters."""
-    from codegen_hip import emit_kernel
     counters = None
     if sim_result is not None:
         c = sim_result.counters

@@ -3,6 +3,7 @@
 The simulator loop lives in ``gpusim.engine``; this package only holds numbers and where
 they come from (see each ``Arch.sources``).
 """
+from gpusim.errors import KernelError
 from gpusim.hw.arch import Arch
 from gpusim.hw.gfx90a import GFX90A
 from gpusim.hw.gfx942 import GFX942
@@ -24,7 +25,6 @@ def get_arch(name) -> Arch:
     key = str(name).lower()
     key = ALIASES.get(key, key)
     if key not in ARCHES:
-        from gpusim.errors import KernelError
         raise KernelError(f"unknown arch {name!r}; known arches: {', '.join(sorted(ARCHES))}")
     return ARCHES[key]
 
