@@ -38,6 +38,7 @@ import numpy as np
 from gpusim.hw import Arch
 
 from .graph import FLOAT_DTYPES, GraphError
+from .passes.attention import is_causal_constant
 
 ENV_VAR = "WAVEFUSE_CACHE"
 FILE_NAME = "tune.sqlite3"
@@ -193,7 +194,9 @@ def _program_constant(op) -> bool:
     """A constant whose values the lowering or the timing can depend on: a scalar (inlined
     as an immediate), an integer or bool tensor (indices and masks decide addresses). A
     float tensor of more elements (a weight, a bias, a mask added to scores) is data the
-    kernel loads like an input: its bytes change neither the program nor its timing."""
+    kernel loads like an input: its bytes change neither the program nor its timing, with
+    one exception the fingerprint records instead of the bytes: a causal mask, which the
+    attention lowering recognises by its values and answers by skipping key blocks."""
     return op.type.size == 1 or op.type.dtype not in FLOAT_DTYPES
 
 
@@ -210,6 +213,8 @@ def dispatch_fingerprint(graph, dispatch) -> str:
         entry = [op.kind, _type(op.type)]
         if op.kind == "constant" and _program_constant(op):
             entry.append(_canon(op.attrs.get("value")))
+        elif op.kind == "constant" and is_causal_constant(op):
+            entry.append("causal")
         body["inputs"].append(entry)
     for n in dispatch.ops:
         op = graph.op(n)

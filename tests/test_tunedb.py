@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from gpusim.hw import GFX942
-from compiler import search, tunedb
+from compiler import builders, search, tunedb
 from compiler.builders import softmax
 from compiler.cli import main
 from compiler.graph import Graph
@@ -224,3 +224,26 @@ def test_several_processes_write_at_once(tmp_path):
     finally:
         db.close()
     assert rows == 240 and mode == "wal"
+
+
+def test_a_causal_mask_enters_the_fingerprint_though_it_is_a_float_constant():
+    """The attention lowering recognises a causal triangle by its values and skips key
+    blocks, so a float mask of the same shape but other values is another tuning job."""
+    import math
+
+    import numpy as np
+
+    def attention(mask):
+        g = Graph("attn")
+        q, k, v = (g.input(n, (2, 16, 16)) for n in "qkv")
+        s = g.mul(g.matmul(q, g.transpose(k, (0, 2, 1))), 1.0 / math.sqrt(16))
+        s = g.add(s, g.constant(mask.astype(np.float32), "mask"))
+        g.output(g.matmul(builders.softmax(g, s), v))
+        return g
+
+    def fp(g):
+        return {tunedb.dispatch_fingerprint(g, d) for d in fuse(g).dispatches}
+    tri = np.where(np.arange(16)[None, :] > np.arange(16)[:, None], -1e4, 0.0)
+    noise = np.random.default_rng(0).standard_normal((16, 16))
+    assert fp(attention(tri)) == fp(attention(2 * tri))     # still causal: same program
+    assert fp(attention(tri)) != fp(attention(noise))       # not causal: no skipping

@@ -166,9 +166,10 @@ def geometry(a: Attention, s: dict, wave_size: int) -> dict:
 
 def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
     """'' when the schedule is legal on ``arch``, else why not (the space and the lowering
-    share it). A schedule whose tiles plus the V values one PV trip loads (p_vec keys x NV
-    columns, all in flight before the FMAs) exceed the arch's VGPRs per lane could never
-    be allocated, so it is refused here rather than by the simulator."""
+    share it). A schedule whose tiles plus the operands one step loads before its FMAs
+    (the V values of a PV trip, or the K values of a QK step) exceed the VGPRs FMAs can
+    use could never be allocated without spills (hipcc: 256 VGPRs + AGPR spills for
+    BQ=64 BK=64 waves=1 on gfx940), so it is refused here rather than by the simulator."""
     wave_size, lds_limit, vgpr_limit = (arch.wave_size, arch.lds_bytes_per_workgroup,
                                         arch.vgprs_per_lane)
     mma = s.get("mma", "fma")
@@ -196,11 +197,18 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
         return (f"{s['RM']} rows x ({g['NC']} scores + {g['NV']} accumulators"
                 + (f" + {a.dk} of Q" if qregs else "") + f") registers per thread, over "
                 f"{MAX_TILE_REGS}")
+    # operands in flight beside the tiles: the V values of one PV trip, or the K values of
+    # one QK step (NC keys x qk_vec x the head-dim chunks loaded before their FMAs: two
+    # with Q in registers, ``steps`` with Q in LDS); FMA operands live in the arch VGPRs
+    # only (gfx90a/gfx942's AGPRs hold MFMA accumulators and spills, not FMA operands)
+    w, chunks = g["qk_vec"], a.dk // g["qk_vec"]
+    kregs = (g["NC"] * w + (s["RM"] * w if s["q_in"] == "lds" else 0)) * min(2, chunks)
     vregs = g["p_vec"] * g["NV"]
-    need = s["RM"] * (g["NC"] + g["NV"]) + qregs + vregs
-    if need > vgpr_limit:
-        return (f"{need} registers per thread (tiles + {vregs} V values per PV trip) over "
-                f"the {vgpr_limit} VGPRs per lane")
+    need = s["RM"] * (g["NC"] + g["NV"]) + qregs + max(vregs, kregs)
+    if need > arch.arch_vgprs_per_lane:
+        return (f"{need} registers per thread (tiles + {max(vregs, kregs)} "
+                + (f"V values per PV trip" if vregs >= kregs else "K values per QK step")
+                + f") over the {arch.arch_vgprs_per_lane} VGPRs per lane FMAs can use")
     if g["lds_bytes"] > lds_limit:
         return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
     return ""

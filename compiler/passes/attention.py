@@ -202,6 +202,26 @@ def is_causal_mask(g: Graph, n: str) -> bool:
         c = g.op(i)
         while c.is_view and c.kind == "broadcast":
             c = g.op(c.inputs[0])
+        if is_causal_constant(c):
+            return True
+    return False
+
+
+def is_causal_constant(c) -> bool:
+    """``c`` is a constant square triangle: 0 at and below the diagonal, <= -1e4 above."""
+    if c.kind != "constant" or c.type.rank < 2:
+        return False
+    val = np.asarray(c.attrs["value"])
+    sq, sk = val.shape[-2:]
+    if sq != sk or val.size != sq * sk:
+        return False
+    m = val.reshape(sq, sk)
+    upper = np.triu(np.ones((sq, sk), bool), 1)
+    return bool(np.all(m[~upper] == 0) and np.all(m[upper] <= CAUSAL_MASKED))
+    for i in op.inputs:
+        c = g.op(i)
+        while c.is_view and c.kind == "broadcast":
+            c = g.op(c.inputs[0])
         if c.kind != "constant" or c.type.rank < 2:
             continue
         val = np.asarray(c.attrs["value"])
