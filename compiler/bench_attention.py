@@ -8,7 +8,9 @@ being the plan's time), the bytes each moves across dispatch boundaries and the 
 HBM bytes, and the winner with the counter that explains it. The fused dispatch's space
 is pinned to ``q_in=registers, row_stats=registers`` (the scan's winners; the other
 values are in the space the search samples) and scored in full, FMA and MFMA points
-alike; the split plan's dispatches get ``--budget`` sampled candidates each. Every
+alike (or, with ``--fused-budget N``, N sampled points, for sizes where scoring every
+point takes too long); the split plan's dispatches get ``--budget`` sampled candidates
+each. Every
 figure is a gpusim prediction, not a measurement.
 """
 from __future__ import annotations
@@ -27,11 +29,12 @@ from .search import attention_decisions, tune_dispatches
 PINS = {"q_in": "registers", "row_stats": "registers", "lds_pad": 4}
 
 
-def row(heads: int, seq: int, dim: int, arch: Arch, budget: int) -> dict:
+def row(heads: int, seq: int, dim: int, arch: Arch, budget: int,
+        fused_budget: int | None = None) -> dict:
     g = load_model(f"attention:heads={heads},seq={seq},dim={dim}")
     fused, split = fuse(g), fuse(g, attention=False)
     t0 = time.time()
-    f = tune_dispatches(g, fused.dispatches, arch, fixed=PINS)
+    f = tune_dispatches(g, fused.dispatches, arch, fixed=PINS, budget=fused_budget)
     s = tune_dispatches(g, split.dispatches, arch, budget=budget)
     [dec] = attention_decisions(g, f, s)
     best = {}
@@ -44,7 +47,8 @@ def row(heads: int, seq: int, dim: int, arch: Arch, budget: int) -> dict:
             **{f"fused_{m}_schedule": c.knobs for m, c in best.items()},
             "fused_plan_bytes": fused.bytes_fused, "split_plan_bytes": split.bytes_fused,
             "fused_schedule": f[0].best.knobs, "fused_wins": dec.fused,
-            "reason": dec.reason, "seconds": round(time.time() - t0, 1)}
+            "reason": dec.reason, "seconds": round(time.time() - t0, 1),
+            "fused_points": "all" if fused_budget is None else f"{fused_budget} sampled"}
 
 
 def main(argv=None) -> int:
@@ -54,6 +58,8 @@ def main(argv=None) -> int:
     p.add_argument("--dims", default="64,128")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--budget", type=int, default=12)
+    p.add_argument("--fused-budget", type=int, default=None,
+                   help="sample this many points of the fused space (default: all)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if not a.json:
@@ -62,7 +68,7 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|")
     for dim in (int(x) for x in a.dims.split(",")):
         for seq in (int(x) for x in a.seqs.split(",")):
-            r = row(a.heads, seq, dim, a.arch, a.budget)
+            r = row(a.heads, seq, dim, a.arch, a.budget, a.fused_budget)
             if a.json:
                 print(json.dumps(r), flush=True)
                 continue
