@@ -35,7 +35,7 @@ import numpy as np
 from gpusim.program import (
     Assign, Barrier, BinOp, Buffer, Cast, Const, DTYPE_BYTES, Expr, Fma, For, If, Kernel,
     LdsLoad, LdsStore, Load, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Special, Store,
-    UnOp, Var, WaveReduce, as_expr, walk,
+    UnOp, Var, WaveReduce, as_expr, walk, COMPARISONS, IR_BINARY, IR_UNARY,
 )
 
 from gpusim.analysis import expr_children, stmt_exprs
@@ -269,31 +269,10 @@ class _Printer:
             return self.special_names[e.name]
         if isinstance(e, ScalarRef):
             return self.param(e.name)
-        if isinstance(e, BinOp):
-            a, b = self.expr(e.a), self.expr(e.b)
-            if e.op in ("min", "max"):
-                fn = ("fminf" if e.op == "min" else "fmaxf") if e.a.dtype == "f32" else e.op
-                return f"{fn}({a}, {b})"
-            if e.op == "pow":
-                return f"powf({a}, {b})"
-            if e.op in ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor"):
-                return f"(int)({a} {_OPS[e.op]} {b})"  # IR comparisons are i32 0/1
-            return f"({a} {_OPS[e.op]} {b})"
-        if isinstance(e, UnOp):
-            a = self.expr(e.a)
-            if e.op == "neg":
-                return f"(-{a})"
-            if e.op == "not":
-                return f"(int)(!{a})"
-            if e.op == "abs":
-                return f"fabsf({a})" if e.a.dtype == "f32" else f"abs({a})"
-            if e.op == "relu":
-                return f"fmaxf({a}, 0.0f)" if e.a.dtype == "f32" else f"max({a}, 0)"
-            if e.op == "recip":
-                return f"(1.0f / {a})"
-            if e.op == "sigmoid":
-                return f"(1.0f / (1.0f + expf(-{a})))"
-            return f"{e.op}f({a})"  # exp log sqrt rsqrt tanh erf
+        if isinstance(e, BinOp):  # spellings: gpusim.program.IR_BINARY
+            return IR_BINARY[e.op].spell(e.a.dtype, self.expr(e.a), self.expr(e.b))
+        if isinstance(e, UnOp):  # spellings: gpusim.program.IR_UNARY
+            return IR_UNARY[e.op].spell(e.a.dtype, self.expr(e.a))
         if isinstance(e, Fma):
             return f"fmaf({self.expr(e.a)}, {self.expr(e.b)}, {self.expr(e.c)})"
         if isinstance(e, Select):
@@ -305,7 +284,8 @@ class _Printer:
     def cond(self, e) -> str:
         """A truth value: a comparison prints without its 0/1 cast (same meaning in C)."""
         text = self.expr(e)
-        if (isinstance(e, BinOp) and e.op in _OPS_CMP) or (isinstance(e, UnOp) and e.op == "not"):
+        if (isinstance(e, BinOp) and e.op in COMPARISONS) or (
+                isinstance(e, UnOp) and IR_UNARY[e.op].kind == "truth"):
             return text[5:]
         return text
 
@@ -532,14 +512,6 @@ class _Printer:
         self.block(self.k.body, 1)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
-
-
-_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%",
-        "shl": "<<", "shr": ">>", "and": "&", "or": "|", "xor": "^", "lt": "<", "le": "<=",
-        "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "land": "&&", "lor": "||"}
-
-
-_OPS_CMP = ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor")
 
 
 def kernel_c_name(kernel: Kernel, namer: Namer | None = None) -> str:

@@ -30,20 +30,23 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
+from .ops import OPS, of
+
 DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
 DTYPE_BYTES = {"f32": 4, "f16": 2, "i32": 4, "bool": 1}
 FLOAT_DTYPES = ("f32", "f16")
 
-UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "relu", "sigmoid", "reciprocal")
+#: per-category views of the op table (compiler/ops.py: one entry per primitive op)
+UNARY = of("unary")
 #: unary ops defined on integers as well as floats (the rest need a float operand)
-INT_UNARY = ("neg", "relu")
-BINARY = ("add", "sub", "mul", "div", "max", "min", "pow")
-COMPARE = ("eq", "lt", "gt", "le", "ge")   # same-dtype operands -> bool
-LOGICAL = ("and", "or", "xor")            # bool operands -> bool
-ELEMENTWISE = UNARY + BINARY + COMPARE + LOGICAL + ("not", "cast", "select")
-REDUCE = ("reduce_sum", "reduce_max", "reduce_mean")
-VIEWS = ("transpose", "reshape", "broadcast", "slice")
-INJECTIVE = ("gather", "pad", "concat")
+INT_UNARY = tuple(k for k in UNARY if OPS[k].ints)
+BINARY = of("binary")
+COMPARE = of("compare")   # same-dtype operands -> bool
+LOGICAL = of("logical")   # bool operands -> bool
+ELEMENTWISE = UNARY + BINARY + COMPARE + LOGICAL + of("elementwise")
+REDUCE = of("reduce")
+VIEWS = of("view")
+INJECTIVE = of("injective")
 
 
 class GraphError(Exception):
@@ -517,16 +520,14 @@ def _conv_out(size, k, stride, pad0, pad1, dil, where):
 def infer_type(kind: str, ins: list, attrs: dict, where: str) -> TensorType:
     """Result type of an op; raises GraphError naming ``where`` when operands do not fit."""
     where = f"node {where!r} ({kind})"
-    arity = {**{k: 1 for k in UNARY + REDUCE + VIEWS + ("cast", "not", "pad")},
-             **{k: 2 for k in BINARY + COMPARE + LOGICAL + ("matmul", "conv2d", "gather")},
-             "select": 3}
-    if kind not in arity and kind != "concat":
+    if kind not in OPS:
         raise UnsupportedError(f"{where}: unknown op kind {kind!r}")
-    if kind == "concat":
+    arity = OPS[kind].arity
+    if arity is None:
         if not ins:
             raise GraphError(f"{where}: expects at least one operand")
-    elif len(ins) != arity[kind]:
-        raise GraphError(f"{where}: expects {arity[kind]} operand(s), got {len(ins)}")
+    elif len(ins) != arity:
+        raise GraphError(f"{where}: expects {arity} operand(s), got {len(ins)}")
     x = ins[0]
     if kind in UNARY:
         if x.dtype not in FLOAT_DTYPES and kind not in INT_UNARY or x.dtype == "bool":

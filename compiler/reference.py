@@ -8,40 +8,17 @@ values: arrays are logical.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op, slice_windows
+from .ops import OPS, erf, funcs  # noqa: F401  (erf: re-exported)
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """Error function; numpy has none, and scipy is not a dependency."""
-    return _erf(x.astype(np.float64)).astype(np.float32)
-
-
-UNARY_FUNCS = {
-    "neg": np.negative,
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "tanh": np.tanh,
-    "erf": erf,
-    "relu": lambda x: np.maximum(x, 0),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "reciprocal": lambda x: 1.0 / x,
-}
-BINARY_FUNCS = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "max": np.maximum, "min": np.minimum, "pow": np.power,
-}
-REDUCE_FUNCS = {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_mean": np.mean}
-COMPARE_FUNCS = {"eq": np.equal, "lt": np.less, "gt": np.greater, "le": np.less_equal,
-                 "ge": np.greater_equal}
-LOGICAL_FUNCS = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+#: numpy functions per category: views of the op table (compiler/ops.py)
+UNARY_FUNCS = funcs("unary")
+BINARY_FUNCS = funcs("binary")
+REDUCE_FUNCS = funcs("reduce")
+COMPARE_FUNCS = funcs("compare")
+LOGICAL_FUNCS = funcs("logical")
 
 
 #: the layout views: the same numpy call on the exact (int/bool) and the f32 paths
@@ -85,7 +62,7 @@ def _eval_exact(op: Op, args: list) -> np.ndarray:
     if k in UNARY_FUNCS:
         r = UNARY_FUNCS[k](a[0])
     elif k == "not":
-        r = np.logical_not(a[0])
+        r = OPS["not"].numpy(a[0])
     elif k == "cast":
         r = a[0]
         if op.type.dtype == "i32" and r.dtype.kind == "f":

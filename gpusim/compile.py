@@ -33,19 +33,15 @@ from gpusim.analysis import Uniformity, expr_vars, stmt_defs
 from gpusim.program import (
     Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, MFMA_SHAPES,
     Mfma, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk, DTYPE_BYTES,
+    IR_BINARY, IR_UNARY,
 )
 
-FBIN = {"add": E.B_ADD, "sub": E.B_SUB, "mul": E.B_MUL, "div": E.B_DIV, "min": E.B_MIN,
-        "max": E.B_MAX, "pow": E.B_POW, "mod": E.B_MOD}
-IBIN = {"add": E.B_ADD, "sub": E.B_SUB, "mul": E.B_MUL, "div": E.B_DIV, "floordiv": E.B_DIV,
-        "mod": E.B_MOD, "min": E.B_MIN, "max": E.B_MAX, "shl": E.B_SHL, "shr": E.B_SHR,
-        "and": E.B_AND, "or": E.B_OR, "xor": E.B_XOR}
-CMP = {"lt": E.C_LT, "le": E.C_LE, "gt": E.C_GT, "ge": E.C_GE, "eq": E.C_EQ, "ne": E.C_NE,
-       "land": E.C_LAND, "lor": E.C_LOR}
-UN = {"neg": E.U_NEG, "exp": E.U_EXP, "log": E.U_LOG, "sqrt": E.U_SQRT, "rsqrt": E.U_RSQRT,
-      "tanh": E.U_TANH, "erf": E.U_ERF, "abs": E.U_ABS, "recip": E.U_RECIP,
-      "sigmoid": E.U_SIGMOID, "relu": E.U_RELU, "not": E.U_NOT}
-TRANSCENDENTAL = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "recip", "sigmoid")
+#: engine opcodes per IR operator and register type: views of program.IR_BINARY/IR_UNARY
+FBIN = {k: o.engine for k, o in IR_BINARY.items() if o.kind in ("arith", "float")}
+IBIN = {k: o.engine for k, o in IR_BINARY.items() if o.kind in ("arith", "int")}
+CMP = {k: o.engine for k, o in IR_BINARY.items() if o.kind == "cmp"}
+UN = {k: o.engine for k, o in IR_UNARY.items()}
+TRANSCENDENTAL = tuple(k for k, o in {**IR_BINARY, **IR_UNARY}.items() if o.transcendental)
 SPECIAL_REG = {"thread_id": 0, "lane": 1, "wave_id": 2, "block_id": 3, "wave_size": 4}
 MEM_KIND = {"f32": 0, "f16": 1, "i32": 2}
 REDUCE = {"sum": E.R_SUM, "max": E.R_MAX, "min": E.R_MIN}
@@ -188,7 +184,7 @@ class _Compiler:
                          reads=reads)
             elif isf:
                 self.alu(E.OP_FBIN, 1, out[1], a[1], b[1], aux=FBIN[e.op],
-                         mult=self.arch.transcendental_rate_divisor if e.op in ("pow", "div") else 1,
+                         mult=self.arch.transcendental_rate_divisor if e.op in TRANSCENDENTAL else 1,
                          reads=reads)
             else:
                 self.alu(E.OP_IBIN, 0, out[1], a[1], b[1], aux=IBIN[e.op], uniform=uniform,

@@ -27,26 +27,83 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from gpusim import engine as E
+
 DTYPES = ("f32", "f16", "i32")
 REG_DTYPES = ("f32", "i32")
 
 # ----------------------------------------------------------------------------- expressions
 
-#: binary operators: name -> (HIP spelling, kind). kind "arith" keeps the operand type,
-#: "cmp" yields i32 0/1, "int" requires i32 operands, "float" requires f32.
-BINARY_OPS = {
-    "add": "+", "sub": "-", "mul": "*", "div": "/",
-    "floordiv": "/", "mod": "%",  # integer only; operands are non-negative in our kernels
-    "min": "min", "max": "max", "pow": "powf",
-    "shl": "<<", "shr": ">>", "and": "&", "or": "|", "xor": "^",
-    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-    "land": "&&", "lor": "||",
+@dataclass(frozen=True)
+class IROp:
+    """One IR operator. ``kind`` is its type rule: a binary op is "arith" (same-type
+    operands, keeps the type), "float" (f32 operands), "int" (i32 operands) or "cmp"
+    (any operands, yields i32 0/1); a unary op is "float" (f32 -> f32), "any" (keeps the
+    type) or "truth" (yields i32 0/1). ``engine`` is its opcode in the simulator's
+    engine (an ``E.B_*``, ``E.C_*`` or ``E.U_*`` constant); its evaluation is that
+    opcode's branch of ``fbin``/``ibin``/``fcmp``/``fun``/``iun`` in gpusim/engine.py,
+    which must stay there (one source for the jitted and the pure-Python engine).
+    ``hip`` is its HIP spelling, a format of the printed operands ``{a}`` and ``{b}``;
+    ``hip_int`` the spelling on i32 operands where it differs. ``transcendental``: issued
+    at the transcendental rate (``Arch.transcendental_rate_divisor``) on f32."""
+    kind: str
+    engine: int
+    hip: str
+    hip_int: str | None = None
+    transcendental: bool = False
+
+    def spell(self, dtype: str, a: str, b: str = "") -> str:
+        """The HIP text of this operator on printed operands of register ``dtype``."""
+        t = self.hip_int if dtype == "i32" and self.hip_int is not None else self.hip
+        return t.format(a=a, b=b)
+
+
+#: the IR's binary operators; adding one is an entry here and its engine branch.
+IR_BINARY = {
+    "add": IROp("arith", E.B_ADD, "({a} + {b})"),
+    "sub": IROp("arith", E.B_SUB, "({a} - {b})"),
+    "mul": IROp("arith", E.B_MUL, "({a} * {b})"),
+    "div": IROp("arith", E.B_DIV, "({a} / {b})", transcendental=True),
+    "floordiv": IROp("int", E.B_DIV, "({a} / {b})"),  # operands are non-negative here
+    "mod": IROp("int", E.B_MOD, "({a} % {b})"),
+    "min": IROp("arith", E.B_MIN, "fminf({a}, {b})", hip_int="min({a}, {b})"),
+    "max": IROp("arith", E.B_MAX, "fmaxf({a}, {b})", hip_int="max({a}, {b})"),
+    "pow": IROp("float", E.B_POW, "powf({a}, {b})", transcendental=True),
+    "shl": IROp("int", E.B_SHL, "({a} << {b})"),
+    "shr": IROp("int", E.B_SHR, "({a} >> {b})"),
+    "and": IROp("int", E.B_AND, "({a} & {b})"),
+    "or": IROp("int", E.B_OR, "({a} | {b})"),
+    "xor": IROp("int", E.B_XOR, "({a} ^ {b})"),
+    "lt": IROp("cmp", E.C_LT, "(int)({a} < {b})"),
+    "le": IROp("cmp", E.C_LE, "(int)({a} <= {b})"),
+    "gt": IROp("cmp", E.C_GT, "(int)({a} > {b})"),
+    "ge": IROp("cmp", E.C_GE, "(int)({a} >= {b})"),
+    "eq": IROp("cmp", E.C_EQ, "(int)({a} == {b})"),
+    "ne": IROp("cmp", E.C_NE, "(int)({a} != {b})"),
+    "land": IROp("cmp", E.C_LAND, "(int)({a} && {b})"),
+    "lor": IROp("cmp", E.C_LOR, "(int)({a} || {b})"),
 }
-COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor")
-INT_ONLY = ("floordiv", "mod", "shl", "shr", "and", "or", "xor")
-#: unary float functions (f32 -> f32) and the integer-safe ones.
-UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "recip",
-             "sigmoid", "relu", "not")
+#: the IR's unary operators; adding one is an entry here and its engine branch.
+IR_UNARY = {
+    "neg": IROp("any", E.U_NEG, "(-{a})"),
+    "exp": IROp("float", E.U_EXP, "expf({a})", transcendental=True),
+    "log": IROp("float", E.U_LOG, "logf({a})", transcendental=True),
+    "sqrt": IROp("float", E.U_SQRT, "sqrtf({a})", transcendental=True),
+    "rsqrt": IROp("float", E.U_RSQRT, "rsqrtf({a})", transcendental=True),
+    "tanh": IROp("float", E.U_TANH, "tanhf({a})", transcendental=True),
+    "erf": IROp("float", E.U_ERF, "erff({a})", transcendental=True),
+    "abs": IROp("any", E.U_ABS, "fabsf({a})", hip_int="abs({a})"),
+    "recip": IROp("float", E.U_RECIP, "(1.0f / {a})", transcendental=True),
+    "sigmoid": IROp("float", E.U_SIGMOID, "(1.0f / (1.0f + expf(-{a})))",
+                    transcendental=True),
+    "relu": IROp("any", E.U_RELU, "fmaxf({a}, 0.0f)", hip_int="max({a}, 0)"),
+    "not": IROp("truth", E.U_NOT, "(int)(!{a})"),
+}
+#: derived views of the two tables
+BINARY_OPS = tuple(IR_BINARY)
+COMPARISONS = tuple(k for k, o in IR_BINARY.items() if o.kind == "cmp")
+INT_ONLY = tuple(k for k, o in IR_BINARY.items() if o.kind == "int")
+UNARY_OPS = tuple(IR_UNARY)
 #: special ids every thread can read.
 SPECIALS = ("thread_id", "lane", "wave_id", "block_id", "wave_size")
 
@@ -147,8 +204,8 @@ class BinOp(Expr):
             if self.a.dtype != self.b.dtype:
                 raise TypeError(f"{self.op}: operand dtypes differ ({self.a.dtype} vs "
                                 f"{self.b.dtype}); insert a cast()")
-            if self.op == "pow" and self.a.dtype != "f32":
-                raise TypeError("pow needs f32 operands")
+            if IR_BINARY[self.op].kind == "float" and self.a.dtype != "f32":
+                raise TypeError(f"{self.op} needs f32 operands")
             dt = self.a.dtype
         object.__setattr__(self, "dtype", dt)
 
@@ -162,9 +219,10 @@ class UnOp(Expr):
     def __post_init__(self):
         if self.op not in UNARY_OPS:
             raise ValueError(f"unknown unary op {self.op!r}")
-        if self.op not in ("neg", "abs", "not", "relu") and self.a.dtype != "f32":
+        kind = IR_UNARY[self.op].kind
+        if kind == "float" and self.a.dtype != "f32":
             raise TypeError(f"{self.op} needs an f32 operand, got {self.a.dtype}")
-        object.__setattr__(self, "dtype", "i32" if self.op == "not" else self.a.dtype)
+        object.__setattr__(self, "dtype", "i32" if kind == "truth" else self.a.dtype)
 
 
 @dataclass(frozen=True, eq=False)

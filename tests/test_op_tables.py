@@ -1,7 +1,12 @@
-"""Every primitive op of the graph appears in every table that must know it: the numpy
-reference, the kernel IR emitter, the IR's own op lists, the engine's compiler, the HIP
-printer and the ONNX converter. Adding an op and forgetting one table fails here (the
-files to touch are listed in CONTRIBUTING.md, which test_contributing keeps true)."""
+"""The op tables agree: every graph op (compiler/ops.py ``OPS``) has its numpy function,
+its IR operator in the IR table (gpusim/program.py ``IR_UNARY``/``IR_BINARY``), and an
+ONNX converter or a stated reason; every IR operator has an engine opcode that the
+engine evaluates and a HIP spelling that the printer uses. Adding an op and forgetting a
+part fails here (the files to touch are listed in CONTRIBUTING.md, which
+test_contributing keeps true)."""
+import ast
+import inspect
+
 import pytest
 
 from codegen_hip.emit import emit_kernel
@@ -10,8 +15,10 @@ from compiler import reference
 from compiler.frontends import onnx as onnx_frontend
 from compiler.lower import lower
 from compiler.lower.emitter import BINARY_IR, UNARY_IR
+from compiler.ops import CATEGORIES, OPS
 from compiler.passes import fuse
 from gpusim import compile as gcompile
+from gpusim import engine as E
 from gpusim import program as P
 
 #: graph ops an ONNX model cannot produce, with the reason (the exception list is short
@@ -19,8 +26,6 @@ from gpusim import program as P
 NOT_FROM_ONNX = {
     "rsqrt": "ONNX has no Rsqrt; an ONNX model spells it Reciprocal(Sqrt(x))",
 }
-#: how the HIP printer spells each IR unary function (the default is the C math name + f)
-HIP_UNARY = {"neg": "(-", "relu": "fmaxf(", "recip": "(1.0f / ", "sigmoid": "expf(-"}
 
 
 def onnx_produced() -> set:
@@ -35,16 +40,87 @@ def onnx_produced() -> set:
     return t
 
 
-def test_every_elementwise_op_is_in_the_reference_and_the_ir():
+def test_every_graph_op_has_its_category_rule_and_numpy_function():
+    for k, spec in OPS.items():
+        assert spec.category in CATEGORIES, k
+        if spec.category in ("unary", "binary", "compare", "logical", "reduce"):
+            assert callable(spec.numpy), k
+        elif spec.numpy is None:
+            assert spec.note, f"{k}: no numpy function and no note saying where it is evaluated"
     for k in G.UNARY:
-        assert k in reference.UNARY_FUNCS, k
-        assert UNARY_IR[k] in P.UNARY_OPS and UNARY_IR[k] in gcompile.UN, k
+        assert reference.UNARY_FUNCS[k] is OPS[k].numpy, k
     for k in G.BINARY:
-        assert k in reference.BINARY_FUNCS, k
-        assert BINARY_IR[k] in P.BINARY_OPS and BINARY_IR[k] in gcompile.FBIN, k
+        assert reference.BINARY_FUNCS[k] is OPS[k].numpy, k
     for k in G.REDUCE:
-        assert k in reference.REDUCE_FUNCS, k
+        assert reference.REDUCE_FUNCS[k] is OPS[k].numpy, k
     assert set(UNARY_IR) == set(G.UNARY) and set(BINARY_IR) == set(G.BINARY)
+
+
+def test_every_graph_ops_ir_operator_is_in_the_ir_table():
+    for k, spec in OPS.items():
+        if spec.ir is None:
+            continue
+        table = P.IR_UNARY if spec.arity == 1 else P.IR_BINARY
+        assert spec.ir in table, f"{k} lowers to {spec.ir!r}, which the IR does not have"
+    for k in G.UNARY + G.BINARY + G.COMPARE + G.LOGICAL + ("not",):
+        assert OPS[k].ir is not None, f"{k} has no IR operator"
+
+
+def _engine_branches(fn) -> tuple:
+    """The opcode constants ``fn`` tests (``op == NAME``) and whether its last statement
+    evaluates an operator (a fall-through branch) rather than returning a default."""
+    tree = ast.parse(inspect.getsource(fn))
+    names = {n.comparators[0].id for n in ast.walk(tree) if isinstance(n, ast.Compare)
+             and isinstance(n.left, ast.Name) and n.left.id == "op"
+             and isinstance(n.comparators[0], ast.Name)}
+    last = tree.body[0].body[-1]
+    default = isinstance(last, ast.Return) and (
+        isinstance(last.value, ast.Constant) or isinstance(last.value, ast.Attribute))
+    return names, not default
+
+
+def _evaluated(fn, prefix: str, code: int) -> bool:
+    """Whether the engine function ``fn`` has a branch for opcode ``code``: a test of its
+    constant, or the one fall-through of a function with no default."""
+    consts = {v: k for k, v in vars(E).items() if k.startswith(prefix) and isinstance(v, int)}
+    names, falls_through = _engine_branches(fn)
+    if consts[code] in names:
+        return True
+    untested = [n for n in consts.values() if n not in names]
+    return falls_through and untested == [consts[code]]
+
+
+@pytest.mark.parametrize("name", list(P.IR_BINARY) + list(P.IR_UNARY))
+def test_every_ir_operator_has_an_engine_branch_and_a_hip_spelling(name):
+    if name in P.IR_BINARY:
+        o = P.IR_BINARY[name]
+        fns = {"arith": [(E.fbin, "B_"), (E.ibin, "B_")], "float": [(E.fbin, "B_")],
+               "int": [(E.ibin, "B_")], "cmp": [(E.fcmp, "C_")]}[o.kind]
+        assert "{a}" in o.hip and "{b}" in o.hip, name
+    else:
+        o = P.IR_UNARY[name]
+        fns = {"float": [(E.fun, "U_")], "any": [(E.fun, "U_"), (E.iun, "U_")],
+               "truth": [(E.iun, "U_")]}[o.kind]
+        assert "{a}" in o.hip, name
+    for fn, prefix in fns:
+        assert _evaluated(fn, prefix, o.engine), f"engine.{fn.__name__} has no branch for {name}"
+    if name in P.IR_UNARY:
+        assert gcompile.UN[name] == o.engine
+    else:
+        assert gcompile.FBIN.get(name) == (o.engine if o.kind in ("arith", "float") else None)
+        assert gcompile.IBIN.get(name) == (o.engine if o.kind in ("arith", "int") else None)
+        assert gcompile.CMP.get(name) == (o.engine if o.kind == "cmp" else None)
+
+
+def test_engine_opcodes_are_distinct_per_family():
+    for fam in ({k: o for k, o in P.IR_BINARY.items() if o.kind != "cmp"},
+                {k: o for k, o in P.IR_BINARY.items() if o.kind == "cmp"}, P.IR_UNARY):
+        codes = {}
+        for k, o in fam.items():
+            codes.setdefault(o.engine, []).append(k)
+        shared = {c: ks for c, ks in codes.items() if len(ks) > 1}
+        # floordiv is div on the (non-negative) i32 operands it is used for
+        assert all(sorted(ks) == ["div", "floordiv"] for ks in shared.values()), shared
 
 
 def test_every_op_has_an_onnx_converter_or_a_stated_reason():
@@ -64,12 +140,14 @@ def test_every_elementwise_op_prints_as_hip(kind):
     d = fuse(g).dispatches[0]
     src = emit_kernel(lower(g, d, {"workgroup": 64, "vector": 1, "elems": 1,
                                    "order": "output"}))
-    if kind in G.UNARY:
-        ir = UNARY_IR[kind]
-        assert HIP_UNARY.get(ir, f"{ir}f(") in src, (kind, src)
-    else:
-        assert any(s in src for s in (f" {P.BINARY_OPS[BINARY_IR[kind]]} ", "fmaxf(",
-                                      "fminf(", "powf(")), (kind, src)
+    o = P.IR_UNARY[UNARY_IR[kind]] if kind in G.UNARY else P.IR_BINARY[BINARY_IR[kind]]
+    assert all(p in src for p in _pieces(o, "f32")), (kind, src)
+
+
+def _pieces(o, dtype: str) -> list:
+    """The literal text of an IR operator's HIP spelling around its operands."""
+    t = o.hip_int if dtype == "i32" and o.hip_int else o.hip
+    return [p for p in t.replace("{b}", "{a}").split("{a}") if p]
 
 
 def _int_bool_and_injective_graphs():
@@ -80,11 +158,11 @@ def _int_bool_and_injective_graphs():
     for kind in G.COMPARE:
         g = G.Graph(kind)
         g.output(g.compare(kind, g.input("x", (4, 64)), g.input("y", (4, 64))))
-        out.append((kind, g, f" {P.BINARY_OPS[kind]} "))
+        out.append((kind, g, _pieces(P.IR_BINARY[OPS[kind].ir], "i32")[1]))
     for kind in G.LOGICAL:
         g = G.Graph(kind)
         g.output(g.binary(kind, g.input("x", (4, 64), "bool"), g.input("y", (4, 64), "bool")))
-        out.append((kind, g, f" {P.BINARY_OPS[kind]} "))
+        out.append((kind, g, _pieces(P.IR_BINARY[OPS[kind].ir], "i32")[1]))
     g = G.Graph("not")
     g.output(g.logical_not(g.input("x", (4, 64), "bool")))
     out.append(("not", g, "!"))

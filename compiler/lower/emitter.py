@@ -45,6 +45,7 @@ from gpusim import program as P
 from gpusim.analysis import Divisibility, expr_key, expr_vars
 
 from ..graph import COMPARE, LOGICAL, Graph, GraphError, slice_windows
+from ..ops import OPS, ir_of
 from . import affine
 
 # ------------------------------------------------------------------ index arithmetic
@@ -210,11 +211,9 @@ def _access_kind(graph: Graph, tensor: str, path: tuple, width: int) -> str:
     return vector_access(offset_table(graph, tensor, None, ops), width)
 
 
-UNARY_IR = {"neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
-            "tanh": "tanh", "erf": "erf", "relu": "relu", "sigmoid": "sigmoid",
-            "reciprocal": "recip"}
-BINARY_IR = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",
-             "min": "min", "pow": "pow"}
+#: graph op -> its kernel-IR operator: views of the op table (compiler/ops.py)
+UNARY_IR = ir_of("unary")
+BINARY_IR = ir_of("binary")
 #: register dtype of each tensor dtype (f16 is computed in f32; bool is i32 0/1)
 REG_DTYPE = {"f32": "f32", "f16": "f32", "i32": "i32", "bool": "i32"}
 
@@ -370,8 +369,8 @@ class ValueEmitter:
             if op.kind == "select":
                 return [self.assign(P.Select(c, a, b), "sel", cse=True) for c, a, b in zip(*args)]
             if op.kind == "not":
-                return [self.assign(P.UnOp("not", x), "not", cse=True) for x in args[0]]
-            return [self.assign(P.BinOp(op.kind, x, y), op.kind, cse=True)
+                return [self.assign(P.UnOp(OPS["not"].ir, x), "not", cse=True) for x in args[0]]
+            return [self.assign(P.BinOp(OPS[op.kind].ir, x, y), op.kind, cse=True)
                     for x, y in zip(*args)]
         if op.kind in UNARY_IR:
             a = self.values(op.inputs[0], [align_index(ix, self._shape(op.inputs[0]),
