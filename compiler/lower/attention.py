@@ -192,10 +192,15 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
         return (f"row_stats=registers needs a row inside one wave: {tpr} threads per row "
                 f"over a wave of {wave_size}")
     g = geometry(a, s, wave_size)
-    qregs = s["RM"] * a.dk if s["q_in"] == "registers" else 0
+    # Q staged in LDS is no cheaper once the key loop has two trips: hipcc hoists its reads
+    # out of that loop (LICM), so it sits in RM x head-dim registers all the same
+    # (gpusim.occupancy's hoisting rule; tests/test_attention_vgprs.py)
+    hoisted = s["q_in"] == "lds" and ceil_div(a.sk, s["BK"]) > 1
+    qregs = s["RM"] * a.dk if s["q_in"] == "registers" or hoisted else 0
     if s["RM"] * (g["NC"] + g["NV"]) + qregs > MAX_TILE_REGS:
         return (f"{s['RM']} rows x ({g['NC']} scores + {g['NV']} accumulators"
-                + (f" + {a.dk} of Q" if qregs else "") + f") registers per thread, over "
+                + (f" + {a.dk} of Q" if qregs else "")
+                + (" hoisted out of the key loop" if hoisted else "") + f") registers per thread, over "
                 f"{MAX_TILE_REGS}")
     # operands in flight beside the tiles: the V values of one PV trip, or the K values of
     # one QK step (NC keys x qk_vec x the head-dim chunks loaded before their FMAs: two
