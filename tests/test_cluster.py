@@ -106,13 +106,20 @@ def test_a_lost_worker_is_retried(local2, tmp_path):
     assert os.path.exists(marker) and sorted(seen) == [0, 1, 2, 3]
 
 
+def default_sigint():
+    """A shell starts background jobs with SIGINT ignored, and a Python started so never
+    raises KeyboardInterrupt: the child gets the default back, as from a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_cancels_and_leaves_no_worker(tmp_path):
     """SIGINT during a LocalCluster run: exit 130, one line, no worker process left."""
     proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "tune", "encoder_layer",
-                             "--no-cache", "--cluster", "local:2"],
+                             "--budget", "60", "--no-cache", "--cluster", "local:2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "NUMBA_BOUNDSCHECK": "0"})
+                            env={**os.environ, "NUMBA_BOUNDSCHECK": "0"},
+                            preexec_fn=default_sigint)
     time.sleep(25)
     children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                               text=True).stdout.split()

@@ -467,7 +467,13 @@ def _export_process(work: Path, ready: Path, hold_s: float, target="out"):
     return subprocess.Popen([sys.executable, "-c", EXPORT_SCRIPT, str(ready), str(hold_s),
                              "export", "softmax:rows=2,cols=4", "--budget", "1", "-o", target,
                              "--json"], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+
+
+def default_sigint():
+    """A shell starts background jobs with SIGINT ignored, and a Python started so never
+    raises KeyboardInterrupt: the child gets the default back, as from a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(path: Path, proc, timeout=300):
