@@ -164,6 +164,15 @@ def geometry(a: Attention, s: dict, wave_size: int) -> dict:
             "grid": math.prod(a.batch) * ceil_div(a.sq, s["BQ"])}
 
 
+def _meta(a: Attention, s: dict, g: dict, **kernel_specific) -> dict:
+    """What both micro-kernels record for the views, the search and the export."""
+    return {"dispatch": a.dispatch.name, "kind": "attention", "schedule": dict(s),
+            "lds_bytes": g["lds_bytes"], **kernel_specific,
+            "key_blocks": ceil_div(a.sk, s["BK"]),
+            "causal_skip": bool(a.pat.causal and a.sq == a.sk),
+            "seq_q": a.sq, "seq_k": a.sk, "head_dim": a.dk}
+
+
 def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
     """'' when the schedule is legal on ``arch``, else why not (the space and the lowering
     share it). A schedule whose tiles plus the operands one step loads before its FMAs
@@ -598,11 +607,7 @@ class _Builder:
         body = em.provably_aligned(tuple(body), self.ws)
         return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
-                        meta={"dispatch": a.dispatch.name, "kind": "attention",
-                              "schedule": dict(s), "lds_bytes": g["lds_bytes"],
-                              "threads_per_row": TPR, "key_blocks": ceil_div(Sk, BK),
-                              "causal_skip": bool(a.pat.causal and Sq == Sk),
-                              "seq_q": Sq, "seq_k": Sk, "head_dim": D})
+                        meta=_meta(a, s, g, threads_per_row=TPR))
 
 
 class _MfmaBuilder(_Builder):
@@ -876,9 +881,4 @@ class _MfmaBuilder(_Builder):
         body = em.provably_aligned(tuple(body), self.ws)
         return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
-                        meta={"dispatch": a.dispatch.name, "kind": "attention",
-                              "schedule": dict(s), "lds_bytes": g["lds_bytes"],
-                              "mfma_shape": shape, "threads_per_row": slots,
-                              "key_blocks": ceil_div(Sk, BK),
-                              "causal_skip": bool(a.pat.causal and Sq == Sk),
-                              "seq_q": Sq, "seq_k": Sk, "head_dim": D})
+                        meta=_meta(a, s, g, mfma_shape=shape, threads_per_row=slots))
