@@ -21,13 +21,19 @@ Numba's cache key ignores compile flags, so a cached build without bounds checks
 reused under ``NUMBA_BOUNDSCHECK=1``; when bounds checking is on we therefore compile
 without the cache (once per process).
 """
+import importlib.util
 import os
 
 import numba
+from numba.core.caching import FunctionCache
 
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine.py")
-with open(_SRC) as _f:
-    exec(compile(_f.read(), _SRC, "exec"), globals())
+# a second module object of engine.py's code: its functions become dispatchers, while
+# ``gpusim.engine`` stays plain Python; the loader reuses engine.py's cached bytecode
+_spec = importlib.util.spec_from_file_location("gpusim._engine_jitted", _SRC)
+_code = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_code)
+globals().update({k: v for k, v in vars(_code).items() if not k.startswith("__")})
 
 _FUNCS = ("wrap32", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_access",
           "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready", "issue_time",
@@ -42,6 +48,24 @@ _INLINE = ("pick_wave", "operands_ready", "issue_time", "issue", "exec_alu", "ex
            "lane_indices", "exec_vmem", "memory_lines", "cache_access", "unique_sorted",
            "exec_lds", "wrap32", "popcount4")
 for _name in _FUNCS:
-    globals()[_name] = numba.njit(cache=_CACHE, error_model="numpy", _nrt=False, no_cfunc_wrapper=True,
-                                  no_cpython_wrapper=_name != "run",
-                                  forceinline=_name in _INLINE)(globals()[_name])
+    _jitted = numba.njit(cache=_CACHE, error_model="numpy", _nrt=False, no_cfunc_wrapper=True,
+                         no_cpython_wrapper=_name != "run",
+                         forceinline=_name in _INLINE)(getattr(_code, _name))
+    setattr(_code, _name, _jitted)  # what the other functions' calls resolve to
+    globals()[_name] = _jitted
+
+
+class _Cache(FunctionCache):
+    """Numba's cache, but a cached ``run`` is loaded without refreshing the target
+    context first: the refresh imports every Numba implementation registry (NumPy's
+    linear algebra included, which imports SciPy), two thirds of a cached start, and the
+    engine's machine code needs none of them (no NRT, no Python objects). A miss still
+    compiles through Numba's compiler, which refreshes the context itself."""
+
+    def load_overload(self, sig, target_context):
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+
+if _CACHE:
+    run._cache = _Cache(run.py_func)
