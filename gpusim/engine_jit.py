@@ -23,6 +23,7 @@ without the cache (once per process).
 """
 import importlib.util
 import os
+import sys
 
 import numba
 from numba.core.caching import FunctionCache
@@ -32,6 +33,7 @@ _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine.py")
 # ``gpusim.engine`` stays plain Python; the loader reuses engine.py's cached bytecode
 _spec = importlib.util.spec_from_file_location("gpusim._engine_jitted", _SRC)
 _code = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _code  # Numba's cached environments import it by name
 _spec.loader.exec_module(_code)
 globals().update({k: v for k, v in vars(_code).items() if not k.startswith("__")})
 
