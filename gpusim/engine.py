@@ -100,7 +100,7 @@ NCAT = 8
 Params = namedtuple("Params", (
     "W block grid nsimd period valu nf ni depth nlf nli wgs wpw l1_line l2_line l1_sets "
     "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks "
-    "trace_cap probe_pc probe_wg probe_wave l2_cyc l2w_cyc hbm_cyc hbmw_cyc"))
+    "trace_cap probe_pc probe_wg probe_wave l2_cyc l2w_cyc hbm_cyc hbmw_cyc l1_sh l2_sh"))
 
 #: L2 lines are tracked in 32-byte sectors (the L2 -> memory request size, S7): a line's
 #: ``Cache.dirty`` byte holds its dirty sectors in bits 0-3 and its valid sectors in bits
@@ -130,6 +130,22 @@ E_OK, E_OOB_GLOBAL, E_OOB_LDS, E_DIV0 = 0, 1, 2, 3
 def wrap32(v):
     """Two's-complement wrap of an integer to 32 bits."""
     return ((v + 2147483648) & 4294967295) - 2147483648
+
+
+def pdiv(x, d, sh):
+    """``x // d``; a shift when ``d`` is a power of two (``sh`` = log2 d, else -1): a
+    division by a value known only at run time costs tens of cycles, and the memory
+    model divides per lane. Floor division and the arithmetic shift agree for every x."""
+    if sh >= 0:
+        return x >> sh
+    return x // d
+
+
+def pmod(x, d):
+    """``x % d``; a mask when ``d`` is a power of two (equal for every x, as ``pdiv``)."""
+    if d & (d - 1) == 0:
+        return x & (d - 1)
+    return x % d
 
 
 def round_f16(x):
@@ -294,7 +310,7 @@ def iun(op, x):
 def cache_access(tag, lru, rdy, dirty, nsets, ways, line, clock, allocate):
     """LRU set-associative lookup in one cache instance (set x way arrays). Returns
     (hit, way); way < 0 when not allocated."""
-    st = line % nsets
+    st = pmod(line, nsets)
     for w in range(ways):
         if tag[st, w] == line:
             lru[st, w] = clock
@@ -485,7 +501,7 @@ def issue_time(t0, simd, period, cat, cat_last, valu_free):
     if cat == CAT_VALU and valu_free[simd] > t:
         t = math.ceil(valu_free[simd])
     if period > 1:
-        t += (simd - t) % period
+        t += pmod(simd - t, period)
     while cat_last[simd, cat] >= t:
         t += period
     return t
@@ -694,7 +710,7 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
     W = p.W
     NF = p.nf
     l1_line = p.l1_line
-    l2_line = p.l2_line
+    l1_sh = p.l1_sh
     code = prog.code
     buf_tab = prog.buf_tab
     F = wv.F
@@ -748,8 +764,8 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
                 else:
                     F[s, reg, l] = gmem_f[off + idx + v]
         addr = base + idx * es
-        lane_lo[l] = addr // l1_line
-        lane_hi[l] = (addr + width * es - 1) // l1_line
+        lane_lo[l] = pdiv(addr, l1_line, l1_sh)
+        lane_hi[l] = pdiv(addr + width * es - 1, l1_line, l1_sh)
         if store:
             for sec in range(addr // SECTOR, (addr + width * es - 1) // SECTOR + 1):
                 secs[ns] = sec
@@ -821,6 +837,8 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
     write bandwidth (partial-line writes cost their sectors, not the line)."""
     l1_line = p.l1_line
     l2_line = p.l2_line
+    l1_sh = p.l1_sh
+    l2_sh = p.l2_sh
     l1_sets = p.l1_sets
     l1_ways = p.l1_ways
     l2_sets = p.l2_sets
@@ -846,12 +864,12 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
         clock += 1
         tj = tl + j * step
         line = lines[j]
-        l2line = (line * l1_line) // l2_line
+        l2line = pdiv(line * l1_line, l2_line, l2_sh)
         if store:
             wmask = 0
-            while k < ns and (secs[k] * SECTOR) // l1_line < line:
+            while k < ns and pdiv(secs[k] * SECTOR, l1_line, l1_sh) < line:
                 k += 1
-            while k < ns and (secs[k] * SECTOR) // l1_line == line:
+            while k < ns and pdiv(secs[k] * SECTOR, l1_line, l1_sh) == line:
                 wmask |= 1 << (secs[k] % per_l2)
                 k += 1
             cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line, clock, bool(False))
@@ -860,7 +878,7 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
             counters[N_L2_ACC] += 1
             hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
                                     clock, bool(True))
-            st2 = l2line % l2_sets
+            st2 = pmod(l2line, l2_sets)
             if hit2:
                 counters[N_L2_HIT] += 1
             state = l2_dirty[st2, w2]
@@ -876,7 +894,7 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
             counters[N_L1_ACC] += 1
             hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line,
                                     clock, bool(True))
-            st1 = line % l1_sets
+            st1 = pmod(line, l1_sets)
             if hit1:
                 counters[N_L1_HIT] += 1
                 arrive = max(tj + p.l1_lat, l1_rdy[st1, w1])
@@ -890,7 +908,7 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
                 counters[N_L2_ACC] += 1
                 hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
                                         clock, bool(True))
-                st2 = l2line % l2_sets
+                st2 = pmod(l2line, l2_sets)
                 state = l2_dirty[st2, w2]
                 missing = need & ~(state >> 4)
                 if missing == 0:
@@ -1038,7 +1056,7 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
             bank_cnt[k] = 0
         mx = 0
         for k in range(nu):
-            bk = dbuf[k] % nbanks
+            bk = pmod(dbuf[k], nbanks)
             bank_cnt[bk] += 1
             if bank_cnt[bk] > mx:
                 mx = bank_cnt[bk]
@@ -1313,7 +1331,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
             fast = s
             pc = PC[s]
             g = wv.SLOT_WG[s]
-            simd = s % nsimd
+            simd = pmod(s, nsimd)
             wave_gid = grp.ID[g] * wpw + (s - g * wpw)
             t0 = READY[s]
             opr, prod = operands_ready(srcs, pc, wv.RREADY, wv.RPROD, s, t0)
