@@ -573,7 +573,7 @@ def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc):
     elif op == OP_FBIN:
         for l in range(W):
             if EX[s, l]:
-                F[s, d, l] = fbin(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
+                F[s, d, l] = fbin(np.int64(aux), np.float64(F[s, a, l]), np.float64(F[s, b, l]))
     elif op == OP_IBIN:
         for l in range(W):
             if EX[s, l]:
@@ -1151,7 +1151,7 @@ def exec_wave_reduce(p, prog, pc, s, t, wv, cu, sc, counters):
                     if aux == R_SUM:
                         rf = np.float64(np.float32(xf + yf))
                     else:
-                        rf = fbin(bop, xf, yf)
+                        rf = fbin(np.int64(bop), xf, yf)  # one signature with exec_alu's
                     fvals[l] = rf
                     fvals[m] = rf
                 else:
