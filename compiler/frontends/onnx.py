@@ -380,7 +380,8 @@ _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le",
             "GreaterOrEqual": "ge"}
 _LOGICAL = {"And": "and", "Or": "or", "Xor": "xor"}
 _VARIADIC = {"Max": "max", "Min": "min", "Sum": "add"}
-_REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max"}
+_REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
+           "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod"}
 
 
 def _unary(kind):
@@ -475,12 +476,50 @@ def _reduce_common(im: _Importer, node, x, kind, attr_until):
 
 
 def _reduce(kind):
+    """A reduction; integer inputs reduce in i32. ReduceMax/ReduceMin of a bool tensor
+    (opset 20) is any/all: reduced as 0/1 integers and compared back."""
     attr_until = 13 if kind == "reduce_sum" else 18
 
     def rule(im: _Importer, node):
         x = im.value(node.input[0], node)
         spec, x = _reduce_common(im, node, x, kind, attr_until)
-        return x if spec is None else im.g.reduce(kind, x, *spec)
+        if spec is None:
+            return x
+        if x.dtype == "bool":
+            if kind not in ("reduce_max", "reduce_min"):
+                raise UnsupportedError(f"{im.where(node)}: {node.op_type} of a bool tensor")
+            r = im.g.reduce(kind, im.g.cast(x, "i32"), *spec)
+            return im.g.compare("gt", r, im.g.constant(np.zeros(1, np.int32), dtype="i32"))
+        return im.g.reduce(kind, x, *spec)
+    return rule
+
+
+def _arg_reduce(kind):
+    """ArgMax / ArgMin as primitives: the max (min) along the axis, then the smallest
+    (with ``select_last_index``, largest) position holding it -- a reduce_min (max) of
+    the positions where the value equals the extreme, others masked to n (-1). Both are
+    row reductions, so they fuse into one dispatch. Simplification: a NaN in the row is
+    never an extreme here (numpy's argmax would return the first NaN's position)."""
+    def rule(im: _Importer, node):
+        g = im.g
+        x = im.value(node.input[0], node)
+        if x.dtype == "bool":
+            x = g.cast(x, "i32")
+        rank = x.type.rank
+        axis = int(im.attr(node, "axis", 0))
+        if not -rank <= axis < rank:
+            raise ShapeError(f"{im.where(node)}: axis {axis} is out of range for rank {rank}")
+        axis %= rank
+        keepdims = bool(im.attr(node, "keepdims", 1))
+        last = bool(im.attr(node, "select_last_index", 0))
+        n = x.shape[axis]
+        extreme = g.reduce(kind, x, [axis], True)
+        hit = g.compare("eq", x, extreme)
+        pos = np.arange(n, dtype=np.int32).reshape((n,) + (1,) * (rank - axis - 1))
+        pos_c = g.constant(pos, dtype="i32", name=im.fresh(node.output[0] + "_positions"))
+        miss = g.constant(np.array([-1 if last else n], np.int32), dtype="i32")
+        cand = g.select(hit, pos_c, miss)
+        return g.reduce("reduce_max" if last else "reduce_min", cand, [axis], keepdims)
     return rule
 
 
@@ -1145,6 +1184,7 @@ CONVERTERS = {
     **{op: _variadic(k) for op, k in _VARIADIC.items()},
     **{op: _reduce(k) for op, k in _REDUCE.items()},
     "ReduceSumSquare": _reduce_squares(False), "ReduceL2": _reduce_squares(True),
+    "ArgMax": _arg_reduce("reduce_max"), "ArgMin": _arg_reduce("reduce_min"),
     "Not": _not, "Where": _where, "Mean": _mean,
     "Softmax": _softmax, "LayerNormalization": _layer_norm, "MatMul": _matmul,
     "Gemm": _gemm, "Conv": _conv, "BatchNormalization": _batch_norm,

