@@ -186,3 +186,69 @@ def test_arg_reductions_property(op, dtype, shape, data, seed, spread):
     m = arg_model(op, shape, dtype, **kw)
     x = np.random.default_rng(seed).integers(-spread, spread + 1, shape).astype(NP[dtype])
     assert_matches(m, {"x": x})
+
+
+# ------------------------------------------------------------------ 1-D convolution
+def conv1d_model(n, c, length, o, k, bias=True, relu=True, filter_input=False, **kw):
+    rng = np.random.default_rng(5)
+    g = kw.get("group", 1)
+    ins = ["x", "w"] + (["b"] if bias else [])
+    nodes = [h.make_node("Conv", ins, ["c" if relu else "y"], **kw)]
+    if relu:
+        nodes.append(h.make_node("Relu", ["c"], ["y"]))
+    inputs = [vi("x", [n, c, length])]
+    inits = [init("b", rng.uniform(-1, 1, o).astype(np.float32))] if bias else []
+    w = rng.uniform(-1, 1, (o, c // g, k)).astype(np.float32)
+    feeds = {"x": rng.uniform(-1, 1, (n, c, length)).astype(np.float32)}
+    if filter_input:
+        inputs.append(vi("w", list(w.shape)))
+        feeds["w"] = w
+    else:
+        inits.append(init("w", w))
+    (ys,) = out_shape(nodes, inputs, inits, feeds=feeds)
+    return model(nodes, inputs, [vi("y", list(ys))], inits), feeds
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"strides": [2], "pads": [1, 2]}, {"dilations": [3], "pads": [2, 2]},
+    {"group": 4}, {"group": 8, "strides": [3]}, {"auto_pad": "SAME_UPPER", "strides": [2]},
+    {"auto_pad": "SAME_LOWER"}, {"auto_pad": "VALID", "kernel_shape": [3]}])
+def test_conv1d(kw):
+    m, feeds = conv1d_model(2, 8, 33, 16, 3, **kw)
+    g = assert_matches(m, feeds, tol=1e-4)
+    assert [o.kind for o in g.ops].count("conv2d") == 1
+    # the unit-height views fuse into the convolution's dispatch with its epilogue
+    assert len(fuse(g).dispatches) == 1
+
+
+@pytest.mark.parametrize("filter_input,bias", [(False, True), (True, False)])
+def test_conv1d_in_gpusim(filter_input, bias):
+    """Constant and computed filters, lowered (first legal schedule and the fallback) and
+    run by gpusim against numpy."""
+    m, feeds = conv1d_model(1, 16, 40, 32, 5, bias=bias, filter_input=filter_input,
+                            strides=[2], pads=[2, 2])
+    g = assert_matches(m, feeds, tol=1e-4)
+    assert assert_kernels_match(g, feeds) >= 2
+
+
+@SETTINGS
+@given(c_per=st.integers(1, 4), groups=st.sampled_from([1, 2, 3]), o_per=st.integers(1, 4),
+       length=st.integers(1, 24), k=st.integers(1, 5), stride=st.integers(1, 3),
+       dil=st.integers(1, 3), pads=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+       bias=st.booleans())
+def test_conv1d_property(c_per, groups, o_per, length, k, stride, dil, pads, bias):
+    if length + sum(pads) < dil * (k - 1) + 1:
+        return  # the window does not fit: ONNX shape inference refuses it too
+    m, feeds = conv1d_model(2, c_per * groups, length, o_per * groups, k, bias=bias,
+                            relu=False, group=groups, strides=[stride], dilations=[dil],
+                            pads=list(pads))
+    assert_matches(m, feeds, tol=1e-4)
+
+
+def test_conv3d_is_refused_naming_the_supported_ranks():
+    from compiler.graph import UnsupportedError
+    w = np.zeros((2, 1, 1, 1, 1), np.float32)
+    m = model([h.make_node("Conv", ["x", "w"], ["y"])], [vi("x", [1, 1, 2, 2, 2])],
+              [vi("y", [1, 2, 2, 2, 2])], [init("w", w)])
+    with pytest.raises(UnsupportedError, match="only 1-D and 2-D convolutions"):
+        from_model(m)

@@ -632,27 +632,45 @@ def _auto_pads(im, node, spatial, kernel, strides, dil) -> list:
 
 
 def _conv(im: _Importer, node):
+    """Conv with one or two spatial dims. A 1-D convolution is the 2-D one over a unit
+    height: input (N, C, L) viewed as (N, C, 1, L), filter (O, C/g, K) as (O, C/g, 1, K),
+    stride/dilation/padding 1/1/0 on the unit dim; the result viewed back as (N, O, L')."""
     g = im.g
     x = im.value(node.input[0], node)
-    w = im.value(node.input[1], node, like=x)
-    if x.type.rank != 4 or w.type.rank != 4:
-        raise UnsupportedError(f"{im.where(node)}: only 2-D convolutions (NCHW input, OIHW "
-                               f"filter) are supported, got input {x.shape} and filter "
-                               f"{w.shape}")
-    kh, kw = w.shape[2:]
+    rank = x.type.rank
+    if rank not in (3, 4) or len(im.shape_of(node.input[1], node)) != rank:
+        raise UnsupportedError(f"{im.where(node)}: only 1-D and 2-D convolutions (NCL / NCHW "
+                               f"input, OIL / OIHW filter) are supported, got input "
+                               f"{x.shape} and filter {im.shape_of(node.input[1], node)}")
+    one_d = rank == 3
+    if one_d and im.is_static(node.input[1]):  # a constant filter: reshaped at import
+        arr = im.static(node.input[1], node, "the filter")
+        w = g.constant(_as_dtype(arr[:, :, None, :], x.dtype, im.where(node)), dtype=x.dtype,
+                       name=im.fresh(node.input[1]))
+    else:
+        w = im.value(node.input[1], node, like=x)
+        if one_d:
+            w = g.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
+    nsp = rank - 2
     kernel = im.attr(node, "kernel_shape")
-    if kernel is not None and tuple(kernel) != (kh, kw):
+    if kernel is not None and tuple(kernel) != w.shape[4 - nsp:]:
         raise ShapeError(f"{im.where(node)}: kernel_shape {tuple(kernel)} disagrees with "
-                         f"the filter {w.shape}")
-    strides = tuple(im.attr(node, "strides", (1, 1)))
-    dil = tuple(im.attr(node, "dilations", (1, 1)))
-    (t, b_), (l_, r) = _auto_pads(im, node, x.shape[2:], (kh, kw), strides, dil)
+                         f"the filter {im.shape_of(node.input[1], node)}")
+    strides = tuple(im.attr(node, "strides", (1,) * nsp))
+    dil = tuple(im.attr(node, "dilations", (1,) * nsp))
+    pads = _auto_pads(im, node, x.shape[2:], w.shape[4 - nsp:], strides, dil)
+    if one_d:
+        x = g.reshape(x, x.shape[:2] + (1,) + x.shape[2:])
+        strides, dil, pads = (1,) + strides, (1,) + dil, [(0, 0)] + pads
+    (t, b_), (l_, r) = pads
     y = g.conv2d(x, w, data_format="NCHW", stride=strides, padding=(t, l_, b_, r),
                  dilation=dil, groups=int(im.attr(node, "group", 1)))
     b_name = im.optional_input(node, 2)
     if b_name:
         bias = im.value(b_name, node, like=y)
         y = g.add(y, g.reshape(bias, (1, bias.shape[0], 1, 1)))
+    if one_d:
+        y = g.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
     return y
 
 
