@@ -3,6 +3,8 @@ reductions and ArgMax/ArgMin, 1-D convolution, MaxPool's Indices output. Each is
 against onnx.reference.ReferenceEvaluator through the numpy reference and both fusion
 plans (``assert_matches``), and where it reaches a kernel, through the lowered kernels run
 by gpusim (``assert_kernels_match``) -- integers exactly."""
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -252,3 +254,136 @@ def test_conv3d_is_refused_naming_the_supported_ranks():
               [vi("y", [1, 2, 2, 2, 2])], [init("w", w)])
     with pytest.raises(UnsupportedError, match="only 1-D and 2-D convolutions"):
         from_model(m)
+
+
+# ------------------------------------------------------------------ MaxPool Indices
+def windows(shape, kernel, strides, dil, pads_begin, outs):
+    """Per output position (spatial index tuple), the window's real input positions in
+    window order (padding left out)."""
+    out = {}
+    for o in itertools.product(*(range(n) for n in outs)):
+        taps = itertools.product(*(range(k) for k in kernel))
+        pos = [tuple(oi * s + ti * d - p for oi, s, ti, d, p in
+                     zip(o, strides, t, dil, pads_begin)) for t in taps]
+        out[o] = [q for q in pos if all(0 <= qi < n for qi, n in zip(q, shape))]
+    return out
+
+
+def check_indices_by_definition(x, y, idx, kernel, strides, dil, pads_begin, storage=0):
+    """ONNX's definition of MaxPool's Indices: the first maximum of each window, as a
+    flat index over (N, C, *spatial) (the spatial part column-major with storage_order
+    1); the pooled value is that element."""
+    n, c, *spatial = x.shape
+    per_channel = int(np.prod(spatial))
+    wins = windows(spatial, kernel, strides, dil, pads_begin, y.shape[2:])
+    for b in range(n):
+        for ch in range(c):
+            for o, win in wins.items():
+                vals = [x[(b, ch) + q] for q in win]
+                first = win[int(np.argmax(vals))]
+                flat = (np.ravel_multi_index(first, spatial) if not storage else
+                        np.ravel_multi_index(first[::-1], spatial[::-1]))
+                assert idx[(b, ch) + o] == (b * c + ch) * per_channel + flat, (b, ch, o)
+                assert y[(b, ch) + o] == max(vals)
+
+
+def run_ours(m, feeds):
+    g = from_model(m)
+    got = evaluate(g, {g.meta["onnx_inputs"][k]: v for k, v in feeds.items()})
+    return [got[g.meta["onnx_outputs"][o.name]] for o in m.graph.output]
+
+
+def maxpool_model(shape, **kw):
+    node = h.make_node("MaxPool", ["x"], ["y", "i"], **kw)
+    x = vi("x", list(shape))
+    ref = ReferenceEvaluator(model([node], [x], [vi("y", None), vi("i", None)], opset=19))
+    y, i = ref.run(None, {"x": np.zeros(shape, np.float32)})
+    return model([node], [x], [vi("y", list(y.shape)), vi("i", list(i.shape), I64)], opset=19)
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("kw", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 3], "strides": [1, 2]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [2, 2], "dilations": [2, 2]}])
+def test_maxpool_indices(kw, storage_order):
+    m = maxpool_model((2, 3, 9, 10), storage_order=storage_order, **kw)
+    # integer-valued data: windows hold ties, and the first maximum must win
+    x = np.random.default_rng(6).integers(-3, 4, (2, 3, 9, 10)).astype(np.float32)
+    g = assert_matches(m, {"x": x})
+    assert g.op(g.meta["onnx_outputs"]["i"]).type.dtype == "i32"
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_maxpool_indices_with_auto_pad_point_at_their_maxima(auto_pad):
+    """onnx 1.23's ReferenceEvaluator gets auto_pad SAME wrong for MaxPool (on a 3x4
+    arange, SAME_UPPER: value 5 at index 3; SAME_LOWER with stride 2 a wrong shape), so
+    these check the definition instead: each index, flattened row-major over the unpadded
+    input, holds the pooled value and is the first maximum of its output position's
+    window (so the value is the window's maximum)."""
+    shape = (2, 3, 7, 8)
+    node = h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 2], strides=[2, 1],
+                       auto_pad=auto_pad)
+    m = model([node], [vi("x", list(shape))], [vi("y", [2, 3, 4, 8]),
+                                               vi("i", [2, 3, 4, 8], I64)], opset=19)
+    x = np.random.default_rng(9).integers(-3, 4, shape).astype(np.float32)
+    y, idx = run_ours(m, {"x": x})
+    check_indices_by_definition(x, y, idx, (3, 2), (2, 1), (1, 1),
+                                (_same_begin(7, 3, 2, auto_pad), _same_begin(8, 2, 1, auto_pad)))
+
+
+def _same_begin(size, k, stride, auto_pad):
+    """Padding before the input under auto_pad SAME (the extra one goes after for UPPER)."""
+    out = -(-size // stride)
+    total = max(0, (out - 1) * stride + k - size)
+    return total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+
+
+@pytest.mark.parametrize("shape,kw", [((2, 3, 11), {"kernel_shape": [3], "strides": [2]}),
+                                      ((1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 3],
+                                                         "strides": [1, 2, 2]})])
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_maxpool_indices_1d_3d(shape, kw, storage_order):
+    m = maxpool_model(shape, storage_order=storage_order, **kw)
+    x = np.random.default_rng(7).uniform(-1, 1, shape).astype(np.float32)
+    assert_matches(m, {"x": x})
+
+
+def test_maxpool_indices_in_gpusim():
+    m = maxpool_model((1, 4, 12, 12), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = np.random.default_rng(8).integers(-3, 4, (1, 4, 12, 12)).astype(np.float32)
+    g = assert_matches(m, {"x": x})
+    # the indices join the values' kernel: as many dispatches as MaxPool without them
+    disp = fuse(g).dispatches
+    assert len(disp) == 2 and any({"y", "i"} <= set(d.outputs) for d in disp)
+    assert assert_kernels_match(g, {"x": x}) >= 2
+
+
+@SETTINGS
+@given(hw=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+       k=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       s=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       d=st.tuples(st.integers(1, 2), st.integers(1, 2)), pad=st.integers(0, 1),
+       ceil=st.integers(0, 1), storage_order=st.integers(0, 1), seed=st.integers(0, 100))
+def test_maxpool_indices_property(hw, k, s, d, pad, ceil, storage_order, seed):
+    """Against ReferenceEvaluator where its strided MaxPool runs; onnx 1.23 computes
+    unit-stride, unit-dilation pools in another routine whose Indices leave out the
+    channel offset and storage_order (x of shape (1, 2, 2, 2), kernel 1x1: channel 1
+    reports 0..3), so those are checked against the definition."""
+    if any(pad >= ki for ki in k) or any(n + 2 * pad < di * (ki - 1) + 1
+                                         for n, ki, di in zip(hw, k, d)):
+        return  # ONNX requires pads smaller than the kernel and a window that fits
+    shape = (1, 2) + hw
+    m = maxpool_model(shape, kernel_shape=list(k), strides=list(s), dilations=list(d),
+                      pads=[pad] * 4, ceil_mode=ceil, storage_order=storage_order)
+    outs = [o.type.tensor_type.shape.dim for o in m.graph.output][0]
+    outs = [dim.dim_value for dim in outs][2:]
+    if not all(windows(hw, k, s, d, (pad, pad), outs).values()):
+        return  # a window of padding only: ONNX leaves its value undefined (the reference 0)
+    x = np.random.default_rng(seed).integers(-3, 4, shape).astype(np.float32)
+    if s == (1, 1) and d == (1, 1):
+        y, idx = run_ours(m, {"x": x})
+        check_indices_by_definition(x, y, idx, k, s, d, (pad, pad), storage_order)
+    else:
+        assert_matches(m, {"x": x})

@@ -703,18 +703,24 @@ def _batch_norm(im: _Importer, node):
 
 def _pool(kind):
     """MaxPool / AveragePool as the max / mean of kernel-many strided slices of the padded
-    input: the window loop unrolled into views, so it fuses like any elementwise chain."""
+    input: the window loop unrolled into views, so it fuses like any elementwise chain.
+
+    MaxPool's optional Indices output (ONNX: the flattened index of each maximum in the
+    unpadded input, ``((n * C + c) * H + h) * W + w``, or with ``storage_order=1`` the
+    column-major ``(n * C + c) * H * W + h + w * H``; the first maximum in window order
+    wins) is read off the same unrolled window: each tap's input index is a constant,
+    and the first tap (in window order) equal to the maximum gives its index, as nested
+    ``select``s. Simplifications: a window whose real values are all -inf may report a
+    padding tap; with a NaN in the window no tap equals the maximum and the last tap is
+    reported."""
     def rule(im: _Importer, node):
         g = im.g
-        if len([o for o in node.output if o]) > 1:
-            raise UnsupportedError(f"{im.where(node)}: MaxPool's Indices output is not "
-                                   f"supported")
+        want_idx = len(node.output) > 1 and bool(node.output[1])
         x = im.value(node.input[0], node)
         nsp = x.type.rank - 2
         if nsp < 1:
             raise ShapeError(f"{im.where(node)}: pooling needs rank >= 3, got {x.shape}")
-        if kind == "max" and int(im.attr(node, "storage_order", 0)):
-            raise UnsupportedError(f"{im.where(node)}: storage_order=1")
+        storage = int(im.attr(node, "storage_order", 0)) if kind == "max" else 0
         kernel = tuple(int(k) for k in im.attr(node, "kernel_shape"))
         strides = tuple(int(s) for s in im.attr(node, "strides", (1,) * nsp))
         dil = tuple(int(d) for d in im.attr(node, "dilations", (1,) * nsp))
@@ -736,15 +742,30 @@ def _pool(kind):
         fill = -np.inf if kind == "max" else 0.0
         full = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
         xp = g.pad(x, full, fill) if any(a or b for a, b in full) else x
-        acc = None
-        for offs in itertools.product(*(range(k) for k in kernel)):
+        acc, wins = None, []
+        taps = list(itertools.product(*(range(k) for k in kernel)))
+        for offs in taps:
             starts = (0, 0) + tuple(o * d for o, d in zip(offs, dil))
             steps = (1, 1) + strides
             win = g.slice(xp, starts, steps, x.shape[:2] + tuple(outs))
+            wins.append(win)
             acc = win if acc is None else (g.max(acc, win) if kind == "max" else
                                            g.add(acc, win))
         if kind == "max":
-            return acc
+            if not want_idx:
+                return acc
+            # the first tap equal to the maximum: selects nested from the last tap back
+            idx = None
+            for offs, win in reversed(list(zip(taps, wins))):
+                tap = g.constant(_tap_indices(spatial, outs, offs, strides, dil, pads,
+                                              storage), dtype="i32",
+                                 name=im.fresh(node.output[1] + "_tap"))
+                idx = tap if idx is None else g.select(g.compare("eq", win, acc), tap, idx)
+            base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64)
+                    * math.prod(spatial)).reshape(x.shape[:2] + (1,) * nsp)
+            base_c = g.constant(_as_dtype(base, "i32", im.where(node)), dtype="i32",
+                                name=im.fresh(node.output[1] + "_channel"))
+            return [acc, g.add(idx, base_c)]
         count_pad = int(im.attr(node, "count_include_pad", 0))
         # Divisor per output position: the window's elements inside the input (plus the
         # explicit padding with count_include_pad); never the ceil_mode overhang.
@@ -762,6 +783,24 @@ def _pool(kind):
                          name=im.fresh((node.name or node.output[0]) + "_inv_count"))
         return g.mul(acc, div)
     return rule
+
+
+def _tap_indices(spatial, outs, offs, strides, dil, pads, storage) -> np.ndarray:
+    """The input index (within one channel, row-major or with ``storage`` column-major)
+    that window tap ``offs`` reads at each output position, shape (1, 1, *outs)."""
+    nsp = len(spatial)
+    order = range(nsp) if storage else reversed(range(nsp))
+    stride_of, step = [0] * nsp, 1
+    for i in order:  # the innermost dim (row-major: the last) has stride 1
+        stride_of[i] = step
+        step *= spatial[i]
+    flat = np.zeros((1, 1) + tuple(outs), np.int64)
+    for i in range(nsp):
+        pos = np.arange(outs[i]) * strides[i] + offs[i] * dil[i] - pads[i][0]
+        shape = [1] * (2 + nsp)
+        shape[2 + i] = outs[i]
+        flat = flat + (pos * stride_of[i]).reshape(shape)
+    return flat.astype(np.int32)
 
 
 def _global_pool(kind):
