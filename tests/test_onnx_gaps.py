@@ -387,3 +387,25 @@ def test_maxpool_indices_property(hw, k, s, d, pad, ceil, storage_order, seed):
         check_indices_by_definition(x, y, idx, k, s, d, (pad, pad), storage_order)
     else:
         assert_matches(m, {"x": x})
+
+
+# ------------------------------------------------------------------ zero-size inputs
+def test_empty_axes_input_is_the_constant_empty_array():
+    """A zero-size graph input can hold only the empty array: an empty `axes` input
+    reduces every axis (or none with noop_with_empty_axes), as an empty initializer."""
+    for noop in (0, 1):
+        node = h.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1,
+                           noop_with_empty_axes=noop)
+        shape = [3, 4] if noop else [1, 1]
+        m = model([node], [vi("x", [3, 4]), vi("axes", [0], I64)], [vi("y", shape)])
+        feeds = {"x": np.random.default_rng(10).uniform(-1, 1, (3, 4)).astype(np.float32),
+                 "axes": np.zeros(0, np.int64)}
+        g = assert_matches(m, feeds)
+        assert list(g.meta["onnx_inputs"]) == ["x"]
+
+
+def test_castlike_with_an_empty_like_input():
+    m = model([h.make_node("CastLike", ["x", "like"], ["y"])],
+              [vi("x", [2, 3]), vi("like", [0], F16)], [vi("y", [2, 3], F16)])
+    assert_matches(m, {"x": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3),
+                       "like": np.zeros(0, np.float16)})

@@ -191,6 +191,10 @@ class _Importer:
         for vi in graph.input:
             if vi.name in self.env:  # an initializer with a default: a constant
                 continue
+            empty = _empty_input(vi, self.dims)
+            if empty is not None:  # no values to feed: the one array it can hold
+                self.env[vi.name] = _Static(empty)
+                continue
             dtype, shape = _value_info_type(vi, self.source, "input", self.dims)
             v = self.g.input(self.fresh(vi.name), shape, dtype)
             self.env[vi.name] = v
@@ -353,6 +357,31 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
             raise ShapeError(f"{source}: {what} {vi.name!r} has a symbolic dimension {i} "
                              f"({label!r}); wavefuse needs static shapes ({fix})")
     return _VALUE_TYPES[tt.elem_type], tuple(shape) or (1,)
+
+
+def _empty_input(vi, dims) -> np.ndarray | None:
+    """A graph input with a zero-size dimension (and every other dimension known) holds
+    no values: it can only be the empty array of its dtype and shape, so it is imported
+    as that constant (an empty ``axes``, CastLike's dtype-only ``like``). Computing with
+    it folds at import; only a computed result that is itself empty is refused."""
+    from onnx import helper  # lazy: start-up time (see the imports)
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    shape = []
+    for d in vi.type.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            shape.append(d.dim_value)
+        elif d.dim_param in dims:
+            shape.append(int(dims[d.dim_param]))
+        else:
+            return None
+    if 0 not in shape:
+        return None
+    try:
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+    except (KeyError, ValueError):
+        return None
+    return np.zeros(shape, dtype)
 
 
 def _check_output_type(vi, v: Value, source) -> None:
