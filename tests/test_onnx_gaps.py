@@ -409,3 +409,40 @@ def test_castlike_with_an_empty_like_input():
               [vi("x", [2, 3]), vi("like", [0], F16)], [vi("y", [2, 3], F16)])
     assert_matches(m, {"x": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3),
                        "like": np.zeros(0, np.float16)})
+
+
+# ------------------------------------------------------------------ op versions
+def test_every_newer_op_version_is_accounted_for():
+    """Each version (opset 14 to the newest the installed onnx defines) of a supported op
+    is listed with its semantic change, or as only adding element types."""
+    import onnx.defs
+    from compiler.frontends.onnx import OP_VERSIONS, SUPPORTED_OPS, TYPES_ONLY
+    top = onnx.defs.onnx_opset_version()
+    assert not set(OP_VERSIONS) & TYPES_ONLY
+    missing = sorted({(s.name, s.since_version) for s in onnx.defs.get_all_schemas_with_history()
+                      if s.domain == "" and s.name in SUPPORTED_OPS
+                      and 14 <= s.since_version <= top} - set(OP_VERSIONS) - TYPES_ONLY)
+    assert not missing, f"check these op versions' changes and list them: {missing}"
+
+
+def test_inputs_pinned_to_values_fold_like_initializers():
+    """from_model(values=): a run-time `axes` / target-shape input pinned to an array
+    folds; a name that is no input, or a wrongly shaped value, is one clear error."""
+    from compiler.graph import ModelError, UnsupportedError
+    nodes = [h.make_node("ReduceMax", ["x", "axes"], ["r"], keepdims=1),
+             h.make_node("Reshape", ["r", "shape"], ["y"])]
+    m = model(nodes, [vi("x", [3, 4, 5]), vi("axes", [1], I64), vi("shape", [2], I64)],
+              [vi("y", [3, 5])])
+    with pytest.raises(UnsupportedError, match="'axes' is computed"):
+        from_model(m)
+    pins = {"axes": np.array([1], np.int64), "shape": np.array([3, 5], np.int64)}
+    g = from_model(m, values=pins)
+    assert list(g.meta["onnx_inputs"]) == ["x"]
+    x = np.random.default_rng(11).uniform(-1, 1, (3, 4, 5)).astype(np.float32)
+    got = evaluate(g, {g.meta["onnx_inputs"]["x"]: x})[g.meta["onnx_outputs"]["y"]]
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x, **pins})
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ModelError, match="no graph input of that name"):
+        from_model(m, values={"nope": np.zeros(1)})
+    with pytest.raises(ModelError, match="pinned for input 'shape' has shape"):
+        from_model(m, values={**pins, "shape": np.array([3, 5, 1], np.int64)})
