@@ -446,3 +446,14 @@ def test_inputs_pinned_to_values_fold_like_initializers():
         from_model(m, values={"nope": np.zeros(1)})
     with pytest.raises(ModelError, match="pinned for input 'shape' has shape"):
         from_model(m, values={**pins, "shape": np.array([3, 5, 1], np.int64)})
+
+
+def test_a_folded_output_of_an_unsupported_dtype_is_one_clear_error():
+    """A graph output that folds to a constant of a refused dtype (double here) names
+    the tensor (it used to crash while naming a node it does not have)."""
+    from compiler.graph import UnsupportedError
+    from onnx import TensorProto
+    m = model([h.make_node("Cast", ["c"], ["y"], to=TensorProto.DOUBLE)], [],
+              [vi("y", [2], TensorProto.DOUBLE)], [init("c", np.ones(2, np.float32))])
+    with pytest.raises(UnsupportedError, match="tensor 'y' has dtype float64"):
+        from_model(m)

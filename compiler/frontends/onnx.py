@@ -131,11 +131,11 @@ class _Importer:
         arr = v.array
         want = dtype or (like.dtype if like is not None else None)
         own = _dtype_of_array(arr)
+        at = self.where(node) if node is not None else self.source
         if own is None and want is None:
             raise UnsupportedError(
-                f"{self.where(node)}: operand {name!r} has dtype {arr.dtype}; wavefuse "
-                f"computes in float32/float16, int32 and bool")
-        at = self.where(node) if node is not None else self.source
+                f"{at}: {'operand' if node is not None else 'tensor'} {name!r} has dtype "
+                f"{arr.dtype}; wavefuse computes in float32/float16, int32 and bool")
         if arr.size == 0:
             raise ShapeError(f"{at}: tensor {name!r} is empty (shape {arr.shape}); wavefuse "
                              f"needs every dimension of a computed tensor to be at least 1")
