@@ -457,3 +457,17 @@ def test_a_folded_output_of_an_unsupported_dtype_is_one_clear_error():
               [vi("y", [2], TensorProto.DOUBLE)], [init("c", np.ones(2, np.float32))])
     with pytest.raises(UnsupportedError, match="tensor 'y' has dtype float64"):
         from_model(m)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin"])
+def test_reduction_over_an_empty_set_folds(op):
+    """Data with a zero-size dimension is the constant empty array, so a reduction over
+    that dimension folds at import to the reduction's identity (0, 1, -inf/+inf or the
+    integer extremes, as onnx's evaluator gives), next to a computed input."""
+    nodes = [h.make_node(op, ["data", "axes"], ["r"], keepdims=1),
+             h.make_node("Add", ["r", "x"], ["y"])]
+    m = model(nodes, [vi("data", [2, 0, 4]), vi("x", [2, 1, 4])], [vi("y", [2, 1, 4])],
+              [init("axes", np.array([1], np.int64))])
+    x = np.random.default_rng(12).uniform(-1, 1, (2, 1, 4)).astype(np.float32)
+    g = assert_matches(m, {"data": np.zeros((2, 0, 4), np.float32), "x": x})
+    assert list(g.meta["onnx_inputs"]) == ["x"]

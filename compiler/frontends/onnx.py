@@ -514,14 +514,18 @@ def _axes(im: _Importer, node, input_index: int, attr_until: int | None) -> list
     return [int(a) for a in im.static(name, node, "axes").reshape(-1)]
 
 
-def _reduce_common(im: _Importer, node, x, kind, attr_until):
+def _reduce_common(im: _Importer, node, kind, attr_until):
+    """(the reduced tensor, (axes, keepdims) or None for a no-op). The axes are read
+    first: a computed axes input is the error to report, even when the data is an empty
+    constant (a reduction over an empty set then folds, once its axes are known)."""
     axes = _axes(im, node, 1, attr_until)
     keepdims = bool(im.attr(node, "keepdims", 1))
+    x = im.value(node.input[0], node)
     if not axes:
         if im.attr(node, "noop_with_empty_axes", 0):
-            return None, x
+            return x, None
         axes = None
-    return (axes, keepdims), x
+    return x, (axes, keepdims)
 
 
 def _reduce(kind):
@@ -530,8 +534,7 @@ def _reduce(kind):
     attr_until = 13 if kind == "reduce_sum" else 18
 
     def rule(im: _Importer, node):
-        x = im.value(node.input[0], node)
-        spec, x = _reduce_common(im, node, x, kind, attr_until)
+        x, spec = _reduce_common(im, node, kind, attr_until)
         if spec is None:
             return x
         if x.dtype == "bool":
@@ -575,8 +578,7 @@ def _arg_reduce(kind):
 def _reduce_squares(root: bool):
     """ReduceSumSquare, and ReduceL2 (its square root)."""
     def rule(im: _Importer, node):
-        x = im.value(node.input[0], node)
-        spec, x = _reduce_common(im, node, x, "reduce_sum", 18)
+        x, spec = _reduce_common(im, node, "reduce_sum", 18)
         sq = im.g.mul(x, x)
         if spec is None:  # noop_with_empty_axes: the elementwise part still applies
             return im.g.sqrt(sq) if root else sq
