@@ -129,7 +129,7 @@ def test_walking_a_transposed_input_in_its_own_order_coalesces_it():
     assert out_order.counters["global_store_lines"] < in_order.counters["global_store_lines"]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(["reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
                              "reduce_mean"]),
        rows=st.integers(1, 6), cols=st.sampled_from([1, 3, 64, 70, 128, 300]),

@@ -6,6 +6,7 @@ by gpusim (``assert_kernels_match``) -- integers exactly."""
 import itertools
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -377,6 +378,12 @@ def test_maxpool_indices_property(hw, k, s, d, pad, ceil, storage_order, seed):
     shape = (1, 2) + hw
     m = maxpool_model(shape, kernel_shape=list(k), strides=list(s), dilations=list(d),
                       pads=[pad] * 4, ceil_mode=ceil, storage_order=storage_order)
+    inferred = onnx.shape_inference.infer_shapes(model(
+        m.graph.node, m.graph.input, [vi("y", None), vi("i", None, I64)], opset=19))
+    if [dim.dim_value for dim in inferred.graph.output[0].type.tensor_type.shape.dim] != [
+            dim.dim_value for dim in m.graph.output[0].type.tensor_type.shape.dim]:
+        return  # ceil_mode: onnx's shape inference keeps a window starting past the end
+        # (H=2, k=1, s=2 gives 2), its evaluator and wavefuse drop it (1): no model is valid
     outs = [o.type.tensor_type.shape.dim for o in m.graph.output][0]
     outs = [dim.dim_value for dim in outs][2:]
     if not all(windows(hw, k, s, d, (pad, pad), outs).values()):

@@ -2,7 +2,10 @@
 
 A row dispatch reduces tensors of shape ``(P..., C)`` over the last axis and computes
 per-element ops over the same rows (the aggressive-fusion case: producers, sibling
-reductions and consumers all share the rows). Each row is owned by one wave
+reductions and consumers all share the rows). A reduction is a sum, mean, max, min or
+product; it accumulates in its operand's register dtype from the combine's identity
+(``identity``), so i32 rows (shape arithmetic, masks, ArgMax's positions) add, compare
+and multiply as integers, wrapping at 32 bits. Each row is owned by one wave
 (``mapping=wave``, several rows per workgroup) or one workgroup (``mapping=workgroup``).
 The kernel runs in *phases*: the reductions that do not depend on each other share one
 pass over the row (sibling fusion), a pass per dependency level; a final pass computes
