@@ -478,3 +478,42 @@ def test_reduction_over_an_empty_set_folds(op):
     x = np.random.default_rng(12).uniform(-1, 1, (2, 1, 4)).astype(np.float32)
     g = assert_matches(m, {"data": np.zeros((2, 0, 4), np.float32), "x": x})
     assert list(g.meta["onnx_inputs"]) == ["x"]
+
+
+# ------------------------------------------------------------------ Pad modes
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+@pytest.mark.parametrize("pads,axes", [([1, 2, 3, 2, 1, 0], None), ([2, 3], [-1]),
+                                       ([0, 4, 2, 1, 2, 0], None)])
+def test_pad_modes(mode, pads, axes):
+    ins, inits = ["x", "p"], [init("p", np.array(pads, np.int64))]
+    if axes is not None:
+        ins += ["", "a"]
+        inits.append(init("a", np.array(axes, np.int64)))
+    node = h.make_node("Pad", ins, ["y"], mode=mode)
+    x = vi("x", [2, 4, 5])
+    (ys,) = out_shape([node], [x], inits)
+    m = model([node], [x], [vi("y", list(ys))], inits)
+    g = assert_matches(m)
+    assert "gather" in {o.kind for o in g.ops}
+
+
+def test_negative_pads_with_a_non_constant_mode_are_refused():
+    from compiler.graph import UnsupportedError
+    m = model([h.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [vi("x", [2, 4])],
+              [vi("y", [2, 4])], [init("p", np.array([0, -1, 0, 1], np.int64))])
+    with pytest.raises(UnsupportedError, match="negative pads with mode 'edge'.*Slice"):
+        from_model(m)
+
+
+def test_reflect_pad_then_conv1d_in_gpusim():
+    """Reflect padding (audio models pad this way before a 1-D conv) as constant-index
+    gathers: run by gpusim under every plan."""
+    rng = np.random.default_rng(13)
+    nodes = [h.make_node("Pad", ["x", "p"], ["xp"], mode="reflect"),
+             h.make_node("Conv", ["xp", "w"], ["y"])]
+    inits = [init("p", np.array([0, 0, 3, 0, 0, 3], np.int64)),
+             init("w", rng.uniform(-1, 1, (8, 4, 7)).astype(np.float32))]
+    m = model(nodes, [vi("x", [1, 4, 50])], [vi("y", [1, 8, 50])], inits)
+    feeds = {"x": rng.uniform(-1, 1, (1, 4, 50)).astype(np.float32)}
+    g = assert_matches(m, feeds, tol=1e-4)
+    assert assert_kernels_match(g, feeds) >= 2

@@ -68,8 +68,10 @@ _FOLDS_ONLY = "folds it only when its inputs are constants"
 
 def _import(model, name, inputs, in_names):
     """from_model, pinning (``values=``) the case's inputs the importer needs as constants:
-    those an error names ("'axes' is computed"), or every input when a folded op
-    (Range, ConstantOfShape) sits on one. Returns (graph, pinned input names)."""
+    the input an error names ("'axes' is computed"); when it names a tensor computed from
+    inputs (pads from a shape input inside a function body), the integer inputs; every
+    input when a folded op (Range, ConstantOfShape) sits on one. Returns (graph, pinned
+    input names)."""
     from compiler.frontends.onnx import from_model
     from compiler.graph import UnsupportedError
     given = dict(zip(in_names, inputs))
@@ -80,9 +82,9 @@ def _import(model, name, inputs, in_names):
         except UnsupportedError as exc:
             msg = str(exc)
             m = _NEEDS_CONSTANT.search(msg)
-            more = ({m.group(1)} if m else
-                    set(given)
-                    if _FOLDS_ONLY in msg else set())
+            ints = {k for k, v in given.items() if np.asarray(v).dtype.kind in "iu"}
+            more = (({m.group(1)} if m.group(1) in given else ints) if m else
+                    set(given) if _FOLDS_ONLY in msg else set())
             more = {k for k in more if k in given} - set(pinned)
             if not more:
                 raise

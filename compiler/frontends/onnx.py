@@ -1114,12 +1114,16 @@ def _tile(im: _Importer, node):
 
 
 def _pad(im: _Importer, node):
+    """Pad. ``constant`` is the injective pad op; ``edge``, ``reflect`` and ``wrap`` read
+    each output element from one input element too, chosen by its index alone: a gather
+    per padded axis with constant indices (numpy's own pad of ``arange(n)`` in that mode,
+    which is what onnx's evaluator computes)."""
     g = im.g
     mode = im.attr(node, "mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
+    if mode not in ("constant", "edge", "reflect", "wrap"):
         raise UnsupportedError(f"{im.where(node)}: Pad mode {mode!r}; wavefuse supports "
-                               f"'constant'")
+                               f"'constant', 'edge', 'reflect' and 'wrap'")
     x = im.value(node.input[0], node)
     rank = x.type.rank
     pads = [int(p) for p in im.static(node.input[1], node, "pads").reshape(-1)]
@@ -1136,6 +1140,9 @@ def _pad(im: _Importer, node):
     before, after = [0] * rank, [0] * rank
     for i, a in enumerate(axes):
         before[a], after[a] = pads[i], pads[i + len(axes)]
+    if mode != "constant" and any(p < 0 for p in before + after):
+        raise UnsupportedError(f"{im.where(node)}: negative pads with mode {mode!r} (onnx's "
+                               f"evaluator refuses them too); crop with Slice first")
     if any(p < 0 for p in before + after):  # negative pads crop: a window first
         first = [max(0, -b) for b in before]
         shape = [s + min(0, b) + min(0, e) for s, b, e in zip(x.shape, before, after)]
@@ -1145,7 +1152,18 @@ def _pad(im: _Importer, node):
         before, after = [max(0, b) for b in before], [max(0, e) for e in after]
     if not any(before + after):
         return x
-    return g.pad(x, list(zip(before, after)), value)
+    if mode == "constant":
+        return g.pad(x, list(zip(before, after)), value)
+    for a in range(rank):
+        if before[a] or after[a]:
+            n = x.shape[a]
+            if mode == "reflect" and n < 2:
+                raise ShapeError(f"{im.where(node)}: reflect padding needs at least 2 "
+                                 f"elements along axis {a}, {x.shape} has {n}")
+            idx = np.pad(np.arange(n, dtype=np.int32), (before[a], after[a]), mode=mode)
+            x = g.gather(x, g.constant(idx, dtype="i32",
+                                       name=im.fresh(f"{node.output[0]}_{mode}{a}")), a)
+    return x
 
 
 def _clip(im: _Importer, node):
