@@ -475,7 +475,8 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     offset tables, as for every vector access), the loop steps by ``w`` and reads each
     group with one ``w``-wide load, adding the elements in the serial order: hipcc merges
     such a loop's scalar loads into one ``global_load_dwordx4`` anyway, so the IR says
-    what the hardware runs and the simulator prices the same access."""
+    what the hardware runs and the simulator prices the same access. The loops stay
+    rolled in HIP (``#pragma unroll 1``), as the simulator runs them."""
     wg = int({**GENERIC_DEFAULTS, **schedule}["workgroup"])
     n = max(graph.op(o).type.size for o in dispatch.outputs)
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
@@ -514,7 +515,9 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
             stmt = tuple(body)
             for i, (v, size) in reversed(list(enumerate(loops))):
                 step = w if i == len(loops) - 1 else 1
-                stmt = (P.For(v, P.i32(0), P.i32(size), step, stmt),)
+                # rolled: unrolled, hipcc re-forms the loads of neighbouring trips at
+                # widths of its own (dwordx2 pieces across trips, seen on gpt2_2block)
+                stmt = (P.For(v, P.i32(0), P.i32(size), step, stmt, rolled=True),)
             em.stmts.extend(stmt)
             if op.kind == "reduce_mean":
                 return em.assign(acc * (1.0 / math.prod(in_t.shape[d] for d in axes)), "mean")
