@@ -1,8 +1,9 @@
 """The JIT path: every function of ``gpusim.engine`` compiled with ``numba.njit(cache=True)``.
 
-The engine's source is executed a second time inside this module's namespace and each
-function is then wrapped with ``njit``, so the plain ``gpusim.engine`` stays the
-pure-Python reference and both paths run literally the same code. ``error_model="numpy"``
+The engine's source is loaded a second time as the module ``gpusim._engine_jitted`` (from
+engine.py's cached bytecode) and each of its functions is then wrapped with ``njit``, so
+the plain ``gpusim.engine`` stays the pure-Python reference and both paths run literally
+the same code. ``error_model="numpy"``
 lets float division by zero give inf (as on the GPU) instead of raising. The compiled code
 is cached in ``__pycache__``, so only the first process on a machine pays the compile.
 
@@ -16,6 +17,10 @@ Compile options, each for speed (``python -m gpusim.bench`` measures them):
   instruction.
 - no C / CPython wrappers for the helpers (only ``run`` is called from Python): those
   wrappers were a third of the cold compile.
+
+Start-up with a filled cache (``_Cache``): ``run`` is loaded without Numba's refresh of its
+target context, which imports every implementation registry (and through NumPy's linear
+algebra, SciPy) and was a third of the start; the engine's machine code uses none of them.
 
 Numba's cache key ignores compile flags, so a cached build without bounds checks would be
 reused under ``NUMBA_BOUNDSCHECK=1``; when bounds checking is on we therefore compile
@@ -37,11 +42,11 @@ sys.modules[_spec.name] = _code  # Numba's cached environments import it by name
 _spec.loader.exec_module(_code)
 globals().update({k: v for k, v in vars(_code).items() if not k.startswith("__")})
 
-_FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun", "cache_access",
-          "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready", "issue_time",
-          "issue", "exec_alu", "exec_control", "lane_indices", "exec_vmem", "popcount4",
-          "memory_lines", "exec_lds", "exec_shuffle", "exec_wave_reduce", "exec_mfma",
-          "barrier_arrive", "wave_end", "run")
+_FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun",
+          "cache_access", "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready",
+          "issue_time", "issue", "exec_alu", "exec_control", "lane_indices", "exec_vmem",
+          "popcount4", "memory_lines", "exec_lds", "exec_shuffle", "exec_wave_reduce",
+          "exec_mfma", "barrier_arrive", "wave_end", "run")
 _CACHE = not numba.config.BOUNDSCHECK
 #: run once per simulated instruction or more: inlined into ``run`` (see above); the rest
 #: (workgroup launch, barriers, wave end, MFMA, shuffles, trace) stay calls, which keeps
@@ -60,14 +65,15 @@ for _name in _FUNCS:
 class _Cache(FunctionCache):
     """Numba's cache, but a cached ``run`` is loaded without refreshing the target
     context first: the refresh imports every Numba implementation registry (NumPy's
-    linear algebra included, which imports SciPy), two thirds of a cached start, and the
-    engine's machine code needs none of them (no NRT, no Python objects). A miss still
-    compiles through Numba's compiler, which refreshes the context itself."""
+    linear algebra included, which imports SciPy), a third of a cached start's CPU time,
+    and the engine's machine code needs none of them (no NRT, no Python objects). A miss
+    still compiles through Numba's compiler, which refreshes the context itself.
+    ``tests/test_engine_cache.py`` checks the load in a fresh process."""
 
     def load_overload(self, sig, target_context):
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
 
 
-if _CACHE:
+if _CACHE and hasattr(FunctionCache, "_load_overload"):  # else (another Numba): Numba's own
     run._cache = _Cache(run.py_func)
