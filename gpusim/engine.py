@@ -123,6 +123,9 @@ T_VALU, T_VMEM, T_LDS, T_SALU, T_BARRIER, T_STALL, T_MFMA = range(7)
 # wave status
 S_EMPTY, S_RUN, S_BAR, S_DONE = 0, 1, 2, 3
 
+#: an inactive lane in an LDS conflict memo pattern (``exec_lds``)
+NO_LANE = -(1 << 62)
+
 # runtime errors
 E_OK, E_OOB_GLOBAL, E_OOB_LDS, E_DIV0 = 0, 1, 2, 3
 
@@ -372,7 +375,8 @@ Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RP
 Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
-Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx")
+Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx "
+                                "lds_pat lds_conf")
 Out = namedtuple("Out", "counters per_inst sess_cycles wg_done trace trace_n probe err")
 Prog = namedtuple("Prog", "code srcs mfma_regs fconst_reg fconst_val iconst_reg iconst_val "
                           "buf_tab lds_tab group_of n_groups group_lanes")
@@ -383,9 +387,10 @@ FR_L1, FR_L2, FR_HBM, FR_LDS = range(4)
 NFREE = 4
 
 
-def new_state(p):
+def new_state(p, n_inst=1):
     """The per-launch state records (waves, workgroup slots, CU pipes, scratch), zeroed.
-    Allocated by the caller, outside the jitted code, so the engine never allocates."""
+    Allocated by the caller, outside the jitted code, so the engine never allocates.
+    ``n_inst``: the program's instruction count (the LDS conflict memo, ``exec_lds``)."""
     W = p.W
     nsimd = p.nsimd
     wgs = p.wgs
@@ -405,7 +410,8 @@ def new_state(p):
     sc = Scratch(np.zeros(W * 2, np.int64), np.zeros(W, np.int64), np.zeros(W, np.int64),
                  np.zeros(8, np.int64), np.zeros(4 * W, np.int64), np.zeros(p.nbanks, np.int64),
                  np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64),
-                 np.zeros(W, np.int64))
+                 np.zeros(W, np.int64), np.zeros((n_inst, W), np.int64),
+                 np.full(n_inst, -1, np.int64))
     return wv, grp, cu, sc
 
 
@@ -951,6 +957,47 @@ def lane_indices(s, a, width, size, W, wv, idx):
     return bad
 
 
+def lds_conflicts(idx, base, es, nbytes, nbanks, ng, gsize, lanes_of, dbuf, bank_cnt):
+    """Bank-conflict cycles of one LDS access: per phase group (``lanes_of[gi]``, the
+    groups partition the lanes) the most distinct dwords on one bank, minus one (lanes on
+    one address broadcast). A group whose dwords all lie in one bank-width window has none."""
+    conflict = 0
+    for gi in range(ng):
+        lanes = lanes_of[gi]
+        dmin = 1 << 62
+        dmax = -1
+        for k in range(gsize):
+            i = idx[lanes[k]]
+            if i >= 0:
+                addr = base + i * es
+                if addr // 4 < dmin:
+                    dmin = addr // 4
+                if (addr + nbytes - 1) // 4 > dmax:
+                    dmax = (addr + nbytes - 1) // 4
+        if dmax - dmin < nbanks:
+            continue  # all dwords within one bank-width window: distinct banks
+        nd = int(0)
+        for k in range(gsize):
+            i = idx[lanes[k]]
+            if i >= 0:
+                addr = base + i * es
+                for dw in range(addr // 4, (addr + nbytes - 1) // 4 + 1):
+                    dbuf[nd] = dw
+                    nd += 1
+        nu = unique_sorted(dbuf, nd)
+        for k in range(nbanks):
+            bank_cnt[k] = 0
+        mx = 0
+        for k in range(nu):
+            bk = pmod(dbuf[k], nbanks)
+            bank_cnt[bk] += 1
+            if bank_cnt[bk] > mx:
+                mx = bank_cnt[bk]
+        if mx > 1:
+            conflict += mx - 1
+    return conflict
+
+
 def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
     """An LDS load or store: moves the values, counts bank conflicts per phase group and
     books the LDS pipe. Returns False after recording an out-of-bounds access."""
@@ -1028,40 +1075,35 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
     ng = n_groups[rw, wc]
     gsize = W // ng
     nbytes = width * es
-    conflict = 0
-    for gi in range(ng):
-        lanes = group_lanes[rw, wc, gi]
-        dmin = 1 << 62
-        dmax = -1
-        for k in range(gsize):
-            i = idx[lanes[k]]
-            if i >= 0:
-                addr = base + i * es
-                if addr // 4 < dmin:
-                    dmin = addr // 4
-                if (addr + nbytes - 1) // 4 > dmax:
-                    dmax = (addr + nbytes - 1) // 4
-        if dmax - dmin < nbanks:
-            continue  # all dwords within one bank-width window: distinct banks
-        nd = int(0)
-        for k in range(gsize):
-            i = idx[lanes[k]]
-            if i >= 0:
-                addr = base + i * es
-                for dw in range(addr // 4, (addr + nbytes - 1) // 4 + 1):
-                    dbuf[nd] = dw
-                    nd += 1
-        nu = unique_sorted(dbuf, nd)
-        for k in range(nbanks):
-            bank_cnt[k] = 0
-        mx = 0
-        for k in range(nu):
-            bk = pmod(dbuf[k], nbanks)
-            bank_cnt[bk] += 1
-            if bank_cnt[bk] > mx:
-                mx = bank_cnt[bk]
-        if mx > 1:
-            conflict += mx - 1
+    # Memo per instruction: when the elements are whole dwords, the conflicts depend only
+    # on the lanes' element indices relative to the first active lane's (a uniform shift
+    # of every dword moves each bank's dwords to another bank: the same counts, permuted),
+    # so a pattern this instruction met last (another wave, iteration or workgroup) reuses
+    # its count. The pattern is stored relative to that lane, an inactive lane as NO_LANE.
+    memo = (es & 3) == 0
+    hit = False
+    pat = sc.lds_pat[pc]
+    i0 = np.int64(0)
+    if memo:
+        for l in range(W):
+            if idx[l] >= 0:
+                i0 = idx[l]
+                break
+        if sc.lds_conf[pc] >= 0:
+            diff = np.int64(0)
+            for l in range(W):
+                r = idx[l] - i0 if idx[l] >= 0 else NO_LANE
+                diff |= r ^ pat[l]
+            hit = diff == 0
+    if hit:
+        conflict = sc.lds_conf[pc]
+    else:
+        conflict = lds_conflicts(idx, base, es, nbytes, nbanks, ng, gsize, group_lanes[rw, wc],
+                                 dbuf, bank_cnt)
+        if memo:
+            for l in range(W):
+                pat[l] = idx[l] - i0 if idx[l] >= 0 else NO_LANE
+            sc.lds_conf[pc] = conflict
     idx_cyc = ng + conflict
     counters[N_LDS] += 1
     counters[N_LDS_CONF] += conflict

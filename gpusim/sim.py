@@ -329,7 +329,7 @@ class _Launch:
         gmem_i = self.gmem_i
         out = E.Out(counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err)
         _engine(jit)(params, self.tables, E.Sessions(wgs, off, cus), gmem_f, gmem_i,
-                     *E.new_state(params), l1, l2, out)
+                     *E.new_state(params, prog.code.shape[0]), l1, l2, out)
         if err[0] != E.E_OK:
             self._raise(err)
         return dict(gmem_f=gmem_f, gmem_i=gmem_i, counters=counters, per_inst=per_inst,
