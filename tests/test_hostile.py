@@ -292,7 +292,7 @@ ONNX_CASES = [
     ("empty", ["show"], "not an ONNX model"),
     ("text", ["show"], "not a readable ONNX model"),
     ("folder", ["show"], "is a directory"),
-    ("zero_dim", ["show"], "has size 0 in dimension 0"),
+    ("zero_dim", ["show"], "'y' is empty (shape (0, 4))"),
     ("negative_dim", ["show"], "dimension 0"),
     ("dynamic", ["show"], "symbolic dimension 0 ('batch'); wavefuse needs static shapes (pin it with --dim batch=VALUE)"),
     ("int_input", ["show"], "UINT8"),
