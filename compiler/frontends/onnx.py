@@ -539,7 +539,8 @@ def _reduce(kind):
             return x
         if x.dtype == "bool":
             if kind not in ("reduce_max", "reduce_min"):
-                raise UnsupportedError(f"{im.where(node)}: {node.op_type} of a bool tensor")
+                raise UnsupportedError(f"{im.where(node)}: {node.op_type} of a bool tensor; "
+                                       f"Cast it to INT32 or FLOAT first")
             r = im.g.reduce(kind, im.g.cast(x, "i32"), *spec)
             return im.g.compare("gt", r, im.g.constant(np.zeros(1, np.int32), dtype="i32"))
         return im.g.reduce(kind, x, *spec)
@@ -692,7 +693,8 @@ def _conv(im: _Importer, node):
     if rank not in (3, 4) or len(im.shape_of(node.input[1], node)) != rank:
         raise UnsupportedError(f"{im.where(node)}: only 1-D and 2-D convolutions (NCL / NCHW "
                                f"input, OIL / OIHW filter) are supported, got input "
-                               f"{x.shape} and filter {im.shape_of(node.input[1], node)}")
+                               f"{x.shape} and filter {im.shape_of(node.input[1], node)}; "
+                               f"express it as 2-D convolutions before export")
     one_d = rank == 3
     if one_d and im.is_static(node.input[1]):  # a constant filter: reshaped at import
         arr = im.static(node.input[1], node, "the filter")
