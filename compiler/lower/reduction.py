@@ -501,18 +501,33 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 GENERIC_DEFAULTS = {"lowering": "generic", "workgroup": 256}
 
 
+#: widths the generic loop tries for its innermost reduced axis, widest first
+GENERIC_VECTORS = (4, 2)
+
+
 def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
-    need not share an iteration space: a fallback must lower whatever fusion formed."""
+    need not share an iteration space: a fallback must lower whatever fusion formed.
+
+    Where a reduction's innermost loop runs along its input's last dimension and every
+    boundary tensor it reads is consecutive and aligned in groups of ``w`` (proved on the
+    offset tables, as for every vector access), the loop steps by ``w`` and reads each
+    group with one ``w``-wide load, adding the elements in the serial order: hipcc merges
+    such a loop's scalar loads into one ``global_load_dwordx4`` anyway, so the IR says
+    what the hardware runs and the simulator prices the same access. The loops stay
+    rolled in HIP (``#pragma unroll 1``), as the simulator runs them."""
     wg = int({**GENERIC_DEFAULTS, **schedule}["workgroup"])
     n = max(graph.op(o).type.size for o in dispatch.outputs)
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
+    reductions = [r for r in dispatch.ops if graph.op(r).kind in REDUCE_KINDS]
+    width = _generic_width(graph, em, reductions)
 
     def bind(r):
         op = graph.op(r)
         in_t = graph.op(op.inputs[0]).type
         axes = op.attrs["axes"]
+        w = width.get(r, 1)
 
         def f(idx):
             full = []
@@ -532,20 +547,24 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
                     v = P.Var(em.regs.new(f"k{d}"), "i32")
                     loops.append((v, in_t.shape[d]))
                     full[d] = v
-                x = em.value(op.inputs[0], tuple(full))
-                body.append(P.Assign(acc, P.BinOp(COMBINE[op.kind], acc, x)))
+                last = len(full) - 1
+                group = [tuple(full[:last]) + (iadd(full[last], j),) for j in range(w)]
+                for x in em.values(op.inputs[0], group if w > 1 else [tuple(full)], w):
+                    body.append(P.Assign(acc, P.BinOp(COMBINE[op.kind], acc, x)))
             stmt = tuple(body)
-            for v, size in reversed(loops):
-                stmt = (P.For(v, P.i32(0), P.i32(size), 1, stmt),)
+            for i, (v, size) in reversed(list(enumerate(loops))):
+                step = w if i == len(loops) - 1 else 1
+                # rolled: unrolled, hipcc re-forms the loads of neighbouring trips at
+                # widths of its own (dwordx2 pieces across trips, seen on gpt2_2block)
+                stmt = (P.For(v, P.i32(0), P.i32(size), step, stmt, rolled=True),)
             em.stmts.extend(stmt)
             if op.kind == "reduce_mean":
                 return _mean_of(em, acc, math.prod(in_t.shape[d] for d in axes))
             return acc
         return f
 
-    for n_ in dispatch.ops:
-        if graph.op(n_).kind in REDUCE_KINDS:
-            em.bound[n_] = bind(n_)
+    for n_ in reductions:
+        em.bound[n_] = bind(n_)
     body: list = []
     em.stmts = body
     e = em.assign(iadd(imul(P.block_id(), wg), P.thread_id()), "e", "i32")
@@ -556,9 +575,38 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
             oix = unravel(e, t.shape)
             stmts.append(P.Store(o, em.offset(t, oix), (em.value(o, oix),)))
         body.extend(stmts if t.size == grid_threads(n, wg) else [P.If(e < t.size, tuple(stmts))])
+    body = em.provably_aligned(tuple(body), arch.wave_size)
     return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), ceil_div(n, wg), wg,
                     tuple(body), meta={"dispatch": dispatch.name, "kind": "generic",
-                                       "schedule": dict(schedule)})
+                                       "schedule": dict(schedule),
+                                       "vector_widths": dict(width)})
+
+
+def _generic_width(graph: Graph, em: ValueEmitter, reductions: list) -> dict:
+    """reduction -> the load width of its innermost loop (absent: 1). One width serves the
+    whole dispatch (the emitter keeps one access kind per tensor): the widest of
+    ``GENERIC_VECTORS`` that divides the length of every reduction whose innermost loop
+    runs along its input's last dimension and at which every boundary read they make is
+    a vector access."""
+    along = []
+    for r in reductions:
+        op = graph.op(r)
+        in_t = graph.op(op.inputs[0]).type
+        if in_t.rank and max(op.attrs["axes"]) == in_t.rank - 1 and in_t.shape[-1] > 1:
+            along.append((r, op.inputs[0], in_t.shape[-1]))
+    for w in GENERIC_VECTORS:
+        if not along or any(length % w for _, _, length in along):
+            continue
+        kinds = {}
+        for _, src, _ in along:
+            found = em.analyse_access(src, w, stop_at=tuple(reductions))
+            for t, k in found.items():
+                kinds[t] = k if kinds.get(t, k) == k else "scalar"
+        if kinds and all(k in ("vector", "broadcast") for k in kinds.values()) \
+                and any(k == "vector" for k in kinds.values()):
+            return {r: w for r, _, _ in along}
+        em._access.clear()  # this width's proofs do not hold: no vector loads
+    return {}
 
 
 def grid_threads(n: int, wg: int) -> int:
