@@ -526,7 +526,6 @@ def test_integer_row_reductions_verify_end_to_end(tmp_path, capsys):
     and checked by `wavefuse verify` against numpy and onnx's evaluator."""
     import json
 
-    import onnx
     from compiler import cli
     from onnx import TensorProto
     nodes = [h.make_node("Equal", ["ids", "pad"], ["m"]), h.make_node("Not", ["m"], ["nm"]),
