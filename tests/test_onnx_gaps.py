@@ -453,6 +453,8 @@ def test_inputs_pinned_to_values_fold_like_initializers():
         from_model(m, values={"nope": np.zeros(1)})
     with pytest.raises(ModelError, match="pinned for input 'shape' has shape"):
         from_model(m, values={**pins, "shape": np.array([3, 5, 1], np.int64)})
+    with pytest.raises(ModelError, match="pinned for input 'axes' has dtype int32"):
+        from_model(m, values={**pins, "axes": np.array([1], np.int32)})
 
 
 def test_a_folded_output_of_an_unsupported_dtype_is_one_clear_error():

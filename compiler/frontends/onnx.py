@@ -393,9 +393,18 @@ def _empty_input(vi, dims) -> np.ndarray | None:
 
 
 def _pinned_value(vi, value, source) -> np.ndarray:
-    """A caller-pinned input's array, checked against the input's declared shape."""
+    """A caller-pinned input's array, checked against the input's declared dtype and
+    shape."""
+    from onnx import helper  # lazy: start-up time (see the imports)
     arr = np.asarray(value)
     tt = vi.type.tensor_type
+    try:
+        want = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except (KeyError, ValueError):
+        want = arr.dtype
+    if arr.dtype != want:
+        raise ModelError(f"{source}: the value pinned for input {vi.name!r} has dtype "
+                         f"{arr.dtype}, the input is declared {want}")
     declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
     if tt.HasField("shape") and (len(declared) != arr.ndim or any(
             d is not None and d != s for d, s in zip(declared, arr.shape))):
