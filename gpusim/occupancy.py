@@ -82,13 +82,15 @@ from gpusim.program import (
 )
 
 
-def _temps(e, uni: Uniformity) -> int:
-    """Per-lane operator nodes below the root (each needs a temporary VGPR)."""
+def _temps(e, uni: Uniformity, hoisted=frozenset()) -> int:
+    """Per-lane operator nodes below the root (each needs a temporary VGPR); subtrees
+    LICM computes before the loop (``hoisted``, by ``expr_key``) cost nothing here."""
     n = 0
     stack = list(expr_children(e))
     while stack:
         x = stack.pop()
-        if isinstance(x, (Const, Var, Special, ScalarRef)):
+        if isinstance(x, (Const, Var, Special, ScalarRef)) or (hoisted and
+                                                              expr_key(x) in hoisted):
             continue
         if not uni.is_uniform(x) or x.dtype == "f32":
             n += 1
@@ -96,16 +98,32 @@ def _temps(e, uni: Uniformity) -> int:
     return n
 
 
+def _affine(e) -> tuple[dict, int]:
+    """``e`` as sum(coefficient x atom) + constant over i32 adds, subtractions and
+    multiplications by constants; any other node (a division, a modulo, a register, an
+    id) is an atom, keyed by ``expr_key``."""
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return {}, e.value
+    if isinstance(e, BinOp) and e.op in ("add", "sub"):
+        (ta, ca), (tb, cb) = _affine(e.a), _affine(e.b)
+        sign = 1 if e.op == "add" else -1
+        terms = dict(ta)
+        for k, c in tb.items():
+            terms[k] = terms.get(k, 0) + sign * c
+        return {k: c for k, c in terms.items() if c}, ca + sign * cb
+    if isinstance(e, BinOp) and e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, Const) and isinstance(y.value, int):
+                t, c = _affine(x)
+                return {k: v * y.value for k, v in t.items() if v * y.value}, c * y.value
+    return {expr_key(e): 1}, 0
+
+
 def _offset_family(e):
-    """The non-constant terms of an i32 add chain (None when there are none)."""
-    terms, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, BinOp) and x.op == "add":
-            stack.extend((x.a, x.b))
-        elif not isinstance(x, Const):
-            terms.append(expr_key(x))
-    return tuple(sorted(terms, key=repr)) or None
+    """The non-constant part of an i32 expression in affine form (None when there is
+    none): two expressions with the same family differ by a constant."""
+    terms, _ = _affine(e)
+    return tuple(sorted(terms.items(), key=repr)) or None
 
 
 def _offset_aliases(body) -> dict:
@@ -146,7 +164,12 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     loops = []
     loop_point = {}
 
-    def lin(body):
+    licm = _hoisted_invariants(body, uni, alias)
+    licm_keys = {}  # id(For) -> keys of the expressions hoisted out of it
+    for loop, key, _, _ in licm:
+        licm_keys.setdefault(id(loop), set()).add(key)
+
+    def lin(body, skip=frozenset()):
         for s in body:
             reads = set()
             for e in stmt_exprs(s):
@@ -157,19 +180,19 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 points.append((set(), set(), 0))  # dead: LLVM removes it (the point stays
                 kinds.append(type(s))              # so statement counts index points)
                 continue
-            temps = sum(_temps(e, uni) for e in stmt_exprs(s))
+            temps = sum(_temps(e, uni, skip) for e in stmt_exprs(s))
             defs = {alias.get(v.name, v.name) for v in stmt_defs(s) if v.name in needed}
             points.append((reads, defs, temps))
             kinds.append(type(s))
             if isinstance(s, For):
                 start = len(points) - 1
                 loop_point[id(s)] = start  # the hoisting rule names loops, not points
-                lin(s.body)
+                lin(s.body, skip | licm_keys.get(id(s), frozenset()))
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
                     loops.append((start, len(points) - 1))
             elif isinstance(s, If):
-                lin(s.then)
-                lin(s.orelse)
+                lin(s.then, skip)
+                lin(s.orelse, skip)
 
     lin(body)
     hoisted = _hoisted_lds_reads(body, alias)
@@ -219,6 +242,14 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             key = name if c == 0 else f"{name}#unrolled{c}"
             lo, hi = ranges.get(name, [a, b])
             ranges[key] = [min(lo, a), max(hi, b)]
+    licm_regs = set()
+    for loop, key, reg, used in licm:  # LICM'd computations: live over their loop
+        a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
+        if reg is None:
+            reg = f"licm:{key}"
+            licm_regs.add(reg)
+        r = ranges.setdefault(reg, [a, b])
+        r[0], r[1] = min(r[0], a), max(r[1], b)
     for (a, b), first_frag in mfma_loops:  # hipcc issues a K tile's fragment reads first
         for name, r in ranges.items():
             if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
@@ -230,7 +261,8 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
         inside.update(range(a + 1, b + 1))
     best = 0
     for i, (_, _, temps) in enumerate(points):
-        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi and is_vgpr(name)
+        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi
+                   and (is_vgpr(name) or name in licm_regs)
                    and name not in in_agprs)
         best = max(best, live + temps)
     vgprs = best + 1 + (1 if has_global else 0)
@@ -392,6 +424,22 @@ def _trips(loop: For):
     return None
 
 
+#: hipcc 5.2 (-O3, gfx90a) fully unrolls a constant-trip K loop when trips x body
+#: statements is at most about this many, and keeps it a loop above: measured over the
+#: contraction points of ``tools/vgpr_sweep.py`` (3 trips of 131 statements unrolled,
+#: 3 x 160 and 7 x 92 kept; LLVM's own rule weighs its IR instructions against the
+#: AMDGPU unroll threshold, which this statement count only approximates).
+FULL_UNROLL_STATEMENTS = 400
+
+
+def _stays_loop(loop: For) -> bool:
+    """Whether the ISA keeps ``loop`` a loop (see ``FULL_UNROLL_STATEMENTS``)."""
+    trips = _trips(loop)
+    if trips is None:
+        return True
+    return trips > 1 and trips * sum(1 for _ in walk(loop.body)) > FULL_UNROLL_STATEMENTS
+
+
 def _hoisted_lds_reads(body, alias) -> dict:
     """LDS reads hipcc hoists out of a loop: register -> (that loop's ``For``, copies).
 
@@ -438,6 +486,73 @@ def _hoisted_lds_reads(body, alias) -> dict:
             for v in s.dsts:
                 out[alias.get(v.name, v.name)] = (at, copies)
             return
+
+    visit(body, [])
+    return out
+
+
+def _hoisted_invariants(body, uni, alias) -> list:
+    """Per-lane computations LLVM's LICM moves out of a loop: (``For``, family key,
+    existing register or None, registers read) for each distinct one.
+
+    Inside a loop that stays a loop (not one trip), every per-lane operator subtree whose
+    registers the loop does not write (the addresses of a K tile's LDS stores, the
+    loop-independent part of its global addresses) is computed once before the loop and
+    held in a VGPR for the whole loop. Values that differ only by a constant share that
+    register (the constant goes into the instruction's offset, as in
+    ``_offset_aliases``); a value some register already holds (``tig = tid % 64`` and a
+    ``tid % 64`` in an address) is that register (GVN), which then stays live over the
+    loop; a register plus a constant is that register. Each subtree is hoisted out of the
+    outermost such loop it does not depend on."""
+    reps = {}   # offset family -> the register computed as it (single definition)
+    ndefs = {}
+    for s in walk(body):
+        for v in stmt_defs(s):
+            ndefs[v.name] = ndefs.get(v.name, 0) + 1
+    for s in walk(body):
+        if isinstance(s, Assign) and ndefs[s.dst.name] == 1 and s.dst.name in uni.per_lane:
+            fam = _offset_family(s.value)
+            if fam is not None:
+                reps.setdefault(fam, alias.get(s.dst.name, s.dst.name))
+    out, seen = [], set()
+
+    def hoist(e, enclosing):
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, (Const, Var, Special, ScalarRef)) or uni.is_uniform(x):
+                continue
+            used = expr_vars(x)
+            loop = next((lp for lp, written in enclosing if not used & written), None)
+            if loop is None:
+                stack.extend(expr_children(x))
+                continue
+            fam = _offset_family(x)
+            if fam is None or (id(loop), fam) in seen:
+                continue
+            seen.add((id(loop), fam))
+            (atom, coef), = fam if len(fam) == 1 else ((None, 0),)
+            if coef == 1 and atom[0] in ("v", "s"):   # a register plus a constant
+                if atom[0] == "v":
+                    out.append((loop, fam, alias.get(atom[1], atom[1]), used))
+                continue
+            out.append((loop, fam, reps.get(fam), used))
+
+    def visit(stmts, enclosing):
+        for s in stmts:
+            if enclosing:
+                for e in stmt_exprs(s):
+                    hoist(e, enclosing)
+            if isinstance(s, For):
+                inner = enclosing
+                if _stays_loop(s):
+                    written = {s.var.name} | {v.name for x in walk(s.body)
+                                              for v in stmt_defs(x)}
+                    inner = enclosing + [(s, written)]
+                visit(s.body, inner)
+            elif isinstance(s, If):
+                visit(s.then, enclosing)
+                visit(s.orelse, enclosing)
 
     visit(body, [])
     return out

@@ -46,6 +46,11 @@ AGREE = [
      _k("fma", 64, 64, 16, 4, 4, 1, va=1, vb=1), 34),
     (BERT, "d9__inner_encoder_layer_0_attention_self_MatMul_1_output_0",
      _k("fma", 128, 128, 16, 8, 8, 1), 36),
+    # the GEMM after encoder_layer's attention as `export --budget 3` picks it: a 5-trip
+    # K loop hipcc keeps, whose LDS store and global address parts LICM holds in VGPRs
+    # over the loop (73 before that rule, a recorded gap)
+    ("encoder_layer", "d4_matmul_24",
+     _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1, vb=4), 82),
 ]
 
 #: known gaps (see gpusim.occupancy's docstring): hipcc's scheduler sinks the second half
@@ -56,9 +61,6 @@ GAPS = [
     (BERT, "d8__inner_encoder_layer_0_intermediate_dense_MatMul_output_0",
      _k("fma", 64, 64, 16, 4, 4, 1, swizzle="after_fusion"), 144),
     ("conv_add_relu:c=256,k=64", "d0_conv2d_0", _k("fma", 32, 32, 64, 4, 4, 16), 82),
-    # the GEMM after encoder_layer's attention as `export --budget 3` picks it: 73 vs 82
-    ("encoder_layer", "d4_matmul_24",
-     _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1, vb=4), 82),
 ]
 
 _GRAPHS: dict = {}
