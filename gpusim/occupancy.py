@@ -165,6 +165,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     loop_point = {}
 
     licm = _hoisted_invariants(body, uni, alias)
+    mfma_acc = {v.name for s in walk(body) if isinstance(s, Mfma) for v in s.acc}
     licm_keys = {}  # id(For) -> keys of the expressions hoisted out of it
     for loop, key, _, _ in licm:
         licm_keys.setdefault(id(loop), set()).add(key)
@@ -182,6 +183,9 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 continue
             temps = sum(_temps(e, uni, skip) for e in stmt_exprs(s))
             defs = {alias.get(v.name, v.name) for v in stmt_defs(s) if v.name in needed}
+            if isinstance(s, Assign) and isinstance(s.value, Const) and \
+                    s.dst.name not in mfma_acc:
+                defs = set()  # a constant: propagated into its uses (see the docstring)
             points.append((reads, defs, temps))
             kinds.append(type(s))
             if isinstance(s, For):

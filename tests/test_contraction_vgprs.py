@@ -51,13 +51,15 @@ AGREE = [
     # over the loop (73 before that rule, a recorded gap)
     ("encoder_layer", "d4_matmul_24",
      _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1, vb=4), 82),
+    # a straight-line split-K tile: its zero-initialised accumulators hold no register
+    # until their first FMA (87 before that rule, a recorded gap)
+    ("mlp", "d0_matmul_0", _k("fma", 32, 64, 64, 4, 4, 8, swizzle="after_fusion"), 76),
 ]
 
 #: known gaps (see gpusim.occupancy's docstring): hipcc's scheduler sinks the second half
 #: of a straight-line K tile's fragment reads below the first half's FMAs, yet hoists all
 #: of a K loop's reads to the loop top when the tile is small enough
 GAPS = [
-    ("mlp", "d0_matmul_0", _k("fma", 32, 64, 64, 4, 4, 8, swizzle="after_fusion"), 76),
     (BERT, "d8__inner_encoder_layer_0_intermediate_dense_MatMul_output_0",
      _k("fma", 64, 64, 16, 4, 4, 1, swizzle="after_fusion"), 144),
     ("conv_add_relu:c=256,k=64", "d0_conv2d_0", _k("fma", 32, 32, 64, 4, 4, 16), 82),
