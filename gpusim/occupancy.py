@@ -240,6 +240,14 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi
                     changed = True
+    for s in walk(body):  # a vector load's registers are one tuple: freed together
+        if isinstance(s, (Load, LdsLoad)) and len(s.dsts) > 1:
+            group = [alias.get(v.name, v.name) for v in s.dsts]
+            group = [g for g in group if g in ranges]
+            if group:
+                hi = max(ranges[g][1] for g in group)
+                for g in group:
+                    ranges[g][1] = hi
     for name, (loop, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
         a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
         for c in range(copies):
