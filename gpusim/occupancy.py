@@ -76,7 +76,7 @@ the first FMAs freed: 86 estimated vs 69-76), which this program-order model doe
 see, yet hoists all of a K loop's reads to the loop top for some small tiles (64x64x16:
 102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIMD anyway, gets up to 128
 VGPRs (37-58 vs 128); 64x64x32 tiles of 32x32 MFMAs (KW 1) whose K loop hipcc unrolls,
-and one 32x32x64 (KW 4), come out 12-20 VGPRs under hipcc, which hoists the next tile's
+and one 32x32x64 (KW 4), come out 12-29 VGPRs under hipcc, which hoists the next tile's
 global loads and every address above the first tile's compute; fused attention
 schedules with Q in LDS over several key blocks come out one wave or more pessimistic
 (130 vs 86). tests/test_contraction_vgprs.py and tests/test_attention_vgprs.py pin
