@@ -100,7 +100,7 @@ NCAT = 8
 Params = namedtuple("Params", (
     "W block grid nsimd period valu nf ni depth nlf nli wgs wpw l1_line l2_line l1_sets "
     "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks "
-    "trace_cap probe_pc probe_wg probe_wave l2_cyc l2w_cyc hbm_cyc hbmw_cyc"))
+    "trace_cap probe_pc probe_wg probe_wave l2_cyc l2w_cyc hbm_cyc hbmw_cyc l1_sh l2_sh"))
 
 #: L2 lines are tracked in 32-byte sectors (the L2 -> memory request size, S7): a line's
 #: ``Cache.dirty`` byte holds its dirty sectors in bits 0-3 and its valid sectors in bits
@@ -123,6 +123,9 @@ T_VALU, T_VMEM, T_LDS, T_SALU, T_BARRIER, T_STALL, T_MFMA = range(7)
 # wave status
 S_EMPTY, S_RUN, S_BAR, S_DONE = 0, 1, 2, 3
 
+#: an inactive lane in an LDS conflict memo pattern (``exec_lds``)
+NO_LANE = -(1 << 62)
+
 # runtime errors
 E_OK, E_OOB_GLOBAL, E_OOB_LDS, E_DIV0 = 0, 1, 2, 3
 
@@ -130,6 +133,22 @@ E_OK, E_OOB_GLOBAL, E_OOB_LDS, E_DIV0 = 0, 1, 2, 3
 def wrap32(v):
     """Two's-complement wrap of an integer to 32 bits."""
     return ((v + 2147483648) & 4294967295) - 2147483648
+
+
+def pdiv(x, d, sh):
+    """``x // d``; a shift when ``d`` is a power of two (``sh`` = log2 d, else -1): a
+    division by a value known only at run time costs tens of cycles, and the memory
+    model divides per lane. Floor division and the arithmetic shift agree for every x."""
+    if sh >= 0:
+        return x >> sh
+    return x // d
+
+
+def pmod(x, d):
+    """``x % d``; a mask when ``d`` is a power of two (equal for every x, as ``pdiv``)."""
+    if d & (d - 1) == 0:
+        return x & (d - 1)
+    return x % d
 
 
 def round_f16(x):
@@ -294,7 +313,7 @@ def iun(op, x):
 def cache_access(tag, lru, rdy, dirty, nsets, ways, line, clock, allocate):
     """LRU set-associative lookup in one cache instance (set x way arrays). Returns
     (hit, way); way < 0 when not allocated."""
-    st = line % nsets
+    st = pmod(line, nsets)
     for w in range(ways):
         if tag[st, w] == line:
             lru[st, w] = clock
@@ -356,7 +375,8 @@ Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RP
 Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
-Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx")
+Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx "
+                                "lds_pat lds_conf")
 Out = namedtuple("Out", "counters per_inst sess_cycles wg_done trace trace_n probe err")
 Prog = namedtuple("Prog", "code srcs mfma_regs fconst_reg fconst_val iconst_reg iconst_val "
                           "buf_tab lds_tab group_of n_groups group_lanes")
@@ -367,9 +387,10 @@ FR_L1, FR_L2, FR_HBM, FR_LDS = range(4)
 NFREE = 4
 
 
-def new_state(p):
+def new_state(p, n_inst=1):
     """The per-launch state records (waves, workgroup slots, CU pipes, scratch), zeroed.
-    Allocated by the caller, outside the jitted code, so the engine never allocates."""
+    Allocated by the caller, outside the jitted code, so the engine never allocates.
+    ``n_inst``: the program's instruction count (the LDS conflict memo, ``exec_lds``)."""
     W = p.W
     nsimd = p.nsimd
     wgs = p.wgs
@@ -389,7 +410,8 @@ def new_state(p):
     sc = Scratch(np.zeros(W * 2, np.int64), np.zeros(W, np.int64), np.zeros(W, np.int64),
                  np.zeros(8, np.int64), np.zeros(4 * W, np.int64), np.zeros(p.nbanks, np.int64),
                  np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64),
-                 np.zeros(W, np.int64))
+                 np.zeros(W, np.int64), np.zeros((n_inst, W), np.int64),
+                 np.full(n_inst, -1, np.int64))
     return wv, grp, cu, sc
 
 
@@ -485,7 +507,7 @@ def issue_time(t0, simd, period, cat, cat_last, valu_free):
     if cat == CAT_VALU and valu_free[simd] > t:
         t = math.ceil(valu_free[simd])
     if period > 1:
-        t += (simd - t) % period
+        t += pmod(simd - t, period)
     while cat_last[simd, cat] >= t:
         t += period
     return t
@@ -557,7 +579,7 @@ def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc):
     elif op == OP_FBIN:
         for l in range(W):
             if EX[s, l]:
-                F[s, d, l] = fbin(aux, np.float64(F[s, a, l]), np.float64(F[s, b, l]))
+                F[s, d, l] = fbin(np.int64(aux), np.float64(F[s, a, l]), np.float64(F[s, b, l]))
     elif op == OP_IBIN:
         for l in range(W):
             if EX[s, l]:
@@ -694,7 +716,7 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
     W = p.W
     NF = p.nf
     l1_line = p.l1_line
-    l2_line = p.l2_line
+    l1_sh = p.l1_sh
     code = prog.code
     buf_tab = prog.buf_tab
     F = wv.F
@@ -748,8 +770,8 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
                 else:
                     F[s, reg, l] = gmem_f[off + idx + v]
         addr = base + idx * es
-        lane_lo[l] = addr // l1_line
-        lane_hi[l] = (addr + width * es - 1) // l1_line
+        lane_lo[l] = pdiv(addr, l1_line, l1_sh)
+        lane_hi[l] = pdiv(addr + width * es - 1, l1_line, l1_sh)
         if store:
             for sec in range(addr // SECTOR, (addr + width * es - 1) // SECTOR + 1):
                 secs[ns] = sec
@@ -821,6 +843,8 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
     write bandwidth (partial-line writes cost their sectors, not the line)."""
     l1_line = p.l1_line
     l2_line = p.l2_line
+    l1_sh = p.l1_sh
+    l2_sh = p.l2_sh
     l1_sets = p.l1_sets
     l1_ways = p.l1_ways
     l2_sets = p.l2_sets
@@ -846,12 +870,12 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
         clock += 1
         tj = tl + j * step
         line = lines[j]
-        l2line = (line * l1_line) // l2_line
+        l2line = pdiv(line * l1_line, l2_line, l2_sh)
         if store:
             wmask = 0
-            while k < ns and (secs[k] * SECTOR) // l1_line < line:
+            while k < ns and pdiv(secs[k] * SECTOR, l1_line, l1_sh) < line:
                 k += 1
-            while k < ns and (secs[k] * SECTOR) // l1_line == line:
+            while k < ns and pdiv(secs[k] * SECTOR, l1_line, l1_sh) == line:
                 wmask |= 1 << (secs[k] % per_l2)
                 k += 1
             cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line, clock, bool(False))
@@ -860,7 +884,7 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
             counters[N_L2_ACC] += 1
             hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
                                     clock, bool(True))
-            st2 = l2line % l2_sets
+            st2 = pmod(l2line, l2_sets)
             if hit2:
                 counters[N_L2_HIT] += 1
             state = l2_dirty[st2, w2]
@@ -876,7 +900,7 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
             counters[N_L1_ACC] += 1
             hit1, w1 = cache_access(l1_tag, l1_lru, l1_rdy, l1_dirty, l1_sets, l1_ways, line,
                                     clock, bool(True))
-            st1 = line % l1_sets
+            st1 = pmod(line, l1_sets)
             if hit1:
                 counters[N_L1_HIT] += 1
                 arrive = max(tj + p.l1_lat, l1_rdy[st1, w1])
@@ -890,7 +914,7 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
                 counters[N_L2_ACC] += 1
                 hit2, w2 = cache_access(l2_tag, l2_lru, l2_rdy, l2_dirty, l2_sets, l2_ways, l2line,
                                         clock, bool(True))
-                st2 = l2line % l2_sets
+                st2 = pmod(l2line, l2_sets)
                 state = l2_dirty[st2, w2]
                 missing = need & ~(state >> 4)
                 if missing == 0:
@@ -931,6 +955,47 @@ def lane_indices(s, a, width, size, W, wv, idx):
         else:
             idx[l] = -1
     return bad
+
+
+def lds_conflicts(idx, base, es, nbytes, nbanks, ng, gsize, lanes_of, dbuf, bank_cnt):
+    """Bank-conflict cycles of one LDS access: per phase group (``lanes_of[gi]``, the
+    groups partition the lanes) the most distinct dwords on one bank, minus one (lanes on
+    one address broadcast). A group whose dwords all lie in one bank-width window has none."""
+    conflict = 0
+    for gi in range(ng):
+        lanes = lanes_of[gi]
+        dmin = 1 << 62
+        dmax = -1
+        for k in range(gsize):
+            i = idx[lanes[k]]
+            if i >= 0:
+                addr = base + i * es
+                if addr // 4 < dmin:
+                    dmin = addr // 4
+                if (addr + nbytes - 1) // 4 > dmax:
+                    dmax = (addr + nbytes - 1) // 4
+        if dmax - dmin < nbanks:
+            continue  # all dwords within one bank-width window: distinct banks
+        nd = int(0)
+        for k in range(gsize):
+            i = idx[lanes[k]]
+            if i >= 0:
+                addr = base + i * es
+                for dw in range(addr // 4, (addr + nbytes - 1) // 4 + 1):
+                    dbuf[nd] = dw
+                    nd += 1
+        nu = unique_sorted(dbuf, nd)
+        for k in range(nbanks):
+            bank_cnt[k] = 0
+        mx = 0
+        for k in range(nu):
+            bk = pmod(dbuf[k], nbanks)
+            bank_cnt[bk] += 1
+            if bank_cnt[bk] > mx:
+                mx = bank_cnt[bk]
+        if mx > 1:
+            conflict += mx - 1
+    return conflict
 
 
 def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
@@ -1010,40 +1075,35 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
     ng = n_groups[rw, wc]
     gsize = W // ng
     nbytes = width * es
-    conflict = 0
-    for gi in range(ng):
-        lanes = group_lanes[rw, wc, gi]
-        dmin = 1 << 62
-        dmax = -1
-        for k in range(gsize):
-            i = idx[lanes[k]]
-            if i >= 0:
-                addr = base + i * es
-                if addr // 4 < dmin:
-                    dmin = addr // 4
-                if (addr + nbytes - 1) // 4 > dmax:
-                    dmax = (addr + nbytes - 1) // 4
-        if dmax - dmin < nbanks:
-            continue  # all dwords within one bank-width window: distinct banks
-        nd = int(0)
-        for k in range(gsize):
-            i = idx[lanes[k]]
-            if i >= 0:
-                addr = base + i * es
-                for dw in range(addr // 4, (addr + nbytes - 1) // 4 + 1):
-                    dbuf[nd] = dw
-                    nd += 1
-        nu = unique_sorted(dbuf, nd)
-        for k in range(nbanks):
-            bank_cnt[k] = 0
-        mx = 0
-        for k in range(nu):
-            bk = dbuf[k] % nbanks
-            bank_cnt[bk] += 1
-            if bank_cnt[bk] > mx:
-                mx = bank_cnt[bk]
-        if mx > 1:
-            conflict += mx - 1
+    # Memo per instruction: when the elements are whole dwords, the conflicts depend only
+    # on the lanes' element indices relative to the first active lane's (a uniform shift
+    # of every dword moves each bank's dwords to another bank: the same counts, permuted),
+    # so a pattern this instruction met last (another wave, iteration or workgroup) reuses
+    # its count. The pattern is stored relative to that lane, an inactive lane as NO_LANE.
+    memo = (es & 3) == 0
+    hit = False
+    pat = sc.lds_pat[pc]
+    i0 = np.int64(0)
+    if memo:
+        for l in range(W):
+            if idx[l] >= 0:
+                i0 = idx[l]
+                break
+        if sc.lds_conf[pc] >= 0:
+            diff = np.int64(0)
+            for l in range(W):
+                r = idx[l] - i0 if idx[l] >= 0 else NO_LANE
+                diff |= r ^ pat[l]
+            hit = diff == 0
+    if hit:
+        conflict = sc.lds_conf[pc]
+    else:
+        conflict = lds_conflicts(idx, base, es, nbytes, nbanks, ng, gsize, group_lanes[rw, wc],
+                                 dbuf, bank_cnt)
+        if memo:
+            for l in range(W):
+                pat[l] = idx[l] - i0 if idx[l] >= 0 else NO_LANE
+            sc.lds_conf[pc] = conflict
     idx_cyc = ng + conflict
     counters[N_LDS] += 1
     counters[N_LDS_CONF] += conflict
@@ -1133,7 +1193,7 @@ def exec_wave_reduce(p, prog, pc, s, t, wv, cu, sc, counters):
                     if aux == R_SUM:
                         rf = np.float64(np.float32(xf + yf))
                     else:
-                        rf = fbin(bop, xf, yf)
+                        rf = fbin(np.int64(bop), xf, yf)  # one signature with exec_alu's
                     fvals[l] = rf
                     fvals[m] = rf
                 else:
@@ -1313,7 +1373,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
             fast = s
             pc = PC[s]
             g = wv.SLOT_WG[s]
-            simd = s % nsimd
+            simd = pmod(s, nsimd)
             wave_gid = grp.ID[g] * wpw + (s - g * wpw)
             t0 = READY[s]
             opr, prod = operands_ready(srcs, pc, wv.RREADY, wv.RPROD, s, t0)

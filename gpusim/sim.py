@@ -135,6 +135,12 @@ def _memory_table(arrays, align: int, start: int = 0, gap: int = 0):
     return tab, nf, ni
 
 
+def _log2_exact(n: int) -> int:
+    """log2 of a power of two, -1 for any other count (``engine.pdiv`` then divides)."""
+    n = int(n)
+    return n.bit_length() - 1 if n > 0 and n & (n - 1) == 0 else -1
+
+
 def _group_tables(arch):
     W = arch.wave_size
     group_of = np.zeros((2, 3, W), np.int64)
@@ -265,7 +271,8 @@ class _Launch:
             l2_cyc=float(arch.l1_line_bytes / l2_bpc_cu),
             l2w_cyc=float(arch.l1_line_bytes / l2w_bpc_cu),
             hbm_cyc=float(arch.l2_line_bytes / hbm_bpc_cu),
-            hbmw_cyc=float(arch.l2_line_bytes / hbmw_bpc_cu))
+            hbmw_cyc=float(arch.l2_line_bytes / hbmw_bpc_cu),
+            l1_sh=_log2_exact(arch.l1_line_bytes), l2_sh=_log2_exact(arch.l2_line_bytes))
 
     def sessions(self, functional: bool, sample: int, only=None):
         C = self.arch.num_cus
@@ -322,7 +329,7 @@ class _Launch:
         gmem_i = self.gmem_i
         out = E.Out(counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err)
         _engine(jit)(params, self.tables, E.Sessions(wgs, off, cus), gmem_f, gmem_i,
-                     *E.new_state(params), l1, l2, out)
+                     *E.new_state(params, prog.code.shape[0]), l1, l2, out)
         if err[0] != E.E_OK:
             self._raise(err)
         return dict(gmem_f=gmem_f, gmem_i=gmem_i, counters=counters, per_inst=per_inst,

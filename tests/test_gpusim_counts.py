@@ -2,7 +2,12 @@
 import numpy as np
 import pytest
 
+from hypothesis import given, settings, strategies as st
+
 from gpusim import KernelError, access_pattern, estimate_vgprs, occupancy, simulate
+from gpusim import engine as E
+from gpusim.hw import get_arch
+from gpusim.sim import _group_tables
 from gpusim import microbench as mb
 from gpusim.program import Buffer, Kernel, LdsArray, Store, f32, thread_id
 
@@ -228,3 +233,27 @@ def test_launch_overhead_is_a_parameter():
     b = simulate(k, "gfx942", launch_overhead_us=7.0)
     assert b.time_us - a.time_us == pytest.approx(7.0)
     assert a.time_us == a.time_us_without_launch
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), es=st.sampled_from([4, 8]), width=st.sampled_from([1, 2, 4]),
+       wc_store=st.tuples(st.integers(0, 2), st.booleans()), shift=st.integers(-64, 64))
+def test_lds_conflicts_depend_only_on_the_relative_pattern(data, es, width, wc_store, shift):
+    """The engine memoises an LDS instruction's bank conflicts by its lanes' element indices
+    relative to the first active lane (``engine.exec_lds``), valid when elements are whole
+    dwords: shifting every lane's index by the same amount must not change the count."""
+    arch = get_arch("gfx942")
+    W = arch.wave_size
+    _, n_groups, group_lanes = _group_tables(arch)
+    wc, store = wc_store
+    rw = 1 if store else 0
+    ng = int(n_groups[rw, wc])
+    idx = np.array(data.draw(st.lists(st.integers(-1, 300), min_size=W, max_size=W)), np.int64)
+    active = idx >= 0  # -1: an inactive lane
+
+    def count(offset):
+        return E.lds_conflicts(np.where(active, idx + offset, -1), 64, es, width * es, arch.lds_banks,
+                               ng, W // ng, group_lanes[rw, wc], np.zeros(4 * W, np.int64),
+                               np.zeros(arch.lds_banks, np.int64))
+
+    assert count(100) == count(100 + shift)
