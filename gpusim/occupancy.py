@@ -67,20 +67,19 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
 The estimate is a model of what hipcc would allocate, not a register allocator: it is
 good for the occupancy cliffs (24 -> 8 waves, 128 -> 4 waves, ...) that schedules cross.
 Known gaps, measured by ``tools/vgpr_sweep.py`` (on gfx90a, of 90 sampled contraction
-points of mlp, conv_add_relu and bert_2layer.onnx per MMA kind, 67 FMA and 85 MFMA meet
+points of mlp, conv_add_relu and bert_2layer.onnx per MMA kind, 68 FMA and 79 MFMA meet
 ``wavefuse check``'s rule; 61 and 73 before the LICM, constant, tuple and store-address
-rules, on the sources before global vector loads said their alignment): hipcc's
-scheduler interleaves LDS reads with their FMAs when it chooses to (a hoisted Q block,
-many scores per thread; the last reads of a straight-line split-K tile go into tuples
-the first FMAs freed: 86 estimated vs 69-76), which this program-order model does not
-see, yet hoists all of a K loop's reads to the loop top for some small tiles (64x64x16:
-102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIMD anyway, gets up to 128
-VGPRs (37-58 vs 128); 64x64x32 tiles of 32x32 MFMAs (KW 1) whose K loop hipcc unrolls,
-and one 32x32x64 (KW 4), come out 12-29 VGPRs under hipcc, which hoists the next tile's
-global loads and every address above the first tile's compute; fused attention
-schedules with Q in LDS over several key blocks come out one wave or more pessimistic
-(130 vs 86). tests/test_contraction_vgprs.py and tests/test_attention_vgprs.py pin
-agreeing points and these gaps.
+rules): hipcc's scheduler interleaves LDS reads with their FMAs when it chooses to (a
+hoisted Q block, many scores per thread; the last reads of a straight-line split-K tile
+go into tuples the first FMAs freed: 86 estimated vs 69-76), which this program-order
+model does not see, yet hoists all of a K loop's reads to the loop top for some small
+tiles (64x64x16: 102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIMD anyway,
+gets up to 128 VGPRs (37-58 vs 128); 9 of 13 sampled 64x64x32 tiles of 32x32 MFMAs
+(KW 1), whose K loop hipcc unrolls, and 2 of 24 32x32x64 (KW 4) come out 12-29 VGPRs
+under hipcc, which hoists the next tile's global loads and every address above the
+first tile's compute; fused attention schedules with Q in LDS over several key blocks
+come out one wave or more pessimistic (130 vs 86). tests/test_contraction_vgprs.py and
+tests/test_attention_vgprs.py pin agreeing points and these gaps.
 
 Occupancy (waves per SIMD, S9): the minimum of
 - wave slots (8 per SIMD on CDNA, 16 on gfx1100),
