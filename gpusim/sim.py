@@ -48,6 +48,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gpusim import engine as E
+from gpusim import steady
 from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
@@ -367,8 +368,8 @@ COUNTER_NAMES = {
 }
 
 
-def _counters(raw, scale, arch, occ, time_s):
-    c = raw["counters"] * scale
+def _counters(c, arch, occ, time_s):
+    """The named counters from the engine's (scaled) counter array."""
     out = {name: float(c[i]) for name, i in COUNTER_NAMES.items()}
     quads = c[E.N_QUADS]
     tcp = c[E.N_TCP]
@@ -403,10 +404,101 @@ def _cu_time(raw, n0, k, wgs_resident):
                f"round's {per_wg:.0f} cycles per workgroup"), bound
 
 
+class _Timed(NamedTuple):
+    """One timing of a launch, from which ``simulate`` reports."""
+    launch: "_Launch"
+    raw: dict
+    t_cu: float
+    method: str            # how T_cu was found
+    k: int                 # CU 0's workgroups simulated
+    scale: float           # counters and records below are scaled by this
+    counters: np.ndarray   # engine counters (``engine.N_*``), scaled
+    per_inst: np.ndarray   # per-instruction records (``engine.I_*``), scaled
+
+
+def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, workgroups):
+    """Runs the launch. Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups
+    and stops there when the last two rounds agree within STEADY_TOL (steady state);
+    otherwise it doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold
+    caches again)."""
+    rounds = SAMPLE_ROUNDS
+    while True:
+        launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
+        sample = rounds * occ.workgroups_per_cu
+        raw = launch.run(jit, functional, sample, trace_cap, only=workgroups)
+        n0, k = raw["n0"], raw["k"]
+        t_cu, method, bound = _cu_time(raw, n0, k, occ.workgroups_per_cu)
+        if functional or k >= n0 or bound <= STEADY_TOL or rounds >= MAX_SAMPLE_ROUNDS:
+            break
+        rounds *= 2
+    if k < n0:
+        steady_txt = "steady" if bound <= STEADY_TOL else f"not steady after {rounds} rounds"
+        method += (f" ({rounds} rounds sampled, {steady_txt}: error bound "
+                   f"{'unknown' if bound == float('inf') else f'+-{100 * bound:.1f}%'} of "
+                   f"the CU time)")
+    scale = 1.0 if functional else kernel.grid / k
+    return _Timed(launch, raw, t_cu, method, k, scale, raw["counters"] * scale,
+                  raw["per_inst"] * scale)
+
+
+def _memory_times(c, arch, level) -> tuple[float, float]:
+    """(T_mem, T_l2) in cycles from the launch's (scaled) counters."""
+    clk = arch.clock_ghz * 1e9
+    t_hbm = (c[E.N_HBM_RD] / (arch.memory_bytes_per_s(level) / clk)
+             + c[E.N_HBM_WR] / (arch.memory_bytes_per_s(level, True) / clk))
+    l2_writes = c[E.N_GST_LINES]  # stores write through to the L2, one request per line
+    l2_reads = max(c[E.N_L2_ACC] - l2_writes, 0.0)
+    t_l2 = (l2_reads / arch.l2_read_bytes_per_clk
+            + l2_writes / arch.l2_write_bytes_per_clk) * arch.l1_line_bytes
+    return t_hbm, t_l2
+
+
+def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
+    """(timing, note) with ``loop`` timed from truncated runs (``gpusim.steady``); the
+    timing is None when no cut was steady (the note then says so). The cut kernels differ
+    from ``kernel`` in one constant only, so the validation and occupancy are the
+    original's and their instructions line up with its program."""
+    runs: dict = {}
+    name = loop.stmt.var.name
+    tried = 0
+    for ns in steady.CUTS:
+        if 2 * sum(ns) > loop.trips:
+            break
+        for n in ns:
+            if n not in runs:
+                k = steady.cut(kernel, {loop.stmt: n})
+                p = compile_kernel(k, arch)
+                if p.code.shape != prog.code.shape:
+                    return None, ""
+                runs[n] = _time(k, arch, p, occ, inputs, scalars, jit, False, 0, None)
+        tried = ns[-1]
+        ts = [runs[n] for n in ns]
+        level = ts[-1].launch.level
+        times = [np.array([t.t_cu, *_memory_times(t.counters, arch, level)]) for t in ts]
+        fit = steady.extrapolate(ns, times, loop.trips)
+        cycles = float(fit.value.max())
+        bound = float(fit.bound.max()) / cycles if cycles > 0 else float("inf")
+        if bound > steady.LOOP_TOL:
+            continue
+        counters = steady.extrapolate(ns, [t.counters for t in ts], loop.trips).value
+        per_inst = steady.extrapolate(ns, [t.per_inst for t in ts], loop.trips).value
+        last = ts[-1]
+        note = (f"; the loop {name!r} cut to {ns[0]}, {ns[1]} and {ns[2]} of its "
+                f"{loop.trips} trips, time and counters extrapolated to {loop.trips} trips "
+                f"at {fit.slope[0]:.0f} CU cycles per trip (steady: error bound "
+                f"+-{100 * bound:.1f}% of the time)")
+        return last._replace(t_cu=float(fit.value[0]), counters=np.maximum(counters, 0.0),
+                             per_inst=np.maximum(per_inst, 0.0)), note
+    if not tried:
+        return None, ""
+    return None, (f"; every trip of the loop {name!r} simulated (cuts of up to {tried} "
+                  f"trips were not steady within {100 * steady.LOOP_TOL:.0f}%)")
+
+
 def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scalars: dict | None = None,
              *, functional: bool = True, trace: bool = False, jit: bool = True,
              launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP,
-             workgroups=None) -> SimResult:
+             workgroups=None, extrapolate_loops: bool = False) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
     ``inputs`` maps buffer names to arrays, or to ``Partial`` (some elements, the rest
@@ -418,60 +510,45 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     these workgroup ids, each on its own CU, for checking the values of the output tiles
     they write (elements no chosen workgroup writes keep what ``inputs`` put there); the
     time and counters then describe those workgroups alone, not the launch.
+    ``extrapolate_loops`` (timing mode, no trace): time the kernel's one long loop from
+    runs cut to a few trips when its trips are steady (``gpusim.steady``; ``method``
+    states the cuts and the error bound); outputs are then those of the longest cut.
     """
     arch = get_arch(arch)
     validate(kernel, arch, scalars)
     occ = occupancy(kernel, arch)
     prog = _program(kernel, arch)
-    launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
     if workgroups is not None:
         bad = [w for w in workgroups if not 0 <= int(w) < kernel.grid]
         if not functional or not len(workgroups) or bad:
             raise KernelError(f"{kernel.name}: workgroups= needs functional=True and ids from "
                               f"0 to {kernel.grid - 1}" + (f" (got {bad[0]})" if bad else ""))
-    # Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups and stops there
-    # when the last two rounds agree within STEADY_TOL (steady state); otherwise it
-    # doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold caches again).
-    rounds = SAMPLE_ROUNDS
-    while True:
-        sample = rounds * occ.workgroups_per_cu
-        raw = launch.run(jit, functional, sample, trace_cap if trace else 0, only=workgroups)
-        n0, k = raw["n0"], raw["k"]
-        t_cu, method, bound = _cu_time(raw, n0, k, occ.workgroups_per_cu)
-        if functional or k >= n0 or bound <= STEADY_TOL or rounds >= MAX_SAMPLE_ROUNDS:
-            break
-        rounds *= 2
-        launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
-    if k < n0:
-        steady = "steady" if bound <= STEADY_TOL else f"not steady after {rounds} rounds"
-        method += (f" ({rounds} rounds sampled, {steady}: error bound "
-                   f"{'unknown' if bound == float('inf') else f'+-{100 * bound:.1f}%'} of "
-                   f"the CU time)")
-    scale = 1.0 if functional else kernel.grid / k
-    c = raw["counters"] * scale
+    timed, note = None, ""
+    loop = steady.long_loop(kernel) if extrapolate_loops and not functional and not trace \
+        else None
+    if loop is not None:
+        timed, note = _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit)
+    if timed is None:
+        timed = _time(kernel, arch, prog, occ, inputs, scalars, jit, functional,
+                      trace_cap if trace else 0, workgroups)
+    launch, raw, t_cu, method, k, scale, c = timed[:7]
     level = launch.level
-    clk = arch.clock_ghz * 1e9
-    t_hbm = (c[E.N_HBM_RD] / (arch.memory_bytes_per_s(level) / clk)
-             + c[E.N_HBM_WR] / (arch.memory_bytes_per_s(level, True) / clk))
-    l2_writes = c[E.N_GST_LINES]  # stores write through to the L2, one request per line
-    l2_reads = max(c[E.N_L2_ACC] - l2_writes, 0.0)
-    t_l2 = (l2_reads / arch.l2_read_bytes_per_clk
-            + l2_writes / arch.l2_write_bytes_per_clk) * arch.l1_line_bytes
+    t_hbm, t_l2 = _memory_times(c, arch, level)
     cycles = max(t_cu, t_hbm, t_l2)
     mem = "MALL" if level == "mall" else "HBM"
     bound = "CU" if cycles == t_cu else (f"{mem} bandwidth" if cycles == t_hbm else "L2 bandwidth")
     lo = arch.launch_overhead_us if launch_overhead_us is None else float(launch_overhead_us)
     t_wo = cycles / (arch.clock_ghz * 1e3)
-    counters = _counters(raw, scale, arch, occ, t_wo * 1e-6)
+    counters = _counters(c, arch, occ, t_wo * 1e-6)
     method = (f"{method}; functional values for all {kernel.grid} workgroups"
               if functional and workgroups is None else
               f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
               f"only (time and counters of those workgroups, not of the launch)"
-              if functional else f"{method}; counters scaled by {scale:.3g} from {k} sampled "
-                                 f"workgroups (outputs partial)")
+              if functional else f"{method}{note}; counters scaled by {scale:.3g} from {k} "
+                                 f"sampled workgroups (outputs partial)")
     method += (f"; whole GPU = max(CU time, {mem} bytes / achievable bandwidth, L2 bytes / "
                f"achievable bandwidth): {bound}-bound")
-    per_inst = _per_inst(prog, raw["per_inst"], scale)
+    per_inst = _per_inst(prog, timed.per_inst)
     tr = None
     if trace:
         tr = [dict(cu=int(r[0]), simd=int(r[1]), wave=int(r[2]), start=float(r[3]), end=float(r[4]),
@@ -484,8 +561,9 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
                      trace=tr, bounds=dict(cu=t_cu, hbm=t_hbm, l2=t_l2))
 
 
-def _per_inst(prog, rec, scale):
-    """One record per memory / LDS / ALU statement, keyed by its walk-order index."""
+def _per_inst(prog, rec):
+    """One record per memory / LDS / ALU statement, keyed by its walk-order index
+    (``rec``: the per-instruction records, already scaled)."""
     stall = np.zeros(len(prog.statements))
     for pc in range(rec.shape[0]):
         si = prog.inst_stmt[pc]
@@ -501,10 +579,10 @@ def _per_inst(prog, rec, scale):
         kind = {Load: "global_load", Store: "global_store", LdsLoad: "lds_load",
                 LdsStore: "lds_store", Shuffle: "shuffle", WaveReduce: "wave_reduce",
                 Assign: "alu", Mfma: "mfma"}[type(s)]
-        out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, E.I_EXEC] * scale),
-                        cache_lines=float(rec[pc, E.I_LINES] * scale),
-                        tcp_accesses=float(rec[pc, E.I_TCP] * scale),
-                        conflict_cycles=float(rec[pc, E.I_CONF] * scale),
-                        lds_idx_cycles=float(rec[pc, E.I_IDX] * scale),
-                        stall_cycles=float(stall[si] * scale)))
+        out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, E.I_EXEC]),
+                        cache_lines=float(rec[pc, E.I_LINES]),
+                        tcp_accesses=float(rec[pc, E.I_TCP]),
+                        conflict_cycles=float(rec[pc, E.I_CONF]),
+                        lds_idx_cycles=float(rec[pc, E.I_IDX]),
+                        stall_cycles=float(stall[si])))
     return out
