@@ -511,8 +511,11 @@ def _compare(got, ref, dtype) -> tuple[float, bool]:
     return err, match
 
 
-def _written(res, kernel) -> dict:
-    return {b.name: np.flatnonzero(sampling.written(res.outputs[b.name], b.dtype))
+def _written(res, kernel, ranges=None) -> dict:
+    """Flat offsets each output's sentinel no longer holds (``ranges``: where
+    ``sampling.sentinel_outputs`` put it)."""
+    ranges = ranges or {}
+    return {b.name: sampling.written_offsets(res.outputs[b.name], b.dtype, ranges.get(b.name))
             for b in kernel.buffers if b.intent == "out"}
 
 
@@ -552,7 +555,8 @@ def _check_rows_with(graph, kernel, probe, arch, inputs, wgs, outs, ins, leaves)
     """``_check_rows`` with ``probe`` run to learn the written addresses; "retry" when
     a cut probe raised or wrote elsewhere than the kernel."""
     cut = probe is not kernel
-    sentinels = {b.name: sampling.sentinel_like(b.dtype, b.shape) for b in outs}
+    fill = sampling.sentinel_outputs(kernel, wgs, arch.wave_size)
+    sentinels = fill.inputs
     full = {b.name: memory_image(graph, b.name, inputs[b.name] if graph.op(b.name).kind ==
                                  "input" else graph.op(b.name).attrs["value"]) for b in ins} \
         if leaves else {b.name: gpusim.Partial(np.zeros(0, np.int64), np.zeros(0))
@@ -564,7 +568,7 @@ def _check_rows_with(graph, kernel, probe, arch, inputs, wgs, outs, ins, leaves)
         if leaves:
             raise
         return "retry" if cut else None
-    offsets = _written(res, kernel)
+    offsets = _written(res, kernel, fill.ranges)
     if not any(len(o) for o in offsets.values()):
         return "retry" if cut else None
     wanted = {n: partial.row_ids(graph.op(n).type, o) for n, o in offsets.items() if len(o)}
@@ -582,7 +586,7 @@ def _check_rows_with(graph, kernel, probe, arch, inputs, wgs, outs, ins, leaves)
                                             rows.values.reshape(-1)))
         res = gpusim.simulate(kernel, arch, inputs={**given, **sentinels}, functional=True,
                               workgroups=wgs)
-        again = _written(res, kernel)
+        again = _written(res, kernel, fill.ranges)
         if any(not np.array_equal(again[n], o) for n, o in offsets.items()):
             return "retry" if cut else None
     worst, ok = 0.0, True

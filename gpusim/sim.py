@@ -42,6 +42,7 @@ footprint (above); the timed CU sees the L2 as if it were the first CU to touch 
 """
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -152,6 +153,24 @@ def _group_tables(arch):
     return group_of, n_groups, group_lanes
 
 
+SMALL_PAGES_BYTES = 4 << 20  # larger memory images are mapped with small pages (_zeros)
+
+
+def _zeros(n: int, dtype) -> np.ndarray:
+    """A zero-filled array; a large one on an anonymous mapping with transparent huge
+    pages turned off. A timing run or a sampled check touches a few rows of a buffer
+    that may be a 512 MiB score tensor, and with huge pages (numpy asks for them on large
+    arrays) each first touch had the kernel zero 2 MiB: that was most of a sampled
+    softmax's cost. Untouched pages cost nothing either way."""
+    nbytes = n * np.dtype(dtype).itemsize
+    advise = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if nbytes < SMALL_PAGES_BYTES or advise is None:
+        return np.zeros(n, dtype)
+    buf = mmap.mmap(-1, nbytes)
+    buf.madvise(advise)
+    return np.frombuffer(buf, dtype, n)
+
+
 class Partial(NamedTuple):
     """A buffer given at some elements only (flat memory indices and their values); the
     others stay zero and untouched, so a sampled check of a 512 MiB tensor holds only the
@@ -188,8 +207,8 @@ class _Launch:
                                         gap=BUFFER_ALIGN)
         self.layout = [(b, int(buf_tab[i, 0]), int(buf_tab[i, 1]))
                        for i, b in enumerate(kernel.buffers)]
-        self.gmem_f = np.zeros(max(nf, 1), np.float32)
-        self.gmem_i = np.zeros(max(ni, 1), np.int32)
+        self.gmem_f = _zeros(max(nf, 1), np.float32)
+        self.gmem_i = _zeros(max(ni, 1), np.int32)
         for b, kind, off in self.layout:
             given = inputs.get(b.name)
             if isinstance(given, Partial):  # only these elements; the rest stays zero
