@@ -29,6 +29,10 @@ Whole-GPU time (in cycles), the combination rule:
            x L1 line / achievable L2 write bandwidth (all L2s; one request per L1 line,
            64 B on gfx90a, 128 B on gfx942);
   cycles = max(T_cu, T_mem, T_l2); time_us = cycles / clock + launch overhead.
+With ``extrapolate_loops=True`` (the search's scoring) a kernel's one long loop is cut to
+a few trips and T_cu, the counters and the per-instruction records are extrapolated to
+its full trip count from three such runs (``gpusim.steady``: rule, bound, when it falls
+back to every trip); ``method`` names the cuts and ``loop_error_bound`` is the bound.
 Inside T_cu each CU already gets only its share of the memory level's read bandwidth
 (divided by the number of CUs that have work) and of its L2 instance's read bandwidth,
 so a bandwidth-bound kernel's CU time approaches T_mem as the grid grows.
@@ -86,6 +90,9 @@ class SimResult:
     per_inst: list
     trace: list | None = None
     bounds: dict = field(default_factory=dict)  # T_cu, T_hbm, T_l2 in cycles
+    # relative error bound of ``cycles`` from a long loop timed from truncated runs
+    # (``simulate(extrapolate_loops=True)``, ``gpusim.steady``); 0 when every trip ran
+    loop_error_bound: float = 0.0
 
     @property
     def wave_insts(self) -> float:
@@ -473,8 +480,8 @@ def _memory_times(c, arch, level) -> tuple[float, float]:
 
 
 def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
-    """(timing, note) with ``loop`` timed from truncated runs (``gpusim.steady``); the
-    timing is None when no cut was steady (the note then says so). The cut kernels differ
+    """(timing, note, relative error bound) with ``loop`` timed from truncated runs
+    (``gpusim.steady``); the timing is None when no cut was steady (the note then says so). The cut kernels differ
     from ``kernel`` in one constant only, so the validation and occupancy are the
     original's and their instructions line up with its program."""
     runs: dict = {}
@@ -488,10 +495,14 @@ def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
                 k = steady.cut(kernel, {loop.stmt: n})
                 p = compile_kernel(k, arch)
                 if p.code.shape != prog.code.shape:
-                    return None, ""
+                    return None, "", 0.0
                 runs[n] = _time(k, arch, p, occ, inputs, scalars, jit, False, 0, None)
         tried = ns[-1]
         ts = [runs[n] for n in ns]
+        per_trip = (ts[2].counters - ts[1].counters) / (ns[2] - ns[1])
+        lines = per_trip[E.N_GLD_LINES]
+        if lines > 0 and per_trip[E.N_GLD_BYTES] / lines < arch.l1_line_bytes / steady.MAX_PERIOD:
+            continue  # trips share cache lines over a period the cuts may not span
         level = ts[-1].launch.level
         times = [np.array([t.t_cu, *_memory_times(t.counters, arch, level)]) for t in ts]
         fit = steady.extrapolate(ns, times, loop.trips)
@@ -507,11 +518,12 @@ def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
                 f"at {fit.slope[0]:.0f} CU cycles per trip (steady: error bound "
                 f"+-{100 * bound:.1f}% of the time)")
         return last._replace(t_cu=float(fit.value[0]), counters=np.maximum(counters, 0.0),
-                             per_inst=np.maximum(per_inst, 0.0)), note
+                             per_inst=np.maximum(per_inst, 0.0)), note, bound
     if not tried:
-        return None, ""
+        return None, "", 0.0
     return None, (f"; every trip of the loop {name!r} simulated (cuts of up to {tried} "
-                  f"trips were not steady within {100 * steady.LOOP_TOL:.0f}%)")
+                  f"trips were not steady within {100 * steady.LOOP_TOL:.0f}%, or its trips "
+                  f"share cache lines over more than {steady.MAX_PERIOD} trips)"), 0.0
 
 
 def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scalars: dict | None = None,
@@ -542,11 +554,12 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
         if not functional or not len(workgroups) or bad:
             raise KernelError(f"{kernel.name}: workgroups= needs functional=True and ids from "
                               f"0 to {kernel.grid - 1}" + (f" (got {bad[0]})" if bad else ""))
-    timed, note = None, ""
+    timed, note, loop_bound = None, "", 0.0
     loop = steady.long_loop(kernel) if extrapolate_loops and not functional and not trace \
         else None
     if loop is not None:
-        timed, note = _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit)
+        timed, note, loop_bound = _time_loop(kernel, loop, arch, prog, occ, inputs, scalars,
+                                             jit)
     if timed is None:
         timed = _time(kernel, arch, prog, occ, inputs, scalars, jit, functional,
                       trace_cap if trace else 0, workgroups)
@@ -577,7 +590,8 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
                      method=method, occupancy_waves_per_simd=occ.waves_per_simd,
                      occupancy_limiter=occ.limiter, vgprs=occ.vgprs,
                      workgroups_per_cu=occ.workgroups_per_cu, counters=counters, per_inst=per_inst,
-                     trace=tr, bounds=dict(cu=t_cu, hbm=t_hbm, l2=t_l2))
+                     trace=tr, bounds=dict(cu=t_cu, hbm=t_hbm, l2=t_l2),
+                     loop_error_bound=loop_bound)
 
 
 def _per_inst(prog, rec):

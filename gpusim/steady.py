@@ -10,8 +10,10 @@ every counter linearly to the loop's N trips from the last two runs:
     X(N) = X(n3) + (N - n3) * s23,   s23 = (X(n3) - X(n2)) / (n3 - n2),
 
 and bounds the error by how much the per-trip slope still moved between the first two
-runs and the last two, times the trips extrapolated (the same rule as the workgroup
-sample's bound in ``gpusim.sim``): ``(N - n3) * |s23 - s12|``. When that bound is over
+runs and the last two, plus the slope's resolution (times are whole cycles, measured over
+n3 - n2 trips), times the trips extrapolated (the rule of the workgroup sample's bound in
+``gpusim.sim``): ``(N - n3) * (|s23 - s12| + 1 / (n3 - n2))``. A run of exactly repeating
+trips still drifts by a cycle here and there (an arbitration tie resolved otherwise). When that bound is over
 ``LOOP_TOL`` of the time, longer cuts are tried (``CUTS``); when none is steady, or the
 cuts would not save at least half of the trips, the loop runs in full.
 
@@ -20,6 +22,12 @@ bounds, a counter the body never writes and at least ``MIN_TRIPS`` trips. A kern
 several long loops (a softmax's max, sum and normalise passes over one row) runs in full:
 a later pass re-reads what an earlier one brought into the caches, and cutting both
 passes would shrink that working set along with the loop.
+
+Periodic trips. A trip that uses a fraction 1/p of each cache line it loads leaves the
+rest of the line to the next p - 1 trips (a thread walking a row one element per trip: one
+miss every 32 trips), so its cost repeats with period p. The cuts are spaced by
+``MAX_PERIOD`` trips, which spans periods up to that whole; a loop loading fewer than
+``line / MAX_PERIOD`` bytes per cache line per trip (from the cuts' counters) runs in full.
 
 SIMPLIFICATION: the trips after the cut cost what the steady trips before it cost. A loop
 whose later trips revisit data its earlier ones brought into a cache (a pointer chase over
@@ -44,6 +52,7 @@ from gpusim.program import Const, For, If, Kernel, Store, walk
 MIN_TRIPS = 64                  # shorter loops run in full
 CUTS = ((4, 8, 12), (8, 16, 24))  # trips of the three truncated runs, tried in order
 LOOP_TOL = 0.02                 # steady: the extrapolation's bound is within 2% of the time
+MAX_PERIOD = 4                  # the cuts' spacing: trips that share a line over more run in full
 
 
 class Loop(NamedTuple):
@@ -128,4 +137,4 @@ def extrapolate(ns, values, n_full: int) -> Fit:
     (n1, n2, n3), (v1, v2, v3) = ns, [np.asarray(v, np.float64) for v in values]
     s12, s23 = (v2 - v1) / (n2 - n1), (v3 - v2) / (n3 - n2)
     ahead = n_full - n3
-    return Fit(v3 + ahead * s23, s23, ahead * np.abs(s23 - s12))
+    return Fit(v3 + ahead * s23, s23, ahead * (np.abs(s23 - s12) + 1.0 / (n3 - n2)))
