@@ -257,11 +257,57 @@ def _kernel_files(d: Path):
     return files
 
 
+_TYPES = ("float", "double", "int", "bool", "half", "__half", "half2", "float2", "float4",
+          "char", "short", "long", "unsigned", "uint32_t", "int32_t", "int64_t", "uint64_t",
+          "_Float16")
+#: an identifier the source declares: after a type (``const``, ``*``, ``__restrict__`` and
+#: an alignment between), before what may follow a declarator
+_DECL = re.compile(r"\b(?:" + "|".join(_TYPES) + r")\b(?:\s*\*)?(?:\s*__restrict__)?"
+                   r"\s+([A-Za-z_]\w*)\s*(?=[=;,)\[])")
+_IDENT = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
+
+
+def _code_lines(text: str) -> str:
+    """The source without its comment lines (they name graph tensors, compile to nothing)."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("//"))
+
+
+def source_key(text: str, c_name: str) -> str:
+    """The kernel source with every name it declares (the kernel, its parameters, its
+    locals and LDS arrays: what the emitter derives from graph tensor names) replaced by
+    the order of its first appearance. Keywords, types and builtins are never declared,
+    so they stay: two sources with one key are the same program up to a one-to-one
+    renaming, and compile to the same instructions. Identical layers share a key."""
+    code = _code_lines(text)
+    declared = set(_DECL.findall(code)) | {c_name}
+    order: dict = {}
+
+    def canon(m):
+        name = m.group(1)
+        if name not in declared:
+            return name
+        return f"\x00{order.setdefault(name, len(order))}\x00"
+    return _IDENT.sub(canon, code)
+
+
+def _distinct_sources(files) -> dict:
+    """kernel stem -> the stem of the kernel whose compile stands for it (itself when its
+    source is the first of its kind)."""
+    first, rep = {}, {}
+    for src, info in files:
+        key = source_key(src.read_text(), info.get("c_name", src.stem))
+        rep[src.stem] = first.setdefault(key, src.stem)
+    return rep
+
+
 def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None,
               jobs: int | None = None, asm_dir=None) -> dict:
     """Compile every kernel ``.hip`` in ``directory`` for each arch and compare with its sidecar.
 
     Returns a plain-data report (see ``to_json``); ``asm_dir`` keeps the ``.s`` files.
+    Kernels whose sources differ only in graph-derived names (a model's identical layers)
+    are compiled once per arch; each still gets its own entry, compared with its own
+    sidecar, with ``same_source_as`` naming the kernel that was compiled.
     """
     d = Path(directory)
     if not d.is_dir():
@@ -298,16 +344,27 @@ def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None
             entry.update(parse_asm(asm.read_text()))
         return entry
 
-    jobs_list = [(f, t) for f in files for t in targets]
+    rep = _distinct_sources(files)
+    jobs_list = [(f, t) for f in files if rep[f[0].stem] == f[0].stem for t in targets]
     t0 = time.perf_counter()
     try:
         with ThreadPoolExecutor(max_workers=jobs or min(32, (os.cpu_count() or 4))) as pool:
-            entries = list(pool.map(one, jobs_list))
+            compiled = list(pool.map(one, jobs_list))
     finally:
         if tmp is not None:
             tmp.cleanup()
+    by_job = {(e["kernel"], e["arch"]): e for e in compiled}
+    entries = []
+    for src, info in files:
+        for asked, _ in targets:
+            e = by_job[(rep[src.stem], asked)]
+            if rep[src.stem] != src.stem:
+                e = {**e, "kernel": src.stem, "ir_name": info.get("kernel") if info else None,
+                     "file": src.name, "compile_s": 0.0, "same_source_as": rep[src.stem]}
+            entries.append(e)
     report = {"dir": str(d), "hipcc": hipcc, "archs": list(archs), "notes": notes,
               "wall_s": round(time.perf_counter() - t0, 3), "kernels": entries,
+              "distinct_sources": len(set(rep.values())),
               "tolerances": {"occupancy_waves": OCCUPANCY_TOLERANCE,
                              "vgprs_agreement_rel": VGPR_AGREEMENT_REL,
                              "vgprs_abs": VGPR_TOLERANCE_ABS, "vgprs_rel": VGPR_TOLERANCE_REL}}
@@ -480,8 +537,14 @@ def render_check(report: dict, console) -> None:
         t.add_row(e["kernel"], arch, f"{e['vgprs']}{sim_v}", str(e["sgprs"]), str(e["lds_bytes"]),
                   str(e["scratch_bytes"]), occ, _fmt_widths(w["global_load"]),
                   _fmt_widths(w["global_store"]), _fmt_widths(w["lds_load"]),
-                  _fmt_widths(w["lds_store"]), str(e["valu_insts"]), f"{e['compile_s']:.2f}")
+                  _fmt_widths(w["lds_store"]), str(e["valu_insts"]),
+                  "shared" if e.get("same_source_as") else f"{e['compile_s']:.2f}")
     console.print(t)
+    n_kernels = len({e["kernel"] for e in report.get("kernels", [])})
+    if report.get("distinct_sources") and report["distinct_sources"] < n_kernels:
+        console.print(f"[cyan]note:[/] {report['distinct_sources']} distinct sources among "
+                      f"{n_kernels} kernels: each compiled once per arch; 'shared' rows reuse "
+                      "the compile of a kernel that differs only in names")
     for n in report.get("notes", []):
         console.print(f"[cyan]note:[/] {n}")
     dis = report.get("disagreements", [])

@@ -401,8 +401,15 @@ class _Printer:
             self.emit(f"{self.lhs(d, s)} = {self.convert(f'{ptr}[{idx}]', dtype, d.dtype)};", depth)
             return
         tmp = self.namer.fresh(f"{ptr}_v{width}")
-        self.emit(f"const {vt} {tmp} = *reinterpret_cast<const {vt}*>({ptr} + {idx});"
-                  f"  // one {width * DTYPE_BYTES[dtype]}-byte {space} load", depth)
+        nbytes = width * DTYPE_BYTES[dtype]
+        addr = f"{ptr} + {idx}"
+        if space == "global":
+            # the IR proved the address aligned; say so to hipcc, which otherwise loses
+            # the float4's alignment when it strength-reduces a rolled loop's pointer and
+            # splits the load (dwordx3 + dword, seen in the generic reduction loop)
+            addr = f"__builtin_assume_aligned({addr}, {nbytes})"
+        self.emit(f"const {vt} {tmp} = *reinterpret_cast<const {vt}*>({addr});"
+                  f"  // one {nbytes}-byte {space} load", depth)
         src_dt = "f32" if dtype == "f16" else dtype
         for d, comp in zip(s.dsts, self._components(tmp, dtype, width)):
             self.emit(f"{self.lhs(d, s)} = {self.convert(comp, src_dt, d.dtype)};", depth)

@@ -2,7 +2,9 @@
 
 Weights or inputs holding NaN or Inf are legitimate (an ONNX model may carry them), and
 the same NaN must not count as a mismatch: a value matches when both are NaN, when both
-are the same infinity, or when both are finite and |ours - theirs| <= tol * (1 + |theirs|).
+are the same infinity, or when both are finite and |ours - theirs| <= tol * (1 + |theirs|)
+(+ a per-element ``allowance``: verify adds the rounding-error scale of compiler.errorbound
+for deep graphs, whose long contractions outgrow any constant).
 Every comparison of simulated or fused results with numpy (tune's check of the chosen
 kernels, verify, export's refusal) goes through ``compare`` so they agree on this rule.
 """
@@ -23,7 +25,7 @@ def tolerance(check: str, dtype: str) -> float:
     return TOLERANCE[check][dtype]
 
 
-def compare(ours, theirs, tol: float) -> tuple[bool, float]:
+def compare(ours, theirs, tol: float, allowance=0.0) -> tuple[bool, float]:
     """(match, max abs error over the finite pairs; inf when the special values differ)."""
     a = np.asarray(ours, np.float64)
     b = np.asarray(theirs, np.float64)
@@ -37,4 +39,6 @@ def compare(ours, theirs, tol: float) -> tuple[bool, float]:
         return False, float("inf")
     err = np.abs(a[finite] - b[finite])
     max_err = float(err.max()) if err.size else 0.0
-    return bool(np.all(err <= tol * (1.0 + np.abs(b[finite])))), max_err
+    extra = np.asarray(allowance, np.float64).reshape(-1)[finite] \
+        if np.ndim(allowance) else float(allowance)
+    return bool(np.all(err <= tol * (1.0 + np.abs(b[finite])) + extra)), max_err

@@ -87,10 +87,13 @@ OPS = {
                    "toward zero); lowered by lower.emitter's _cast"),
     "select": OpSpec("elementwise", 3, note="np.where in reference._eval_exact; lowered "
                      "to the IR's Select"),
-    # reduce: over ``axes``, ``keepdims``
+    # reduce: over ``axes``, ``keepdims``; f32/f16 and i32 (integer accumulate, wrapping
+    # at 32 bits; an i32 mean truncates toward zero, as numpy's cast of the mean does)
     "reduce_sum": OpSpec("reduce", 1, np.sum),
     "reduce_max": OpSpec("reduce", 1, np.max),
     "reduce_mean": OpSpec("reduce", 1, np.mean),
+    "reduce_min": OpSpec("reduce", 1, np.min),
+    "reduce_prod": OpSpec("reduce", 1, np.prod),
     # views: no arithmetic, only an index rewrite
     "transpose": OpSpec("view", 1, note=_VIEW),
     "reshape": OpSpec("view", 1, note=_VIEW),

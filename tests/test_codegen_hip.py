@@ -206,3 +206,40 @@ def test_vgpr_agreement_is_ten_percent_or_the_same_occupancy(est, hipcc, bad):
     found = compare({"kernels": [entry]}, sim_info={"k": info})
     errors = [d["what"] for d in found if d["severity"] == "error"]
     assert errors == (["occupancy"] if bad else [])
+
+
+def test_integer_reduction_kernels_compile_to_integer_instructions(tmp_path):
+    """Row reductions of i32 tensors (each combine under a different cross-lane strategy,
+    and the generic fallback) print int accumulators: hipcc issues integer max/min/mul,
+    never the float ones, and spills nothing."""
+    import dataclasses
+    from codegen_hip.check import compile_to_asm, parse_asm
+    from codegen_hip.emit import emit_kernel
+    from compiler.graph import Graph
+    from compiler.lower import lower
+    from compiler.passes import fuse
+    srcs = []
+    for kind, reduce in [("reduce_sum", "wave"), ("reduce_max", "shuffle"),
+                         ("reduce_min", "lds_tree"), ("reduce_prod", "wave"),
+                         ("reduce_mean", "lds_tree")]:
+        g = Graph("t")
+        g.output(g.reduce(kind, g.input("x", (8, 256), "i32"), -1, True))
+        d = fuse(g).dispatches[0]
+        row = lower(g, d, {"mapping": "workgroup", "workgroup": 256, "vector": 2,
+                           "cache": "reread", "reduce": reduce, "passes": "multi"}, "gfx942")
+        generic = lower(g, d, {"lowering": "generic", "workgroup": 64}, "gfx942")
+        srcs += [emit_kernel(dataclasses.replace(row, name=f"{kind}_{reduce}"), "gfx90a"),
+                 emit_kernel(dataclasses.replace(generic, name=f"{kind}_generic"), "gfx90a")]
+    src = tmp_path / "int_reduce.hip"
+    src.write_text("\n".join(srcs))
+    assert "int acc" in src.read_text() and "(-2147483647 - 1)" in src.read_text()
+    for arch in ARCHS:
+        asm = tmp_path / f"int_reduce.{arch}.s"
+        res = compile_to_asm(src, arch, asm)
+        assert res["rc"] == 0, res["stderr"][-2000:]
+        text = asm.read_text()
+        for inst in ("v_max", "v_min"):
+            assert f"{inst}_i32" in text or f"{inst}3_i32" in text, inst
+            assert f"{inst}_f32" not in text and f"{inst}3_f32" not in text, inst
+        assert "v_mul_lo_u32" in text
+        assert parse_asm(text)["scratch_bytes"] == 0

@@ -276,7 +276,8 @@ def test_unsupported_ops_are_listed_in_one_error():
 def test_every_supported_op_has_a_test_here():
     import pathlib
     here = pathlib.Path(__file__)
-    text = here.read_text() + (here.parent / "test_onnx_ops.py").read_text()
+    text = here.read_text() + "".join((here.parent / f).read_text()
+                                      for f in ("test_onnx_ops.py", "test_onnx_gaps.py"))
     missing = [op for op in SUPPORTED_OPS if f'"{op}"' not in text]
     assert not missing
 
@@ -299,9 +300,10 @@ def test_every_supported_op_has_a_test_here():
                    [vi("x", [2, 3]), h.make_tensor_value_info("s", T.INT64, [2])],
                    [vi("y", [3, 2])]), UnsupportedError,
      "reshape_dyn.*the target shape must be a constant.*'s' is computed"),
-    (lambda: model([h.make_node("Conv", ["x", "w"], ["y"], name="conv1d")],
-                   [vi("x", [1, 2, 8]), vi("w", [3, 2, 3])], [vi("y", [1, 3, 6])]),
-     UnsupportedError, "node 'conv1d' .Conv.: only 2-D"),
+    (lambda: model([h.make_node("Conv", ["x", "w"], ["y"], name="conv3d")],
+                   [vi("x", [1, 2, 4, 4, 4]), vi("w", [3, 2, 3, 3, 3])],
+                   [vi("y", [1, 3, 2, 2, 2])]),
+     UnsupportedError, "node 'conv3d' .Conv.: only 1-D and 2-D"),
 ])
 def test_bad_models_raise_one_line_errors(make, exc, pattern):
     with pytest.raises(exc, match=pattern) as info:

@@ -12,8 +12,8 @@ from . import common
 WIDE = 100  # columns needed for the table view
 
 KIND_STYLE = {"input": "green", "constant": "dim", "reduce_sum": "magenta",
-              "reduce_max": "magenta", "reduce_mean": "magenta", "matmul": "bold red",
-              "conv2d": "bold red"}
+              "reduce_max": "magenta", "reduce_mean": "magenta", "reduce_min": "magenta",
+              "reduce_prod": "magenta", "matmul": "bold red", "conv2d": "bold red"}
 
 
 def _attrs_text(attrs: dict) -> str:

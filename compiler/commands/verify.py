@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gpusim.hw import DEFAULT_ARCH
 
-from .. import numerics
+from .. import errorbound, numerics
 from ..graph import DTYPES, Graph, GraphError
 from ..passes import fuse
 from ..plan import execute_plan
@@ -24,7 +24,8 @@ from ..search import tune
 from . import common
 from .cache import add_cache_options, store_of
 
-# Tolerances for comparing two float computations of the same graph: relative + absolute.
+# Tolerances for comparing two float computations of the same graph: numerics.TOLERANCE
+# (relative + absolute) plus the rounding allowance of compiler.errorbound.
 
 
 @dataclass
@@ -48,6 +49,9 @@ class VerifyContext:
     seed: int
     inputs: dict
     reference: dict = field(default_factory=dict)  # graph output name -> array
+    # graph output name -> its rounding-error scale (compiler.errorbound): how far another
+    # honest evaluation may be from the reference, beyond the constant tolerance
+    scales: dict = field(default_factory=dict)
     budget: int = 6  # candidates per dispatch for the simulated-kernels check
     store: object = None  # the tuning database (compiler.tunedb), None: this run only
     # every workgroup's values checked, or the output tiles of a sample of workgroups
@@ -66,17 +70,31 @@ def verify_check(name: str):
     return deco
 
 
-def compare(ours: np.ndarray, theirs: np.ndarray, dtype: str) -> tuple[bool, float, float]:
-    """(match, max abs error, tolerance): |a-b| <= tol*(1+|b|); NaN/inf must coincide."""
+def compare(ours: np.ndarray, theirs: np.ndarray, dtype: str,
+            scale=None) -> tuple[bool, float, float]:
+    """(match, max abs error, tolerance): |a-b| <= tol*(1+|b|) + lam*sqrt(2)*scale, the
+    last term the rounding both evaluations may carry (compiler.errorbound; ``scale``
+    None: none); NaN/inf must coincide."""
     tol = numerics.tolerance("plan", dtype)
-    ok, max_err = numerics.compare(ours, theirs, tol)
+    extra = 0.0 if scale is None or dtype not in errorbound.UNIT_ROUNDOFF else \
+        errorbound.tolerance(theirs, scale, 0.0, np.size(theirs))
+    ok, max_err = numerics.compare(ours, theirs, tol, extra)
     return ok, max_err, tol
+
+
+def _rounding_note(ctx: VerifyContext) -> str:
+    """The largest rounding allowance added to the constant tolerance, for the detail."""
+    worst = max((float(errorbound.tolerance(0.0, s, 0.0, s.size).max())
+                 for s in ctx.scales.values() if s.size), default=0.0)
+    return f" (+ rounding allowance up to {worst:.2g})" if worst else ""
 
 
 @verify_check("reference interpreter")
 def check_reference(ctx: VerifyContext) -> CheckResult:
-    """The numpy reference runs, gives the declared shapes, and is deterministic."""
-    first = evaluate(ctx.graph, ctx.inputs)
+    """The numpy reference runs, gives the declared shapes, and is deterministic; with it,
+    each output's rounding-error scale, which the later checks allow on top of their
+    constant tolerance."""
+    first, ctx.scales = errorbound.evaluate_with_scales(ctx.graph, ctx.inputs)
     second = evaluate(ctx.graph, ctx.inputs)
     ctx.reference = first
     problems = []
@@ -131,13 +149,15 @@ def check_onnx(ctx: VerifyContext) -> CheckResult:
         g_name = meta["onnx_outputs"][onnx_name]
         ours = ctx.reference[g_name] if g_name in ctx.reference else \
             evaluate(ctx.graph, ctx.inputs, keep_all=True)[g_name]
-        match, err, tol = compare(ours, value, ctx.graph.op(g_name).type.dtype)
+        match, err, tol = compare(ours, value, ctx.graph.op(g_name).type.dtype,
+                                  ctx.scales.get(g_name))
         worst, tol_used = max(worst, err), max(tol_used, tol)
         if not match:
             ok = False
             details.append(f"{onnx_name}: max error {err:.3g}")
     return CheckResult(name, "pass" if ok else "fail", worst, tol_used,
-                       "; ".join(details) or f"{len(out_names)} output(s) match")
+                       ("; ".join(details) or f"{len(out_names)} output(s) match")
+                       + _rounding_note(ctx))
 
 
 @verify_check("fused plan")
@@ -149,11 +169,13 @@ def check_fused_plan(ctx: VerifyContext) -> CheckResult:
         plan = fuse(ctx.graph, aggressive=aggressive)
         got = execute_plan(plan, ctx.inputs)
         for name, want in ctx.reference.items():
-            match, err, t = compare(got[name], want, ctx.graph.op(name).type.dtype)
+            match, err, t = compare(got[name], want, ctx.graph.op(name).type.dtype,
+                                    ctx.scales.get(name))
             worst, tol = max(worst, err), max(tol, t)
             ok = ok and match
         details.append(f"{plan.mode}: {plan.num_dispatches} dispatch(es)")
-    return CheckResult("fused plan", "pass" if ok else "fail", worst, tol, "; ".join(details))
+    return CheckResult("fused plan", "pass" if ok else "fail", worst, tol,
+                       "; ".join(details) + _rounding_note(ctx))
 
 
 @verify_check("simulated kernels")

@@ -26,12 +26,13 @@ def lower(graph, dispatch, schedule: dict, arch: Arch | str = DEFAULT_ARCH):
     Python API's entry point, resolved once); every kind's lowering takes the ``Arch``."""
     arch = get_arch(arch)
     kind = dispatch_kind(graph, dispatch)
-    for n in dispatch.ops:  # simplification: integer math is elementwise only
+    for n in dispatch.ops:  # simplification: integer reductions lower in reduction kernels
         op = graph.op(n)
-        if op.type.dtype in ("i32", "bool") and (op.is_reduction or op.kind == "pow"):
+        if op.type.dtype in ("i32", "bool") and (
+                op.kind == "pow" or op.is_reduction and kind != "reduction"):
             raise LoweringError(f"node {n!r}: {op.kind} on {op.type.dtype} values is not "
-                                f"lowered (only float reductions and powers are); cast "
-                                f"to float first")
+                                f"lowered here (integer reductions lower in reduction "
+                                f"dispatches, integer powers nowhere); cast to float first")
     if kind == "attention":
         return lower_attention(graph, dispatch, schedule, arch)
     if kind == "contraction":

@@ -14,7 +14,7 @@ import numpy as np
 
 from gpusim import program as P
 
-from ..graph import Graph, GraphError
+from ..graph import REDUCE, Graph, GraphError
 
 
 class LoweringError(GraphError):
@@ -60,7 +60,7 @@ def dispatch_kind(graph: Graph, dispatch) -> str:
         return "attention"
     if kinds & {"matmul", "conv2d"}:
         return "contraction"
-    if kinds & {"reduce_sum", "reduce_max", "reduce_mean"}:
+    if kinds & set(REDUCE):
         return "reduction"
     return "elementwise"
 

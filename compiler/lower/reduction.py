@@ -2,7 +2,10 @@
 
 A row dispatch reduces tensors of shape ``(P..., C)`` over the last axis and computes
 per-element ops over the same rows (the aggressive-fusion case: producers, sibling
-reductions and consumers all share the rows). Each row is owned by one wave
+reductions and consumers all share the rows). A reduction is a sum, mean, max, min or
+product; it accumulates in its operand's register dtype from the combine's identity
+(``identity``), so i32 rows (shape arithmetic, masks, ArgMax's positions) add, compare
+and multiply as integers, wrapping at 32 bits. Each row is owned by one wave
 (``mapping=wave``, several rows per workgroup) or one workgroup (``mapping=workgroup``).
 The kernel runs in *phases*: the reductions that do not depend on each other share one
 pass over the row (sibling fusion), a pass per dependency level; a final pass computes
@@ -35,12 +38,38 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import Graph
+from ..graph import REDUCE, Graph
 from .common import LoweringError, buffers, ceil_div, sanitize
-from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
+from .emitter import REG_DTYPE, RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 
 NEG_INF = -3.0e38
-REDUCE_KINDS = ("reduce_sum", "reduce_max", "reduce_mean")
+REDUCE_KINDS = REDUCE
+#: how each reduction combines two partials (a kernel-IR binary operator); a mean sums
+COMBINE = {"reduce_sum": "add", "reduce_mean": "add", "reduce_max": "max",
+           "reduce_min": "min", "reduce_prod": "mul"}
+#: the same combine as a cross-lane kind (``WaveReduce`` has sum/max/min; prod is
+#: combined by the shuffle butterfly whatever the ``reduce`` knob says)
+LANE_KIND = {"add": "sum", "max": "max", "min": "min", "mul": "prod"}
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def identity(combine: str, reg_dtype: str) -> P.Const:
+    """The accumulator's start value: the combine's identity in the register dtype (f32
+    max/min start at -/+3e38, the finite stand-ins for -/+inf this lowering has always
+    used; i32 at the type's extremes, so every row value replaces them)."""
+    if reg_dtype == "i32":
+        return P.i32({"add": 0, "mul": 1, "max": _I32_MIN, "min": _I32_MAX}[combine])
+    return P.f32({"add": 0.0, "mul": 1.0, "max": NEG_INF, "min": -NEG_INF}[combine])
+
+
+def _mean_of(em, total, count: int):
+    """sum / count: an f32 multiply by 1/count; an i32 division truncating toward zero
+    (numpy's integer mean cast back to i32, which the reference computes)."""
+    if total.dtype == "i32":
+        return em.assign(P.BinOp("div", total, P.i32(count)), "mean")
+    return em.assign(total * (1.0 / count), "mean")
+
+
 #: row elements one thread may keep with cache=registers: a budget of this lowering (the
 #: passes need the rest of the registers), far under the Arch's VGPRs per lane
 REGISTER_CACHE_ELEMS = 32
@@ -265,28 +294,31 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
 
 # ------------------------------------------------------------------------- phase items
 class _Reduce:
-    """One reduction accumulated over the row: sum, max or mean."""
+    """One reduction accumulated over the row (sum, mean, max, min, product), in the
+    register dtype of its operand: i32 rows accumulate in i32 (wrapping, as the
+    reference's cast back to i32 does)."""
 
     def __init__(self, graph, op):
         self.op = op
         self.name = op.name
-        self.kind = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max"}[op.kind]
-        self.scale = 1.0 / graph.op(op.inputs[0]).type.shape[-1] if op.kind == "reduce_mean" \
+        self.combine = COMBINE[op.kind]
+        self.kind = LANE_KIND[self.combine]
+        self.dtype = REG_DTYPE[graph.op(op.inputs[0]).type.dtype]
+        self.count = graph.op(op.inputs[0]).type.shape[-1] if op.kind == "reduce_mean" \
             else None
 
     def init(self, em):
-        return em.assign(P.f32(0.0 if self.kind == "sum" else NEG_INF), "acc")
+        return em.assign(identity(self.combine, self.dtype), "acc")
 
     def accumulate(self, em, idxs, acc):
         for v in em.values(self.op.inputs[0], idxs, len(idxs)):
-            em.stmts.append(P.Assign(acc, P.BinOp("add" if self.kind == "sum" else "max",
-                                                  acc, v)))
+            em.stmts.append(P.Assign(acc, P.BinOp(self.combine, acc, v)))
 
     def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         total = cross_lane(em, acc, self.kind, ws, T, nwaves, mapping, reduce, lds,
                            slot[self.name], wg)
-        if self.scale is not None:
-            total = em.assign(total * self.scale, "mean")
+        if self.count is not None:
+            total = _mean_of(em, total, self.count)
         em.bound[self.name] = lambda idx, r=total: r
 
 
@@ -356,7 +388,10 @@ class _OnlineSoftmax:
 
 
 def _single_pass_pair(graph, dispatch, a, b):
-    """Recognises the two rewrites of ``passes=single`` on primitive ops."""
+    """Recognises the two rewrites of ``passes=single`` on primitive ops (f32/f16 rows:
+    both rewrites divide)."""
+    if graph.op(a.inputs[0]).type.dtype not in ("f32", "f16"):
+        return None
     if a.kind == "reduce_mean" and b.kind == "reduce_mean":
         sq = graph.op(b.inputs[0])
         if sq.kind == "mul" and sq.inputs[0] == sq.inputs[1] and sq.inputs[0] in dispatch.ops:
@@ -398,17 +433,22 @@ def _phase_groups(graph, dispatch, rows, passes):
 
 
 def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
-    """Combines per-lane partials into one value every thread of the row holds."""
-    op = "add" if kind == "sum" else "max"
+    """Combines per-lane partials into one value every thread of the row holds, in the
+    partials' register dtype. ``kind`` is sum, max, min or prod; a product has no
+    ``WaveReduce``, so ``reduce=wave`` prints it as the shuffle butterfly."""
+    op = {"sum": "add", "max": "max", "min": "min", "prod": "mul"}[kind]
+    dt = acc.dtype
+    if reduce == "wave" and kind == "prod":
+        reduce = "shuffle"
     if reduce == "lds_tree":
         name = f"tree{slot}"
-        lds.append(P.LdsArray(name, "f32", (wg,)))
+        lds.append(P.LdsArray(name, dt, (wg,)))
         em.stmts.append(P.LdsStore(name, P.thread_id(), (acc,)))
         s = wg // 2
         while s >= 1:
             em.stmts.append(P.Barrier())
-            a = P.Var(em.regs.new("ta"), "f32")
-            b = P.Var(em.regs.new("tb"), "f32")
+            a = P.Var(em.regs.new("ta"), dt)
+            b = P.Var(em.regs.new("tb"), dt)
             em.stmts.append(P.If(P.thread_id() < s, (
                 P.LdsLoad((a,), name, P.thread_id()),
                 P.LdsLoad((b,), name, P.thread_id() + s),
@@ -416,19 +456,19 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
             )))
             s //= 2
         em.stmts.append(P.Barrier())
-        out = P.Var(em.regs.new("red"), "f32")
+        out = P.Var(em.regs.new("red"), dt)
         em.stmts.append(P.LdsLoad((out,), name, P.i32(0)))
         em.define(out)
         return out
     if reduce == "wave":
-        total = P.Var(em.regs.new("wred"), "f32")
+        total = P.Var(em.regs.new("wred"), dt)
         em.stmts.append(P.WaveReduce(total, acc, kind))
         em.define(total)
     elif reduce == "shuffle":
         total = em.assign(acc, "bfly")
         off = ws // 2
         while off >= 1:
-            other = P.Var(em.regs.new("sh"), "f32")
+            other = P.Var(em.regs.new("sh"), dt)
             em.stmts.append(P.Shuffle(other, total, "xor", off))
             em.stmts.append(P.Assign(total, P.BinOp(op, total, other)))
             off //= 2
@@ -436,7 +476,7 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         raise LoweringError(f"reduce={reduce!r}; use wave, shuffle or lds_tree")
     if mapping == "workgroup" and nwaves > 1:
         name = f"part{slot}"
-        lds.append(P.LdsArray(name, "f32", (nwaves,)))
+        lds.append(P.LdsArray(name, dt, (nwaves,)))
         em.stmts.append(P.If(P.lane().eq(0), (P.LdsStore(name, P.wave_id(), (total,)),)))
         em.stmts.append(P.Barrier())
         # read the partials with the widest aligned LDS loads (what hipcc would merge them
@@ -444,7 +484,7 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         width = 4 if nwaves % 4 == 0 else (2 if nwaves % 2 == 0 else 1)
         parts = []
         for w in range(0, nwaves, width):
-            regs = tuple(P.Var(em.regs.new("pw"), "f32") for _ in range(width))
+            regs = tuple(P.Var(em.regs.new("pw"), dt) for _ in range(width))
             em.stmts.append(P.LdsLoad(regs, name, P.i32(w)))
             em.define(*regs)
             parts.extend(regs)
@@ -461,18 +501,33 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
 GENERIC_DEFAULTS = {"lowering": "generic", "workgroup": 256}
 
 
+#: widths the generic loop tries for its innermost reduced axis, widest first
+GENERIC_VECTORS = (4, 2)
+
+
 def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
-    need not share an iteration space: a fallback must lower whatever fusion formed."""
+    need not share an iteration space: a fallback must lower whatever fusion formed.
+
+    Where a reduction's innermost loop runs along its input's last dimension and every
+    boundary tensor it reads is consecutive and aligned in groups of ``w`` (proved on the
+    offset tables, as for every vector access), the loop steps by ``w`` and reads each
+    group with one ``w``-wide load, adding the elements in the serial order: hipcc merges
+    such a loop's scalar loads into one ``global_load_dwordx4`` anyway, so the IR says
+    what the hardware runs and the simulator prices the same access. The loops stay
+    rolled in HIP (``#pragma unroll 1``), as the simulator runs them."""
     wg = int({**GENERIC_DEFAULTS, **schedule}["workgroup"])
     n = max(graph.op(o).type.size for o in dispatch.outputs)
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
+    reductions = [r for r in dispatch.ops if graph.op(r).kind in REDUCE_KINDS]
+    width = _generic_width(graph, em, reductions)
 
     def bind(r):
         op = graph.op(r)
         in_t = graph.op(op.inputs[0]).type
         axes = op.attrs["axes"]
+        w = width.get(r, 1)
 
         def f(idx):
             full = []
@@ -484,7 +539,7 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
                         next(it)
                 else:
                     full.append(next(it))
-            acc = em.assign(P.f32(NEG_INF if op.kind == "reduce_max" else 0.0), "acc")
+            acc = em.assign(identity(COMBINE[op.kind], REG_DTYPE[in_t.dtype]), "acc")
             body: list = []
             loops = []
             with em.scope(body):
@@ -492,21 +547,24 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
                     v = P.Var(em.regs.new(f"k{d}"), "i32")
                     loops.append((v, in_t.shape[d]))
                     full[d] = v
-                x = em.value(op.inputs[0], tuple(full))
-                body.append(P.Assign(acc, P.BinOp("max" if op.kind == "reduce_max" else "add",
-                                                  acc, x)))
+                last = len(full) - 1
+                group = [tuple(full[:last]) + (iadd(full[last], j),) for j in range(w)]
+                for x in em.values(op.inputs[0], group if w > 1 else [tuple(full)], w):
+                    body.append(P.Assign(acc, P.BinOp(COMBINE[op.kind], acc, x)))
             stmt = tuple(body)
-            for v, size in reversed(loops):
-                stmt = (P.For(v, P.i32(0), P.i32(size), 1, stmt),)
+            for i, (v, size) in reversed(list(enumerate(loops))):
+                step = w if i == len(loops) - 1 else 1
+                # rolled: unrolled, hipcc re-forms the loads of neighbouring trips at
+                # widths of its own (dwordx2 pieces across trips, seen on gpt2_2block)
+                stmt = (P.For(v, P.i32(0), P.i32(size), step, stmt, rolled=True),)
             em.stmts.extend(stmt)
             if op.kind == "reduce_mean":
-                return em.assign(acc * (1.0 / math.prod(in_t.shape[d] for d in axes)), "mean")
+                return _mean_of(em, acc, math.prod(in_t.shape[d] for d in axes))
             return acc
         return f
 
-    for n_ in dispatch.ops:
-        if graph.op(n_).kind in REDUCE_KINDS:
-            em.bound[n_] = bind(n_)
+    for n_ in reductions:
+        em.bound[n_] = bind(n_)
     body: list = []
     em.stmts = body
     e = em.assign(iadd(imul(P.block_id(), wg), P.thread_id()), "e", "i32")
@@ -517,9 +575,38 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
             oix = unravel(e, t.shape)
             stmts.append(P.Store(o, em.offset(t, oix), (em.value(o, oix),)))
         body.extend(stmts if t.size == grid_threads(n, wg) else [P.If(e < t.size, tuple(stmts))])
+    body = em.provably_aligned(tuple(body), arch.wave_size)
     return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), ceil_div(n, wg), wg,
                     tuple(body), meta={"dispatch": dispatch.name, "kind": "generic",
-                                       "schedule": dict(schedule)})
+                                       "schedule": dict(schedule),
+                                       "vector_widths": dict(width)})
+
+
+def _generic_width(graph: Graph, em: ValueEmitter, reductions: list) -> dict:
+    """reduction -> the load width of its innermost loop (absent: 1). One width serves the
+    whole dispatch (the emitter keeps one access kind per tensor): the widest of
+    ``GENERIC_VECTORS`` that divides the length of every reduction whose innermost loop
+    runs along its input's last dimension and at which every boundary read they make is
+    a vector access."""
+    along = []
+    for r in reductions:
+        op = graph.op(r)
+        in_t = graph.op(op.inputs[0]).type
+        if in_t.rank and max(op.attrs["axes"]) == in_t.rank - 1 and in_t.shape[-1] > 1:
+            along.append((r, op.inputs[0], in_t.shape[-1]))
+    for w in GENERIC_VECTORS:
+        if not along or any(length % w for _, _, length in along):
+            continue
+        kinds = {}
+        for _, src, _ in along:
+            found = em.analyse_access(src, w, stop_at=tuple(reductions))
+            for t, k in found.items():
+                kinds[t] = k if kinds.get(t, k) == k else "scalar"
+        if kinds and all(k in ("vector", "broadcast") for k in kinds.values()) \
+                and any(k == "vector" for k in kinds.values()):
+            return {r: w for r, _, _ in along}
+        em._access.clear()  # this width's proofs do not hold: no vector loads
+    return {}
 
 
 def grid_threads(n: int, wg: int) -> int:
