@@ -155,12 +155,13 @@ class TuneResult:
 
 # ----------------------------------------------------------------------------- scoring
 def score(graph: Graph, dispatch, knobs: dict, arch: Arch) -> Scored:
-    """Lowers and simulates one candidate in timing mode; failures become reasons. A long
-    loop (K loop, key loop) is timed from a few steady trips and extrapolated
-    (``gpusim.steady``): the lowerings' long loops stream a new tile every trip."""
+    """Lowers and simulates one candidate in timing mode (``tunedb.SCORE_SIMULATE``);
+    failures become reasons. A long loop (K loop, key loop) is timed from a few steady
+    trips and extrapolated (``gpusim.steady``): the lowerings' long loops stream a new
+    tile every trip."""
     try:
         kernel = lower(graph, dispatch, knobs, arch)
-        res = gpusim.simulate(kernel, arch, functional=False, extrapolate_loops=True)
+        res = gpusim.simulate(kernel, arch, **tunedb.SCORE_SIMULATE)
     except (LoweringError, gpusim.KernelError) as e:
         return Scored(dict(knobs), None, error=str(e))
     return Scored(dict(knobs), float(res.time_us), float(res.cycles), dict(res.counters),
