@@ -481,9 +481,9 @@ def _memory_times(c, arch, level) -> tuple[float, float]:
 
 def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
     """(timing, note, relative error bound) with ``loop`` timed from truncated runs
-    (``gpusim.steady``); the timing is None when no cut was steady (the note then says so). The cut kernels differ
-    from ``kernel`` in one constant only, so the validation and occupancy are the
-    original's and their instructions line up with its program."""
+    (``gpusim.steady``); the timing is None when no cut was steady (the note then says
+    so). The cut kernels differ from ``kernel`` in one constant only, so the validation
+    and occupancy are the original's and their instructions line up with its program."""
     runs: dict = {}
     name = loop.stmt.var.name
     tried = 0

@@ -12,10 +12,10 @@ every counter linearly to the loop's N trips from the last two runs:
 and bounds the error by how much the per-trip slope still moved between the first two
 runs and the last two, plus the slope's resolution (times are whole cycles, measured over
 n3 - n2 trips), times the trips extrapolated (the rule of the workgroup sample's bound in
-``gpusim.sim``): ``(N - n3) * (|s23 - s12| + 1 / (n3 - n2))``. A run of exactly repeating
-trips still drifts by a cycle here and there (an arbitration tie resolved otherwise). When that bound is over
-``LOOP_TOL`` of the time, longer cuts are tried (``CUTS``); when none is steady, or the
-cuts would not save at least half of the trips, the loop runs in full.
+``gpusim.sim``): ``(N - n3) * (|s23 - s12| + 1 / (n3 - n2))``. (Exactly repeating trips
+still drift by a cycle here and there: an arbitration tie resolved otherwise.) When that
+bound is over ``LOOP_TOL`` of the time, longer cuts are tried (``CUTS``); when none is
+steady, or the cuts would not save at least half of the trips, the loop runs in full.
 
 Which loops: exactly one loop of the kernel, outermost among the long ones, with constant
 bounds, a counter the body never writes and at least ``MIN_TRIPS`` trips. A kernel with
