@@ -466,8 +466,23 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
                     if b not in isa and pairs.get(2 * b):
                         continue  # all merged into adjacent pairs (see below)
                     if b not in isa:
-                        who = sorted({a["name"] for a in info["accesses"] if a["space"] == space
-                                      and a["op"] == op and a["bytes"] == b})
+                        same = [a for a in info["accesses"] if a["space"] == space
+                                and a["op"] == op and a["bytes"] == b]
+                        who = sorted({a["name"] for a in same})
+                        # a 4-byte uniform load becomes s_load_dword (a kernel's 4-byte
+                        # scalar arguments may too: the check cannot tell them apart)
+                        scalar = e.get("mem_insts", {}).get("s_load_dword", 0) if b == 4 else 0
+                        if space == "global" and op == "load" and scalar and \
+                                all(a.get("uniform") for a in same):
+                            # every such load has a wave-uniform address and the ISA reads
+                            # dwords through the scalar cache: hipcc's s_load, which the
+                            # simulator prices as a one-line vector load (it has no scalar
+                            # memory path): the same bytes, a small cost difference
+                            add(f"{space}_{op}_width", b, _fmt_widths(isa),
+                                f"IR's {b}-byte loads of {', '.join(who)} have wave-uniform "
+                                f"addresses; hipcc reads them with s_load (scalar cache), the "
+                                f"simulator as one-line vector loads", severity="warning")
+                            continue
                         hint = (" (merged into wider accesses, turned into scalar s_load for a "
                                 "uniform address, or removed as redundant)" if op == "load" else "")
                         add(f"{space}_{op}_width", b, _fmt_widths(isa),

@@ -403,10 +403,13 @@ class _Printer:
         tmp = self.namer.fresh(f"{ptr}_v{width}")
         nbytes = width * DTYPE_BYTES[dtype]
         addr = f"{ptr} + {idx}"
-        if space == "global":
+        if space == "global" and self.k.meta.get("kind") == "generic":
             # the IR proved the address aligned; say so to hipcc, which otherwise loses
-            # the float4's alignment when it strength-reduces a rolled loop's pointer and
-            # splits the load (dwordx3 + dword, seen in the generic reduction loop)
+            # the float4's alignment when it strength-reduces the generic reduction's
+            # rolled loop pointer and splits the load (dwordx3 + dword). Only there:
+            # elsewhere the hint moves hipcc's register allocation (attention: 111 -> 124
+            # VGPRs) off the counts the VGPR estimate is checked against, and no width
+            # disagreement asks for it
             addr = f"__builtin_assume_aligned({addr}, {nbytes})"
         self.emit(f"const {vt} {tmp} = *reinterpret_cast<const {vt}*>({addr});"
                   f"  // one {nbytes}-byte {space} load", depth)

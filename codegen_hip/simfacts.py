@@ -9,6 +9,7 @@ min(max waves, VGPRs per SIMD lane / roundup(vgprs, granule)).
 """
 from __future__ import annotations
 
+from gpusim.analysis import Uniformity
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, GFX90A, GFX942, GFX1100, Arch, get_arch
 from gpusim.occupancy import estimate_vgprs
@@ -40,8 +41,11 @@ def vgpr_occupancy(vgprs: int, target: str) -> int:
 
 
 def memory_accesses(kernel: Kernel) -> list[dict]:
-    """Every global and LDS access of the kernel in program order, with its width."""
+    """Every global and LDS access of the kernel in program order, with its width; a
+    global load also says whether its address is wave-uniform (``gpusim.analysis``):
+    hipcc may read such a load through the scalar cache (``s_load``)."""
     out = []
+    uniform = Uniformity(kernel.body)
     for s in walk(kernel.body):
         if isinstance(s, (Load, Store)):
             space, name, mem = "global", s.buffer, kernel.buffer(s.buffer)
@@ -54,6 +58,8 @@ def memory_accesses(kernel: Kernel) -> list[dict]:
         out.append({"space": space, "op": "load" if load else "store", "name": name,
                     "dtype": mem.dtype, "width": width,
                     "bytes": width * DTYPE_BYTES[mem.dtype]})
+        if space == "global" and load:
+            out[-1]["uniform"] = bool(uniform.is_uniform(s.index))
     return out
 
 

@@ -96,3 +96,41 @@ def test_only_declared_names_are_renamed_and_one_to_one():
     assert key("void k(float a) { a = expf(a); }") != key("void k(float a) { a = logf(a); }")
     assert key("void k(float a) { float t = a; }") != key("void k(float a) { int t = a; }")
     assert key("void k(float a) { a = 1; }") != key("void k(float a) { a = 2; }")
+
+
+def test_a_uniform_load_read_through_the_scalar_cache_is_a_warning():
+    """The per-row mean of a layer norm is one address per wave: hipcc loads it with
+    s_load_dword. The sidecar marks the load uniform (gpusim.analysis), so the missing
+    global_load_dword is a warning naming why; a per-lane load missing is still an error."""
+    from codegen_hip.check import compare
+    entry = {"kernel": "k", "arch": "gfx90a", "rc": 0, "scratch_bytes": 0, "lds_bytes": 0,
+             "flat_insts": 0, "vgprs": None,
+             "mem_insts": {"global_load_dwordx4": 9, "s_load_dword": 1, "s_load_dwordx2": 5},
+             "widths": {"global_load": {16: 9}, "global_store": {}, "lds_load": {},
+                        "lds_store": {}}}
+    acc = [{"space": "global", "op": "load", "bytes": 16, "name": "x", "uniform": False},
+           {"space": "global", "op": "load", "bytes": 4, "name": "mean", "uniform": True}]
+    found = compare({"kernels": [entry]}, sim_info={"k": {"lds_bytes": 0, "accesses": acc}})
+    assert [(d["what"], d["severity"]) for d in found] == [("global_load_width", "warning")]
+    acc[1]["uniform"] = False
+    found = compare({"kernels": [entry]}, sim_info={"k": {"lds_bytes": 0, "accesses": acc}})
+    assert [d["severity"] for d in found] == ["error"]
+
+
+def test_the_sidecar_marks_wave_uniform_global_loads():
+    from codegen_hip.simfacts import memory_accesses
+    from compiler.lower import lower
+    from compiler.models import load_model
+    from compiler.passes import fuse
+    g = load_model("layernorm:rows=64,cols=256")
+    plan = fuse(g, aggressive=False)
+    marks = {}
+    for d in plan.dispatches:
+        from compiler.schedule import schedule_space
+        from gpusim.hw import GFX942
+        knobs = next(c.knobs for c in schedule_space(g, d, GFX942) if c.legal)
+        for a in memory_accesses(lower(g, d, knobs, "gfx942")):
+            if a["space"] == "global" and a["op"] == "load":
+                marks.setdefault(a["name"], set()).add(a["uniform"])
+    assert any(True in v for v in marks.values())
+    assert any(False in v for v in marks.values())

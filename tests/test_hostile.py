@@ -63,6 +63,14 @@ def build_onnx_files(d: Path) -> dict[str, Path]:
     f["text"].write_text("ir_version: 8\ngraph { name: 'x' }\n")
     f["zero_dim"] = _save(d / "zero_dim.onnx", relu([0, 4]))
     f["negative_dim"] = _save(d / "negative_dim.onnx", relu([-3, 4]))
+    f["conv3d"] = _save(d / "conv3d.onnx", _model(
+        [h.make_node("Conv", ["x", "w"], ["y"])], [_vi("x", [1, 2, 4, 4, 4])],
+        [_vi("y", [1, 3, 2, 2, 2])],
+        [numpy_helper.from_array(np.zeros((3, 2, 3, 3, 3), np.float32), "w")]))
+    f["edge_crop"] = _save(d / "edge_crop.onnx", _model(
+        [h.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [_vi("x", [2, 4])],
+        [_vi("y", [2, 4])], [numpy_helper.from_array(np.array([0, -1, 0, 1]), "p")],
+        opset=[h.make_opsetid("", 18)]))
     f["dynamic"] = _save(d / "dynamic.onnx", relu(["batch", 4]))
     f["int_input"] = _save(d / "int_input.onnx", relu([2, 4], T.UINT8))
     f["huge"] = _save(d / "huge.onnx", relu([2**20, 2**20]))
@@ -292,8 +300,11 @@ ONNX_CASES = [
     ("empty", ["show"], "not an ONNX model"),
     ("text", ["show"], "not a readable ONNX model"),
     ("folder", ["show"], "is a directory"),
-    ("zero_dim", ["show"], "has size 0 in dimension 0"),
+    ("zero_dim", ["show"], "'y' is empty (shape (0, 4))"),
     ("negative_dim", ["show"], "dimension 0"),
+    ("conv3d", ["show"], "only 1-D and 2-D convolutions"),
+    ("edge_crop", ["show"], "negative pads with mode 'edge' (onnx's evaluator refuses them "
+                            "too); crop with Slice first"),
     ("dynamic", ["show"], "symbolic dimension 0 ('batch'); wavefuse needs static shapes (pin it with --dim batch=VALUE)"),
     ("int_input", ["show"], "UINT8"),
     ("huge", ["tune"], "1048576x1048576"),

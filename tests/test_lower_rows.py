@@ -199,3 +199,19 @@ def test_generic_fallback_keeps_scalar_loads_off_a_consecutive_row(layout, axis,
     d = fuse(g).dispatches[0]
     k, _ = run_dispatch(g, d, {"lowering": "generic", "workgroup": 64})
     assert max(_load_widths(k.body)) == want
+
+
+def test_generic_fallback_vector_loads_tell_hipcc_their_alignment():
+    """In the generic loop (rolled), hipcc loses a float4's alignment when it strength-
+    reduces the pointer and splits the load; the emitted source states the alignment the
+    offset tables proved. Other kernels print the plain cast."""
+    from codegen_hip.emit import emit_kernel
+    g = load_model("layernorm:rows=4,cols=64")
+    d = fuse(g).dispatches[0]
+    src = emit_kernel(lower(g, d, {"lowering": "generic", "workgroup": 64}, "gfx942"))
+    assert "#pragma unroll 1" in src
+    assert "reinterpret_cast<const float4*>(__builtin_assume_aligned(" in src
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and
+             c.knobs.get("lowering") != "generic" and c.knobs.get("vector") == 4]
+    other = emit_kernel(lower(g, d, legal[0].knobs, "gfx942"))
+    assert "float4" in other and "__builtin_assume_aligned" not in other

@@ -453,6 +453,8 @@ def test_inputs_pinned_to_values_fold_like_initializers():
         from_model(m, values={"nope": np.zeros(1)})
     with pytest.raises(ModelError, match="pinned for input 'shape' has shape"):
         from_model(m, values={**pins, "shape": np.array([3, 5, 1], np.int64)})
+    with pytest.raises(ModelError, match="pinned for input 'axes' has dtype int32"):
+        from_model(m, values={**pins, "axes": np.array([1], np.int32)})
 
 
 def test_a_folded_output_of_an_unsupported_dtype_is_one_clear_error():
@@ -517,3 +519,30 @@ def test_reflect_pad_then_conv1d_in_gpusim():
     feeds = {"x": rng.uniform(-1, 1, (1, 4, 50)).astype(np.float32)}
     g = assert_matches(m, feeds, tol=1e-4)
     assert assert_kernels_match(g, feeds) >= 2
+
+
+# ------------------------------------------------------------------ end to end
+def test_integer_row_reductions_verify_end_to_end(tmp_path, capsys):
+    """Sequence lengths from a padding mask, ArgMax and ReduceMax of int64 token ids:
+    one row dispatch of three sibling integer reductions (aggressive), tuned, simulated
+    and checked by `wavefuse verify` against numpy and onnx's evaluator."""
+    import json
+
+    from compiler import cli
+    from onnx import TensorProto
+    nodes = [h.make_node("Equal", ["ids", "pad"], ["m"]), h.make_node("Not", ["m"], ["nm"]),
+             h.make_node("Cast", ["nm"], ["mi"], to=TensorProto.INT64),
+             h.make_node("ReduceSum", ["mi", "ax"], ["len"], keepdims=0),
+             h.make_node("ArgMax", ["ids"], ["am"], axis=1, keepdims=0),
+             h.make_node("ReduceMax", ["ids", "ax"], ["mx"], keepdims=0)]
+    m = model(nodes, [vi("ids", [4, 128], I64)],
+              [vi("len", [4], I64), vi("am", [4], I64), vi("mx", [4], I64)],
+              [init("pad", np.array(0, np.int64)), init("ax", np.array([1], np.int64))])
+    path = tmp_path / "int_rows.onnx"
+    onnx.save(m, str(path))
+    code = cli.main(["verify", str(path), "--budget", "2", "--no-cache", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"], out
+    fused = next(c for c in out["checks"] if c["name"] == "fused plan")
+    assert "aggressive: 1 dispatch" in fused["detail"]
+    assert next(c for c in out["checks"] if c["name"] == "simulated kernels")["status"] == "pass"

@@ -393,9 +393,18 @@ def _empty_input(vi, dims) -> np.ndarray | None:
 
 
 def _pinned_value(vi, value, source) -> np.ndarray:
-    """A caller-pinned input's array, checked against the input's declared shape."""
+    """A caller-pinned input's array, checked against the input's declared dtype and
+    shape."""
+    from onnx import helper  # lazy: start-up time (see the imports)
     arr = np.asarray(value)
     tt = vi.type.tensor_type
+    try:
+        want = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except (KeyError, ValueError):
+        want = arr.dtype
+    if arr.dtype != want:
+        raise ModelError(f"{source}: the value pinned for input {vi.name!r} has dtype "
+                         f"{arr.dtype}, the input is declared {want}")
     declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
     if tt.HasField("shape") and (len(declared) != arr.ndim or any(
             d is not None and d != s for d, s in zip(declared, arr.shape))):
@@ -539,7 +548,8 @@ def _reduce(kind):
             return x
         if x.dtype == "bool":
             if kind not in ("reduce_max", "reduce_min"):
-                raise UnsupportedError(f"{im.where(node)}: {node.op_type} of a bool tensor")
+                raise UnsupportedError(f"{im.where(node)}: {node.op_type} of a bool tensor; "
+                                       f"Cast it to INT32 or FLOAT first")
             r = im.g.reduce(kind, im.g.cast(x, "i32"), *spec)
             return im.g.compare("gt", r, im.g.constant(np.zeros(1, np.int32), dtype="i32"))
         return im.g.reduce(kind, x, *spec)
@@ -692,7 +702,8 @@ def _conv(im: _Importer, node):
     if rank not in (3, 4) or len(im.shape_of(node.input[1], node)) != rank:
         raise UnsupportedError(f"{im.where(node)}: only 1-D and 2-D convolutions (NCL / NCHW "
                                f"input, OIL / OIHW filter) are supported, got input "
-                               f"{x.shape} and filter {im.shape_of(node.input[1], node)}")
+                               f"{x.shape} and filter {im.shape_of(node.input[1], node)}; "
+                               f"express it as 2-D convolutions before export")
     one_d = rank == 3
     if one_d and im.is_static(node.input[1]):  # a constant filter: reshaped at import
         arr = im.static(node.input[1], node, "the filter")
