@@ -5,7 +5,8 @@
 run on a warm tuning database (the first serial run fills a fresh one; the other runs use
 ``--no-cache`` so each one simulates everything). ``python -m compiler.bench scaling``
 times ``tune attention:heads=8,seq=S,dim=64 --budget 8`` for S = 256 ... 4096, with each
-run's peak memory. Every figure is the median of ``--repeat`` runs (default 3) of a fresh
+run's peak memory and CPU time (user + system: steadier than wall time on a shared
+machine). Every figure is the median of ``--repeat`` runs (default 3) of a fresh
 process, so it includes Python start-up and loading the simulator; the ratios printed are
 of those medians. Wall-clock times on a shared machine vary; say how loaded it was.
 """
@@ -23,8 +24,10 @@ import time
 SCALING_SIZES = (256, 512, 1024, 2048, 4096)
 
 
-def run_cli(args: list[str], env: dict | None = None) -> tuple[float, float]:
-    """(wall seconds, peak resident MiB of the process) of one ``wavefuse`` command."""
+def run_cli(args: list[str], env: dict | None = None) -> tuple[float, float, float]:
+    """(wall seconds, peak resident MiB, CPU seconds (user + system)) of one ``wavefuse``
+    command. The CPU time is what the process itself used: steadier than wall time on a
+    loaded machine (it still rises somewhat when other jobs contend for caches and memory)."""
     cmd = [sys.executable, "-m", "compiler.cli", *args]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -37,13 +40,13 @@ def run_cli(args: list[str], env: dict | None = None) -> tuple[float, float]:
     if proc.returncode != 0:
         raise SystemExit(f"compiler.bench: `{' '.join(cmd[2:])}` failed "
                          f"({proc.returncode}): {err.splitlines()[-1] if err else ''}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def _median(runs: list) -> dict:
-    walls, mems = [r[0] for r in runs], [r[1] for r in runs]
+    walls, mems, cpus = [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]
     return {"median_s": statistics.median(walls), "runs_s": walls,
-            "peak_mib": max(mems)}
+            "peak_mib": max(mems), "median_cpu_s": statistics.median(cpus), "runs_cpu_s": cpus}
 
 
 def bench_tune(model: str, repeat: int, extra: list[str]) -> dict:
@@ -72,11 +75,14 @@ def bench_scaling(sizes, repeat: int, budget: int) -> dict:
         r = _median([run_cli(["tune", spec, "--budget", str(budget), "--no-cache"])
                      for _ in range(repeat)])
         rows.append({"seq": s, **r})
-        print(f"seq {s}: {r['median_s']:.1f} s, {r['peak_mib']:.0f} MiB", file=sys.stderr)
+        print(f"seq {s}: {r['median_s']:.1f} s, {r['median_cpu_s']:.1f} s CPU, "
+              f"{r['peak_mib']:.0f} MiB", file=sys.stderr)
     by = {r["seq"]: r for r in rows}
-    ratio = by[4096]["median_s"] / by[1024]["median_s"] if {1024, 4096} <= set(by) else None
+    both = {1024, 4096} <= set(by)
+    ratio = by[4096]["median_s"] / by[1024]["median_s"] if both else None
+    cpu_ratio = by[4096]["median_cpu_s"] / by[1024]["median_cpu_s"] if both else None
     return {"model": "attention:heads=8,seq=S,dim=64", "budget": budget, "rows": rows,
-            "time_4096_over_1024": ratio}
+            "time_4096_over_1024": ratio, "cpu_4096_over_1024": cpu_ratio}
 
 
 def main(argv=None) -> int:
@@ -110,10 +116,11 @@ def main(argv=None) -> int:
     else:
         sizes = [int(x) for x in args.sizes.split(",")]
         result = {"repeat": args.repeat, **bench_scaling(sizes, args.repeat, args.budget)}
-        lines = [f"seq {r['seq']:>5}: {r['median_s']:7.1f} s  {r['peak_mib']:7.0f} MiB peak"
-                 for r in result["rows"]]
+        lines = [f"seq {r['seq']:>5}: {r['median_s']:7.1f} s  {r['median_cpu_s']:7.1f} s CPU  "
+                 f"{r['peak_mib']:7.0f} MiB peak" for r in result["rows"]]
         if result["time_4096_over_1024"] is not None:
-            lines.append(f"time at 4096 / time at 1024: {result['time_4096_over_1024']:.2f}")
+            lines.append(f"time at 4096 / time at 1024: {result['time_4096_over_1024']:.2f} "
+                         f"(CPU time: {result['cpu_4096_over_1024']:.2f})")
     if args.json:
         print(json.dumps(result))
     else:

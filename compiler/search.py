@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gpusim
+from gpusim import steady
 from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from . import cluster as runner
@@ -154,10 +155,13 @@ class TuneResult:
 
 # ----------------------------------------------------------------------------- scoring
 def score(graph: Graph, dispatch, knobs: dict, arch: Arch) -> Scored:
-    """Lowers and simulates one candidate in timing mode; failures become reasons."""
+    """Lowers and simulates one candidate in timing mode (``tunedb.SCORE_SIMULATE``);
+    failures become reasons. A long loop (K loop, key loop) is timed from a few steady
+    trips and extrapolated (``gpusim.steady``): the lowerings' long loops stream a new
+    tile every trip."""
     try:
         kernel = lower(graph, dispatch, knobs, arch)
-        res = gpusim.simulate(kernel, arch, functional=False)
+        res = gpusim.simulate(kernel, arch, **tunedb.SCORE_SIMULATE)
     except (LoweringError, gpusim.KernelError) as e:
         return Scored(dict(knobs), None, error=str(e))
     return Scored(dict(knobs), float(res.time_us), float(res.cycles), dict(res.counters),
@@ -508,37 +512,66 @@ def _compare(got, ref, dtype) -> tuple[float, bool]:
     return err, match
 
 
-def _written(res, kernel) -> dict:
-    return {b.name: np.flatnonzero(sampling.written(res.outputs[b.name], b.dtype))
+def _written(res, kernel, ranges=None) -> dict:
+    """Flat offsets each output's sentinel no longer holds (``ranges``: where
+    ``sampling.sentinel_outputs`` put it)."""
+    ranges = ranges or {}
+    return {b.name: sampling.written_offsets(res.outputs[b.name], b.dtype, ranges.get(b.name))
             for b in kernel.buffers if b.intent == "out"}
+
+
+def _address_probe(kernel):
+    """``kernel`` with every constant-bound loop that stores nothing cut to one trip
+    (``gpusim.steady.cut``), or None when it has none: what a workgroup sample writes
+    is learnt from this short run instead of the whole K or key loop. The run on the
+    given rows repeats the full kernel and compares the addresses it wrote, so a probe
+    that wrote elsewhere costs a second try, never a wrong check."""
+    cuts = {loop.stmt: 1 for loop in steady.constant_loops(kernel)
+            if loop.trips > 1 and steady.stores_nothing(loop.stmt)}
+    return steady.cut(kernel, cuts) if cuts else None
 
 
 def _check_rows(graph, kernel, arch, inputs, wgs):
     """(max error, match) of the sampled workgroups against the reference computed for
     the rows they wrote only, or None when the rows cannot decide (see verify_dispatches).
     A kernel that reads an intermediate first runs once on zero inputs to learn which
-    rows its sample writes (the addresses a kernel writes do not depend on its data)."""
+    rows its sample writes (the addresses a kernel writes do not depend on its data),
+    with its loops that store nothing cut short (``_address_probe``; the full kernel
+    when the probe fails or writes elsewhere)."""
 
     outs = [b for b in kernel.buffers if b.intent == "out"]
     ins = [b for b in kernel.buffers if b.intent == "in"]
     if not outs or len(outs) + len(ins) != len(kernel.buffers):
         return None  # an inout buffer: the whole check
-    sentinels = {b.name: sampling.sentinel_like(b.dtype, b.shape) for b in outs}
     leaves = all(graph.op(b.name).kind in ("input", "constant") for b in ins)
+    probes = [kernel] if leaves else [p for p in (_address_probe(kernel), kernel) if p]
+    for probe in probes:
+        found = _check_rows_with(graph, kernel, probe, arch, inputs, wgs, outs, ins, leaves)
+        if found != "retry":
+            return found
+    return None
+
+
+def _check_rows_with(graph, kernel, probe, arch, inputs, wgs, outs, ins, leaves):
+    """``_check_rows`` with ``probe`` run to learn the written addresses; "retry" when
+    a cut probe raised or wrote elsewhere than the kernel."""
+    cut = probe is not kernel
+    fill = sampling.sentinel_outputs(kernel, wgs, arch.wave_size)
+    sentinels = fill.inputs
     full = {b.name: memory_image(graph, b.name, inputs[b.name] if graph.op(b.name).kind ==
                                  "input" else graph.op(b.name).attrs["value"]) for b in ins} \
         if leaves else {b.name: gpusim.Partial(np.zeros(0, np.int64), np.zeros(0))
                         for b in ins}
     try:  # zero inputs may divide an integer by zero: then the whole check
-        res = gpusim.simulate(kernel, arch, inputs={**full, **sentinels}, functional=True,
+        res = gpusim.simulate(probe, arch, inputs={**full, **sentinels}, functional=True,
                               workgroups=wgs)
     except gpusim.KernelError:
         if leaves:
             raise
-        return None
-    offsets = _written(res, kernel)
+        return "retry" if cut else None
+    offsets = _written(res, kernel, fill.ranges)
     if not any(len(o) for o in offsets.values()):
-        return None
+        return "retry" if cut else None
     wanted = {n: partial.row_ids(graph.op(n).type, o) for n, o in offsets.items() if len(o)}
     try:
         ref = partial.evaluate_rows(graph, inputs, wanted)
@@ -554,9 +587,9 @@ def _check_rows(graph, kernel, arch, inputs, wgs):
                                             rows.values.reshape(-1)))
         res = gpusim.simulate(kernel, arch, inputs={**given, **sentinels}, functional=True,
                               workgroups=wgs)
-        again = _written(res, kernel)
+        again = _written(res, kernel, fill.ranges)
         if any(not np.array_equal(again[n], o) for n, o in offsets.items()):
-            return None
+            return "retry" if cut else None
     worst, ok = 0.0, True
     for b in outs:
         o = offsets[b.name]

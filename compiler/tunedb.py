@@ -155,10 +155,18 @@ def _digest(paths) -> str:
     return h.hexdigest()[:16]
 
 
+#: how the search simulates a candidate (``compiler.search.score``): part of the timing
+#: model, so its options enter the model version with gpusim's sources
+SCORE_SIMULATE = {"functional": False, "extrapolate_loops": True}
+
+
 def model_version() -> str:
-    """``timing:<hash>/lowering:<hash>``: changes whenever either side's sources change."""
+    """``timing:<hash>/lowering:<hash>``: changes whenever either side's sources change
+    (the timing side also hashes ``SCORE_SIMULATE``)."""
     if "v" not in _VERSION:
-        _VERSION["v"] = f"timing:{_digest(timing_sources())}/lowering:{_digest(lowering_sources())}"
+        timing = hashlib.sha256((_digest(timing_sources()) + json.dumps(
+            SCORE_SIMULATE, sort_keys=True)).encode()).hexdigest()[:16]
+        _VERSION["v"] = f"timing:{timing}/lowering:{_digest(lowering_sources())}"
     return _VERSION["v"]
 
 

@@ -27,6 +27,7 @@ from gpusim.program import (
     Assign, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
     Mfma, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce,
 )
+from gpusim.program import walk as walk_stmts
 
 INF = float("inf")
 UNIFORM_SPECIALS = ("block_id", "wave_size", "wave_id")
@@ -250,9 +251,11 @@ def _mul_iv(a, b):
 
 
 class Intervals:
-    """Integer value ranges from ids, loops, scalars and enclosing guards."""
+    """Integer value ranges from ids, loops, scalars and enclosing guards; ``block``
+    pins ``block_id`` to one workgroup's id."""
 
-    def __init__(self, kernel, wave_size: int, scalars: dict | None = None):
+    def __init__(self, kernel, wave_size: int, scalars: dict | None = None,
+                 block: int | None = None):
         self.k = kernel
         self.wave_size = wave_size
         self.scalars = scalars or {}
@@ -261,7 +264,7 @@ class Intervals:
             "thread_id": (0, kernel.block - 1),
             "lane": (0, min(wave_size, kernel.block) - 1),
             "wave_id": (0, waves - 1),
-            "block_id": (0, kernel.grid - 1),
+            "block_id": (0, kernel.grid - 1) if block is None else (block, block),
             "wave_size": (wave_size, wave_size),
         }
         self.var_iv: dict = {}
@@ -444,3 +447,24 @@ class Intervals:
         names = set(x for x in leaves if isinstance(x, str))
         return not ("thread_id" in names and names & {"lane", "wave_id"})
 
+
+
+def store_ranges(kernel, wave_size: int, block: int, scalars: dict | None = None) -> dict:
+    """{buffer: (first, last)}: the elements workgroup ``block`` can store to, from the
+    intervals of its store indices (guards ignored, so a superset); None for a buffer
+    with a store whose index is unbounded (read from memory, an unknown scalar). Buffers
+    it never stores to are absent."""
+    iv = Intervals(kernel, wave_size, scalars, block=block)
+    out: dict = {}
+    unbounded = set()
+    for s in walk_stmts(kernel.body):
+        if isinstance(s, Store):
+            lo, hi = iv.interval(s.index, {})
+            if lo == -INF or hi == INF:
+                unbounded.add(s.buffer)
+                continue
+            first, last = out.get(s.buffer, (INF, -INF))
+            out[s.buffer] = (min(first, lo), max(last, hi + len(s.values) - 1))
+    ranges: dict = {b: None for b in unbounded}
+    ranges.update({b: (int(lo), int(hi)) for b, (lo, hi) in out.items() if b not in unbounded})
+    return ranges

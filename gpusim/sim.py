@@ -29,6 +29,10 @@ Whole-GPU time (in cycles), the combination rule:
            x L1 line / achievable L2 write bandwidth (all L2s; one request per L1 line,
            64 B on gfx90a, 128 B on gfx942);
   cycles = max(T_cu, T_mem, T_l2); time_us = cycles / clock + launch overhead.
+With ``extrapolate_loops=True`` (the search's scoring) a kernel's one long loop is cut to
+a few trips and T_cu, the counters and the per-instruction records are extrapolated to
+its full trip count from three such runs (``gpusim.steady``: rule, bound, when it falls
+back to every trip); ``method`` names the cuts and ``loop_error_bound`` is the bound.
 Inside T_cu each CU already gets only its share of the memory level's read bandwidth
 (divided by the number of CUs that have work) and of its L2 instance's read bandwidth,
 so a bandwidth-bound kernel's CU time approaches T_mem as the grid grows.
@@ -42,12 +46,14 @@ footprint (above); the timed CU sees the L2 as if it were the first CU to touch 
 """
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from gpusim import engine as E
+from gpusim import steady
 from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
@@ -84,6 +90,9 @@ class SimResult:
     per_inst: list
     trace: list | None = None
     bounds: dict = field(default_factory=dict)  # T_cu, T_hbm, T_l2 in cycles
+    # relative error bound of ``cycles`` from a long loop timed from truncated runs
+    # (``simulate(extrapolate_loops=True)``, ``gpusim.steady``); 0 when every trip ran
+    loop_error_bound: float = 0.0
 
     @property
     def wave_insts(self) -> float:
@@ -157,6 +166,24 @@ def _group_tables(arch):
     return group_of, n_groups, group_lanes
 
 
+SMALL_PAGES_BYTES = 4 << 20  # larger memory images are mapped with small pages (_zeros)
+
+
+def _zeros(n: int, dtype) -> np.ndarray:
+    """A zero-filled array; a large one on an anonymous mapping with transparent huge
+    pages turned off. A timing run or a sampled check touches a few rows of a buffer
+    that may be a 512 MiB score tensor, and with huge pages (numpy asks for them on large
+    arrays) each first touch had the kernel zero 2 MiB: that was most of a sampled
+    softmax's cost. Untouched pages cost nothing either way."""
+    nbytes = n * np.dtype(dtype).itemsize
+    advise = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if nbytes < SMALL_PAGES_BYTES or advise is None:
+        return np.zeros(n, dtype)
+    buf = mmap.mmap(-1, nbytes)
+    buf.madvise(advise)
+    return np.frombuffer(buf, dtype, n)
+
+
 class Partial(NamedTuple):
     """A buffer given at some elements only (flat memory indices and their values); the
     others stay zero and untouched, so a sampled check of a 512 MiB tensor holds only the
@@ -193,8 +220,8 @@ class _Launch:
                                         gap=BUFFER_ALIGN)
         self.layout = [(b, int(buf_tab[i, 0]), int(buf_tab[i, 1]))
                        for i, b in enumerate(kernel.buffers)]
-        self.gmem_f = np.zeros(max(nf, 1), np.float32)
-        self.gmem_i = np.zeros(max(ni, 1), np.int32)
+        self.gmem_f = _zeros(max(nf, 1), np.float32)
+        self.gmem_i = _zeros(max(ni, 1), np.int32)
         for b, kind, off in self.layout:
             given = inputs.get(b.name)
             if isinstance(given, Partial):  # only these elements; the rest stays zero
@@ -374,8 +401,8 @@ COUNTER_NAMES = {
 }
 
 
-def _counters(raw, scale, arch, occ, time_s):
-    c = raw["counters"] * scale
+def _counters(c, arch, occ, time_s):
+    """The named counters from the engine's (scaled) counter array."""
     out = {name: float(c[i]) for name, i in COUNTER_NAMES.items()}
     quads = c[E.N_QUADS]
     tcp = c[E.N_TCP]
@@ -410,10 +437,106 @@ def _cu_time(raw, n0, k, wgs_resident):
                f"round's {per_wg:.0f} cycles per workgroup"), bound
 
 
+class _Timed(NamedTuple):
+    """One timing of a launch, from which ``simulate`` reports."""
+    launch: "_Launch"
+    raw: dict
+    t_cu: float
+    method: str            # how T_cu was found
+    k: int                 # CU 0's workgroups simulated
+    scale: float           # counters and records below are scaled by this
+    counters: np.ndarray   # engine counters (``engine.N_*``), scaled
+    per_inst: np.ndarray   # per-instruction records (``engine.I_*``), scaled
+
+
+def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, workgroups):
+    """Runs the launch. Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups
+    and stops there when the last two rounds agree within STEADY_TOL (steady state);
+    otherwise it doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold
+    caches again)."""
+    rounds = SAMPLE_ROUNDS
+    while True:
+        launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
+        sample = rounds * occ.workgroups_per_cu
+        raw = launch.run(jit, functional, sample, trace_cap, only=workgroups)
+        n0, k = raw["n0"], raw["k"]
+        t_cu, method, bound = _cu_time(raw, n0, k, occ.workgroups_per_cu)
+        if functional or k >= n0 or bound <= STEADY_TOL or rounds >= MAX_SAMPLE_ROUNDS:
+            break
+        rounds *= 2
+    if k < n0:
+        steady_txt = "steady" if bound <= STEADY_TOL else f"not steady after {rounds} rounds"
+        method += (f" ({rounds} rounds sampled, {steady_txt}: error bound "
+                   f"{'unknown' if bound == float('inf') else f'+-{100 * bound:.1f}%'} of "
+                   f"the CU time)")
+    scale = 1.0 if functional else kernel.grid / k
+    return _Timed(launch, raw, t_cu, method, k, scale, raw["counters"] * scale,
+                  raw["per_inst"] * scale)
+
+
+def _memory_times(c, arch, level) -> tuple[float, float]:
+    """(T_mem, T_l2) in cycles from the launch's (scaled) counters."""
+    clk = arch.clock_ghz * 1e9
+    t_hbm = (c[E.N_HBM_RD] / (arch.memory_bytes_per_s(level) / clk)
+             + c[E.N_HBM_WR] / (arch.memory_bytes_per_s(level, True) / clk))
+    l2_writes = c[E.N_GST_LINES]  # stores write through to the L2, one request per line
+    l2_reads = max(c[E.N_L2_ACC] - l2_writes, 0.0)
+    t_l2 = (l2_reads / arch.l2_read_bytes_per_clk
+            + l2_writes / arch.l2_write_bytes_per_clk) * arch.l1_line_bytes
+    return t_hbm, t_l2
+
+
+def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
+    """(timing, note, relative error bound) with ``loop`` timed from truncated runs
+    (``gpusim.steady``); the timing is None when no cut was steady (the note then says
+    so). The cut kernels differ from ``kernel`` in one constant only, so the validation
+    and occupancy are the original's and their instructions line up with its program."""
+    runs: dict = {}
+    name = loop.stmt.var.name
+    tried = 0
+    for ns in steady.CUTS:
+        if 2 * sum(ns) > loop.trips:
+            break
+        for n in ns:
+            if n not in runs:
+                k = steady.cut(kernel, {loop.stmt: n})
+                p = compile_kernel(k, arch)
+                if p.code.shape != prog.code.shape:
+                    return None, "", 0.0
+                runs[n] = _time(k, arch, p, occ, inputs, scalars, jit, False, 0, None)
+        tried = ns[-1]
+        ts = [runs[n] for n in ns]
+        per_trip = (ts[2].counters - ts[1].counters) / (ns[2] - ns[1])
+        lines = per_trip[E.N_GLD_LINES]
+        if lines > 0 and per_trip[E.N_GLD_BYTES] / lines < arch.l1_line_bytes / steady.MAX_PERIOD:
+            continue  # trips share cache lines over a period the cuts may not span
+        level = ts[-1].launch.level
+        times = [np.array([t.t_cu, *_memory_times(t.counters, arch, level)]) for t in ts]
+        fit = steady.extrapolate(ns, times, loop.trips)
+        cycles = float(fit.value.max())
+        bound = float(fit.bound.max()) / cycles if cycles > 0 else float("inf")
+        if bound > steady.LOOP_TOL:
+            continue
+        counters = steady.extrapolate(ns, [t.counters for t in ts], loop.trips).value
+        per_inst = steady.extrapolate(ns, [t.per_inst for t in ts], loop.trips).value
+        last = ts[-1]
+        note = (f"; the loop {name!r} cut to {ns[0]}, {ns[1]} and {ns[2]} of its "
+                f"{loop.trips} trips, time and counters extrapolated to {loop.trips} trips "
+                f"at {fit.slope[0]:.0f} CU cycles per trip (steady: error bound "
+                f"+-{100 * bound:.1f}% of the time)")
+        return last._replace(t_cu=float(fit.value[0]), counters=np.maximum(counters, 0.0),
+                             per_inst=np.maximum(per_inst, 0.0)), note, bound
+    if not tried:
+        return None, "", 0.0
+    return None, (f"; every trip of the loop {name!r} simulated (cuts of up to {tried} "
+                  f"trips were not steady within {100 * steady.LOOP_TOL:.0f}%, or its trips "
+                  f"share cache lines over more than {steady.MAX_PERIOD} trips)"), 0.0
+
+
 def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scalars: dict | None = None,
              *, functional: bool = True, trace: bool = False, jit: bool = True,
              launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP,
-             workgroups=None) -> SimResult:
+             workgroups=None, extrapolate_loops: bool = False) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
     ``inputs`` maps buffer names to arrays, or to ``Partial`` (some elements, the rest
@@ -425,60 +548,46 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     these workgroup ids, each on its own CU, for checking the values of the output tiles
     they write (elements no chosen workgroup writes keep what ``inputs`` put there); the
     time and counters then describe those workgroups alone, not the launch.
+    ``extrapolate_loops`` (timing mode, no trace): time the kernel's one long loop from
+    runs cut to a few trips when its trips are steady (``gpusim.steady``; ``method``
+    states the cuts and the error bound); outputs are then those of the longest cut.
     """
     arch = get_arch(arch)
     validate(kernel, arch, scalars)
     occ = occupancy(kernel, arch)
     prog = _program(kernel, arch)
-    launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
     if workgroups is not None:
         bad = [w for w in workgroups if not 0 <= int(w) < kernel.grid]
         if not functional or not len(workgroups) or bad:
             raise KernelError(f"{kernel.name}: workgroups= needs functional=True and ids from "
                               f"0 to {kernel.grid - 1}" + (f" (got {bad[0]})" if bad else ""))
-    # Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups and stops there
-    # when the last two rounds agree within STEADY_TOL (steady state); otherwise it
-    # doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold caches again).
-    rounds = SAMPLE_ROUNDS
-    while True:
-        sample = rounds * occ.workgroups_per_cu
-        raw = launch.run(jit, functional, sample, trace_cap if trace else 0, only=workgroups)
-        n0, k = raw["n0"], raw["k"]
-        t_cu, method, bound = _cu_time(raw, n0, k, occ.workgroups_per_cu)
-        if functional or k >= n0 or bound <= STEADY_TOL or rounds >= MAX_SAMPLE_ROUNDS:
-            break
-        rounds *= 2
-        launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
-    if k < n0:
-        steady = "steady" if bound <= STEADY_TOL else f"not steady after {rounds} rounds"
-        method += (f" ({rounds} rounds sampled, {steady}: error bound "
-                   f"{'unknown' if bound == float('inf') else f'+-{100 * bound:.1f}%'} of "
-                   f"the CU time)")
-    scale = 1.0 if functional else kernel.grid / k
-    c = raw["counters"] * scale
+    timed, note, loop_bound = None, "", 0.0
+    loop = steady.long_loop(kernel) if extrapolate_loops and not functional and not trace \
+        else None
+    if loop is not None:
+        timed, note, loop_bound = _time_loop(kernel, loop, arch, prog, occ, inputs, scalars,
+                                             jit)
+    if timed is None:
+        timed = _time(kernel, arch, prog, occ, inputs, scalars, jit, functional,
+                      trace_cap if trace else 0, workgroups)
+    launch, raw, t_cu, method, k, scale, c = timed[:7]
     level = launch.level
-    clk = arch.clock_ghz * 1e9
-    t_hbm = (c[E.N_HBM_RD] / (arch.memory_bytes_per_s(level) / clk)
-             + c[E.N_HBM_WR] / (arch.memory_bytes_per_s(level, True) / clk))
-    l2_writes = c[E.N_GST_LINES]  # stores write through to the L2, one request per line
-    l2_reads = max(c[E.N_L2_ACC] - l2_writes, 0.0)
-    t_l2 = (l2_reads / arch.l2_read_bytes_per_clk
-            + l2_writes / arch.l2_write_bytes_per_clk) * arch.l1_line_bytes
+    t_hbm, t_l2 = _memory_times(c, arch, level)
     cycles = max(t_cu, t_hbm, t_l2)
     mem = "MALL" if level == "mall" else "HBM"
     bound = "CU" if cycles == t_cu else (f"{mem} bandwidth" if cycles == t_hbm else "L2 bandwidth")
     lo = arch.launch_overhead_us if launch_overhead_us is None else float(launch_overhead_us)
     t_wo = cycles / (arch.clock_ghz * 1e3)
-    counters = _counters(raw, scale, arch, occ, t_wo * 1e-6)
+    counters = _counters(c, arch, occ, t_wo * 1e-6)
     method = (f"{method}; functional values for all {kernel.grid} workgroups"
               if functional and workgroups is None else
               f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
               f"only (time and counters of those workgroups, not of the launch)"
-              if functional else f"{method}; counters scaled by {scale:.3g} from {k} sampled "
-                                 f"workgroups (outputs partial)")
+              if functional else f"{method}{note}; counters scaled by {scale:.3g} from {k} "
+                                 f"sampled workgroups (outputs partial)")
     method += (f"; whole GPU = max(CU time, {mem} bytes / achievable bandwidth, L2 bytes / "
                f"achievable bandwidth): {bound}-bound")
-    per_inst = _per_inst(prog, raw["per_inst"], scale)
+    per_inst = _per_inst(prog, timed.per_inst)
     tr = None
     if trace:
         tr = [dict(cu=int(r[0]), simd=int(r[1]), wave=int(r[2]), start=float(r[3]), end=float(r[4]),
@@ -488,11 +597,13 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
                      method=method, occupancy_waves_per_simd=occ.waves_per_simd,
                      occupancy_limiter=occ.limiter, vgprs=occ.vgprs,
                      workgroups_per_cu=occ.workgroups_per_cu, counters=counters, per_inst=per_inst,
-                     trace=tr, bounds=dict(cu=t_cu, hbm=t_hbm, l2=t_l2))
+                     trace=tr, bounds=dict(cu=t_cu, hbm=t_hbm, l2=t_l2),
+                     loop_error_bound=loop_bound)
 
 
-def _per_inst(prog, rec, scale):
-    """One record per memory / LDS / ALU statement, keyed by its walk-order index."""
+def _per_inst(prog, rec):
+    """One record per memory / LDS / ALU statement, keyed by its walk-order index
+    (``rec``: the per-instruction records, already scaled)."""
     stall = np.zeros(len(prog.statements))
     for pc in range(rec.shape[0]):
         si = prog.inst_stmt[pc]
@@ -508,10 +619,10 @@ def _per_inst(prog, rec, scale):
         kind = {Load: "global_load", Store: "global_store", LdsLoad: "lds_load",
                 LdsStore: "lds_store", Shuffle: "shuffle", WaveReduce: "wave_reduce",
                 Assign: "alu", Mfma: "mfma"}[type(s)]
-        out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, E.I_EXEC] * scale),
-                        cache_lines=float(rec[pc, E.I_LINES] * scale),
-                        tcp_accesses=float(rec[pc, E.I_TCP] * scale),
-                        conflict_cycles=float(rec[pc, E.I_CONF] * scale),
-                        lds_idx_cycles=float(rec[pc, E.I_IDX] * scale),
-                        stall_cycles=float(stall[si] * scale)))
+        out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, E.I_EXEC]),
+                        cache_lines=float(rec[pc, E.I_LINES]),
+                        tcp_accesses=float(rec[pc, E.I_TCP]),
+                        conflict_cycles=float(rec[pc, E.I_CONF]),
+                        lds_idx_cycles=float(rec[pc, E.I_IDX]),
+                        stall_cycles=float(stall[si])))
     return out

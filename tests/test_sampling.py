@@ -91,3 +91,4 @@ def test_bench_scaling_reports_time_and_memory(capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     row = out["rows"][0]
     assert row["seq"] == 32 and row["median_s"] > 0 and row["peak_mib"] > 10
+    assert 0 < row["median_cpu_s"] and len(row["runs_cpu_s"]) == 1

@@ -131,6 +131,12 @@ def test_model_version_follows_the_timing_sources(tmp_path, monkeypatch):
     lowering.write_text(lowering.read_text() + "\n# a changed lowering\n")
     tunedb._VERSION.clear()
     assert tunedb.model_version().split("/")[1] != after.split("/")[1]
+    assert "gpusim/steady.py" in names  # the loop extrapolation the scores use
+    lowered = tunedb.model_version()
+    monkeypatch.setattr(tunedb, "SCORE_SIMULATE", {**tunedb.SCORE_SIMULATE,
+                                                   "extrapolate_loops": False})
+    tunedb._VERSION.clear()  # how the search simulates is part of the timing model
+    assert tunedb.model_version().split("/")[0] != lowered.split("/")[0]
 
 
 def _one_line_error(capsys, argv) -> str:
