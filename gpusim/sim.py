@@ -422,18 +422,19 @@ def _cu_time(raw, n0, k, wgs_resident):
     """(T_cu, method, relative error bound of T_cu).
 
     CU 0 runs its workgroups in rounds of ``wgs_resident``: a workgroup starts when one
-    of the previous round ends, so each round overlaps the next. Two rounds of a sample
-    differ from the rounds they stand for (issue 14): its last round has no successor to
-    overlap (it drains faster), and CU 0's last round is partial when its share is not
-    a whole number of rounds, yet can cost as much as a full one (its workgroups wait on
-    the same latencies). So the sample (``_time``) ends with a partial round as large as
-    CU 0's last, the workgroups left out are whole rounds, and they are inserted before
-    the sample's last full round at the period of an earlier one (a round followed by a
-    full round, as the inserted ones are). The bound is the change of that period from
-    the round before, times the rounds inserted (unknown with fewer than 4 full rounds);
-    0 when every workgroup ran. A sample that leaves out a partial round (another
-    caller) has it extrapolated per workgroup, and the bound grows by what it would cost
-    as a full round instead."""
+    of the previous round ends, so rounds overlap. CU 0's last round is partial when its
+    share is not a whole number of rounds, yet can cost as much as a full one (its
+    workgroups wait on the same latencies; issue 14). So the sample (``_time``) ends
+    with a partial round as large as CU 0's last, the workgroups left out are whole
+    rounds, and they are inserted at the mean period of the sample's full rounds after
+    the first (the period: from one round's last workgroup to the next's). The periods
+    vary from round to round (warm-up, rounds that do not end together, the sample's
+    last round draining without a successor) and may keep drifting past the sample
+    (warm-up), so the bound is twice their spread times the rounds inserted plus one
+    (for the end of the sample, which stands for CU 0's end): unknown with fewer than 3 full rounds, 0 when every workgroup ran. Measured against
+    the full CU 0 simulation in tests/test_wg_sampling.py. A sample that leaves out a
+    partial round (another caller) has it extrapolated per workgroup, and the bound
+    grows by what it would cost as a full round instead."""
     t_k = float(raw["sess_cycles"][0])
     if k >= n0:
         return t_k, f"CU 0 simulated with all {n0} of its workgroups", 0.0
@@ -443,15 +444,17 @@ def _cu_time(raw, n0, k, wgs_resident):
     ends = done[w - 1:k - tail:w]            # when each full round of the sample ended
     full = len(ends)
     floor = t_k / k * w * 0.25
-    per_round = max(ends[-2] - ends[-3], floor) if full >= 3 else max(t_k / k * w, floor)
-    prev = ends[-3] - ends[-4] if full >= 4 else 0.0
+    periods = np.diff(ends)
+    per_round = max(float(periods.mean()), floor) if full >= 2 else max(t_k / k * w, floor)
+    spread = float(periods.max() - periods.min()) if full >= 3 else float("inf")
     rounds, rest = divmod(n0 - k, w)
     t = t_k + rounds * per_round + rest * per_round / w
-    bound = (rounds + (rest > 0)) * abs(per_round - prev) / t if prev > 0 else float("inf")
+    bound = 2 * (rounds + (rest > 0) + 1) * spread / t
     bound += (per_round - rest * per_round / w) / t if rest else 0.0
     tail_txt = f", ending with a partial round of {tail} like CU 0's last," if tail else ""
     return t, (f"CU 0 simulated for {k} of its {n0} workgroups{tail_txt} then extrapolated "
-               f"by {rounds} rounds of {w} workgroups at {per_round:.0f} cycles per round"
+               f"by {rounds} rounds of {w} workgroups at {per_round:.0f} cycles per round "
+               f"(the mean of {full - 1})"
                + (f" and {rest} workgroups at {per_round / w:.0f} cycles each" if rest else "")), \
         bound
 
@@ -470,7 +473,8 @@ class _Timed(NamedTuple):
 
 def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, workgroups):
     """Runs the launch. Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups
-    and stops there when the last two rounds agree within STEADY_TOL (steady state);
+    (then a partial round like CU 0's last) and stops there when the extrapolation's
+    error bound (``_cu_time``) is within STEADY_TOL (steady state);
     otherwise it doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold
     caches again)."""
     rounds = SAMPLE_ROUNDS
