@@ -29,13 +29,31 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
 - i32 registers that differ only by a constant (``m1 = base + 1``, ``m2 = base + 2``:
   the index rows of a tile) share one register: hipcc keeps the base and folds the
   constants into instruction offsets or recomputes them with one add, so such a family
-  is counted as one register live over the union of its members' ranges;
+  is counted as one register live over the union of its members' ranges. "Differ by a
+  constant" is decided on the affine form (``_affine``: sums and multiplications by
+  constants distributed), except that ``(t * 2^k + c) * n`` with ``c < 2^k`` is kept
+  whole: LLVM turns that add into an ``or`` and no longer distributes the multiplication,
+  so hipcc gives ``((x*4)+1)*68`` a register of its own (``_or_like``);
+- a register assigned a constant holds nothing until its first computed value: LLVM
+  propagates the constant into its uses (``fma(a, b, 0)``), so zero-initialised FMA
+  accumulators start at their first FMA (MFMA accumulators keep the AGPR rule below);
+- a vector load's destination registers are one register tuple (``v[28:31]``), freed
+  together when the last of them is read;
 - an LDS read inside a loop that stores nothing to its array, at an address that does
   not change in the loop (counting the counters of constant-trip inner loops, which
   hipcc unrolls fully), is hoisted out by LLVM's LICM: its registers (one set per
   unrolled trip) are live over the whole loop (``_hoisted_lds_reads``);
 - a loop with one trip is straight-line code in the ISA: nothing is carried through it,
   so the rules above that extend ranges over a loop skip it;
+- inside a loop the ISA keeps (``_stays_loop``: not one trip, and not a constant-trip
+  loop small enough for hipcc to unroll fully, ``FULL_UNROLL_STATEMENTS``), LICM computes
+  every per-lane subexpression the loop does not change (the addresses of a K tile's LDS
+  stores, the loop-independent part of its global addresses) once before the loop and
+  holds it in a VGPR over the whole loop, one per offset family, reusing a register that
+  already holds the value (``_hoisted_invariants``);
+- in straight-line code the addresses of a run of LDS stores are computed before the
+  run (while the global loads they store wait): each store's own address register is
+  live from the run's first store to its own (``_store_address``);
 - dead code is removed first, as LLVM does before allocating: an ``If`` whose condition
   interval arithmetic over the hardware ids decides (``m1 < 16`` with ``m1 = tx + 16``:
   a tile row past a 16-row matrix, ``_decided``) keeps only the branch that runs, and a
@@ -48,15 +66,19 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
 
 The estimate is a model of what hipcc would allocate, not a register allocator: it is
 good for the occupancy cliffs (24 -> 8 waves, 128 -> 4 waves, ...) that schedules cross.
-Known gaps, measured by ``tools/vgpr_sweep.py`` (66 of 90 sampled contraction points of
-mlp, conv_add_relu and bert_2layer.onnx meet ``wavefuse check``'s rule on gfx90a; 65
-before the dead-code rule): hipcc's scheduler interleaves LDS reads with their FMAs when
-registers are short (a hoisted Q block, many scores per thread; the second half of a
-straight-line split-K tile's fragment reads: 87 estimated vs 69-76), which this
-program-order model does not see, yet hoists all of a K loop's reads to the loop top for
-some small tiles (64x64x16: 99 vs 144), and a 1024-thread workgroup, capped at 4 waves
-per SIMD anyway, gets up to 128 VGPRs (41 vs 128); fused attention schedules with Q in
-LDS come out one wave pessimistic (124 vs 86). tests/test_contraction_vgprs.py and
+Known gaps, measured by ``tools/vgpr_sweep.py`` (on gfx90a, of 90 sampled contraction
+points of mlp, conv_add_relu and bert_2layer.onnx per MMA kind, 68 FMA and 79 MFMA meet
+``wavefuse check``'s rule; 61 and 73 before the LICM, constant, tuple and store-address
+rules): hipcc's scheduler interleaves LDS reads with their FMAs when it chooses to (a
+hoisted Q block, many scores per thread; the last reads of a straight-line split-K tile
+go into tuples the first FMAs freed: 86 estimated vs 69-76), which this program-order
+model does not see, yet hoists all of a K loop's reads to the loop top for some small
+tiles (64x64x16: 102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIMD anyway,
+gets up to 128 VGPRs (37-58 vs 128); 9 of 13 sampled 64x64x32 tiles of 32x32 MFMAs
+(KW 1), whose K loop hipcc unrolls, and 2 of 24 32x32x64 (KW 4) come out 12-29 VGPRs
+under hipcc, which hoists the next tile's global loads and every address above the
+first tile's compute; fused attention schedules with Q in LDS over several key blocks
+come out one wave or more pessimistic (130 vs 86). tests/test_contraction_vgprs.py and
 tests/test_attention_vgprs.py pin agreeing points and these gaps.
 
 Occupancy (waves per SIMD, S9): the minimum of
@@ -82,13 +104,15 @@ from gpusim.program import (
 )
 
 
-def _temps(e, uni: Uniformity) -> int:
-    """Per-lane operator nodes below the root (each needs a temporary VGPR)."""
+def _temps(e, uni: Uniformity, hoisted=frozenset()) -> int:
+    """Per-lane operator nodes below the root (each needs a temporary VGPR); subtrees
+    LICM computes before the loop (``hoisted``, by ``expr_key``) cost nothing here."""
     n = 0
     stack = list(expr_children(e))
     while stack:
         x = stack.pop()
-        if isinstance(x, (Const, Var, Special, ScalarRef)):
+        if isinstance(x, (Const, Var, Special, ScalarRef)) or (hoisted and
+                                                              expr_key(x) in hoisted):
             continue
         if not uni.is_uniform(x) or x.dtype == "f32":
             n += 1
@@ -96,16 +120,49 @@ def _temps(e, uni: Uniformity) -> int:
     return n
 
 
+def _affine(e) -> tuple[dict, int]:
+    """``e`` as sum(coefficient x atom) + constant over i32 adds, subtractions and
+    multiplications by constants; any other node (a division, a modulo, a register, an
+    id) is an atom, keyed by ``expr_key``."""
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return {}, e.value
+    if isinstance(e, BinOp) and e.op in ("add", "sub"):
+        (ta, ca), (tb, cb) = _affine(e.a), _affine(e.b)
+        sign = 1 if e.op == "add" else -1
+        terms = dict(ta)
+        for k, c in tb.items():
+            terms[k] = terms.get(k, 0) + sign * c
+        return {k: c for k, c in terms.items() if c}, ca + sign * cb
+    if isinstance(e, BinOp) and e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, Const) and isinstance(y.value, int) and not _or_like(x):
+                t, c = _affine(x)
+                return {k: v * y.value for k, v in t.items() if v * y.value}, c * y.value
+    return {expr_key(e): 1}, 0
+
+
+def _or_like(e) -> bool:
+    """``t * 2^k + c`` with ``0 < c < 2^k``: LLVM turns that add into an ``or`` (the bits
+    are disjoint) and then no longer distributes a multiplication over it, so the
+    constant cannot move into an instruction offset (hipcc computes ``((x*4)+1)*68`` in
+    a register of its own)."""
+    if not (isinstance(e, BinOp) and e.op == "add"):
+        return False
+    for t, c in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(c, Const) and isinstance(c.value, int) and c.value > 0 and \
+                isinstance(t, BinOp) and t.op == "mul":
+            m = next((x.value for x in (t.a, t.b) if isinstance(x, Const)), None)
+            if isinstance(m, int) and m > 0:
+                low = m & -m   # the largest power of two dividing t
+                return c.value < low
+    return False
+
+
 def _offset_family(e):
-    """The non-constant terms of an i32 add chain (None when there are none)."""
-    terms, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, BinOp) and x.op == "add":
-            stack.extend((x.a, x.b))
-        elif not isinstance(x, Const):
-            terms.append(expr_key(x))
-    return tuple(sorted(terms, key=repr)) or None
+    """The non-constant part of an i32 expression in affine form (None when there is
+    none): two expressions with the same family differ by a constant."""
+    terms, _ = _affine(e)
+    return tuple(sorted(terms.items(), key=repr)) or None
 
 
 def _offset_aliases(body) -> dict:
@@ -146,8 +203,22 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     loops = []
     loop_point = {}
 
-    def lin(body):
+    licm = _hoisted_invariants(body, uni, alias)
+    mfma_acc = {v.name for s in walk(body) if isinstance(s, Mfma) for v in s.acc}
+    licm_keys = {}  # id(For) -> expr_keys of the computations hoisted out of it
+    for loop, _, _, key in licm:
+        licm_keys.setdefault(id(loop), set()).add(key)
+
+    store_addrs = []  # (first point of a run of LDS stores, this store's point, family)
+
+    def lin(body, skip=frozenset()):
+        run = None
         for s in body:
+            run = (len(points) if run is None else run) if isinstance(s, LdsStore) else None
+            if run is not None:
+                fam = _store_address(s.index, uni, skip)
+                if fam is not None:
+                    store_addrs.append((run, len(points), fam))
             reads = set()
             for e in stmt_exprs(s):
                 _reads(e, env, kernel, reads)
@@ -157,19 +228,22 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 points.append((set(), set(), 0))  # dead: LLVM removes it (the point stays
                 kinds.append(type(s))              # so statement counts index points)
                 continue
-            temps = sum(_temps(e, uni) for e in stmt_exprs(s))
+            temps = sum(_temps(e, uni, skip) for e in stmt_exprs(s))
             defs = {alias.get(v.name, v.name) for v in stmt_defs(s) if v.name in needed}
+            if isinstance(s, Assign) and isinstance(s.value, Const) and \
+                    s.dst.name not in mfma_acc:
+                defs = set()  # a constant: propagated into its uses (see the docstring)
             points.append((reads, defs, temps))
             kinds.append(type(s))
             if isinstance(s, For):
                 start = len(points) - 1
                 loop_point[id(s)] = start  # the hoisting rule names loops, not points
-                lin(s.body)
+                lin(s.body, skip | licm_keys.get(id(s), frozenset()))
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
                     loops.append((start, len(points) - 1))
             elif isinstance(s, If):
-                lin(s.then)
-                lin(s.orelse)
+                lin(s.then, skip)
+                lin(s.orelse, skip)
 
     lin(body)
     hoisted = _hoisted_lds_reads(body, alias)
@@ -213,12 +287,33 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi
                     changed = True
+    for s in walk(body):  # a vector load's registers are one tuple: freed together
+        if isinstance(s, (Load, LdsLoad)) and len(s.dsts) > 1:
+            group = [alias.get(v.name, v.name) for v in s.dsts]
+            group = [g for g in group if g in ranges]
+            if group:
+                hi = max(ranges[g][1] for g in group)
+                for g in group:
+                    ranges[g][1] = hi
     for name, (loop, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
         a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
         for c in range(copies):
             key = name if c == 0 else f"{name}#unrolled{c}"
             lo, hi = ranges.get(name, [a, b])
             ranges[key] = [min(lo, a), max(hi, b)]
+    licm_regs = set()
+    for run, at, fam in store_addrs:  # a run's store addresses, computed before it
+        name = f"st:{run}:{fam}"
+        licm_regs.add(name)
+        r = ranges.setdefault(name, [run, at])
+        r[1] = max(r[1], at)
+    for loop, fam, reg, _ in licm:  # LICM'd computations: live over their loop
+        a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
+        if reg is None:
+            reg = f"licm:{id(loop)}:{fam}"
+            licm_regs.add(reg)
+        r = ranges.setdefault(reg, [a, b])
+        r[0], r[1] = min(r[0], a), max(r[1], b)
     for (a, b), first_frag in mfma_loops:  # hipcc issues a K tile's fragment reads first
         for name, r in ranges.items():
             if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
@@ -230,7 +325,8 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
         inside.update(range(a + 1, b + 1))
     best = 0
     for i, (_, _, temps) in enumerate(points):
-        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi and is_vgpr(name)
+        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi
+                   and (is_vgpr(name) or name in licm_regs)
                    and name not in in_agprs)
         best = max(best, live + temps)
     vgprs = best + 1 + (1 if has_global else 0)
@@ -392,6 +488,22 @@ def _trips(loop: For):
     return None
 
 
+#: hipcc 5.2 (-O3, gfx90a) fully unrolls a constant-trip K loop when trips x body
+#: statements is at most about this many, and keeps it a loop above: measured over the
+#: contraction points of ``tools/vgpr_sweep.py`` (3 trips of 131 statements unrolled,
+#: 3 x 160 and 7 x 92 kept; LLVM's own rule weighs its IR instructions against the
+#: AMDGPU unroll threshold, which this statement count only approximates).
+FULL_UNROLL_STATEMENTS = 400
+
+
+def _stays_loop(loop: For) -> bool:
+    """Whether the ISA keeps ``loop`` a loop (see ``FULL_UNROLL_STATEMENTS``)."""
+    trips = _trips(loop)
+    if trips is None:
+        return True
+    return trips > 1 and trips * sum(1 for _ in walk(loop.body)) > FULL_UNROLL_STATEMENTS
+
+
 def _hoisted_lds_reads(body, alias) -> dict:
     """LDS reads hipcc hoists out of a loop: register -> (that loop's ``For``, copies).
 
@@ -438,6 +550,84 @@ def _hoisted_lds_reads(body, alias) -> dict:
             for v in s.dsts:
                 out[alias.get(v.name, v.name)] = (at, copies)
             return
+
+    visit(body, [])
+    return out
+
+
+def _store_address(index, uni, hoisted):
+    """The offset family of an LDS store's per-lane address when it takes a register of
+    its own (not a register plus a constant, not computed before the loop), else None."""
+    if isinstance(index, (Const, Var, Special, ScalarRef)) or uni.is_uniform(index) or \
+            expr_key(index) in hoisted:
+        return None
+    fam = _offset_family(index)
+    if fam is None or (len(fam) == 1 and fam[0][1] == 1 and fam[0][0][0] in ("v", "s")):
+        return None
+    return fam
+
+
+def _hoisted_invariants(body, uni, alias) -> list:
+    """Per-lane computations LLVM's LICM moves out of a loop: (``For``, offset family,
+    the register already holding it or None, ``expr_key``) for each occurrence.
+
+    Inside a loop that stays a loop (not one trip), every per-lane operator subtree whose
+    registers the loop does not write (the addresses of a K tile's LDS stores, the
+    loop-independent part of its global addresses) is computed once before the loop and
+    held in a VGPR for the whole loop. Values that differ only by a constant share that
+    register (the constant goes into the instruction's offset, as in
+    ``_offset_aliases``); a value some register already holds (``tig = tid % 64`` and a
+    ``tid % 64`` in an address) is that register (GVN), which then stays live over the
+    loop; a register plus a constant is that register. Each subtree is hoisted out of the
+    outermost such loop it does not depend on."""
+    reps = {}   # offset family -> the register computed as it (single definition)
+    ndefs = {}
+    for s in walk(body):
+        for v in stmt_defs(s):
+            ndefs[v.name] = ndefs.get(v.name, 0) + 1
+    for s in walk(body):
+        if isinstance(s, Assign) and ndefs[s.dst.name] == 1 and s.dst.name in uni.per_lane:
+            fam = _offset_family(s.value)
+            if fam is not None:
+                reps.setdefault(fam, alias.get(s.dst.name, s.dst.name))
+    out = []
+
+    def hoist(e, enclosing):
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, (Const, Var, Special, ScalarRef)) or uni.is_uniform(x):
+                continue
+            used = expr_vars(x)
+            loop = next((lp for lp, written in enclosing if not used & written), None)
+            if loop is None:
+                stack.extend(expr_children(x))
+                continue
+            fam = _offset_family(x)
+            if fam is None:
+                continue
+            (atom, coef), = fam if len(fam) == 1 else ((None, 0),)
+            if coef == 1 and atom[0] in ("v", "s"):   # a register plus a constant
+                if atom[0] == "v":
+                    out.append((loop, fam, alias.get(atom[1], atom[1]), expr_key(x)))
+                continue
+            out.append((loop, fam, reps.get(fam), expr_key(x)))
+
+    def visit(stmts, enclosing):
+        for s in stmts:
+            if enclosing:
+                for e in stmt_exprs(s):
+                    hoist(e, enclosing)
+            if isinstance(s, For):
+                inner = enclosing
+                if _stays_loop(s):
+                    written = {s.var.name} | {v.name for x in walk(s.body)
+                                              for v in stmt_defs(x)}
+                    inner = enclosing + [(s, written)]
+                visit(s.body, inner)
+            elif isinstance(s, If):
+                visit(s.then, enclosing)
+                visit(s.orelse, enclosing)
 
     visit(body, [])
     return out
