@@ -65,7 +65,7 @@ from gpusim.validate import validate
 TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma")
 BUFFER_ALIGN = 4096  # ASSUMPTION: each buffer starts on a 4 KiB boundary (hipMalloc gives >= 256 B)
 LDS_ALIGN = 16       # LDS arrays laid out in declaration order, 16 B aligned
-SAMPLE_ROUNDS = 3
+SAMPLE_ROUNDS = 4       # full rounds first sampled: the fewest that give a period and its change
 MAX_SAMPLE_ROUNDS = 12  # timing doubles the sampled rounds up to this until steady
 STEADY_TOL = 0.05       # steady: the extrapolation's error bound is within 5% of CU time
 DEFAULT_TRACE_CAP = 200_000
@@ -419,22 +419,44 @@ def _counters(c, arch, occ, time_s):
 
 
 def _cu_time(raw, n0, k, wgs_resident):
-    """(T_cu, method, relative error bound of T_cu). The bound is the change of the
-    per-workgroup time between the last two sampled rounds, times the workgroups
-    extrapolated: 0 when every workgroup ran."""
+    """(T_cu, method, relative error bound of T_cu).
+
+    CU 0 runs its workgroups in rounds of ``wgs_resident``: a workgroup starts when one
+    of the previous round ends, so rounds overlap. CU 0's last round is partial when its
+    share is not a whole number of rounds, yet can cost as much as a full one (its
+    workgroups wait on the same latencies; issue 14). So the sample (``_time``) ends
+    with a partial round as large as CU 0's last, the workgroups left out are whole
+    rounds, and they are inserted at the mean period of the sample's full rounds after
+    the first (the period: from one round's last workgroup to the next's). The periods
+    vary from round to round (warm-up, rounds that do not end together, the sample's
+    last round draining without a successor) and may keep drifting past the sample
+    (warm-up), so the bound is twice their spread times the rounds inserted plus one
+    (for the end of the sample, which stands for CU 0's end): unknown with fewer than 3 full rounds, 0 when every workgroup ran. Measured against
+    the full CU 0 simulation in tests/test_wg_sampling.py. A sample that leaves out a
+    partial round (another caller) has it extrapolated per workgroup, and the bound
+    grows by what it would cost as a full round instead."""
     t_k = float(raw["sess_cycles"][0])
     if k >= n0:
         return t_k, f"CU 0 simulated with all {n0} of its workgroups", 0.0
     done = np.sort(raw["wg_done"][:k])
-    r = min(wgs_resident, k - 1)
-    per_wg = (done[k - 1] - done[k - 1 - r]) / r if r > 0 else t_k / k
-    per_wg = max(per_wg, t_k / k * 0.25)
-    prev = (done[k - 1 - r] - done[k - 1 - 2 * r]) / r if r > 0 and k - 1 - 2 * r >= 0 \
-        else 0.0
-    t = t_k + (n0 - k) * per_wg
-    bound = (n0 - k) * abs(per_wg - prev) / t if prev > 0 else float("inf")
-    return t, (f"CU 0 simulated for {k} of its {n0} workgroups, then extrapolated at the last "
-               f"round's {per_wg:.0f} cycles per workgroup"), bound
+    w = max(1, min(wgs_resident, k))
+    tail = k % w                             # the sample's own last, partial round
+    ends = done[w - 1:k - tail:w]            # when each full round of the sample ended
+    full = len(ends)
+    floor = t_k / k * w * 0.25
+    periods = np.diff(ends)
+    per_round = max(float(periods.mean()), floor) if full >= 2 else max(t_k / k * w, floor)
+    spread = float(periods.max() - periods.min()) if full >= 3 else float("inf")
+    rounds, rest = divmod(n0 - k, w)
+    t = t_k + rounds * per_round + rest * per_round / w
+    bound = 2 * (rounds + (rest > 0) + 1) * spread / t
+    bound += (per_round - rest * per_round / w) / t if rest else 0.0
+    tail_txt = f", ending with a partial round of {tail} like CU 0's last," if tail else ""
+    return t, (f"CU 0 simulated for {k} of its {n0} workgroups{tail_txt} then extrapolated "
+               f"by {rounds} rounds of {w} workgroups at {per_round:.0f} cycles per round "
+               f"(the mean of {full - 1})"
+               + (f" and {rest} workgroups at {per_round / w:.0f} cycles each" if rest else "")), \
+        bound
 
 
 class _Timed(NamedTuple):
@@ -451,19 +473,23 @@ class _Timed(NamedTuple):
 
 def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, workgroups):
     """Runs the launch. Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups
-    and stops there when the last two rounds agree within STEADY_TOL (steady state);
+    (then a partial round like CU 0's last) and stops there when the extrapolation's
+    error bound (``_cu_time``) is within STEADY_TOL (steady state);
     otherwise it doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold
     caches again)."""
     rounds = SAMPLE_ROUNDS
     while True:
         launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
-        sample = rounds * occ.workgroups_per_cu
+        # the sample ends with a partial round as large as CU 0's last one, so the
+        # workgroups left out are whole rounds (``_cu_time``)
+        n0 = -(-kernel.grid // arch.num_cus)
+        sample = rounds * occ.workgroups_per_cu + n0 % occ.workgroups_per_cu
         raw = launch.run(jit, functional, sample, trace_cap, only=workgroups)
         n0, k = raw["n0"], raw["k"]
         t_cu, method, bound = _cu_time(raw, n0, k, occ.workgroups_per_cu)
         if functional or k >= n0 or bound <= STEADY_TOL or rounds >= MAX_SAMPLE_ROUNDS:
             break
-        rounds *= 2
+        rounds = min(2 * rounds, MAX_SAMPLE_ROUNDS)
     if k < n0:
         steady_txt = "steady" if bound <= STEADY_TOL else f"not steady after {rounds} rounds"
         method += (f" ({rounds} rounds sampled, {steady_txt}: error bound "
