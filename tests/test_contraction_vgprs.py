@@ -25,6 +25,9 @@ from gpusim.occupancy import estimate_vgprs
 
 ARCH = "gfx90a"
 BERT = "tests/data/bert_2layer.onnx"
+#: ResNet-50's stride-2 3x3 conv shape, scaled down: Conv(1x64x28x28, 64x64x3x3, pad 1,
+#: stride 2) + bias + Relu, opset 17, written with onnx.helper (random weights, seed 0)
+CONV3 = "tests/data/conv3x3_s2.onnx"
 
 
 def _k(mma, bm, bn, bk, tm, tn, kw, pad=4, swizzle="none", va=4, vb=4):
@@ -56,6 +59,10 @@ AGREE = [
     # tuple, freed when its last component is (68 before that rule)
     ("encoder_layer", "d5_matmul_21",
      _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion"), 76),
+    # implicit-GEMM 3x3 conv, M = 196 rows (guarded): hipcc sinks the peeled last K
+    # tile's FMAs below the barrier into the epilogue's guarded stores, so its 32 fragment
+    # reads are live together (115, 4 waves, before that rule; 148 now, 3 waves like hipcc)
+    (CONV3, "d0_conv2d_0", _k("fma", 64, 64, 16, 4, 4, 1, va=1), 168),
 ]
 
 #: known gaps (see gpusim.occupancy's docstring): hipcc's scheduler sinks the second half
@@ -68,6 +75,9 @@ GAPS = [
     (BERT, "d8__inner_encoder_layer_0_intermediate_dense_MatMul_output_0",
      _k("fma", 64, 64, 16, 4, 4, 1, swizzle="after_fusion"), 144),
     ("conv_add_relu:c=256,k=64", "d0_conv2d_0", _k("fma", 32, 32, 64, 4, 4, 16), 82),
+    # the same 64x64x16 tile on the 1x1 conv with a residual: 98 estimated, the sunk-tile
+    # rule does not fire here
+    ("conv_add_relu", "d0_conv2d_0", _k("fma", 64, 64, 16, 4, 4, 1), 138),
 ]
 
 _GRAPHS: dict = {}
