@@ -84,7 +84,10 @@ tiles (64x64x16: 102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIM
 gets up to 128 VGPRs (37-58 vs 128); 9 of 13 sampled 64x64x32 tiles of 32x32 MFMAs
 (KW 1), whose K loop hipcc unrolls, and 2 of 24 32x32x64 (KW 4) come out 12-29 VGPRs
 under hipcc, which hoists the next tile's global loads and every address above the
-first tile's compute; fused attention schedules with Q in LDS over several key blocks
+first tile's compute; the 16x32x64 KW 8 tile that ``export`` picks for ResNet-50's
+convolutions comes out 79-82 vs hipcc's 66-72 (5 waves vs 7): inside its K loop hipcc
+issues 7 of the 12 ``ds_read_b128`` fragment reads, then FMAs, then the rest one or two
+at a time, so about 36 fragment VGPRs are live where this model counts 48; fused attention schedules with Q in LDS over several key blocks
 come out one wave or more pessimistic (130 vs 86). tests/test_contraction_vgprs.py and
 tests/test_attention_vgprs.py pin agreeing points and these gaps.
 
