@@ -63,6 +63,9 @@ def main(argv=None):
     ap.add_argument("--kernels", default="", help="comma-separated name prefixes (default: all)")
     ap.add_argument("variants", nargs="+", help="NAME=PATH or NAME=git:REV")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        print(f"engine_ab: --rounds {args.rounds} is not a count; pass 1 or more", file=sys.stderr)
+        sys.exit(2)
     folder = os.path.join(tempfile.gettempdir(), "engine_ab")
     os.makedirs(folder, exist_ok=True)
     runs = {}
@@ -71,12 +74,27 @@ def main(argv=None):
             print(f"engine_ab: variant {v!r} is not NAME=SOURCE; pass e.g. old=git:HEAD", file=sys.stderr)
             sys.exit(2)
         name, source = v.split("=", 1)
+        if not name.isidentifier() or name in runs:
+            print(f"engine_ab: variant name {name!r} is not a new identifier; use e.g. old, new",
+                  file=sys.stderr)
+            sys.exit(2)
+        try:
+            path = variant_source(name, source, folder)
+        except (OSError, subprocess.CalledProcessError) as e:
+            why = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else e
+            print(f"engine_ab: cannot read {source!r} ({why}); pass an engine.py path or git:REV",
+                  file=sys.stderr)
+            sys.exit(2)
         t = time.perf_counter()
-        runs[name] = jitted_run(name, variant_source(name, source, folder))
+        runs[name] = jitted_run(name, path)
         print(f"{name}: loaded ({time.perf_counter() - t:.1f} s)", flush=True)
     names = list(runs)
     kernels = [k for k in bench.mix(8)
                if not args.kernels or any(k.name.startswith(p) for p in args.kernels.split(","))]
+    if not kernels:
+        print(f"engine_ab: --kernels {args.kernels!r} matches none of "
+              f"{', '.join(k.name for k in bench.mix(8))}", file=sys.stderr)
+        sys.exit(2)
     real = sim._engine
     rates = {(k.name, n): [] for k in kernels for n in names}
     try:
