@@ -123,7 +123,7 @@ T_VALU, T_VMEM, T_LDS, T_SALU, T_BARRIER, T_STALL, T_MFMA = range(7)
 # wave status
 S_EMPTY, S_RUN, S_BAR, S_DONE = 0, 1, 2, 3
 
-#: an inactive lane in an LDS conflict memo pattern (``exec_lds``)
+#: an inactive lane in an LDS conflict or coalescing memo pattern (``exec_lds``, ``exec_vmem``)
 NO_LANE = -(1 << 62)
 
 # runtime errors
@@ -376,7 +376,7 @@ Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
 Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx "
-                                "lds_pat lds_conf")
+                                "lds_pat lds_conf vm_pat vm_rel vm_rec")
 Out = namedtuple("Out", "counters per_inst sess_cycles wg_done trace trace_n probe err")
 Prog = namedtuple("Prog", "code srcs mfma_regs fconst_reg fconst_val iconst_reg iconst_val "
                           "buf_tab lds_tab group_of n_groups group_lanes")
@@ -390,7 +390,8 @@ NFREE = 4
 def new_state(p, n_inst=1):
     """The per-launch state records (waves, workgroup slots, CU pipes, scratch), zeroed.
     Allocated by the caller, outside the jitted code, so the engine never allocates.
-    ``n_inst``: the program's instruction count (the LDS conflict memo, ``exec_lds``)."""
+    ``n_inst``: the program's instruction count (the LDS conflict and coalescing memos,
+    ``exec_lds``, ``exec_vmem``)."""
     W = p.W
     nsimd = p.nsimd
     wgs = p.wgs
@@ -411,7 +412,8 @@ def new_state(p, n_inst=1):
                  np.zeros(8, np.int64), np.zeros(4 * W, np.int64), np.zeros(p.nbanks, np.int64),
                  np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64),
                  np.zeros(W, np.int64), np.zeros((n_inst, W), np.int64),
-                 np.full(n_inst, -1, np.int64))
+                 np.full(n_inst, -1, np.int64), np.zeros((n_inst, 2 * W), np.int64),
+                 np.zeros((n_inst, 2 * W), np.int64), np.full((n_inst, 3), -1, np.int64))
     return wv, grp, cu, sc
 
 
@@ -787,22 +789,43 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
             probe[l, 2] = 1
     if probing:
         probe[W, 0] = 1
-    nu = unique_sorted(lines, nl)
-    # TCP accesses: unique lines per quad of lanes (rocprof coalescing)
-    tcp = int(0)
-    quads = 0
-    for q in range(W // 4):
-        nq = int(0)
-        for l in range(4 * q, 4 * q + 4):
-            if lane_lo[l] >= 0:
-                qbuf[nq] = lane_lo[l]
-                nq += 1
-                if lane_hi[l] != lane_lo[l]:
-                    qbuf[nq] = lane_hi[l]
-                    nq += 1
-        if nq > 0:
-            quads += 1
-            tcp += unique_sorted(qbuf, nq)
+    # Memo per instruction (as in exec_lds): the unique lines, TCP accesses and active
+    # quads depend only on the lanes' lines relative to the first active lane's (a uniform
+    # shift of every line shifts the sorted unique lines and keeps every count), so a
+    # pattern this instruction met last (another wave, iteration or workgroup) reuses its
+    # counts and its sorted lines, both stored relative to that lane's line.
+    pat = sc.vm_pat[pc]
+    rel = sc.vm_rel[pc]
+    rec = sc.vm_rec[pc]
+    lo0 = np.int64(0)
+    for l in range(W):
+        if lane_lo[l] >= 0:
+            lo0 = lane_lo[l]
+            break
+    hit = False
+    if rec[0] >= 0:
+        diff = np.int64(0)
+        for l in range(W):
+            rl = lane_lo[l] - lo0 if lane_lo[l] >= 0 else NO_LANE
+            rh = lane_hi[l] - lo0 if lane_lo[l] >= 0 else NO_LANE
+            diff |= (rl ^ pat[l]) | (rh ^ pat[W + l])
+        hit = diff == 0
+    if hit:
+        nu = rec[0]
+        tcp = rec[1]
+        quads = rec[2]
+        for k in range(nu):
+            lines[k] = lo0 + rel[k]
+    else:
+        nu, tcp, quads = coalesce(lane_lo, lane_hi, W, lines, nl, qbuf)
+        for l in range(W):
+            pat[l] = lane_lo[l] - lo0 if lane_lo[l] >= 0 else NO_LANE
+            pat[W + l] = lane_hi[l] - lo0 if lane_lo[l] >= 0 else NO_LANE
+        for k in range(nu):
+            rel[k] = lines[k] - lo0
+        rec[0] = nu
+        rec[1] = tcp
+        rec[2] = quads
     counters[N_VMEM] += 1
     counters[N_TCP] += tcp
     counters[N_QUADS] += quads
@@ -825,6 +848,29 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
             wv.RREADY[s, ur] = done
             wv.RPROD[s, ur] = pc
     return True
+
+
+def coalesce(lane_lo, lane_hi, W, lines, nl, qbuf):
+    """(unique lines, TCP accesses, active quads) of one VMEM instruction whose ``nl``
+    lines (each active lane's first and, if other, last line) are in ``lines``, left
+    sorted and unique there; ``lane_lo`` is -1 for an inactive lane. TCP accesses are the
+    unique lines per quad of lanes (rocprof coalescing)."""
+    nu = unique_sorted(lines, nl)
+    tcp = int(0)
+    quads = int(0)
+    for q in range(W // 4):
+        nq = int(0)
+        for l in range(4 * q, 4 * q + 4):
+            if lane_lo[l] >= 0:
+                qbuf[nq] = lane_lo[l]
+                nq += 1
+                if lane_hi[l] != lane_lo[l]:
+                    qbuf[nq] = lane_hi[l]
+                    nq += 1
+        if nq > 0:
+            quads += 1
+            tcp += unique_sorted(qbuf, nq)
+    return nu, tcp, quads
 
 
 def popcount4(m):

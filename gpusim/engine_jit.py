@@ -45,14 +45,14 @@ globals().update({k: v for k, v in vars(_code).items() if not k.startswith("__")
 _FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "fbin", "ibin", "fcmp", "fun", "iun",
           "cache_access", "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready",
           "issue_time", "issue", "exec_alu", "exec_control", "lane_indices", "exec_vmem",
-          "popcount4", "memory_lines", "lds_conflicts", "exec_lds", "exec_shuffle",
+          "coalesce", "popcount4", "memory_lines", "lds_conflicts", "exec_lds", "exec_shuffle",
           "exec_wave_reduce", "exec_mfma", "barrier_arrive", "wave_end", "run")
 _CACHE = not numba.config.BOUNDSCHECK
 #: run once per simulated instruction or more: inlined into ``run`` (see above); the rest
 #: (workgroup launch, barriers, wave end, MFMA, shuffles, trace) stay calls, which keeps
 #: the cold compile shorter
 _INLINE = ("pick_wave", "operands_ready", "issue_time", "issue", "exec_alu", "exec_control",
-           "lane_indices", "exec_vmem", "memory_lines", "cache_access", "unique_sorted",
+           "lane_indices", "exec_vmem", "coalesce", "memory_lines", "cache_access", "unique_sorted",
            "exec_lds", "wrap32", "pdiv", "pmod", "popcount4")
 for _name in _FUNCS:
     _jitted = numba.njit(cache=_CACHE, error_model="numpy", _nrt=False, no_cfunc_wrapper=True,

@@ -257,3 +257,43 @@ def test_lds_conflicts_depend_only_on_the_relative_pattern(data, es, width, wc_s
                                np.zeros(arch.lds_banks, np.int64))
 
     assert count(100) == count(100 + shift)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), line=st.sampled_from([64, 128]), nbytes=st.sampled_from([2, 4, 8, 16]),
+       shift=st.integers(-50, 50))
+def test_coalescing_memo_equals_the_direct_count(data, line, nbytes, shift):
+    """The engine memoises a VMEM instruction's coalescing (unique lines, TCP accesses,
+    active quads and the sorted lines) by its lanes' lines relative to the first active
+    lane's (``engine.exec_vmem``): the direct count of a pattern shifted by whole lines
+    must equal the memoised one, the stored lines shifted back."""
+    W = 64
+    addrs = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 4096)), min_size=W, max_size=W))
+
+    def direct(offset):
+        lo, hi = np.full(W, -1, np.int64), np.zeros(W, np.int64)
+        lines, n = np.zeros(2 * W, np.int64), 0
+        for l, a in enumerate(addrs):
+            if a is None:
+                continue
+            a += offset * line
+            lo[l], hi[l] = a // line, (a + nbytes - 1) // line
+            lines[n] = lo[l]
+            n += 1
+            if hi[l] != lo[l]:
+                lines[n] = hi[l]
+                n += 1
+        nu, tcp, quads = E.coalesce(lo, hi, W, lines, n, np.zeros(8, np.int64))
+        return nu, tcp, quads, lines[:nu]
+
+    base = 200
+    nu, tcp, quads, lines = direct(base)  # what the memo stores, relative to the first lane
+    first = next((a for a in addrs if a is not None), None)
+    lo0 = 0 if first is None else (first + base * line) // line
+    rel = lines - lo0
+    nu2, tcp2, quads2, lines2 = direct(base + shift)
+    lo0_2 = 0 if first is None else (first + (base + shift) * line) // line
+    assert (nu2, tcp2, quads2) == (nu, tcp, quads)
+    assert np.array_equal(lines2, lo0_2 + rel)
+    if first is not None:
+        assert nu >= 1 and quads >= 1 and tcp >= nu
