@@ -109,7 +109,12 @@ def _conv3x3_s2() -> str:
 
 def _kernel(model, dispatch, knobs):
     if model not in _GRAPHS:
-        g = load_model(_conv3x3_s2() if model == CONV3 else model)
+        if model == CONV3:
+            path = _conv3x3_s2()
+            g = load_model(path)
+            shutil.rmtree(path.rsplit("/", 1)[0])
+        else:
+            g = load_model(model)
         _GRAPHS[model] = (g, fuse(g).dispatches + fuse(g, aggressive=False).dispatches
                           + fuse(g, attention=False).dispatches)
     g, ds = _GRAPHS[model]
