@@ -167,6 +167,17 @@ def round_f16(x):
     return s * np.rint(ax / q) * q
 
 
+def store_elem(dst_f, dst_i, pos, kind, F, I, s, reg, l):
+    """One lane's register to memory in the buffer's element kind (0 f32, 1 f16, 2 int):
+    the one rule both global and LDS stores follow, f16 rounded to nearest even."""
+    if kind == 2:
+        dst_i[pos] = I[s, reg, l]
+    elif kind == 1:
+        dst_f[pos] = round_f16(np.float64(F[s, reg, l]))
+    else:
+        dst_f[pos] = F[s, reg, l]
+
+
 def fbin(op, x, y):
     if op == B_ADD:
         return x + y
@@ -760,12 +771,7 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
         for v in range(width):
             reg = code[pc, K_V0 + v]
             if store:
-                if kind == 2:
-                    gmem_i[off + idx + v] = I[s, reg, l]
-                elif kind == 1:
-                    gmem_f[off + idx + v] = round_f16(np.float64(F[s, reg, l]))
-                else:
-                    gmem_f[off + idx + v] = F[s, reg, l]
+                store_elem(gmem_f, gmem_i, off + idx + v, kind, F, I, s, reg, l)
             else:
                 if kind == 2:
                     I[s, reg, l] = gmem_i[off + idx + v]
@@ -1087,12 +1093,7 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
             if i >= 0:
                 for v in range(width):
                     reg = code[pc, K_V0 + v]
-                    if kind == 2:
-                        LDSI[off + i + v] = I[s, reg, l]
-                    elif kind == 1:
-                        LDSF[off + i + v] = round_f16(np.float64(F[s, reg, l]))
-                    else:
-                        LDSF[off + i + v] = F[s, reg, l]
+                    store_elem(LDSF, LDSI, off + i + v, kind, F, I, s, reg, l)
     else:  # component by component (each goes to its own register)
         for v in range(width):
             reg = code[pc, K_V0 + v]
