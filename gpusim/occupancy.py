@@ -222,9 +222,12 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     store_addrs = []  # (first point of a run of LDS stores, this store's point, family)
     top = []  # (point, statement) of the kernel body's own statements
 
+    point_of = {}  # id(statement) -> its point
+
     def lin(body, skip=frozenset(), depth=0):
         run = None
         for s in body:
+            point_of[id(s)] = len(points)
             if depth == 0:
                 top.append((len(points), s))
             run = (len(points) if run is None else run) if isinstance(s, LdsStore) else None
@@ -266,9 +269,9 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
         if isinstance(s, LdsLoad):
             frag_regs |= {alias.get(v.name, v.name) for v in s.dsts}
     for a, b in loops:
-        body = range(a + 1, b + 1)
-        if any(kinds[i] is Mfma for i in body) and _mfma_runs(kinds, body) == 1:
-            first = next((i for i in body if kinds[i] is LdsLoad), None)
+        span = range(a + 1, b + 1)
+        if any(kinds[i] is Mfma for i in span) and _mfma_runs(kinds, span) == 1:
+            first = next((i for i in span if kinds[i] is LdsLoad), None)
             mfma_loops.append(((a, b), b + 1 if first is None else first))
     first_def, last_use, first_use = {}, {}, {}
     for i, (reads, defs, _) in enumerate(points):
@@ -327,6 +330,8 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             licm_regs.add(reg)
         r = ranges.setdefault(reg, [a, b])
         r[0], r[1] = min(r[0], a), max(r[1], b)
+    for loop in _interleaved_loops(body):  # hipcc interleaves reads with FMAs
+        _cap_fragment_reads(loop, point_of, points, ranges, alias, FRAGMENT_CAP)
     for run, at in _sunk_tile_reads(top):  # FMAs sunk past the barrier: reads live to it
         for s in run:
             for v in s.dsts:
@@ -352,6 +357,69 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     if not in_agprs:
         return vgprs
     return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
+
+
+#: the fraction of a K tile's fragment registers hipcc keeps live at once in a K loop it
+#: schedules for register pressure (``_interleaved_loops``): 36 of 48 in its gfx90a ISA of
+#: ResNet-50's 16x32x64 KW 8 conv tiles (7 of the 12 ``ds_read_b128`` issued up front,
+#: then each one into a tuple the FMAs freed, with the ``v_pk_fma_f32`` operand copies)
+FRAGMENT_CAP = 0.75
+
+
+def _interleaved_loops(body) -> list:
+    """FMA K loops (kept loops, no MFMA) whose next-tile global loads are guarded (an
+    ``If`` holding a ``Load``) while their LDS stores are not: the guards end a basic
+    block before the tile's fragment reads, which then share one block with the FMAs and
+    the stores, and hipcc's scheduler interleaves reads and FMAs there (see the module
+    docstring). A guarded store instead ends the block after the reads and hipcc sinks
+    the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles)."""
+    out = []
+    for s in walk(body):
+        if not isinstance(s, For) or not _stays_loop(s):
+            continue
+        inner = list(walk(s.body))
+        if any(isinstance(x, (For, Mfma)) for x in inner):
+            continue
+        guarded_load = guarded_store = False
+        for x in s.body:
+            if isinstance(x, If):
+                sub = list(walk(x.then)) + list(walk(x.orelse))
+                guarded_load |= any(isinstance(y, Load) and len(y.dsts) == 1 for y in sub)
+                guarded_store |= any(isinstance(y, (LdsStore, Store)) for y in sub)
+        if guarded_load and not guarded_store and \
+                sum(isinstance(x, LdsLoad) for x in s.body) > 1:
+            out.append(s)
+    return out
+
+
+def _cap_fragment_reads(loop, point_of, points, ranges, alias, cap) -> None:
+    """Delay the loop body's LDS fragment reads, in program order, until the registers of
+    the reads still live leave room under ``cap`` x all of them (never past a read's
+    first use): the schedule hipcc's ISA shows for ``_interleaved_loops``."""
+    reads = []
+    for x in loop.body:
+        if isinstance(x, LdsLoad):
+            regs = [alias.get(v.name, v.name) for v in x.dsts]
+            regs = [r for r in regs if r in ranges]
+            if regs:
+                reads.append((point_of[id(x)], regs))
+    total = sum(len(r) for _, r in reads)
+    limit = cap * total
+    issued = []  # (start, end, registers)
+    for at, regs in reads:
+        end = max(ranges[r][1] for r in regs)
+        use = min((i for i in range(at + 1, end + 1) if set(regs) & points[i][0]),
+                  default=at)
+        t = at
+        while t < use:
+            live = sum(n for lo, hi, n in issued if lo <= t <= hi)
+            if live + len(regs) <= limit:
+                break
+            t = min((hi + 1 for lo, hi, n in issued if lo <= t <= hi), default=use)
+        t = min(t, use)
+        for r in regs:
+            ranges[r][0] = max(ranges[r][0], t)
+        issued.append((t, end, len(regs)))
 
 
 def _sunk_tile_reads(top) -> list:
