@@ -68,15 +68,34 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   (``_sunk_tile_reads``; hipcc's gfx90a ISA of a 64x64x16 tile of a 3x3 conv with
   M = 196 issues all 32 ``ds_read_b128`` of the last tile, then the FMAs in 4 guarded
   blocks: 168 VGPRs, estimated 115 before this rule, 148 with it, both 3 waves);
+- in an FMA K loop that stays a loop, whose next-tile global loads include guarded
+  scalar gathers (an ``If`` around a one-element ``Load``: the implicit-GEMM conv's
+  padded im2col reads, a 1x1 conv's M guard) while its LDS stores are unguarded, the
+  guards end a basic block before the fragment reads, which then share one block with
+  the FMAs and the stores; hipcc's scheduler keeps about 3/4 of the tile's fragment
+  registers live there (``FRAGMENT_CAP``): a read waits until the tuples the FMAs free
+  make room (``_interleaved_loops``, ``_cap_fragment_reads``; hipcc's gfx90a ISA of
+  ResNet-50's 16x32x64 KW 8 conv tiles issues 7 of the 12 ``ds_read_b128``, then FMAs,
+  then one read per freed tuple: 36 fragment VGPRs with the ``v_pk_fma_f32`` operand
+  copies. Estimated 79-82 before this rule, 68-71 with it, hipcc 66-72; the same source
+  without the guards compiles to 76 with 10 reads up front, and with
+  ``-mllvm -enable-misched=0`` to 76: the machine scheduler makes the difference). A
+  guarded *vector* load (``conv_add_relu``'s NHWC 32x32x32 KW 4 tile) is left out: hipcc
+  also keeps 12 of its 16 reads up front there, but adds about 16 operand-copy and
+  result-pair VGPRs the estimate does not model (106 against 101 without the cap, 87
+  with it). A guarded LDS store instead ends the block after the reads and hipcc sinks
+  the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
 The estimate is a model of what hipcc would allocate, not a register allocator: it is
 good for the occupancy cliffs (24 -> 8 waves, 128 -> 4 waves, ...) that schedules cross.
 Known gaps, measured by ``tools/vgpr_sweep.py`` (on gfx90a, of 90 sampled contraction
-points of mlp, conv_add_relu and bert_2layer.onnx per MMA kind, 68 FMA and 79 MFMA meet
+points of mlp, conv_add_relu and bert_2layer.onnx per MMA kind, 70 FMA and 79 MFMA meet
 ``wavefuse check``'s rule; 61 and 73 before the LICM, constant, tuple and store-address
-rules): hipcc's scheduler interleaves LDS reads with their FMAs when it chooses to (a
+rules; the tuple rule and the address-offset VGPR were skipped in kernels with a loop
+until a shadowed variable was fixed, which added 1 to most loop kernels and 4 to one
+attention point): hipcc's scheduler interleaves LDS reads with their FMAs when it chooses to (a
 hoisted Q block, many scores per thread; the last reads of a straight-line split-K tile
 go into tuples the first FMAs freed: 86 estimated vs 69-76), which this program-order
 model does not see, yet hoists all of a K loop's reads to the loop top for some small
@@ -84,10 +103,7 @@ tiles (64x64x16: 102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIM
 gets up to 128 VGPRs (37-58 vs 128); 9 of 13 sampled 64x64x32 tiles of 32x32 MFMAs
 (KW 1), whose K loop hipcc unrolls, and 2 of 24 32x32x64 (KW 4) come out 12-29 VGPRs
 under hipcc, which hoists the next tile's global loads and every address above the
-first tile's compute; the 16x32x64 KW 8 tile that ``export`` picks for ResNet-50's
-convolutions comes out 79-82 vs hipcc's 66-72 (5 waves vs 7): inside its K loop hipcc
-issues 7 of the 12 ``ds_read_b128`` fragment reads, then FMAs, then the rest one or two
-at a time, so about 36 fragment VGPRs are live where this model counts 48; fused attention schedules with Q in LDS over several key blocks
+first tile's compute; fused attention schedules with Q in LDS over several key blocks
 come out one wave or more pessimistic (130 vs 86). tests/test_contraction_vgprs.py and
 tests/test_attention_vgprs.py pin agreeing points and these gaps.
 
