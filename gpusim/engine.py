@@ -382,12 +382,12 @@ def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
 # The engine's state travels between the jitted helpers as named tuples of arrays, so a
 # helper names what it touches (``wv.READY``, ``cu.free[FR_L1]``) instead of taking thirty
 # positional arrays. Numba compiles each helper once for these fixed types.
-Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD")
+Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD KEY")
 Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
 Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx "
-                                "lds_pat lds_conf vm_pat vm_rel vm_rec")
+                                "lds_pat lds_conf vm_pat vm_rel vm_rec ftmp itmp")
 Out = namedtuple("Out", "counters per_inst sess_cycles wg_done trace trace_n probe err")
 Prog = namedtuple("Prog", "code srcs mfma_regs fconst_reg fconst_val iconst_reg iconst_val "
                           "buf_tab lds_tab group_of n_groups group_lanes")
@@ -413,7 +413,8 @@ def new_state(p, n_inst=1):
                np.zeros((nslots, W), np.uint8), np.zeros((nslots, p.depth + 1, W), np.uint8),
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.float64),
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
-               np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64))
+               np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64),
+               np.full(nslots, math.inf))
     grp = Groups(np.zeros(wgs, np.int64), np.zeros(wgs, np.int64), np.zeros(wgs, np.int64),
                  np.zeros(wgs, np.float64), np.zeros(wgs, np.float64), np.zeros(wgs, np.int64),
                  np.zeros((wgs, max(p.nlf, 1)), np.float32), np.zeros((wgs, max(p.nli, 1)), np.int32))
@@ -424,7 +425,8 @@ def new_state(p, n_inst=1):
                  np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64),
                  np.zeros(W, np.int64), np.zeros((n_inst, W), np.int64),
                  np.full(n_inst, -1, np.int64), np.zeros((n_inst, 2 * W), np.int64),
-                 np.zeros((n_inst, 2 * W), np.int64), np.full((n_inst, 3), -1, np.int64))
+                 np.zeros((n_inst, 2 * W), np.int64), np.full((n_inst, 3), -1, np.int64),
+                 np.zeros(W, np.float32), np.zeros(W, np.int32))
     return wv, grp, cu, sc
 
 
@@ -472,29 +474,33 @@ def launch_wg(g, wg, t, p, prog, wv, grp, counters):
         wv.SLOT_WG[s] = g
         wv.RREADY[s, :] = 0.0
         wv.RPROD[s, :] = -1
+        wv.KEY[s] = wv.READY[s]
         counters[N_WAVES] += 1
 
 
 # ------------------------------------------------------------------------------ issue and scheduling
-def pick_wave(STATUS, READY, fast, s2, bt2):
+def pick_wave(KEY, fast, s2, bt2):
     """The running wave that is ready earliest (ties: lowest slot): returns (s, s2, bt2),
-    s < 0 when no wave runs. ``fast`` is the last wave issued; while it is still ahead of
-    the runner-up (s2 at bt2) nothing else changed, so the full scan is skipped."""
-    if fast >= 0 and STATUS[fast] == S_RUN and (READY[fast] < bt2 or (READY[fast] == bt2 and fast < s2)):
+    s < 0 when no wave runs. ``KEY`` is each slot's ready time while its wave runs, +inf
+    otherwise (one load and one test per slot in the scan). ``fast`` is the last wave
+    issued; while it is still ahead of the runner-up (s2 at bt2) nothing else changed,
+    so the full scan is skipped."""
+    if fast >= 0 and (KEY[fast] < bt2 or (KEY[fast] == bt2 and fast < s2)):
         return fast, s2, bt2
     s = -1
     bt = math.inf
     s2 = -1
     bt2 = math.inf
-    for k in range(STATUS.shape[0]):
-        if STATUS[k] == S_RUN:
-            if READY[k] < bt:
+    for k in range(KEY.shape[0]):
+        v = KEY[k]
+        if v < bt2:
+            if v < bt:
                 s2 = s
                 bt2 = bt
-                bt = READY[k]
+                bt = v
                 s = k
-            elif READY[k] < bt2:
-                bt2 = READY[k]
+            else:
+                bt2 = v
                 s2 = k
     return s, s2, bt2
 
@@ -544,52 +550,62 @@ def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc, tmpf, tmpi):
     """Functional semantics of the ALU opcodes (OP_FBIN..OP_IMOV). Returns False after
     recording an integer division by zero in ``err``.
 
-    A full wave's add, sub, mul and fma compute into the scratch row ``tmpf`` / ``tmpi``
-    and then copy it to the destination: the destination is often a source (``acc = acc
-    + x``), and the compiler's vector loop checks at run time that the rows it writes
-    and reads do not overlap, so the in-place form always ran its scalar fallback."""
+    A full wave's add, sub, mul and fma whose destination is one of its sources (``acc =
+    acc + x``) compute into the scratch row ``tmpf`` / ``tmpi`` (f32 / i32, rounded as the
+    register is) and then copy it: the compiler's vector loop checks at run time that
+    the rows it writes and reads do not overlap, so the in-place form always ran its
+    scalar fallback."""
     F = wv.F
     I = wv.I
     EX = wv.EX
     if op == OP_FBIN and full and aux <= B_MUL:
         Fa = F[s, a]
         Fb = F[s, b]
+        alias = d == a or d == b
+        Fo = tmpf if alias else F[s, d]
         if aux == B_ADD:
             for l in range(W):
-                tmpf[l] = np.float64(Fa[l]) + np.float64(Fb[l])
+                Fo[l] = np.float64(Fa[l]) + np.float64(Fb[l])
         elif aux == B_SUB:
             for l in range(W):
-                tmpf[l] = np.float64(Fa[l]) - np.float64(Fb[l])
+                Fo[l] = np.float64(Fa[l]) - np.float64(Fb[l])
         else:
             for l in range(W):
-                tmpf[l] = np.float64(Fa[l]) * np.float64(Fb[l])
-        Fd = F[s, d]
-        for l in range(W):
-            Fd[l] = tmpf[l]
+                Fo[l] = np.float64(Fa[l]) * np.float64(Fb[l])
+        if alias:
+            Fd = F[s, d]
+            for l in range(W):
+                Fd[l] = tmpf[l]
     elif op == OP_FFMA and full:
         Fa = F[s, a]
         Fb = F[s, b]
         Fc = F[s, c]
+        alias = d == a or d == b or d == c
+        Fo = tmpf if alias else F[s, d]
         for l in range(W):
-            tmpf[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
-        Fd = F[s, d]
-        for l in range(W):
-            Fd[l] = tmpf[l]
+            Fo[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
+        if alias:
+            Fd = F[s, d]
+            for l in range(W):
+                Fd[l] = tmpf[l]
     elif op == OP_IBIN and full and aux <= B_MUL:
         Ia = I[s, a]
         Ib = I[s, b]
+        alias = d == a or d == b
+        Io = tmpi if alias else I[s, d]
         if aux == B_ADD:
             for l in range(W):
-                tmpi[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
+                Io[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
         elif aux == B_SUB:
             for l in range(W):
-                tmpi[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
+                Io[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
         else:
             for l in range(W):
-                tmpi[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
-        Id = I[s, d]
-        for l in range(W):
-            Id[l] = tmpi[l]
+                Io[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
+        if alias:
+            Id = I[s, d]
+            for l in range(W):
+                Id[l] = tmpi[l]
     elif op == OP_FMOV and full:
         Fd = F[s, d]
         Fa = F[s, a]
@@ -1445,6 +1461,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
         cu.cat_last[:, :] = -1.0
         cu.free[:] = 0.0
         STATUS[:] = S_EMPTY
+        wv.KEY[:] = math.inf
         end_time = 0.0
         for g in range(wgs):
             if nxt < last:
@@ -1455,7 +1472,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
         s2 = int(-1)
         bt2 = math.inf
         while True:
-            s, s2, bt2 = pick_wave(STATUS, READY, fast, s2, bt2)
+            s, s2, bt2 = pick_wave(wv.KEY, fast, s2, bt2)
             if s < 0:
                 break
             fast = s
@@ -1472,14 +1489,12 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                 if timed and cap > 0:
                     add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t0, opr, int(T_STALL))
                 READY[s] = opr
+                wv.KEY[s] = opr
                 continue
             op = code[pc, K_OP]
             cat = code[pc, K_CAT]
             t = issue(cat, t0, simd, period, cu)
-            counters[N_VALU] += code[pc, K_NVALU]
-            counters[N_SALU] += code[pc, K_NSALU]
-            counters[N_BRANCH] += code[pc, K_NBRANCH]
-            per_inst[pc, I_EXEC] += 1
+            per_inst[pc, I_EXEC] += 1  # the instruction mix is counted from it at the end
             nxt_pc = pc + 1
             busy = float(period)  # cycles until this wave may issue again
             trace_kind = T_SALU
@@ -1492,7 +1507,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
             if op <= OP_IMOV:
                 if not exec_alu(op, int(code[pc, K_AUX]), code[pc, K_A], code[pc, K_B], code[pc, K_C],
                                 code[pc, K_DST], s, wv.NACT[s] == W, W, wv, out.err, pc,
-                                sc.fvals, sc.ivals):
+                                sc.ftmp, sc.itmp):
                     return
             elif op == OP_GLOAD or op == OP_GSTORE:
                 if not exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2,
@@ -1517,11 +1532,15 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                 counters[N_BARRIERS] += 1
                 PC[s] = nxt_pc
                 barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out)
+                for k in range(g * wpw, g * wpw + wpw):
+                    wv.KEY[k] = READY[k] if STATUS[k] == S_RUN else math.inf
                 fast = -1
                 continue
             elif op == OP_END:
                 fast = -1
                 tdone = wave_end(p, s, g, t, wv, grp)
+                for k in range(g * wpw, g * wpw + wpw):
+                    wv.KEY[k] = READY[k] if STATUS[k] == S_RUN else math.inf
                 if tdone >= 0.0:
                     if tdone > end_time:
                         end_time = tdone
@@ -1539,4 +1558,12 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                 add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t, t + busy, trace_kind)
             PC[s] = nxt_pc
             READY[s] = t + busy if cat != CAT_NONE else t
+            wv.KEY[s] = READY[s]
         out.sess_cycles[si] = end_time
+    # VALU / SALU / branch instructions: each row's counts times its executions (exact:
+    # whole numbers), once here instead of three counter updates per issued instruction
+    for pc in range(code.shape[0]):
+        n = per_inst[pc, I_EXEC]
+        counters[N_VALU] += n * code[pc, K_NVALU]
+        counters[N_SALU] += n * code[pc, K_NSALU]
+        counters[N_BRANCH] += n * code[pc, K_NBRANCH]
