@@ -1220,10 +1220,12 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
     # run at once and share the banks (idx_cyc of work per access) round-robin.
     npairs = max(1, p.nsimd // 2)
     pr = pmod(pmod(s, p.nsimd), npairs)
-    nact = 0
-    for l in range(W):
-        if idx[l] >= 0:
-            nact += 1
+    nact = W
+    if wv.NACT[s] != W:
+        nact = 0
+        for l in range(W):
+            if idx[l] >= 0:
+                nact += 1
     xfer = (nact * (p.lds_addr + nbytes) + p.lds_port - 1) // p.lds_port
     free = cu.free
     tl = max(float(t), free[FR_PORT + pr])
