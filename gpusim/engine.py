@@ -54,8 +54,19 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
   L2: each sector's 32 bytes are charged to memory write bandwidth when it first becomes
   dirty, so a partial-line store costs its sectors, not the line.
 - LDS: per phase group, the maximum number of distinct dwords on one bank, minus one, is
-  that group's conflict cycles (same-address lanes broadcast); the LDS pipe is busy
-  (groups + conflicts) cycles, then data returns after the LDS latency.
+  that group's conflict cycles (same-address lanes broadcast); an access is (groups +
+  conflicts) cycles of bank work. The SIMDs reach the LDS in pairs (S4: SIMD ``s`` on pair
+  ``s % (simds / 2)``, ASSUMPTION: which SIMDs pair is not published), one port per pair
+  that moves ``lds_port_bytes_per_clk`` (64 B, S4) per cycle: an access holds its pair's port
+  for its active lanes' addresses (4 B each) and data, one access at a time (S4 for stores:
+  a 4 B store 8 cycles, a 16 B store 20; for reads CALIBRATED on nod-ai's MI300X conflict-
+  free ds_read_b32 / b64, ``gpusim.fidelity``), so a wave64 ds_read_b32 / b64 / b128 holds
+  it 8 / 12 / 20 cycles. A pair's accesses run in order; the two pairs' run at once and share
+  the banks round-robin. SIMPLIFICATION (processor sharing): an access that finds the
+  other pair's bank work pending takes as long again as its own work (at most that
+  remainder) and pushes the other pair's later work back as much, but the other's access
+  already in flight keeps its booked end. Data returns the LDS latency after the access.
+  With one pair (RDNA3's CU of two SIMD32s) the CU's accesses simply queue.
 - MFMA (CDNA matrix cores): each SIMD has one matrix core; an Mfma issues in its own
   category when that core is free, keeps it busy passes x 4 cycles (``Arch.mfma_passes``,
   S17) and its accumulators become readable when it finishes. The wave itself may issue
@@ -63,7 +74,9 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
   dependent MFMAs on the same accumulators therefore run back to back at full rate.
   Counted as ``mfma_insts`` (not in ``valu_insts``, as rocprof's instruction mix) with
   2*M*N*K FLOPs each.
-- Barrier: a wave waits until every live wave of its workgroup arrived.
+- Barrier: a wave arrives once its own LDS accesses are done (HIP's ``__syncthreads``:
+  ``s_waitcnt lgkmcnt(0)`` before ``s_barrier``) and waits until every live wave of its
+  workgroup arrived.
 """
 import math
 from collections import namedtuple
@@ -99,7 +112,7 @@ NCAT = 8
 # bandwidth as cycles per line) and the launch's shape, trace capacity and probe
 Params = namedtuple("Params", (
     "W block grid nsimd period valu nf ni depth nlf nli wgs wpw l1_line l2_line l1_sets "
-    "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks "
+    "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks lds_port lds_addr "
     "trace_cap probe_pc probe_wg probe_wave l2_cyc l2w_cyc hbm_cyc hbmw_cyc l1_sh l2_sh"))
 
 #: L2 lines are tracked in 32-byte sectors (the L2 -> memory request size, S7): a line's
@@ -382,7 +395,7 @@ def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
 # The engine's state travels between the jitted helpers as named tuples of arrays, so a
 # helper names what it touches (``wv.READY``, ``cu.free[FR_L1]``) instead of taking thirty
 # positional arrays. Numba compiles each helper once for these fixed types.
-Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD KEY")
+Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD KEY LDSD")
 Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
@@ -394,8 +407,10 @@ Prog = namedtuple("Prog", "code srcs mfma_regs fconst_reg fconst_val iconst_reg 
 Sessions = namedtuple("Sessions", "wgs off cu")
 
 # CuState.free: the cycle each shared pipe of the CU is next free
-FR_L1, FR_L2, FR_HBM, FR_LDS = range(4)
-NFREE = 4
+# (FR_LDS: the LDS crossbar of shuffles and wave reductions; FR_PORT + k, FR_BANK + k: when
+# SIMD pair k's LDS port, and the bank work booked through it, are next free, ``exec_lds``)
+FR_L1, FR_L2, FR_HBM, FR_LDS, FR_PORT, FR_BANK = 0, 1, 2, 3, 4, 6
+NFREE = 8
 
 
 def new_state(p, n_inst=1):
@@ -414,7 +429,7 @@ def new_state(p, n_inst=1):
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.float64),
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
                np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64),
-               np.full(nslots, math.inf))
+               np.full(nslots, math.inf), np.zeros(nslots, np.float64))
     grp = Groups(np.zeros(wgs, np.int64), np.zeros(wgs, np.int64), np.zeros(wgs, np.int64),
                  np.zeros(wgs, np.float64), np.zeros(wgs, np.float64), np.zeros(wgs, np.int64),
                  np.zeros((wgs, max(p.nlf, 1)), np.float32), np.zeros((wgs, max(p.nli, 1)), np.int32))
@@ -450,6 +465,7 @@ def launch_wg(g, wg, t, p, prog, wv, grp, counters):
     iconst_val = prog.iconst_val
     for j in range(wpw):
         s = g * wpw + j
+        wv.LDSD[s] = t
         F[s, :, :] = 0.0
         I[s, :, :] = 0
         for k in range(fconst_reg.shape[0]):
@@ -1214,10 +1230,39 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
     counters[N_LDS_IDX] += idx_cyc
     per_inst[pc, I_CONF] += conflict
     per_inst[pc, I_IDX] += idx_cyc
-    tl = max(float(t), cu.free[FR_LDS])
-    cu.free[FR_LDS] = tl + idx_cyc
+    # Ports (S4): SIMD pair k's port moves 64 B per cycle, one access at a time, its
+    # addresses (4 B per lane) and store data in, then its read data out; the pairs' ports
+    # run at once and share the banks (idx_cyc of work per access) round-robin.
+    npairs = max(1, p.nsimd // 2)
+    pr = pmod(pmod(s, p.nsimd), npairs)
+    nact = W
+    if wv.NACT[s] != W:
+        nact = 0
+        for l in range(W):
+            if idx[l] >= 0:
+                nact += 1
+    xfer = (nact * (p.lds_addr + nbytes) + p.lds_port - 1) // p.lds_port
+    free = cu.free
+    tl = max(float(t), free[FR_PORT + pr])
+    share = 0.0
+    if npairs == 2:
+        # processor sharing with the other pair's pending bank work: this access takes
+        # as long again as its own work (at most the other's remainder) and pushes the
+        # other's work back as much (its in-flight access keeps its booked end)
+        q = 1 - pr
+        share = min(float(idx_cyc), max(0.0, free[FR_BANK + q] - tl))
+        free[FR_BANK + q] += share
+        if free[FR_PORT + q] < free[FR_BANK + q]:
+            free[FR_PORT + q] = free[FR_BANK + q]
+    free[FR_BANK + pr] = tl + idx_cyc + share
+    end = max(tl + idx_cyc + share, tl + xfer)
+    free[FR_PORT + pr] = end
+    if wv.LDSD[s] < end:
+        wv.LDSD[s] = end  # a barrier waits for it (s_waitcnt lgkmcnt(0))
     if not store:
-        done = tl + idx_cyc + p.lds_lat
+        done = end + p.lds_lat
+        if wv.LDSD[s] < done:
+            wv.LDSD[s] = done
         for v in range(width):
             r = code[pc, K_V0 + v]
             ur = (NF + r) if kind == 2 else r
@@ -1375,6 +1420,8 @@ def barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out):
     releases all of them ``bar_cyc`` cycles after the latest arrival."""
     wpw = p.wpw
     cap = p.trace_cap
+    if t < wv.LDSD[s]:
+        t = wv.LDSD[s]  # HIP's __syncthreads: s_waitcnt lgkmcnt(0) before s_barrier
     wv.STATUS[s] = S_BAR
     grp.ARR[g] += 1
     if t > grp.BAR[g]:
