@@ -19,9 +19,9 @@ Compile options, each for speed (``python -m gpusim.bench`` measures them):
 
 Cold compile (``python -m gpusim.bench`` "first compile"; the breakdown is in the README):
 - a helper is typed and lowered once, but its LLVM module is only linked into ``run``'s,
-  never optimised as a module or turned into machine code of its own (``_HelperLibrary``):
-  nothing calls a helper from Python, and Numba's default did both for every helper (and
-  again for every helper linked into another) only to throw the result away;
+  never optimised or turned into machine code of its own (``_HelperLibrary``): nothing
+  calls a helper from Python, and Numba's default did both for every helper (and again
+  for every helper linked into another) only to throw the result away;
 - ``run``'s module is optimised once at -O3, without Numba's cheap first pass (it only
   gathers reference counts for pruning; the engine has none) and without LLVM's loop
   unrolling (``_UNROLL``): unrolled copies of the per-lane loops were the largest single
@@ -118,6 +118,9 @@ class _HelperLibrary(_codegen.JITCodeLibrary):
     @property
     def codegen(self):
         return _LinkOnly(self._codegen)
+
+    def _optimize_functions(self, ll_module):
+        pass  # run's module optimisation does it once, after linking
 
 
 class _LinkOnly:

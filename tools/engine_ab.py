@@ -64,6 +64,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--kernels", default="", help="comma-separated name prefixes (default: all)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="time with this process's CPU time instead of wall time (on a crowded "
+                         "machine wall time is mostly waiting for a core)")
     ap.add_argument("variants", nargs="+", help="NAME=SOURCE[@JIT], SOURCE and JIT each a path or git:REV")
     args = ap.parse_args(argv)
     if args.rounds < 1:
@@ -103,6 +106,7 @@ def main(argv=None):
               f"{', '.join(k.name for k in bench.mix(8))}", file=sys.stderr)
         sys.exit(2)
     real = sim._engine
+    clock = time.process_time if args.cpu else time.perf_counter
     rates = {(k.name, n): [] for k in kernels for n in names}
     try:
         for k in kernels:  # warm: compile each program and each variant's run
@@ -114,13 +118,14 @@ def main(argv=None):
             for k in kernels:
                 for n in order:
                     sim._engine = lambda jit, r=runs[n]: r
-                    t = time.perf_counter()
+                    t = clock()
                     insts = sim.simulate(k, "gfx942").wave_insts
-                    rates[(k.name, n)].append(insts / (time.perf_counter() - t))
+                    rates[(k.name, n)].append(insts / (clock() - t))
     finally:
         sim._engine = real
-    print(f"medians of {args.rounds} paired rounds, M wave-instructions/s (ratio: median of "
-          f"per-round ratios to {names[0]}); load average {os.getloadavg()[0]:.2f}")
+    print(f"medians of {args.rounds} paired rounds, M wave-instructions per {'CPU' if args.cpu else 'wall'} "
+          f"second (ratio: median of per-round ratios to {names[0]}); load average "
+          f"{os.getloadavg()[0]:.2f}")
     for k in kernels:
         base = rates[(k.name, names[0])]
         cells = []
