@@ -540,45 +540,56 @@ def issue(cat, t0, simd, period, cu):
 
 
 # ------------------------------------------------------------------------------ vector ALU
-def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc):
+def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc, tmpf, tmpi):
     """Functional semantics of the ALU opcodes (OP_FBIN..OP_IMOV). Returns False after
-    recording an integer division by zero in ``err``."""
+    recording an integer division by zero in ``err``.
+
+    A full wave's add, sub, mul and fma compute into the scratch row ``tmpf`` / ``tmpi``
+    and then copy it to the destination: the destination is often a source (``acc = acc
+    + x``), and the compiler's vector loop checks at run time that the rows it writes
+    and reads do not overlap, so the in-place form always ran its scalar fallback."""
     F = wv.F
     I = wv.I
     EX = wv.EX
     if op == OP_FBIN and full and aux <= B_MUL:
-        Fd = F[s, d]
         Fa = F[s, a]
         Fb = F[s, b]
         if aux == B_ADD:
             for l in range(W):
-                Fd[l] = np.float64(Fa[l]) + np.float64(Fb[l])
+                tmpf[l] = np.float64(Fa[l]) + np.float64(Fb[l])
         elif aux == B_SUB:
             for l in range(W):
-                Fd[l] = np.float64(Fa[l]) - np.float64(Fb[l])
+                tmpf[l] = np.float64(Fa[l]) - np.float64(Fb[l])
         else:
             for l in range(W):
-                Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l])
-    elif op == OP_FFMA and full:
+                tmpf[l] = np.float64(Fa[l]) * np.float64(Fb[l])
         Fd = F[s, d]
+        for l in range(W):
+            Fd[l] = tmpf[l]
+    elif op == OP_FFMA and full:
         Fa = F[s, a]
         Fb = F[s, b]
         Fc = F[s, c]
         for l in range(W):
-            Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
+            tmpf[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
+        Fd = F[s, d]
+        for l in range(W):
+            Fd[l] = tmpf[l]
     elif op == OP_IBIN and full and aux <= B_MUL:
-        Id = I[s, d]
         Ia = I[s, a]
         Ib = I[s, b]
         if aux == B_ADD:
             for l in range(W):
-                Id[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
+                tmpi[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
         elif aux == B_SUB:
             for l in range(W):
-                Id[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
+                tmpi[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
         else:
             for l in range(W):
-                Id[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
+                tmpi[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
+        Id = I[s, d]
+        for l in range(W):
+            Id[l] = tmpi[l]
     elif op == OP_FMOV and full:
         Fd = F[s, d]
         Fa = F[s, a]
@@ -993,20 +1004,40 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
 def lane_indices(s, a, width, size, W, wv, idx):
     """The element index of each active lane (register ``a``) into ``idx``, -1 for an
     inactive lane. Returns the first active lane whose ``width`` elements do not fit in
-    ``[0, size)``, or -1. Checked before any value moves: a failed access aborts the launch."""
+    ``[0, size)``, or -1. Checked before any value moves: a failed access aborts the launch.
+    The copy and the range of the indices are branch-free loops (vectorised); only an
+    access out of range looks for its first lane."""
     EX = wv.EX
     Ia = wv.I[s, a]
-    full = wv.NACT[s] == W
-    bad = -1
-    for l in range(W):
-        if full or EX[s, l]:
+    lo = np.int64(0)
+    hi = np.int64(0)
+    if wv.NACT[s] == W:
+        lo = np.int64(Ia[0])
+        hi = lo
+        for l in range(W):
             i = np.int64(Ia[l])
             idx[l] = i
-            if bad < 0 and (i < 0 or i + width > size):
-                bad = l
-        else:
-            idx[l] = -1
-    return bad
+            lo = min(lo, i)
+            hi = max(hi, i)
+    else:
+        for l in range(W):
+            idx[l] = np.int64(Ia[l]) if EX[s, l] else np.int64(-1)
+        first = True
+        for l in range(W):
+            if EX[s, l]:
+                i = idx[l]
+                if first:
+                    lo = i
+                    hi = i
+                    first = False
+                lo = min(lo, i)
+                hi = max(hi, i)
+    if lo >= 0 and hi + width <= size:
+        return -1
+    for l in range(W):
+        if (wv.NACT[s] == W or EX[s, l]) and (idx[l] < 0 or idx[l] + width > size):
+            return l
+    return -1
 
 
 def lds_conflicts(idx, base, es, nbytes, nbanks, ng, gsize, lanes_of, dbuf, bank_cnt):
@@ -1094,21 +1125,31 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
                 for v in range(width):
                     reg = code[pc, K_V0 + v]
                     store_elem(LDSF, LDSI, off + i + v, kind, F, I, s, reg, l)
-    else:  # component by component (each goes to its own register)
+    else:  # component by component (each goes to its own register); a full wave's
+        # loop has no lane test
+        full = wv.NACT[s] == W
         for v in range(width):
             reg = code[pc, K_V0 + v]
             if kind == 2:
                 Id = I[s, reg]
                 LDSI = grp.LDSI[g]
-                for l in range(W):
-                    if idx[l] >= 0:
+                if full:
+                    for l in range(W):
                         Id[l] = LDSI[off + idx[l] + v]
+                else:
+                    for l in range(W):
+                        if idx[l] >= 0:
+                            Id[l] = LDSI[off + idx[l] + v]
             else:
                 Fd = F[s, reg]
                 LDSF = grp.LDSF[g]
-                for l in range(W):
-                    if idx[l] >= 0:
+                if full:
+                    for l in range(W):
                         Fd[l] = LDSF[off + idx[l] + v]
+                else:
+                    for l in range(W):
+                        if idx[l] >= 0:
+                            Fd[l] = LDSF[off + idx[l] + v]
     if probing:
         for l in range(W):
             if idx[l] >= 0:
@@ -1450,7 +1491,8 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                        and s - g * wpw == p.probe_wave and probe[W, 0] == 0)
             if op <= OP_IMOV:
                 if not exec_alu(op, int(code[pc, K_AUX]), code[pc, K_A], code[pc, K_B], code[pc, K_C],
-                                code[pc, K_DST], s, wv.NACT[s] == W, W, wv, out.err, pc):
+                                code[pc, K_DST], s, wv.NACT[s] == W, W, wv, out.err, pc,
+                                sc.fvals, sc.ivals):
                     return
             elif op == OP_GLOAD or op == OP_GSTORE:
                 if not exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2,
