@@ -606,6 +606,38 @@ def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc, tmpf, tmpi):
             Id = I[s, d]
             for l in range(W):
                 Id[l] = tmpi[l]
+    elif op == OP_IBIN and full and (aux == B_DIV or aux == B_MOD):
+        Ia = I[s, a]
+        Ib = I[s, b]
+        zero = 0
+        for l in range(W):
+            zero += 1 if Ib[l] == 0 else 0
+        if zero > 0:
+            for l in range(W):
+                if Ib[l] == 0:
+                    err[0] = E_DIV0
+                    err[1] = pc
+                    return False
+        alias = d == a or d == b
+        Io = tmpi if alias else I[s, d]
+        # |x| // |y| through float64: exact for 32-bit operands (a non-integral |x| / |y|
+        # is at least 1/|x| >= 2**-31 relative below the next integer, far above the
+        # division's 2**-53 rounding), and a vector division instead of a scalar one per
+        # lane; the signs as ``ibin`` (C truncation)
+        for l in range(W):
+            x = np.int64(Ia[l])
+            y = np.int64(Ib[l])
+            ax = abs(x)
+            ay = abs(y)
+            q = np.int64(np.float64(ax) / np.float64(ay))
+            if aux == B_DIV:
+                Io[l] = wrap32(q if (x >= 0) == (y >= 0) else -q)
+            else:
+                Io[l] = wrap32(ax - q * ay if x >= 0 else q * ay - ax)
+        if alias:
+            Id = I[s, d]
+            for l in range(W):
+                Id[l] = tmpi[l]
     elif op == OP_FMOV and full:
         Fd = F[s, d]
         Fa = F[s, a]
