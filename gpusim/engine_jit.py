@@ -23,11 +23,12 @@ Cold compile (``python -m gpusim.bench`` "first compile"; the breakdown is in th
   calls a helper from Python, and Numba's default did both for every helper (and again
   for every helper linked into another) only to throw the result away;
 - ``run``'s module is optimised once at -O3, without Numba's cheap first pass (it only
-  gathers reference counts for pruning; the engine has none) and without LLVM's loop
-  unrolling (``_UNROLL``): unrolled copies of the per-lane loops were the largest single
-  cost of LLVM's optimisation and made machine code generation slower too, for no speed
-  (``tools/engine_ab.py``). Loop vectorisation stays (``_VECTORIZE``, ``_INTERLEAVE``):
-  without it the LDS and matmul kernels ran 15-25% slower.
+  gathers reference counts for pruning; the engine has none).
+- ``_UNROLL = False`` would save another ~2.5 s (LLVM's loop unrolling is its largest
+  single pass here, and its copies of the per-lane loops slow machine code generation),
+  but paired runs (``tools/engine_ab.py --cpu``) put the tiled matmul at 0.87-0.99x
+  without it (the LDS transpose at 1.09x), so it stays on. Without loop vectorisation the
+  LDS and matmul kernels ran 15-25% slower.
 
 The compiled ``run`` is cached on disk, so only the first process pays the compile, in
 the user's cache folder (``engine_cache_dir``: ``$XDG_CACHE_HOME/wavefuse/engine``,
@@ -79,7 +80,7 @@ _INLINE = ("pick_wave", "operands_ready", "issue_time", "issue", "exec_alu", "ex
            "lane_indices", "exec_vmem", "coalesce", "memory_lines", "cache_access", "unique_sorted",
            "exec_lds", "store_elem", "wrap32", "pdiv", "pmod", "popcount4")
 #: LLVM loop unrolling, vectorisation and interleaving in ``run``'s module (see above)
-_UNROLL = False
+_UNROLL = True
 _INTERLEAVE = True
 _VECTORIZE = True
 
