@@ -45,6 +45,7 @@ Numba's cache key ignores compile flags, so a cached build without bounds checks
 reused under ``NUMBA_BOUNDSCHECK=1``; when bounds checking is on we therefore compile
 without the cache (once per process).
 """
+import hashlib
 import importlib.util
 import os
 import sys
@@ -170,7 +171,22 @@ def engine_cache_dir() -> str:
     return os.path.join(base, "wavefuse", "engine")
 
 
-class _UserCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
+with open(__file__, "rb") as _f:
+    #: part of the cache key: Numba's own key is engine.py's text, not the compile options
+    #: above, so a cached engine compiled with other settings would be loaded
+    _STAMP = hashlib.sha256(_f.read()).hexdigest()
+
+
+class _StampMixin:
+    def get_source_stamp(self):
+        return super().get_source_stamp(), _STAMP
+
+
+class _NumbaCacheDirLocator(_StampMixin, UserProvidedCacheLocator):
+    """``NUMBA_CACHE_DIR``, when set."""
+
+
+class _UserCacheLocator(_StampMixin, _SourceFileBackedLocatorMixin, _CacheLocator):
     """``engine_cache_dir()``, one subfolder per source folder (as Numba's own locators:
     two installs of gpusim never share an index)."""
 
@@ -186,7 +202,7 @@ class _UserCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
 class _CacheImpl(CompileResultCacheImpl):
     # NUMBA_CACHE_DIR when set (and writable), else the user's cache folder; never the
     # source's __pycache__ (Numba's default), nor Numba's own user-wide folder
-    _locator_classes = [UserProvidedCacheLocator, _UserCacheLocator]
+    _locator_classes = [_NumbaCacheDirLocator, _UserCacheLocator]
 
 
 class _Cache(FunctionCache):
