@@ -18,7 +18,10 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   accumulators of MFMAs in AGPRs (``_agpr_accumulators``): they cost one AGPR each and
   no VGPR, and the AGPR block starts at the VGPR count rounded up to 4. Larger
   workgroups get the VGPR form: accumulators count like any f32 register. The
-  ``v_accvgpr_read``/``write`` copies at the loop edges are not counted;
+  ``v_accvgpr_read``/``write`` copies at the loop edges are not counted. The form is
+  chosen on the IR, so a K loop of one trip (K = 2 x BK: straight-line in the ISA) keeps
+  its accumulators in AGPRs too (hipcc's gfx90a ISA of mlp's 64x64x32 MFMA tile with
+  K = 64: 53 VGPRs + 16 AGPRs, every MFMA on ``a[0:15]``);
 - in a loop whose body is one run of LDS fragment reads and MFMAs (a GEMM's K tile),
   every fragment read of the body is live from the body's first LDS read: hipcc issues
   all of a K tile's fragment reads before the first MFMA (seen in its gfx90a/gfx940
@@ -211,6 +214,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     points = []
     kinds = []
     loops = []
+    k_loops = []  # every For's span, one-trip ones too (the MFMA form is chosen on the IR)
     loop_point = {}
 
     licm = _hoisted_invariants(body, uni, alias)
@@ -252,6 +256,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 start = len(points) - 1
                 loop_point[id(s)] = start  # the hoisting rule names loops, not points
                 lin(s.body, skip | licm_keys.get(id(s), frozenset()), depth + 1)
+                k_loops.append((start, len(points) - 1))
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
                     loops.append((start, len(points) - 1))
             elif isinstance(s, If):
@@ -338,7 +343,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
                 r[0] = first_frag
     has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
-    in_agprs = _agpr_accumulators(kernel, arch, ranges, loops)
+    in_agprs = _agpr_accumulators(kernel, arch, ranges, k_loops)
     inside = set()  # points where those accumulators sit in AGPRs, not VGPRs
     for (a, b), _ in mfma_loops:
         inside.update(range(a + 1, b + 1))
@@ -706,7 +711,8 @@ def _agpr_accumulators(kernel, arch, ranges, loops) -> set:
     loop edges (``v_accvgpr_write`` at the top of each trip, ``v_accvgpr_read`` at its
     end) and loads them straight into AGPRs: an accumulator costs one AGPR and no VGPR
     (one-wave ``microbench.mfma_gemm``: hipcc 15 counts 9 VGPRs + 16 AGPRs for 32x32x2,
-    9 + 4 for 16x16x4, as this rule does)."""
+    9 + 4 for 16x16x4, as this rule does). ``loops`` are the spans of every ``For``,
+    one-trip loops included (see the module docstring)."""
     a = get_arch(arch)
     if not a.mfma_passes or a.vgprs_per_lane <= 256:
         return set()
