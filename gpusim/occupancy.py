@@ -85,9 +85,16 @@ go into tuples the first FMAs freed: 86 estimated vs 69-76), which this program-
 model does not see, yet hoists all of a K loop's reads to the loop top for some small
 tiles (64x64x16: 102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIMD anyway,
 gets up to 128 VGPRs (37-58 vs 128); 9 of 13 sampled 64x64x32 tiles of 32x32 MFMAs
-(KW 1), whose K loop hipcc unrolls, and 2 of 24 32x32x64 (KW 4) come out 12-29 VGPRs
-under hipcc, which hoists the next tile's global loads and every address above the
-first tile's compute; the 16x32x64 KW 8 tile that ``export`` picks for ResNet-50's
+(KW 1) and 2 of 24 32x32x64 (KW 4) come out 8-28 VGPRs under hipcc (12-29 before the
+one-trip AGPR rule), which keeps the next tile's global loads (clustered with the first
+tile's, same base, an immediate offset), the LDS store addresses (the same registers for
+every tile's stores) and epilogue address parts computed for the first tile's loads
+live across the first tile's MFMAs. A value-numbering rule for that (a per-lane value
+the first tile computes and a later statement recomputes held from the first tile on)
+was measured: 64x64x32 KW1 8/13, but 32x64x64 KW2 5/8 (over-counted through its kept K
+loop, where hipcc sinks the prefetch loads below the fragment reads instead), so it is
+not adopted and these two tiles stay opt-in in the schedule space
+(``compiler.schedule.contraction.MFMA_OPT_IN``); the 16x32x64 KW 8 tile that ``export`` picks for ResNet-50's
 convolutions comes out 79-82 vs hipcc's 66-72 (5 waves vs 7): inside its K loop hipcc
 issues 7 of the 12 ``ds_read_b128`` fragment reads, then FMAs, then the rest one or two
 at a time, so about 36 fragment VGPRs are live where this model counts 48; fused attention schedules with Q in LDS over several key blocks

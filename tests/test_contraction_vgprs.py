@@ -62,6 +62,16 @@ AGREE = [
     # tile's FMAs below the barrier into the epilogue's guarded stores, so its 32 fragment
     # reads are live together (115, 4 waves, before that rule; 148 now, 3 waves like hipcc)
     (CONV3, "d0_conv2d_0", _k("fma", 64, 64, 16, 4, 4, 1, va=1), 168),
+    # default MFMA tiles (not in MFMA_OPT_IN): the 32x64x64 KW2 tile `tune encoder_layer
+    # --arch gfx90a` picks for its projections and its FFN GEMM (80 estimated, 88 = 72
+    # VGPRs + 16 AGPRs), and one point of each other default class from the sweep
+    ("encoder_layer", "d0_matmul_0",
+     _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
+    ("encoder_layer", "d6_matmul_37",
+     _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
+    ("mlp", "d1_matmul_10", _k("mfma", 32, 64, 64, 32, 32, 2), 84),
+    ("conv_add_relu", "d0_conv2d_0", _k("mfma", 16, 16, 64, 16, 16, 4), 32),
+    ("mlp", "d0_matmul_0", _k("mfma", 32, 32, 128, 32, 32, 8), 39),
 ]
 
 #: known gaps (see gpusim.occupancy's docstring): hipcc's scheduler sinks the second half
@@ -77,6 +87,11 @@ GAPS = [
     # the same 64x64x16 tile on the 1x1 conv with a residual: 98 estimated, the sunk-tile
     # rule does not fire here
     ("conv_add_relu", "d0_conv2d_0", _k("fma", 64, 64, 16, 4, 4, 1), 138),
+    # the MFMA_OPT_IN classes: hipcc keeps the next K tile's global loads, the LDS store
+    # addresses and epilogue address parts live across the first tile's MFMAs (64 vs 72
+    # with K = 64, a one-trip K loop; 56 vs 72 for 32x32x64 KW4 with K = 256)
+    ("mlp", "d0_matmul_0", _k("mfma", 64, 64, 32, 32, 32, 1, swizzle="before_fusion"), 72),
+    ("mlp", "d1_matmul_10", _k("mfma", 32, 32, 64, 32, 32, 4), 72),
 ]
 
 _GRAPHS: dict = {}
