@@ -21,7 +21,12 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   ``v_accvgpr_read``/``write`` copies at the loop edges are not counted. The form is
   chosen on the IR, so a K loop of one trip (K = 2 x BK: straight-line in the ISA) keeps
   its accumulators in AGPRs too (hipcc's gfx90a ISA of mlp's 64x64x32 MFMA tile with
-  K = 64: 53 VGPRs + 16 AGPRs, every MFMA on ``a[0:15]``);
+  K = 64: 53 VGPRs + 16 AGPRs, every MFMA on ``a[0:15]``). A K of a single tile (no
+  loop at all) is still counted in the VGPR form although hipcc uses AGPRs there too
+  (bert's 32x64x64 KW2 tile with K = 64: 48 VGPRs + 16 AGPRs): the rest of that
+  straight-line estimate comes out about 8 VGPRs high, and the two errors cancel (69 in
+  the VGPR form against hipcc's 64, 72 in the AGPR form); making it AGPRs alone moves two
+  of the sweep's 32x64x64 points out of check's rule;
 - in a loop whose body is one run of LDS fragment reads and MFMAs (a GEMM's K tile),
   every fragment read of the body is live from the body's first LDS read: hipcc issues
   all of a K tile's fragment reads before the first MFMA (seen in its gfx90a/gfx940
