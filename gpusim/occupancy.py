@@ -98,8 +98,13 @@ live across the first tile's MFMAs. A value-numbering rule for that (a per-lane 
 the first tile computes and a later statement recomputes held from the first tile on)
 was measured: 64x64x32 KW1 8/13, but 32x64x64 KW2 5/8 (over-counted through its kept K
 loop, where hipcc sinks the prefetch loads below the fragment reads instead), so it is
-not adopted and these two tiles stay opt-in in the schedule space
-(``compiler.schedule.contraction.MFMA_OPT_IN``); the 16x32x64 KW 8 tile that ``export`` picks for ResNet-50's
+not adopted and these tiles stay opt-in in the schedule space
+(``compiler.schedule.contraction.MFMA_OPT_IN``, with 32x32x128 KW8 and 32x64x64 KW2).
+The unroll threshold misjudges MFMA loops: hipcc keeps encoder_layer's 11-trip K loop of
+29 statements (8 MFMAs) of the 32x32x128 KW8 tile (53 estimated vs 65) and the 5-trip
+loop of 51 (16 MFMAs) of the 32x64x64 KW2 tile; weighting an MFMA as 4 statements fixes
+the first and moves 64x64x32 KW1 to 7/13, but the second then comes out 108 vs 88, the
+over-count of that tile's kept loops (also 108 vs 88 at 24 trips), so it is not adopted; the 16x32x64 KW 8 tile that ``export`` picks for ResNet-50's
 convolutions comes out 79-82 vs hipcc's 66-72 (5 waves vs 7): inside its K loop hipcc
 issues 7 of the 12 ``ds_read_b128`` fragment reads, then FMAs, then the rest one or two
 at a time, so about 36 fragment VGPRs are live where this model counts 48; fused attention schedules with Q in LDS over several key blocks

@@ -64,7 +64,8 @@ AGREE = [
     (CONV3, "d0_conv2d_0", _k("fma", 64, 64, 16, 4, 4, 1, va=1), 168),
     # MFMA tiles: the 32x64x64 KW2 tile (opt-in, MFMA_OPT_IN) that `tune encoder_layer
     # --arch gfx90a` picks for its projections and its FFN GEMM when it may (80
-    # estimated, 88 = 72 VGPRs + 16 AGPRs), and a point of each default MFMA class
+    # estimated, 88 = 72 VGPRs + 16 AGPRs), a 32x64x64 and a 32x32x128 point of the sweep,
+    # and the default 16x16x64 KW4 tile (the default 32x32x32 KW8 tile is pinned above)
     ("encoder_layer", "d0_matmul_0",
      _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
     ("encoder_layer", "d6_matmul_37",
@@ -100,6 +101,11 @@ GAPS = [
      _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
     ("encoder_layer", "d9_matmul_47",
      _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
+    # 32x32x128 KW8 (opt-in): a K loop of 11 trips hipcc keeps and the estimate unrolls
+    # (53 vs 65); a gathered A operand (vec_a 1) whose 64-bit addresses take two VGPRs each
+    # (61 vs 77)
+    ("encoder_layer", "d7_matmul_47", _k("mfma", 32, 32, 128, 32, 32, 8), 65),
+    ("encoder_layer", "d4_matmul_24", _k("mfma", 32, 32, 128, 32, 32, 8, va=1), 77),
 ]
 
 _GRAPHS: dict = {}
