@@ -14,7 +14,8 @@ Each figure is given in wall time and in CPU time of this process (``time.proces
 on a shared machine the wall time includes waiting for a core, the CPU time what one
 core spent. ``compile`` is import + first simulate in a fresh process with an empty Numba
 cache (a temporary ``NUMBA_CACHE_DIR``, one run); ``cached start`` the same with the
-cache filled (median of 3). CPU time there is the child's user + system time.
+cache that run filled (median of 3), so neither touches the user's engine cache. CPU time
+there is the child's user + system time.
 """
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def main(argv=None):
         sys.exit(2)
     with tempfile.TemporaryDirectory() as d:
         compile_s, compile_cpu_s = child_seconds({"NUMBA_CACHE_DIR": d})
-    starts = [child_seconds({}) for _ in range(3)]
+        starts = [child_seconds({"NUMBA_CACHE_DIR": d}) for _ in range(3)]
     cached_start_s = statistics.median(w for w, _ in starts)
     cached_start_cpu_s = statistics.median(c for _, c in starts)
     simulate(mb.strided_load(1), "gfx942")  # warm this process

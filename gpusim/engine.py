@@ -54,8 +54,19 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
   L2: each sector's 32 bytes are charged to memory write bandwidth when it first becomes
   dirty, so a partial-line store costs its sectors, not the line.
 - LDS: per phase group, the maximum number of distinct dwords on one bank, minus one, is
-  that group's conflict cycles (same-address lanes broadcast); the LDS pipe is busy
-  (groups + conflicts) cycles, then data returns after the LDS latency.
+  that group's conflict cycles (same-address lanes broadcast); an access is (groups +
+  conflicts) cycles of bank work. The SIMDs reach the LDS in pairs (S4: SIMD ``s`` on pair
+  ``s % (simds / 2)``, ASSUMPTION: which SIMDs pair is not published), one port per pair
+  that moves ``lds_port_bytes_per_clk`` (64 B, S4) per cycle: an access holds its pair's port
+  for its active lanes' addresses (4 B each) and data, one access at a time (S4 for stores:
+  a 4 B store 8 cycles, a 16 B store 20; for reads CALIBRATED on nod-ai's MI300X conflict-
+  free ds_read_b32 / b64, ``gpusim.fidelity``), so a wave64 ds_read_b32 / b64 / b128 holds
+  it 8 / 12 / 20 cycles. A pair's accesses run in order; the two pairs' run at once and share
+  the banks round-robin. SIMPLIFICATION (processor sharing): an access that finds the
+  other pair's bank work pending takes as long again as its own work (at most that
+  remainder) and pushes the other pair's later work back as much, but the other's access
+  already in flight keeps its booked end. Data returns the LDS latency after the access.
+  With one pair (RDNA3's CU of two SIMD32s) the CU's accesses simply queue.
 - MFMA (CDNA matrix cores): each SIMD has one matrix core; an Mfma issues in its own
   category when that core is free, keeps it busy passes x 4 cycles (``Arch.mfma_passes``,
   S17) and its accumulators become readable when it finishes. The wave itself may issue
@@ -63,7 +74,9 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
   dependent MFMAs on the same accumulators therefore run back to back at full rate.
   Counted as ``mfma_insts`` (not in ``valu_insts``, as rocprof's instruction mix) with
   2*M*N*K FLOPs each.
-- Barrier: a wave waits until every live wave of its workgroup arrived.
+- Barrier: a wave arrives once its own LDS accesses are done (HIP's ``__syncthreads``:
+  ``s_waitcnt lgkmcnt(0)`` before ``s_barrier``) and waits until every live wave of its
+  workgroup arrived.
 """
 import math
 from collections import namedtuple
@@ -99,7 +112,7 @@ NCAT = 8
 # bandwidth as cycles per line) and the launch's shape, trace capacity and probe
 Params = namedtuple("Params", (
     "W block grid nsimd period valu nf ni depth nlf nli wgs wpw l1_line l2_line l1_sets "
-    "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks "
+    "l1_ways l2_sets l2_ways n_l2 lds_lat l1_lat l2_lat hbm_lat bar_cyc launch nbanks lds_port lds_addr "
     "trace_cap probe_pc probe_wg probe_wave l2_cyc l2w_cyc hbm_cyc hbmw_cyc l1_sh l2_sh"))
 
 #: L2 lines are tracked in 32-byte sectors (the L2 -> memory request size, S7): a line's
@@ -382,20 +395,22 @@ def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
 # The engine's state travels between the jitted helpers as named tuples of arrays, so a
 # helper names what it touches (``wv.READY``, ``cu.free[FR_L1]``) instead of taking thirty
 # positional arrays. Numba compiles each helper once for these fixed types.
-Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD")
+Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD KEY LDSD")
 Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
 Scratch = namedtuple("Scratch", "lines lane_lo lane_hi qbuf dbuf bank_cnt fvals gvals ivals idx "
-                                "lds_pat lds_conf vm_pat vm_rel vm_rec")
+                                "lds_pat lds_conf vm_pat vm_rel vm_rec ftmp itmp")
 Out = namedtuple("Out", "counters per_inst sess_cycles wg_done trace trace_n probe err")
 Prog = namedtuple("Prog", "code srcs mfma_regs fconst_reg fconst_val iconst_reg iconst_val "
                           "buf_tab lds_tab group_of n_groups group_lanes")
 Sessions = namedtuple("Sessions", "wgs off cu")
 
 # CuState.free: the cycle each shared pipe of the CU is next free
-FR_L1, FR_L2, FR_HBM, FR_LDS = range(4)
-NFREE = 4
+# (FR_LDS: the LDS crossbar of shuffles and wave reductions; FR_PORT + k, FR_BANK + k: when
+# SIMD pair k's LDS port, and the bank work booked through it, are next free, ``exec_lds``)
+FR_L1, FR_L2, FR_HBM, FR_LDS, FR_PORT, FR_BANK = 0, 1, 2, 3, 4, 6
+NFREE = 8
 
 
 def new_state(p, n_inst=1):
@@ -413,7 +428,8 @@ def new_state(p, n_inst=1):
                np.zeros((nslots, W), np.uint8), np.zeros((nslots, p.depth + 1, W), np.uint8),
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.float64),
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
-               np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64))
+               np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64),
+               np.full(nslots, math.inf), np.zeros(nslots, np.float64))
     grp = Groups(np.zeros(wgs, np.int64), np.zeros(wgs, np.int64), np.zeros(wgs, np.int64),
                  np.zeros(wgs, np.float64), np.zeros(wgs, np.float64), np.zeros(wgs, np.int64),
                  np.zeros((wgs, max(p.nlf, 1)), np.float32), np.zeros((wgs, max(p.nli, 1)), np.int32))
@@ -424,7 +440,8 @@ def new_state(p, n_inst=1):
                  np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64),
                  np.zeros(W, np.int64), np.zeros((n_inst, W), np.int64),
                  np.full(n_inst, -1, np.int64), np.zeros((n_inst, 2 * W), np.int64),
-                 np.zeros((n_inst, 2 * W), np.int64), np.full((n_inst, 3), -1, np.int64))
+                 np.zeros((n_inst, 2 * W), np.int64), np.full((n_inst, 3), -1, np.int64),
+                 np.zeros(W, np.float32), np.zeros(W, np.int32))
     return wv, grp, cu, sc
 
 
@@ -448,6 +465,7 @@ def launch_wg(g, wg, t, p, prog, wv, grp, counters):
     iconst_val = prog.iconst_val
     for j in range(wpw):
         s = g * wpw + j
+        wv.LDSD[s] = t
         F[s, :, :] = 0.0
         I[s, :, :] = 0
         for k in range(fconst_reg.shape[0]):
@@ -472,29 +490,33 @@ def launch_wg(g, wg, t, p, prog, wv, grp, counters):
         wv.SLOT_WG[s] = g
         wv.RREADY[s, :] = 0.0
         wv.RPROD[s, :] = -1
+        wv.KEY[s] = wv.READY[s]
         counters[N_WAVES] += 1
 
 
 # ------------------------------------------------------------------------------ issue and scheduling
-def pick_wave(STATUS, READY, fast, s2, bt2):
+def pick_wave(KEY, fast, s2, bt2):
     """The running wave that is ready earliest (ties: lowest slot): returns (s, s2, bt2),
-    s < 0 when no wave runs. ``fast`` is the last wave issued; while it is still ahead of
-    the runner-up (s2 at bt2) nothing else changed, so the full scan is skipped."""
-    if fast >= 0 and STATUS[fast] == S_RUN and (READY[fast] < bt2 or (READY[fast] == bt2 and fast < s2)):
+    s < 0 when no wave runs. ``KEY`` is each slot's ready time while its wave runs, +inf
+    otherwise (one load and one test per slot in the scan). ``fast`` is the last wave
+    issued; while it is still ahead of the runner-up (s2 at bt2) nothing else changed,
+    so the full scan is skipped."""
+    if fast >= 0 and (KEY[fast] < bt2 or (KEY[fast] == bt2 and fast < s2)):
         return fast, s2, bt2
     s = -1
     bt = math.inf
     s2 = -1
     bt2 = math.inf
-    for k in range(STATUS.shape[0]):
-        if STATUS[k] == S_RUN:
-            if READY[k] < bt:
+    for k in range(KEY.shape[0]):
+        v = KEY[k]
+        if v < bt2:
+            if v < bt:
                 s2 = s
                 bt2 = bt
-                bt = READY[k]
+                bt = v
                 s = k
-            elif READY[k] < bt2:
-                bt2 = READY[k]
+            else:
+                bt2 = v
                 s2 = k
     return s, s2, bt2
 
@@ -540,45 +562,98 @@ def issue(cat, t0, simd, period, cu):
 
 
 # ------------------------------------------------------------------------------ vector ALU
-def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc):
+def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc, tmpf, tmpi):
     """Functional semantics of the ALU opcodes (OP_FBIN..OP_IMOV). Returns False after
-    recording an integer division by zero in ``err``."""
+    recording an integer division by zero in ``err``.
+
+    A full wave's add, sub, mul and fma whose destination is one of its sources (``acc =
+    acc + x``) compute into the scratch row ``tmpf`` / ``tmpi`` (f32 / i32, rounded as the
+    register is) and then copy it: the compiler's vector loop checks at run time that
+    the rows it writes and reads do not overlap, so the in-place form always ran its
+    scalar fallback."""
     F = wv.F
     I = wv.I
     EX = wv.EX
     if op == OP_FBIN and full and aux <= B_MUL:
-        Fd = F[s, d]
         Fa = F[s, a]
         Fb = F[s, b]
+        alias = d == a or d == b
+        Fo = tmpf if alias else F[s, d]
         if aux == B_ADD:
             for l in range(W):
-                Fd[l] = np.float64(Fa[l]) + np.float64(Fb[l])
+                Fo[l] = np.float64(Fa[l]) + np.float64(Fb[l])
         elif aux == B_SUB:
             for l in range(W):
-                Fd[l] = np.float64(Fa[l]) - np.float64(Fb[l])
+                Fo[l] = np.float64(Fa[l]) - np.float64(Fb[l])
         else:
             for l in range(W):
-                Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l])
+                Fo[l] = np.float64(Fa[l]) * np.float64(Fb[l])
+        if alias:
+            Fd = F[s, d]
+            for l in range(W):
+                Fd[l] = tmpf[l]
     elif op == OP_FFMA and full:
-        Fd = F[s, d]
         Fa = F[s, a]
         Fb = F[s, b]
         Fc = F[s, c]
+        alias = d == a or d == b or d == c
+        Fo = tmpf if alias else F[s, d]
         for l in range(W):
-            Fd[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
+            Fo[l] = np.float64(Fa[l]) * np.float64(Fb[l]) + np.float64(Fc[l])
+        if alias:
+            Fd = F[s, d]
+            for l in range(W):
+                Fd[l] = tmpf[l]
     elif op == OP_IBIN and full and aux <= B_MUL:
-        Id = I[s, d]
         Ia = I[s, a]
         Ib = I[s, b]
+        alias = d == a or d == b
+        Io = tmpi if alias else I[s, d]
         if aux == B_ADD:
             for l in range(W):
-                Id[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
+                Io[l] = wrap32(np.int64(Ia[l]) + np.int64(Ib[l]))
         elif aux == B_SUB:
             for l in range(W):
-                Id[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
+                Io[l] = wrap32(np.int64(Ia[l]) - np.int64(Ib[l]))
         else:
             for l in range(W):
-                Id[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
+                Io[l] = wrap32(np.int64(Ia[l]) * np.int64(Ib[l]))
+        if alias:
+            Id = I[s, d]
+            for l in range(W):
+                Id[l] = tmpi[l]
+    elif op == OP_IBIN and full and (aux == B_DIV or aux == B_MOD):
+        Ia = I[s, a]
+        Ib = I[s, b]
+        zero = 0
+        for l in range(W):
+            zero += 1 if Ib[l] == 0 else 0
+        if zero > 0:
+            for l in range(W):
+                if Ib[l] == 0:
+                    err[0] = E_DIV0
+                    err[1] = pc
+                    return False
+        alias = d == a or d == b
+        Io = tmpi if alias else I[s, d]
+        # |x| // |y| through float64: exact for 32-bit operands (a non-integral |x| / |y|
+        # is at least 1/|x| >= 2**-31 relative below the next integer, far above the
+        # division's 2**-53 rounding), and a vector division instead of a scalar one per
+        # lane; the signs as ``ibin`` (C truncation)
+        for l in range(W):
+            x = np.int64(Ia[l])
+            y = np.int64(Ib[l])
+            ax = abs(x)
+            ay = abs(y)
+            q = np.int64(np.float64(ax) / np.float64(ay))
+            if aux == B_DIV:
+                Io[l] = wrap32(q if (x >= 0) == (y >= 0) else -q)
+            else:
+                Io[l] = wrap32(ax - q * ay if x >= 0 else q * ay - ax)
+        if alias:
+            Id = I[s, d]
+            for l in range(W):
+                Id[l] = tmpi[l]
     elif op == OP_FMOV and full:
         Fd = F[s, d]
         Fa = F[s, a]
@@ -753,31 +828,52 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
     base = buf_tab[aux, 3]
     es = buf_tab[aux, 4]
     secs = sc.dbuf
+    ix = sc.idx
+    # every active lane's element index, checked before any value moves (a failed
+    # access aborts the launch)
+    bad = lane_indices(s, a, width, size, W, wv, ix)
+    if bad >= 0:
+        err[0] = E_OOB_GLOBAL
+        err[1] = pc
+        err[2] = ix[bad]
+        err[3] = aux
+        return False
+    full = wv.NACT[s] == W
+    if store:  # lane by lane: where lanes overlap, the higher lane's values win
+        for l in range(W):
+            if ix[l] >= 0:
+                for v in range(width):
+                    store_elem(gmem_f, gmem_i, off + ix[l] + v, kind, F, I, s, code[pc, K_V0 + v], l)
+    else:  # component by component (each goes to its own register), as exec_lds
+        for v in range(width):
+            reg = code[pc, K_V0 + v]
+            if kind == 2:
+                Id = I[s, reg]
+                if full:
+                    for l in range(W):
+                        Id[l] = gmem_i[off + ix[l] + v]
+                else:
+                    for l in range(W):
+                        if ix[l] >= 0:
+                            Id[l] = gmem_i[off + ix[l] + v]
+            else:
+                Fd = F[s, reg]
+                if full:
+                    for l in range(W):
+                        Fd[l] = gmem_f[off + ix[l] + v]
+                else:
+                    for l in range(W):
+                        if ix[l] >= 0:
+                            Fd[l] = gmem_f[off + ix[l] + v]
     nl = int(0)
     ns = int(0)
     nact = 0
     for l in range(W):
         lane_lo[l] = -1
-        if not EX[s, l]:
+        if ix[l] < 0:
             continue
         nact += 1
-        idx = np.int64(I[s, a, l])
-        if idx < 0 or idx + width > size:
-            err[0] = E_OOB_GLOBAL
-            err[1] = pc
-            err[2] = idx
-            err[3] = aux
-            return False
-        for v in range(width):
-            reg = code[pc, K_V0 + v]
-            if store:
-                store_elem(gmem_f, gmem_i, off + idx + v, kind, F, I, s, reg, l)
-            else:
-                if kind == 2:
-                    I[s, reg, l] = gmem_i[off + idx + v]
-                else:
-                    F[s, reg, l] = gmem_f[off + idx + v]
-        addr = base + idx * es
+        addr = base + ix[l] * es
         lane_lo[l] = pdiv(addr, l1_line, l1_sh)
         lane_hi[l] = pdiv(addr + width * es - 1, l1_line, l1_sh)
         if store:
@@ -993,20 +1089,40 @@ def memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counter
 def lane_indices(s, a, width, size, W, wv, idx):
     """The element index of each active lane (register ``a``) into ``idx``, -1 for an
     inactive lane. Returns the first active lane whose ``width`` elements do not fit in
-    ``[0, size)``, or -1. Checked before any value moves: a failed access aborts the launch."""
+    ``[0, size)``, or -1. Checked before any value moves: a failed access aborts the launch.
+    The copy and the range of the indices are branch-free loops (vectorised); only an
+    access out of range looks for its first lane."""
     EX = wv.EX
     Ia = wv.I[s, a]
-    full = wv.NACT[s] == W
-    bad = -1
-    for l in range(W):
-        if full or EX[s, l]:
+    lo = np.int64(0)
+    hi = np.int64(0)
+    if wv.NACT[s] == W:
+        lo = np.int64(Ia[0])
+        hi = lo
+        for l in range(W):
             i = np.int64(Ia[l])
             idx[l] = i
-            if bad < 0 and (i < 0 or i + width > size):
-                bad = l
-        else:
-            idx[l] = -1
-    return bad
+            lo = min(lo, i)
+            hi = max(hi, i)
+    else:
+        for l in range(W):
+            idx[l] = np.int64(Ia[l]) if EX[s, l] else np.int64(-1)
+        first = True
+        for l in range(W):
+            if EX[s, l]:
+                i = idx[l]
+                if first:
+                    lo = i
+                    hi = i
+                    first = False
+                lo = min(lo, i)
+                hi = max(hi, i)
+    if lo >= 0 and hi + width <= size:
+        return -1
+    for l in range(W):
+        if (wv.NACT[s] == W or EX[s, l]) and (idx[l] < 0 or idx[l] + width > size):
+            return l
+    return -1
 
 
 def lds_conflicts(idx, base, es, nbytes, nbanks, ng, gsize, lanes_of, dbuf, bank_cnt):
@@ -1094,21 +1210,31 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
                 for v in range(width):
                     reg = code[pc, K_V0 + v]
                     store_elem(LDSF, LDSI, off + i + v, kind, F, I, s, reg, l)
-    else:  # component by component (each goes to its own register)
+    else:  # component by component (each goes to its own register); a full wave's
+        # loop has no lane test
+        full = wv.NACT[s] == W
         for v in range(width):
             reg = code[pc, K_V0 + v]
             if kind == 2:
                 Id = I[s, reg]
                 LDSI = grp.LDSI[g]
-                for l in range(W):
-                    if idx[l] >= 0:
+                if full:
+                    for l in range(W):
                         Id[l] = LDSI[off + idx[l] + v]
+                else:
+                    for l in range(W):
+                        if idx[l] >= 0:
+                            Id[l] = LDSI[off + idx[l] + v]
             else:
                 Fd = F[s, reg]
                 LDSF = grp.LDSF[g]
-                for l in range(W):
-                    if idx[l] >= 0:
+                if full:
+                    for l in range(W):
                         Fd[l] = LDSF[off + idx[l] + v]
+                else:
+                    for l in range(W):
+                        if idx[l] >= 0:
+                            Fd[l] = LDSF[off + idx[l] + v]
     if probing:
         for l in range(W):
             if idx[l] >= 0:
@@ -1157,10 +1283,39 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
     counters[N_LDS_IDX] += idx_cyc
     per_inst[pc, I_CONF] += conflict
     per_inst[pc, I_IDX] += idx_cyc
-    tl = max(float(t), cu.free[FR_LDS])
-    cu.free[FR_LDS] = tl + idx_cyc
+    # Ports (S4): SIMD pair k's port moves 64 B per cycle, one access at a time, its
+    # addresses (4 B per lane) and store data in, then its read data out; the pairs' ports
+    # run at once and share the banks (idx_cyc of work per access) round-robin.
+    npairs = max(1, p.nsimd // 2)
+    pr = pmod(pmod(s, p.nsimd), npairs)
+    nact = W
+    if wv.NACT[s] != W:
+        nact = 0
+        for l in range(W):
+            if idx[l] >= 0:
+                nact += 1
+    xfer = (nact * (p.lds_addr + nbytes) + p.lds_port - 1) // p.lds_port
+    free = cu.free
+    tl = max(float(t), free[FR_PORT + pr])
+    share = 0.0
+    if npairs == 2:
+        # processor sharing with the other pair's pending bank work: this access takes
+        # as long again as its own work (at most the other's remainder) and pushes the
+        # other's work back as much (its in-flight access keeps its booked end)
+        q = 1 - pr
+        share = min(float(idx_cyc), max(0.0, free[FR_BANK + q] - tl))
+        free[FR_BANK + q] += share
+        if free[FR_PORT + q] < free[FR_BANK + q]:
+            free[FR_PORT + q] = free[FR_BANK + q]
+    free[FR_BANK + pr] = tl + idx_cyc + share
+    end = max(tl + idx_cyc + share, tl + xfer)
+    free[FR_PORT + pr] = end
+    if wv.LDSD[s] < end:
+        wv.LDSD[s] = end  # a barrier waits for it (s_waitcnt lgkmcnt(0))
     if not store:
-        done = tl + idx_cyc + p.lds_lat
+        done = end + p.lds_lat
+        if wv.LDSD[s] < done:
+            wv.LDSD[s] = done
         for v in range(width):
             r = code[pc, K_V0 + v]
             ur = (NF + r) if kind == 2 else r
@@ -1318,6 +1473,8 @@ def barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out):
     releases all of them ``bar_cyc`` cycles after the latest arrival."""
     wpw = p.wpw
     cap = p.trace_cap
+    if t < wv.LDSD[s]:
+        t = wv.LDSD[s]  # HIP's __syncthreads: s_waitcnt lgkmcnt(0) before s_barrier
     wv.STATUS[s] = S_BAR
     grp.ARR[g] += 1
     if t > grp.BAR[g]:
@@ -1404,6 +1561,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
         cu.cat_last[:, :] = -1.0
         cu.free[:] = 0.0
         STATUS[:] = S_EMPTY
+        wv.KEY[:] = math.inf
         end_time = 0.0
         for g in range(wgs):
             if nxt < last:
@@ -1414,7 +1572,7 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
         s2 = int(-1)
         bt2 = math.inf
         while True:
-            s, s2, bt2 = pick_wave(STATUS, READY, fast, s2, bt2)
+            s, s2, bt2 = pick_wave(wv.KEY, fast, s2, bt2)
             if s < 0:
                 break
             fast = s
@@ -1431,14 +1589,12 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                 if timed and cap > 0:
                     add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t0, opr, int(T_STALL))
                 READY[s] = opr
+                wv.KEY[s] = opr
                 continue
             op = code[pc, K_OP]
             cat = code[pc, K_CAT]
             t = issue(cat, t0, simd, period, cu)
-            counters[N_VALU] += code[pc, K_NVALU]
-            counters[N_SALU] += code[pc, K_NSALU]
-            counters[N_BRANCH] += code[pc, K_NBRANCH]
-            per_inst[pc, I_EXEC] += 1
+            per_inst[pc, I_EXEC] += 1  # the instruction mix is counted from it at the end
             nxt_pc = pc + 1
             busy = float(period)  # cycles until this wave may issue again
             trace_kind = T_SALU
@@ -1450,7 +1606,8 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                        and s - g * wpw == p.probe_wave and probe[W, 0] == 0)
             if op <= OP_IMOV:
                 if not exec_alu(op, int(code[pc, K_AUX]), code[pc, K_A], code[pc, K_B], code[pc, K_C],
-                                code[pc, K_DST], s, wv.NACT[s] == W, W, wv, out.err, pc):
+                                code[pc, K_DST], s, wv.NACT[s] == W, W, wv, out.err, pc,
+                                sc.ftmp, sc.itmp):
                     return
             elif op == OP_GLOAD or op == OP_GSTORE:
                 if not exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2,
@@ -1475,11 +1632,15 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                 counters[N_BARRIERS] += 1
                 PC[s] = nxt_pc
                 barrier_arrive(p, s, g, t, timed, cu_id, wv, grp, out)
+                for k in range(g * wpw, g * wpw + wpw):
+                    wv.KEY[k] = READY[k] if STATUS[k] == S_RUN else math.inf
                 fast = -1
                 continue
             elif op == OP_END:
                 fast = -1
                 tdone = wave_end(p, s, g, t, wv, grp)
+                for k in range(g * wpw, g * wpw + wpw):
+                    wv.KEY[k] = READY[k] if STATUS[k] == S_RUN else math.inf
                 if tdone >= 0.0:
                     if tdone > end_time:
                         end_time = tdone
@@ -1497,4 +1658,12 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                 add_trace(trace, trace_n, cap, cu_id, simd, wave_gid, t, t + busy, trace_kind)
             PC[s] = nxt_pc
             READY[s] = t + busy if cat != CAT_NONE else t
+            wv.KEY[s] = READY[s]
         out.sess_cycles[si] = end_time
+    # VALU / SALU / branch instructions: each row's counts times its executions (exact:
+    # whole numbers), once here instead of three counter updates per issued instruction
+    for pc in range(code.shape[0]):
+        n = per_inst[pc, I_EXEC]
+        counters[N_VALU] += n * code[pc, K_NVALU]
+        counters[N_SALU] += n * code[pc, K_NSALU]
+        counters[N_BRANCH] += n * code[pc, K_NBRANCH]

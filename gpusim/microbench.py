@@ -331,27 +331,45 @@ def stream(kind: str, n: int, block: int = 256, width: int = 4, passes: int = 1,
                   block=block, body=body)
 
 
-def lds_burst(reads: int, stride_bytes: int, width: int = 1, grid: int = 1,
-              wave: int = 64, lds_bytes: int = 32 * 1024) -> Kernel:
-    """nod-ai's ``lds_phase_mask`` block (S11): one wave, lane l reads ``width`` dwords at
-    byte ``l * stride_bytes`` of a ``lds_bytes`` LDS array, ``reads`` times into distinct
-    registers between two barriers, then sums them. The harness declares ~32 KiB of LDS per
-    workgroup, so two workgroups share a CU, as here when ``grid`` is 2 x the CU count."""
-    words = lds_bytes // 4
-    regs = [tuple(Var(f"r{k}_{c}") for c in range(width)) for k in range(reads)]
-    addr = Var("addr", "i32")
-    acc = Var("acc")
-    body = [Assign(addr, (lane() * (stride_bytes // 4)) % words),
-            Assign(acc, f32(0.0)), Barrier()]
+#: nod-ai's lds_phase_mask harness (S11, bench/lds_phase_mask.hip.cpp): BLOCKS launched
+#: workgroups, and an LDS array of MAX_LDS_DWORD_INDEX / (dwords per element) + 1 elements
+#: (32256 B + one element: two workgroups per 64 KiB CU)
+HARNESS_BLOCKS = 4096
+HARNESS_MAX_DWORD_INDEX = 63 * 128
+
+
+def lds_burst(reads: int, stride_bytes: int, width: int = 1, grid: int = HARNESS_BLOCKS,
+              wave: int = 64, lds_bytes: int | None = None) -> Kernel:
+    """nod-ai's ``lds_phase_mask`` kernel (S11) as its source writes it, one wave per
+    workgroup: every lane first fills the workgroup's LDS array (``for j = tid; j <
+    element_count; j += blockDim: arr[j] = init``), then, between two barriers (the
+    harness's timed region), reads ``width`` dwords at byte ``lane * stride_bytes``
+    ``reads`` times into distinct registers, and after the second barrier sums them and
+    stores the sum and the elapsed time (each barrier waits for the wave's LDS accesses, as
+    HIP's ``__syncthreads``, ``gpusim.engine``). ``grid`` is the harness's 4096 workgroups: they pass
+    through each CU's two workgroup slots in a stream, each replacement filling its array
+    while the other slot reads (``gpusim.fidelity.lds_burst_cycles`` times the region
+    between the barriers per workgroup, as the harness's per-thread timer)."""
+    words = (HARNESS_MAX_DWORD_INDEX // width + 1) * width if lds_bytes is None else lds_bytes // 4
+    n_el = words // width
+    regs = [tuple(Var(f"r{k}_{c}", "i32") for c in range(width)) for k in range(reads)]
+    addr, j = Var("addr", "i32"), Var("j", "i32")
+    acc = Var("acc", "i32")
+    body = [For(j, thread_id(), i32(n_el), wave,
+                (LdsStore("s", j * width, (i32(1),) * width),)),
+            Assign(acc, i32(0)), Barrier(),
+            Assign(addr, (lane() * (stride_bytes // 4)) % words)]
     body += [LdsLoad(rg, "s", addr) for rg in regs]
     body += [Barrier()]
     for rg in regs:
         for v in rg:
             body.append(Assign(acc, acc + v))
-    body.append(Store("out", block_id() * wave + thread_id(), (acc,)))
+    gid = block_id() * wave + thread_id()
+    body += [Store("elapsed", gid, (i32(0),)), Store("out", gid, (acc,))]
     return Kernel(f"lds_burst_{reads}_s{stride_bytes}_b{width * 32}",
-                  (Buffer("out", "f32", (grid * wave,), "out"),), grid=grid, block=wave,
-                  body=tuple(body), lds=(LdsArray("s", "f32", (words,)),))
+                  (Buffer("out", "i32", (grid * wave,), "out"),
+                   Buffer("elapsed", "i32", (grid * wave,), "out")), grid=grid, block=wave,
+                  body=tuple(body), lds=(LdsArray("s", "i32", (words,)),))
 
 
 def empty_kernel(block: int = 64) -> Kernel:

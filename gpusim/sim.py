@@ -116,6 +116,31 @@ def _program(kernel: Kernel, arch):
     return prog
 
 
+_CHECKED: dict = {}
+
+
+def _checked(kernel: Kernel, arch, scalars):
+    """``validate`` then ``occupancy``, remembered per kernel and arch object (both are
+    immutable) and scalar values: a tuning loop or the bench simulates one kernel many
+    times, and the two walks of its tree were a millisecond per call."""
+    try:
+        skey = tuple(sorted((scalars or {}).items()))
+        hash(skey)
+    except TypeError:  # unhashable scalar values: check every time
+        validate(kernel, arch, scalars)
+        return occupancy(kernel, arch)
+    key = (id(kernel), id(arch), skey)
+    hit = _CHECKED.get(key)
+    if hit is not None and hit[0] is kernel and hit[1] is arch:
+        return hit[2]
+    validate(kernel, arch, scalars)
+    occ = occupancy(kernel, arch)
+    if len(_CHECKED) > 256:
+        _CHECKED.clear()
+    _CHECKED[key] = (kernel, arch, occ)
+    return occ
+
+
 def _engine(jit: bool):
     if jit:
         from gpusim import engine_jit  # lazy: numba takes ~1 s to import; jit=False never needs it
@@ -166,22 +191,47 @@ def _group_tables(arch):
     return group_of, n_groups, group_lanes
 
 
-SMALL_PAGES_BYTES = 4 << 20  # larger memory images are mapped with small pages (_zeros)
+SMALL_PAGES_BYTES = 16 << 20  # larger memory images are mapped with small pages (_zeros)
 
 
 def _zeros(n: int, dtype) -> np.ndarray:
-    """A zero-filled array; a large one on an anonymous mapping with transparent huge
-    pages turned off. A timing run or a sampled check touches a few rows of a buffer
+    """A zero-filled array; a large one on a private anonymous mapping with transparent
+    huge pages turned off. A timing run or a sampled check touches a few rows of a buffer
     that may be a 512 MiB score tensor, and with huge pages (numpy asks for them on large
     arrays) each first touch had the kernel zero 2 MiB: that was most of a sampled
-    softmax's cost. Untouched pages cost nothing either way."""
+    softmax's cost. Untouched pages cost nothing either way. Below 16 MiB huge pages win:
+    zeroing all of it takes under 2 ms, while a functional run that touches every small
+    page faulted 4 ms per 4 MiB (a shared mapping's page faults cost nearly twice a
+    private one's; issue 14)."""
     nbytes = n * np.dtype(dtype).itemsize
     advise = getattr(mmap, "MADV_NOHUGEPAGE", None)
     if nbytes < SMALL_PAGES_BYTES or advise is None:
         return np.zeros(n, dtype)
-    buf = mmap.mmap(-1, nbytes)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     buf.madvise(advise)
     return np.frombuffer(buf, dtype, n)
+
+
+_CACHE_POOL: dict = {}  # cache-model arrays by shape, kept for the next launch
+
+
+def _cold_cache(shape) -> "E.Cache":
+    """Empty (cold) tag, LRU, ready and sector arrays of one cache level. The L2 arrays
+    are 6.5 MB on gfx942; filling a kept set costs a tenth of what allocating and
+    page-faulting new ones did on every simulate call (issue 14). Taken from and given
+    back to ``_CACHE_POOL`` (list pop and append are atomic, so threads never share one)."""
+    free = _CACHE_POOL.setdefault(shape, [])
+    try:
+        c = free.pop()
+    except IndexError:
+        return E.Cache(np.full(shape, -1, np.int64), np.zeros(shape, np.int64),
+                       np.zeros(shape, np.float64), np.zeros(shape, np.uint8))
+    del free[1:]  # keep at most two of a shape (threads) in the pool
+    c.tag.fill(-1)
+    c.lru.fill(0)
+    c.rdy.fill(0.0)
+    c.dirty.fill(0)
+    return c
 
 
 class Partial(NamedTuple):
@@ -246,6 +296,12 @@ class _Launch:
                 continue  # already zero
             elif kind == 2:
                 flat = rng.integers(0, 16, b.size)
+            elif kind == 0:  # uniform in [-1, 1), drawn in place (no temporaries)
+                dst = self.gmem_f[off:off + b.size]
+                rng.random(dtype=np.float32, out=dst)
+                dst *= 2
+                dst -= 1
+                continue
             else:
                 flat = rng.random(b.size, dtype=np.float32) * 2 - 1  # uniform in [-1, 1)
             # assigned in place (cast on the way), no temporary copy of a large input
@@ -293,7 +349,8 @@ class _Launch:
             n_l2=int(arch.l2_instances), lds_lat=int(arch.lds_latency_cycles),
             l1_lat=int(arch.l1_hit_latency_cycles), l2_lat=int(arch.l2_hit_latency_cycles),
             hbm_lat=int(arch.memory_latency_cycles(self.level)), bar_cyc=int(arch.barrier_cycles),
-            launch=int(arch.wave_launch_cycles), nbanks=int(arch.lds_banks), trace_cap=0,
+            launch=int(arch.wave_launch_cycles), nbanks=int(arch.lds_banks),
+            lds_port=int(arch.lds_port_bytes_per_clk), lds_addr=int(arch.lds_address_bytes), trace_cap=0,
             probe_pc=-1, probe_wg=0, probe_wave=0,
             l2_cyc=float(arch.l1_line_bytes / l2_bpc_cu),
             l2w_cyc=float(arch.l1_line_bytes / l2w_bpc_cu),
@@ -348,15 +405,17 @@ class _Launch:
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
         l1_shape = (1, max(1, l1_lines // arch.l1_ways), arch.l1_ways)
         l2_shape = (arch.l2_instances, params.l2_sets, arch.l2_ways)
-        l1 = E.Cache(np.full(l1_shape, -1, np.int64), np.zeros(l1_shape, np.int64),
-                     np.zeros(l1_shape, np.float64), np.zeros(l1_shape, np.uint8))
-        l2 = E.Cache(np.full(l2_shape, -1, np.int64), np.zeros(l2_shape, np.int64),
-                     np.zeros(l2_shape, np.float64), np.zeros(l2_shape, np.uint8))
+        l1 = _cold_cache(l1_shape)
+        l2 = _cold_cache(l2_shape)
         gmem_f = self.gmem_f  # one launch per _Launch: run in place
         gmem_i = self.gmem_i
         out = E.Out(counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err)
-        _engine(jit)(params, self.tables, E.Sessions(wgs, off, cus), gmem_f, gmem_i,
-                     *E.new_state(params, prog.code.shape[0]), l1, l2, out)
+        try:
+            _engine(jit)(params, self.tables, E.Sessions(wgs, off, cus), gmem_f, gmem_i,
+                         *E.new_state(params, prog.code.shape[0]), l1, l2, out)
+        finally:
+            _CACHE_POOL[l1_shape].append(l1)
+            _CACHE_POOL[l2_shape].append(l2)
         if err[0] != E.E_OK:
             self._raise(err)
         return dict(gmem_f=gmem_f, gmem_i=gmem_i, counters=counters, per_inst=per_inst,
@@ -579,8 +638,7 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     states the cuts and the error bound); outputs are then those of the longest cut.
     """
     arch = get_arch(arch)
-    validate(kernel, arch, scalars)
-    occ = occupancy(kernel, arch)
+    occ = _checked(kernel, arch, scalars)
     prog = _program(kernel, arch)
     if workgroups is not None:
         bad = [w for w in workgroups if not 0 <= int(w) < kernel.grid]

@@ -62,6 +62,10 @@ AGREE = [
     # tile's FMAs below the barrier into the epilogue's guarded stores, so its 32 fragment
     # reads are live together (115, 4 waves, before that rule; 148 now, 3 waves like hipcc)
     (CONV3, "d0_conv2d_0", _k("fma", 64, 64, 16, 4, 4, 1, va=1), 168),
+    # the 16x32x64 KW 8 tile `export` picks for ResNet-50's convolutions: guarded scalar
+    # gathers in the K loop, so hipcc interleaves the 12 fragment reads with the FMAs
+    # (7 up front); 80 (5 waves) before the fragment-cap rule, 70 now (7 waves like hipcc)
+    (CONV3, "d0_conv2d_0", _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1), 68),
     # MFMA tiles: the 32x64x64 KW2 tile (opt-in, MFMA_OPT_IN) that `tune encoder_layer
     # --arch gfx90a` picks for its projections and its FFN GEMM when it may (80
     # estimated, 88 = 72 VGPRs + 16 AGPRs), a 32x64x64 and a 32x32x128 point of the sweep,

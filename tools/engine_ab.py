@@ -1,9 +1,11 @@
 """Paired A/B timing of engine variants in one process, alternating call by call.
 
-``python tools/engine_ab.py [--rounds N] NAME=SOURCE ...`` where SOURCE is a path to an
-engine.py or ``git:REV`` (that revision's gpusim/engine.py; it must fit the current
-``gpusim.sim``: same ``Params`` and ``new_state``). Each variant is JIT-compiled as its own
-module (cached next to its copy under ``$TMPDIR/engine_ab``); then every round simulates
+``python tools/engine_ab.py [--rounds N] NAME=SOURCE[@JIT] ...`` where SOURCE is a path to
+an engine.py or ``git:REV`` (that revision's gpusim/engine.py; it must fit the current
+``gpusim.sim``: same ``Params`` and ``new_state``) and the optional JIT a path to an
+engine_jit.py or ``git:REV`` (that revision's gpusim/engine_jit.py; default: the current
+one), to compare compile settings. Each variant is JIT-compiled as its own module (cached
+next to its copy under ``$TMPDIR/engine_ab``); then every round simulates
 each bench kernel (``gpusim.bench.mix(8)``) once per variant, in alternating order, and
 the script prints per kernel the median wave-instructions/s of each variant and the
 median of the per-round ratios to the first variant. Pairing cancels most of a shared
@@ -27,15 +29,15 @@ from gpusim import bench, sim  # noqa: E402
 from gpusim import engine_jit  # noqa: E402
 
 
-def variant_source(name: str, source: str, folder: str) -> str:
+def variant_source(name: str, source: str, folder: str, module: str = "engine") -> str:
     if source.startswith("git:"):
         rev = source[4:]
-        text = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:gpusim/engine.py"], check=True,
+        text = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:gpusim/{module}.py"], check=True,
                               capture_output=True, text=True).stdout
     else:
         with open(source) as f:
             text = f.read()
-    path = os.path.join(folder, f"engine_{name}.py")
+    path = os.path.join(folder, f"{module}_{name}.py")
     old = open(path).read() if os.path.exists(path) else None
     if old != text:
         with open(path, "w") as f:
@@ -43,9 +45,10 @@ def variant_source(name: str, source: str, folder: str) -> str:
     return path
 
 
-def jitted_run(name: str, path: str):
-    """``run`` of the engine at ``path``, compiled exactly as ``gpusim.engine_jit`` does."""
-    with open(engine_jit.__file__) as f:
+def jitted_run(name: str, path: str, jit_path: str | None = None):
+    """``run`` of the engine at ``path``, compiled exactly as ``gpusim.engine_jit`` (or the
+    engine_jit.py at ``jit_path``) does."""
+    with open(jit_path or engine_jit.__file__) as f:
         src = f.read()
     src = src.replace('os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine.py")', repr(path))
     src = src.replace('"gpusim._engine_jitted"', repr(f"gpusim._engine_ab_{name}"))
@@ -61,7 +64,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--kernels", default="", help="comma-separated name prefixes (default: all)")
-    ap.add_argument("variants", nargs="+", help="NAME=PATH or NAME=git:REV")
+    ap.add_argument("--cpu", action="store_true",
+                    help="time with this process's CPU time instead of wall time (on a crowded "
+                         "machine wall time is mostly waiting for a core)")
+    ap.add_argument("variants", nargs="+", help="NAME=SOURCE[@JIT], SOURCE and JIT each a path or git:REV")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         print(f"engine_ab: --rounds {args.rounds} is not a count; pass 1 or more", file=sys.stderr)
@@ -74,19 +80,23 @@ def main(argv=None):
             print(f"engine_ab: variant {v!r} is not NAME=SOURCE; pass e.g. old=git:HEAD", file=sys.stderr)
             sys.exit(2)
         name, source = v.split("=", 1)
+        source, _, jit_source = source.partition("@")
         if not name.isidentifier() or name in runs:
             print(f"engine_ab: variant name {name!r} is not a new identifier; use e.g. old, new",
                   file=sys.stderr)
             sys.exit(2)
-        try:
-            path = variant_source(name, source, folder)
-        except (OSError, subprocess.CalledProcessError) as e:
-            why = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else e
-            print(f"engine_ab: cannot read {source!r} ({why}); pass an engine.py path or git:REV",
-                  file=sys.stderr)
-            sys.exit(2)
+        paths = []
+        for src, module in ((source, "engine"), (jit_source, "engine_jit")):
+            try:
+                paths.append(variant_source(name, src, folder, module) if src else None)
+            except (OSError, subprocess.CalledProcessError) as e:
+                why = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else e
+                print(f"engine_ab: cannot read {src!r} ({why}); pass a {module}.py path or git:REV",
+                      file=sys.stderr)
+                sys.exit(2)
+        path, jit_path = paths
         t = time.perf_counter()
-        runs[name] = jitted_run(name, path)
+        runs[name] = jitted_run(name, path, jit_path)
         print(f"{name}: loaded ({time.perf_counter() - t:.1f} s)", flush=True)
     names = list(runs)
     kernels = [k for k in bench.mix(8)
@@ -96,6 +106,7 @@ def main(argv=None):
               f"{', '.join(k.name for k in bench.mix(8))}", file=sys.stderr)
         sys.exit(2)
     real = sim._engine
+    clock = time.process_time if args.cpu else time.perf_counter
     rates = {(k.name, n): [] for k in kernels for n in names}
     try:
         for k in kernels:  # warm: compile each program and each variant's run
@@ -107,13 +118,14 @@ def main(argv=None):
             for k in kernels:
                 for n in order:
                     sim._engine = lambda jit, r=runs[n]: r
-                    t = time.perf_counter()
+                    t = clock()
                     insts = sim.simulate(k, "gfx942").wave_insts
-                    rates[(k.name, n)].append(insts / (time.perf_counter() - t))
+                    rates[(k.name, n)].append(insts / (clock() - t))
     finally:
         sim._engine = real
-    print(f"medians of {args.rounds} paired rounds, M wave-instructions/s (ratio: median of "
-          f"per-round ratios to {names[0]}); load average {os.getloadavg()[0]:.2f}")
+    print(f"medians of {args.rounds} paired rounds, M wave-instructions per {'CPU' if args.cpu else 'wall'} "
+          f"second (ratio: median of per-round ratios to {names[0]}); load average "
+          f"{os.getloadavg()[0]:.2f}")
     for k in kernels:
         base = rates[(k.name, names[0])]
         cells = []

@@ -28,6 +28,7 @@ from gpusim.hw import Arch
 from ..graph import Graph, shared_iteration
 from .common import LoweringError, buffers, ceil_div, sanitize
 from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
+from .loadmerge import merge_loads
 
 
 def iteration_order(graph: Graph, dispatch, order: str) -> tuple:
@@ -112,6 +113,10 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
         body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
     body = em.provably_aligned(tuple(body), arch.wave_size)
+    # overlapping windows (pooling taps) load elements twice and in dword runs: say what
+    # hipcc makes of them (see loadmerge)
+    body = merge_loads(body, arch.wave_size,
+                       frozenset(x.buffer for x in P.walk(body) if isinstance(x, P.Store)))
     return P.Kernel(name, buffers(graph, dispatch), grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule),

@@ -9,7 +9,8 @@ why the value was picked; those are the knobs a reader should distrust first.
 
 Phase groups (``lds_read_groups`` / ``lds_write_groups``) map an LDS access width in bytes
 per lane (4, 8, 16) to a tuple of lane groups; lanes conflict on a bank only inside one
-group, and each group takes one LDS "index" cycle plus its conflict cycles.
+group, and each group takes one LDS "index" cycle plus its conflict cycles. Each access also holds its SIMD
+pair's LDS port (``lds_port_bytes_per_clk``, S4) for its addresses and data.
 """
 from __future__ import annotations
 
@@ -90,6 +91,11 @@ class Arch:
     hbm_write_bytes_per_s: float = 0.0
     l2_read_bytes_per_s: float = 0.0
     l2_write_bytes_per_s: float = 0.0
+    #: LDS ports (S4): the SIMDs reach the LDS in pairs, one port per pair that moves
+    #: ``lds_port_bytes_per_clk`` each way per cycle; an access holds its pair's port for
+    #: its addresses (``lds_address_bytes`` per lane) plus its data (``gpusim.engine``)
+    lds_port_bytes_per_clk: int = 64
+    lds_address_bytes: int = 4
     #: Memory-side last-level cache (MI300X's 256 MB MALL, RDNA3's Infinity Cache); 0 =
     #: none. Modelled by footprint: a kernel whose buffers all fit is served from it
     #: (latency and bandwidth below instead of HBM's), as in repeated benchmark runs.

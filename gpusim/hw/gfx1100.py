@@ -75,6 +75,8 @@ GFX1100 = Arch(
         "lds_bank_bytes": "S11: 4 bytes",
         "lds_read_groups": "S11: b32 one phase of 32, b64 2x16, b128 4x8 non-contiguous",
         "lds_write_groups": "ASSUMPTION: reads' b32/b64 groups, contiguous 8-lane b128",
+        "lds_port_bytes_per_clk": "ASSUMPTION: S4's CDNA port (64 B per cycle each way per SIMD pair); the CU's two SIMD32s are one pair. Not published for RDNA3",
+        "lds_address_bytes": ("ASSUMPTION: as CDNA (S4, reads as calibrated on MI300X)"),
         "lds_latency_cycles": "ASSUMPTION: the MI300X value (mt4g, calibrated there)",
         "l1_bytes": "HARDWARE.md: 32 KiB L0",
         "l1_line_bytes": "ASSUMPTION: 128 B lines",

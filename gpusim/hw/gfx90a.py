@@ -71,6 +71,8 @@ GFX90A = Arch(
         "lds_bank_bytes": "S4, S5: 4 bytes per bank",
         "lds_read_groups": "ASSUMPTION: MI300X phase groups (S10, S11); gfx90a not published",
         "lds_write_groups": "ASSUMPTION: b32/b64 as reads; b128 contiguous groups of 8 (S12)",
+        "lds_port_bytes_per_clk": "S4: SIMDs reach the LDS in pairs; each pair's port moves 64 B per cycle each way (CDNA)",
+        "lds_address_bytes": ("S4: addresses 4 B per lane on the input port; reads as calibrated on MI300X (gfx942.py)"),
         "lds_latency_cycles": ("ASSUMPTION: the MI300X value (calibrated there); mt4g MI210's "
                                "49.9-cycle chain is kept aside to validate it"),
         "l1_bytes": "S1, S6: 16 KiB vL1D",

@@ -78,6 +78,8 @@ GFX942 = Arch(
         "lds_bank_bytes": "S4, S5: 4 bytes per bank",
         "lds_read_groups": "S10, S11: measured on MI300X",
         "lds_write_groups": "S10, S11 (b32/b64 as reads, ASSUMPTION); S12 b128 contiguous",
+        "lds_port_bytes_per_clk": "S4: SIMDs reach the LDS in pairs; each pair's port moves 64 B per cycle each way (a 4 B store takes 8 cycles, a 16 B store 20)",
+        "lds_address_bytes": ("S4: the input port carries the addresses (4 B per lane) with store data; reads: CALIBRATION, the port holds one access at a time, addresses in then data out (nod-ai MI300X conflict-free ds_read_b32 / b64 rows, fidelity table; the b128 row validates)"),
         "lds_latency_cycles": ("mt4g MI300X VF: shared-memory p-chase 51.3 cycles, minus the 2 LDS "
                                "index cycles and ~2 of loop issue (fidelity row)"),
         "l1_bytes": "S1, S10: 32 KiB vL1D",
