@@ -91,10 +91,18 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   guarded *vector* load (``conv_add_relu``'s NHWC 32x32x32 KW 4 tile) is left out: hipcc
   also keeps 12 of its 16 reads up front there, but adds about 16 operand-copy and
   result-pair VGPRs the estimate does not model (106 against 101 without the cap, 87
-  with it). The rule follows gfx90a: for ViT-B/16's attention output projection (the
-  same tile, M = 197 rows guarded) hipcc for gfx90a issues 7 reads up front (78 VGPRs)
-  but for gfx940 all 12 (86), so the capped 71 misses gfx940's count (82 uncapped missed
-  ResNet's gfx90a counts by more). A guarded LDS store instead ends the block after the reads and hipcc sinks
+  with it). The cap is one fraction for every target although LLVM schedules gfx940 with
+  its own machine model and issues more reads up front there, by an amount that depends
+  on the kernel, not only on the target (``tools/fragment_schedule.py``, reads before the
+  loop's first FMA, gfx90a / gfx940): ResNet-50's 22 tiles of this class 7 / 8 (hipcc
+  66-72 VGPRs on both) or, the M = 49 1x1 convs, 7 / 10 (68 / 76); ViT-B/16's attention
+  output projection (M = 197 guarded, bias and residual in the epilogue) 7 / 12 (78 /
+  86); the same GEMM without the residual 7 / 10 (72 / 80), with a residual but no
+  transpose view 9 / 12 (82 / 88). So "gfx940 issues all reads up front" holds for
+  ViT's projection only; the uncapped estimate (79-82) would break all 22 ResNet tiles
+  on gfx940, and the capped 71 stays one wave off ViT's 86 on gfx940 (a pinned gap:
+  12 of ViT's dispatches, ``check``'s only disagreements there; 78 on gfx90a agrees).
+  A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.

@@ -7,7 +7,9 @@ tests/data/bert_2layer.onnx`` (the sweep also prints how many of its points meet
 The estimate must meet ``wavefuse check``'s rule (within 10% of hipcc, or the same
 VGPR-limited occupancy). bert's 16-token GEMMs pin the dead-code rule: a 64-row tile over
 16 rows keeps one live row per thread in hipcc's ISA. The known gaps are pinned as strict
-xfails, so fixing one fails the test until it moves to the agreeing list.
+xfails, so fixing one fails the test until it moves to the agreeing list. One gap is
+recorded for gfx940 (``GAPS_GFX940``: emitted for gfx942 and compiled for gfx940, as
+``export`` and ``check`` do), where hipcc schedules ViT-B/16's projection differently.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ ARCH = "gfx90a"
 BERT = "tests/data/bert_2layer.onnx"
 #: ResNet-50's stride-2 3x3 conv shape, scaled down (``_conv3x3_s2``)
 CONV3 = "conv3x3_s2"
+#: ViT-B/16's attention output projection (``_vit_o_proj``)
+VIT_O = "vit_o_proj"
 
 
 def _k(mma, bm, bn, bk, tm, tn, kw, pad=4, swizzle="none", va=4, vb=4):
@@ -66,6 +70,11 @@ AGREE = [
     # gathers in the K loop, so hipcc interleaves the 12 fragment reads with the FMAs
     # (7 up front); 80 (5 waves) before the fragment-cap rule, 70 now (7 waves like hipcc)
     (CONV3, "d0_conv2d_0", _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1), 68),
+    # the same tile on ViT-B/16's attention output projection (M = 197 rows guarded, A
+    # read through the heads' transpose view, bias and residual in the epilogue), as
+    # `export` picks it: 7 of 12 reads up front on gfx90a, 71 vs 78 (its gfx940 count is
+    # a gap below)
+    (VIT_O, "d0_m", _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1), 78),
     # MFMA tiles: the 32x64x64 KW2 tile (opt-in, MFMA_OPT_IN) that `tune encoder_layer
     # --arch gfx90a` picks for its projections and its FFN GEMM when it may (80
     # estimated, 88 = 72 VGPRs + 16 AGPRs), a 32x64x64 and a 32x32x128 point of the sweep,
@@ -112,6 +121,17 @@ GAPS = [
     ("encoder_layer", "d4_matmul_24", _k("mfma", 32, 32, 128, 32, 32, 8, va=1), 77),
 ]
 
+#: known gaps on gfx940 (the kernel emitted for gfx942, as `export` does, compiled for
+#: gfx940 as `check` does): (model, dispatch, knobs, hipcc's gfx940 .vgpr_count).
+#: ViT-B/16's output projection: hipcc for gfx940 issues all 12 fragment reads up front
+#: (86) where gfx90a issues 7; ResNet-50's tiles of the same class issue 8 or 10 on
+#: gfx940 (66-76, agreeing with the capped estimate), so no per-target rule is adopted
+#: (gpusim.occupancy's docstring; ``tools/fragment_schedule.py`` shows the order)
+GAPS_GFX940 = [
+    (VIT_O, "d0_m", _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1), 86),
+]
+EMIT_ARCH_GFX940 = "gfx942"
+
 _GRAPHS: dict = {}
 
 
@@ -140,10 +160,41 @@ def _conv3x3_s2() -> str:
     return path
 
 
-def _kernel(model, dispatch, knobs):
+def _vit_o_proj() -> str:
+    """ViT-B/16's attention output projection as ONNX (opset 17): the attention context
+    (1x12x197x64) through Transpose(0,2,1,3) and Reshape to 1x197x768, MatMul with a
+    768x768 weight, plus bias and the residual, written like ``_conv3x3_s2``."""
+    import tempfile
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((768, 768)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(768).astype(np.float32), "B"),
+             numpy_helper.from_array(np.array([1, 197, 768], dtype=np.int64), "S")]
+    nodes = [helper.make_node("Transpose", ["ctx"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["t", "S"], ["r"]),
+             helper.make_node("MatMul", ["r", "W"], ["m"]),
+             helper.make_node("Add", ["m", "B"], ["mb"]),
+             helper.make_node("Add", ["mb", "res"], ["y"])]
+    f32 = TensorProto.FLOAT
+    g = helper.make_graph(nodes, "vit_o_proj",
+                          [helper.make_tensor_value_info("ctx", f32, [1, 12, 197, 64]),
+                           helper.make_tensor_value_info("res", f32, [1, 197, 768])],
+                          [helper.make_tensor_value_info("y", f32, [1, 197, 768])], inits)
+    path = f"{tempfile.mkdtemp(prefix='wavefuse_vito_')}/vit_o_proj.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+_BUILT = {CONV3: _conv3x3_s2, VIT_O: _vit_o_proj}
+
+
+def _kernel(model, dispatch, knobs, arch=ARCH):
     if model not in _GRAPHS:
-        if model == CONV3:
-            path = _conv3x3_s2()
+        if model in _BUILT:
+            path = _BUILT[model]()
             g = load_model(path)
             shutil.rmtree(path.rsplit("/", 1)[0])
         else:
@@ -152,12 +203,12 @@ def _kernel(model, dispatch, knobs):
                           + fuse(g, attention=False).dispatches)
     g, ds = _GRAPHS[model]
     [d] = [d for d in ds if d.name == dispatch][:1]
-    return lower(g, d, knobs, ARCH)
+    return lower(g, d, knobs, arch)
 
 
-def _agrees(est, hip):
+def _agrees(est, hip, target=ARCH):
     return (abs(est - hip) <= VGPR_AGREEMENT_REL * hip
-            or vgpr_occupancy(est, ARCH) == vgpr_occupancy(hip, ARCH))
+            or vgpr_occupancy(est, target) == vgpr_occupancy(hip, target))
 
 
 def _ids(cases):
@@ -176,6 +227,28 @@ def test_estimate_meets_checks_rule_against_recorded_hipcc(model, dispatch, knob
 @pytest.mark.xfail(strict=True, reason="known gap of the program-order estimate (docstring)")
 def test_known_gaps_still_miss(model, dispatch, knobs, hip):
     assert _agrees(estimate_vgprs(_kernel(model, dispatch, knobs), ARCH), hip)
+
+
+@pytest.mark.parametrize("model,dispatch,knobs,hip", GAPS_GFX940, ids=_ids(GAPS_GFX940))
+@pytest.mark.xfail(strict=True, reason="known gfx940 gap of the fragment-cap rule (docstring)")
+def test_known_gfx940_gaps_still_miss(model, dispatch, knobs, hip):
+    kernel = _kernel(model, dispatch, knobs, EMIT_ARCH_GFX940)
+    assert _agrees(estimate_vgprs(kernel, EMIT_ARCH_GFX940), hip, "gfx940")
+
+
+@pytest.mark.slow
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+@pytest.mark.parametrize("model,dispatch,knobs,hip", GAPS_GFX940, ids=_ids(GAPS_GFX940))
+def test_recorded_gfx940_counts_are_what_hipcc_allocates(model, dispatch, knobs, hip, tmp_path):
+    src = tmp_path / "k.hip"
+    src.write_text(emit_kernel(_kernel(model, dispatch, knobs, EMIT_ARCH_GFX940),
+                               EMIT_ARCH_GFX940))
+    r = compile_to_asm(src, "gfx940", tmp_path / "k.s")
+    assert r["rc"] == 0, r["stderr"]
+    got = parse_asm((tmp_path / "k.s").read_text())["vgprs"]
+    assert got == hip, f"hipcc now allocates {got} VGPRs for gfx940, recorded {hip}"
 
 
 @pytest.mark.slow
