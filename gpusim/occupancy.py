@@ -102,6 +102,9 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   ViT's projection only; the uncapped estimate (79-82) would break all 22 ResNet tiles
   on gfx940, and the capped 71 stays one wave off ViT's 86 on gfx940 (a pinned gap:
   12 of ViT's dispatches, ``check``'s only disagreements there; 78 on gfx90a agrees).
+  It is an occupancy choice of LLVM's scheduler, not a fixed order: the same kernel with
+  ``amdgpu_waves_per_eu(6)`` compiles for gfx940 to 78 VGPRs with 10 of 12 reads up
+  front, so modelling it means modelling the occupancy target the scheduler sets.
   A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
