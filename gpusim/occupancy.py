@@ -91,7 +91,10 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   guarded *vector* load (``conv_add_relu``'s NHWC 32x32x32 KW 4 tile) is left out: hipcc
   also keeps 12 of its 16 reads up front there, but adds about 16 operand-copy and
   result-pair VGPRs the estimate does not model (106 against 101 without the cap, 87
-  with it). A guarded LDS store instead ends the block after the reads and hipcc sinks
+  with it). The rule follows gfx90a: for ViT-B/16's attention output projection (the
+  same tile, M = 197 rows guarded) hipcc for gfx90a issues 7 reads up front (78 VGPRs)
+  but for gfx940 all 12 (86), so the capped 71 misses gfx940's count (82 uncapped missed
+  ResNet's gfx90a counts by more). A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
