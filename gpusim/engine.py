@@ -622,6 +622,38 @@ def exec_alu(op, aux, a, b, c, d, s, full, W, wv, err, pc, tmpf, tmpi):
             Id = I[s, d]
             for l in range(W):
                 Id[l] = tmpi[l]
+    elif op == OP_IBIN and full and (aux == B_DIV or aux == B_MOD):
+        Ia = I[s, a]
+        Ib = I[s, b]
+        zero = 0
+        for l in range(W):
+            zero += 1 if Ib[l] == 0 else 0
+        if zero > 0:
+            for l in range(W):
+                if Ib[l] == 0:
+                    err[0] = E_DIV0
+                    err[1] = pc
+                    return False
+        alias = d == a or d == b
+        Io = tmpi if alias else I[s, d]
+        # |x| // |y| through float64: exact for 32-bit operands (a non-integral |x| / |y|
+        # is at least 1/|x| >= 2**-31 relative below the next integer, far above the
+        # division's 2**-53 rounding), and a vector division instead of a scalar one per
+        # lane; the signs as ``ibin`` (C truncation)
+        for l in range(W):
+            x = np.int64(Ia[l])
+            y = np.int64(Ib[l])
+            ax = abs(x)
+            ay = abs(y)
+            q = np.int64(np.float64(ax) / np.float64(ay))
+            if aux == B_DIV:
+                Io[l] = wrap32(q if (x >= 0) == (y >= 0) else -q)
+            else:
+                Io[l] = wrap32(ax - q * ay if x >= 0 else q * ay - ax)
+        if alias:
+            Id = I[s, d]
+            for l in range(W):
+                Id[l] = tmpi[l]
     elif op == OP_FMOV and full:
         Fd = F[s, d]
         Fa = F[s, a]
@@ -796,31 +828,52 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
     base = buf_tab[aux, 3]
     es = buf_tab[aux, 4]
     secs = sc.dbuf
+    ix = sc.idx
+    # every active lane's element index, checked before any value moves (a failed
+    # access aborts the launch)
+    bad = lane_indices(s, a, width, size, W, wv, ix)
+    if bad >= 0:
+        err[0] = E_OOB_GLOBAL
+        err[1] = pc
+        err[2] = ix[bad]
+        err[3] = aux
+        return False
+    full = wv.NACT[s] == W
+    if store:  # lane by lane: where lanes overlap, the higher lane's values win
+        for l in range(W):
+            if ix[l] >= 0:
+                for v in range(width):
+                    store_elem(gmem_f, gmem_i, off + ix[l] + v, kind, F, I, s, code[pc, K_V0 + v], l)
+    else:  # component by component (each goes to its own register), as exec_lds
+        for v in range(width):
+            reg = code[pc, K_V0 + v]
+            if kind == 2:
+                Id = I[s, reg]
+                if full:
+                    for l in range(W):
+                        Id[l] = gmem_i[off + ix[l] + v]
+                else:
+                    for l in range(W):
+                        if ix[l] >= 0:
+                            Id[l] = gmem_i[off + ix[l] + v]
+            else:
+                Fd = F[s, reg]
+                if full:
+                    for l in range(W):
+                        Fd[l] = gmem_f[off + ix[l] + v]
+                else:
+                    for l in range(W):
+                        if ix[l] >= 0:
+                            Fd[l] = gmem_f[off + ix[l] + v]
     nl = int(0)
     ns = int(0)
     nact = 0
     for l in range(W):
         lane_lo[l] = -1
-        if not EX[s, l]:
+        if ix[l] < 0:
             continue
         nact += 1
-        idx = np.int64(I[s, a, l])
-        if idx < 0 or idx + width > size:
-            err[0] = E_OOB_GLOBAL
-            err[1] = pc
-            err[2] = idx
-            err[3] = aux
-            return False
-        for v in range(width):
-            reg = code[pc, K_V0 + v]
-            if store:
-                store_elem(gmem_f, gmem_i, off + idx + v, kind, F, I, s, reg, l)
-            else:
-                if kind == 2:
-                    I[s, reg, l] = gmem_i[off + idx + v]
-                else:
-                    F[s, reg, l] = gmem_f[off + idx + v]
-        addr = base + idx * es
+        addr = base + ix[l] * es
         lane_lo[l] = pdiv(addr, l1_line, l1_sh)
         lane_hi[l] = pdiv(addr + width * es - 1, l1_line, l1_sh)
         if store:

@@ -9,6 +9,7 @@ from gpusim.program import (
     Assign, Buffer, Kernel, Load, Store, Var, block_id, fabs, fma, maximum, minimum, relu,
     select, thread_id,
 )
+from gpusim.errors import KernelError
 from gpusim.sim import BUFFER_ALIGN
 
 RNG = np.random.default_rng(1)
@@ -183,3 +184,43 @@ def test_random_elementwise_kernels_match_numpy(tree):
     expect = np.broadcast_to(ref(a, b), (n,)).astype(np.float32)
     got = simulate(k, "gfx942", {"a": a, "b": b}).outputs["c"]
     np.testing.assert_allclose(got, expect, rtol=2e-6, atol=2e-6)
+
+
+def _int_div_kernel(n):
+    x, y, q, r, gid = (Var(v, "i32") for v in ("x", "y", "q", "r", "gid"))
+    return Kernel("idiv", (Buffer("a", "i32", (n,)), Buffer("b", "i32", (n,)),
+                           Buffer("q", "i32", (n,), "out"), Buffer("r", "i32", (n,), "out")),
+                  grid=n // 64, block=64,
+                  body=(Assign(gid, block_id() * 64 + thread_id()), Load((x,), "a", gid),
+                        Load((y,), "b", gid), Assign(q, x // y), Assign(r, x % y),
+                        Store("q", gid, (q,)), Store("r", gid, (r,))))
+
+
+I32 = st.integers(-2**31, 2**31 - 1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=st.lists(I32, min_size=128, max_size=128),
+       b=st.lists(I32.filter(lambda v: v != 0) | st.sampled_from([1, -1, 2, 32, -7]),
+                  min_size=128, max_size=128))
+def test_integer_division_truncates_like_c(a, b):
+    """i32 // and % of full waves (the engine divides through float64 there) equal C's
+    truncating division, wrapped to 32 bits, on both paths."""
+    a64, b64 = np.array(a, np.int64), np.array(b, np.int64)
+    q = np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)
+    r = a64 - q * b64
+    wrap = lambda v: ((v + 2**31) % 2**32 - 2**31).astype(np.int32)  # noqa: E731
+    k = _int_div_kernel(128)
+    inputs = {"a": np.array(a, np.int32), "b": np.array(b, np.int32)}
+    for jit in (True, False):
+        out = simulate(k, "gfx942", inputs, jit=jit).outputs
+        np.testing.assert_array_equal(out["q"], wrap(q))
+        np.testing.assert_array_equal(out["r"], wrap(r))
+
+
+def test_integer_division_by_zero_is_reported():
+    k = _int_div_kernel(64)
+    b = np.ones(64, np.int32)
+    b[17] = 0
+    with pytest.raises(KernelError, match="divides an integer by zero"):
+        simulate(k, "gfx942", {"a": np.arange(64, dtype=np.int32), "b": b})
