@@ -21,10 +21,10 @@ scores it with each swizzle placement, for the residual in the output's layout a
 channel-major layout. Every time here is a simulated prediction.
 
 What the model answers (gfx942, ``python -m compiler.cli tune conv_add_relu --fix mma=mfma
---fix swizzle=before_fusion``): the kernel at ~48-49 us (after_fusion 49.47, before_fusion
-48.17; the measurement 54.1 / 46.4, means 62.5 / 57.1): within 1.5x, because the time is
+--fix swizzle=before_fusion``): the kernel at ~53-54 us (after_fusion 54.25, before_fusion
+52.94; the measurement 54.1 / 46.4, means 62.5 / 57.1): within 1.5x, because the time is
 the unsplit K loop (1024 MFMAs of 64 cycles per wave, 31 us, plus its loads and barriers).
-The placement gains 1.027x (1.006x with lanes along the channels, the layout this module
+The placement gains 1.025x (1.006x with lanes along the channels, the layout this module
 used before), not the measured 1.10-1.17x. With the residual read in rocMLIR's layout the
 develop build's unswizzled residual loads touch 64 lines each (coalescing 87% against 100%
 after the swizzle), and the model charges them: the vL1D takes one TCP access per clock
@@ -34,8 +34,8 @@ than the 16-64 TCP accesses charged), each line is its own L2 request, and a par
 store dirties only its 32-byte sectors. No published rate for either cost beyond those was
 found, so none was added. The reason the gain stays small, with the evidence
 (``tests/test_seed.py``): everything after the last MFMA (epilogue reads, swizzle, stores)
-is 4.6% of the predicted develop kernel (2.3 us of 49.5), so even a free epilogue could
-gain at most 1.049x. The measured difference needs 4-8 us. Candidates the model does not
+is 4.2% of the predicted develop kernel (2.3 us of 54.3; ``epilogue_share``), so even a free
+epilogue could gain at most 1.044x. The measured difference needs 4-8 us. Candidates the model does not
 contain: residual loads waited for one at a time in the develop build (16 dependent round
 trips of ~900 cycles, the MI300X memory latency row of ``gpusim.fidelity``, would be
 ~6.9 us, alone enough for 1.14x; the model issues all 16 before the first use, as hipcc
@@ -112,6 +112,22 @@ def seed_rows(arch: Arch, tile: dict | None = None) -> list:
             lo = arch.launch_overhead_us
             rows.append(SeedRow(model, swz, sc.time_us - lo, sc.counters["coalescing_pct"]))
     return rows
+
+
+def epilogue_share(arch: Arch | str = "gfx942") -> float:
+    """The share of the predicted develop kernel after its last MFMA (epilogue reads,
+    swizzle, stores): the most any swizzle placement can save, as the seed's evidence."""
+    import gpusim
+
+    from .lower import lower
+    graph = load_model("conv_add_relu")
+    d = contraction_dispatch(graph)
+    gm = Gemm(graph, d)
+    knobs = {**ROCMLIR_TILE, "vec_a": gm.A.max_vec[gm.A.inner],
+             "vec_b": gm.B.max_vec[gm.B.inner], "swizzle": "after_fusion"}
+    r = gpusim.simulate(lower(graph, d, knobs, arch), arch, functional=False, trace=True)
+    last_mfma = max(e["end"] for e in r.trace if e["kind"] == "mfma")
+    return (r.cycles - last_mfma) / r.cycles
 
 
 def gains(rows: list) -> dict:
