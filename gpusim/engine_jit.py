@@ -23,11 +23,12 @@ Cold compile (``python -m gpusim.bench`` "first compile"; the breakdown is in th
   calls a helper from Python, and Numba's default did both for every helper (and again
   for every helper linked into another) only to throw the result away;
 - ``run``'s module is optimised once at -O3, without Numba's cheap first pass (it only
-  gathers reference counts for pruning; the engine has none) and without LLVM's loop
-  unrolling (``_UNROLL``): unrolled copies of the per-lane loops were the largest single
-  cost of LLVM's optimisation and made machine code generation slower too, for no speed
-  (``tools/engine_ab.py``). Loop vectorisation stays (``_VECTORIZE``, ``_INTERLEAVE``):
-  without it the LDS and matmul kernels ran 15-25% slower.
+  gathers reference counts for pruning; the engine has none).
+- ``_UNROLL = False`` would save another ~2.5 s (LLVM's loop unrolling is its largest
+  single pass here, and its copies of the per-lane loops slow machine code generation),
+  but paired runs (``tools/engine_ab.py --cpu``) put the tiled matmul at 0.87-0.99x
+  without it (the LDS transpose at 1.09x), so it stays on. Without loop vectorisation the
+  LDS and matmul kernels ran 15-25% slower.
 
 The compiled ``run`` is cached on disk, so only the first process pays the compile, in
 the user's cache folder (``engine_cache_dir``: ``$XDG_CACHE_HOME/wavefuse/engine``,
@@ -44,6 +45,7 @@ Numba's cache key ignores compile flags, so a cached build without bounds checks
 reused under ``NUMBA_BOUNDSCHECK=1``; when bounds checking is on we therefore compile
 without the cache (once per process).
 """
+import hashlib
 import importlib.util
 import os
 import sys
@@ -79,7 +81,7 @@ _INLINE = ("pick_wave", "operands_ready", "issue_time", "issue", "exec_alu", "ex
            "lane_indices", "exec_vmem", "coalesce", "memory_lines", "cache_access", "unique_sorted",
            "exec_lds", "store_elem", "wrap32", "pdiv", "pmod", "popcount4")
 #: LLVM loop unrolling, vectorisation and interleaving in ``run``'s module (see above)
-_UNROLL = False
+_UNROLL = True
 _INTERLEAVE = True
 _VECTORIZE = True
 
@@ -169,7 +171,22 @@ def engine_cache_dir() -> str:
     return os.path.join(base, "wavefuse", "engine")
 
 
-class _UserCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
+with open(__file__, "rb") as _f:
+    #: part of the cache key: Numba's own key is engine.py's text, not the compile options
+    #: above, so a cached engine compiled with other settings would be loaded
+    _STAMP = hashlib.sha256(_f.read()).hexdigest()
+
+
+class _StampMixin:
+    def get_source_stamp(self):
+        return super().get_source_stamp(), _STAMP
+
+
+class _NumbaCacheDirLocator(_StampMixin, UserProvidedCacheLocator):
+    """``NUMBA_CACHE_DIR``, when set."""
+
+
+class _UserCacheLocator(_StampMixin, _SourceFileBackedLocatorMixin, _CacheLocator):
     """``engine_cache_dir()``, one subfolder per source folder (as Numba's own locators:
     two installs of gpusim never share an index)."""
 
@@ -185,7 +202,7 @@ class _UserCacheLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
 class _CacheImpl(CompileResultCacheImpl):
     # NUMBA_CACHE_DIR when set (and writable), else the user's cache folder; never the
     # source's __pycache__ (Numba's default), nor Numba's own user-wide folder
-    _locator_classes = [UserProvidedCacheLocator, _UserCacheLocator]
+    _locator_classes = [_NumbaCacheDirLocator, _UserCacheLocator]
 
 
 class _Cache(FunctionCache):

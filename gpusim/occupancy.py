@@ -18,7 +18,15 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   accumulators of MFMAs in AGPRs (``_agpr_accumulators``): they cost one AGPR each and
   no VGPR, and the AGPR block starts at the VGPR count rounded up to 4. Larger
   workgroups get the VGPR form: accumulators count like any f32 register. The
-  ``v_accvgpr_read``/``write`` copies at the loop edges are not counted;
+  ``v_accvgpr_read``/``write`` copies at the loop edges are not counted. The form is
+  chosen on the IR, so a K loop of one trip (K = 2 x BK: straight-line in the ISA) keeps
+  its accumulators in AGPRs too (hipcc's gfx90a ISA of mlp's 64x64x32 MFMA tile with
+  K = 64: 53 VGPRs + 16 AGPRs, every MFMA on ``a[0:15]``). A K of a single tile (no
+  loop at all) is still counted in the VGPR form although hipcc uses AGPRs there too
+  (bert's 32x64x64 KW2 tile with K = 64: 48 VGPRs + 16 AGPRs): the rest of that
+  straight-line estimate comes out about 8 VGPRs high, and the two errors cancel (69 in
+  the VGPR form against hipcc's 64, 72 in the AGPR form); making it AGPRs alone moves two
+  of the sweep's 32x64x64 points out of check's rule;
 - in a loop whose body is one run of LDS fragment reads and MFMAs (a GEMM's K tile),
   every fragment read of the body is live from the body's first LDS read: hipcc issues
   all of a K tile's fragment reads before the first MFMA (seen in its gfx90a/gfx940
@@ -83,7 +91,10 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   guarded *vector* load (``conv_add_relu``'s NHWC 32x32x32 KW 4 tile) is left out: hipcc
   also keeps 12 of its 16 reads up front there, but adds about 16 operand-copy and
   result-pair VGPRs the estimate does not model (106 against 101 without the cap, 87
-  with it). A guarded LDS store instead ends the block after the reads and hipcc sinks
+  with it). The rule follows gfx90a: for ViT-B/16's attention output projection (the
+  same tile, M = 197 rows guarded) hipcc for gfx90a issues 7 reads up front (78 VGPRs)
+  but for gfx940 all 12 (86), so the capped 71 misses gfx940's count (82 uncapped missed
+  ResNet's gfx90a counts by more). A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
@@ -101,10 +112,24 @@ go into tuples the first FMAs freed: 86 estimated vs 69-76), which this program-
 model does not see, yet hoists all of a K loop's reads to the loop top for some small
 tiles (64x64x16: 102 vs 144); a 1024-thread workgroup, capped at 4 waves per SIMD anyway,
 gets up to 128 VGPRs (37-58 vs 128); 9 of 13 sampled 64x64x32 tiles of 32x32 MFMAs
-(KW 1), whose K loop hipcc unrolls, and 2 of 24 32x32x64 (KW 4) come out 12-29 VGPRs
-under hipcc, which hoists the next tile's global loads and every address above the
-first tile's compute; the same happens in ResNet-50's 7x7 stem conv (16x32x32 KW 4,
-K = 147: a 4-trip K loop hipcc unrolls, guarded scalar loads): 76 vs hipcc's 85 (5
+(KW 1) and 2 of 24 32x32x64 (KW 4) come out 8-28 VGPRs under hipcc (12-29 before the
+one-trip AGPR rule), which keeps the next tile's global loads (clustered with the first
+tile's, same base, an immediate offset), the LDS store addresses (the same registers for
+every tile's stores) and epilogue address parts computed for the first tile's loads
+live across the first tile's MFMAs. A value-numbering rule for that (a per-lane value
+the first tile computes and a later statement recomputes held from the first tile on)
+was measured: 64x64x32 KW1 8/13, but 32x64x64 KW2 5/8 (over-counted through its kept K
+loop, where hipcc sinks the prefetch loads below the fragment reads instead), so it is
+not adopted and these tiles stay opt-in in the schedule space
+(``compiler.schedule.contraction.MFMA_OPT_IN``, with 32x32x128 KW8 and 32x64x64 KW2).
+The unroll threshold misjudges MFMA loops: hipcc keeps encoder_layer's 11-trip K loop of
+29 statements (8 MFMAs) of the 32x32x128 KW8 tile (53 estimated vs 65) and the 5-trip
+loop of 51 (16 MFMAs) of the 32x64x64 KW2 tile; weighting an MFMA as 4 statements fixes
+the first and moves 64x64x32 KW1 to 7/13, but the second then comes out 108 vs 88, the
+over-count of that tile's kept loops (also 108 vs 88 at 24 trips), so it is not adopted.
+The next tile's loads and the addresses held across the first tile's compute also
+undercount ResNet-50's 7x7 stem conv (16x32x32 KW 4, FMA, K = 147: a 4-trip K loop hipcc
+unrolls, guarded scalar loads): 76 vs hipcc's 85 (5
 waves vs 6); computing the loop invariants once for the unrolled copies (LICM's rule
 applied to unrolled loops) gives 86 there and 81 of 90 MFMA points, but 66 of 90 FMA
 points, so it is not applied; fused attention schedules with Q in LDS over several key blocks
@@ -231,6 +256,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     points = []
     kinds = []
     loops = []
+    k_loops = []  # every For's span, one-trip ones too (the MFMA form is chosen on the IR)
     loop_point = {}
 
     licm = _hoisted_invariants(body, uni, alias)
@@ -275,6 +301,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 start = len(points) - 1
                 loop_point[id(s)] = start  # the hoisting rule names loops, not points
                 lin(s.body, skip | licm_keys.get(id(s), frozenset()), depth + 1)
+                k_loops.append((start, len(points) - 1))
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
                     loops.append((start, len(points) - 1))
             elif isinstance(s, If):
@@ -363,7 +390,7 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
                 r[0] = first_frag
     has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
-    in_agprs = _agpr_accumulators(kernel, arch, ranges, loops)
+    in_agprs = _agpr_accumulators(kernel, arch, ranges, k_loops)
     inside = set()  # points where those accumulators sit in AGPRs, not VGPRs
     for (a, b), _ in mfma_loops:
         inside.update(range(a + 1, b + 1))
@@ -795,7 +822,8 @@ def _agpr_accumulators(kernel, arch, ranges, loops) -> set:
     loop edges (``v_accvgpr_write`` at the top of each trip, ``v_accvgpr_read`` at its
     end) and loads them straight into AGPRs: an accumulator costs one AGPR and no VGPR
     (one-wave ``microbench.mfma_gemm``: hipcc 15 counts 9 VGPRs + 16 AGPRs for 32x32x2,
-    9 + 4 for 16x16x4, as this rule does)."""
+    9 + 4 for 16x16x4, as this rule does). ``loops`` are the spans of every ``For``,
+    one-trip loops included (see the module docstring)."""
     a = get_arch(arch)
     if not a.mfma_passes or a.vgprs_per_lane <= 256:
         return set()

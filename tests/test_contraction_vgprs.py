@@ -66,6 +66,17 @@ AGREE = [
     # gathers in the K loop, so hipcc interleaves the 12 fragment reads with the FMAs
     # (7 up front); 80 (5 waves) before the fragment-cap rule, 70 now (7 waves like hipcc)
     (CONV3, "d0_conv2d_0", _k("fma", 16, 32, 64, 2, 4, 8, swizzle="before_fusion", va=1), 68),
+    # MFMA tiles: the 32x64x64 KW2 tile (opt-in, MFMA_OPT_IN) that `tune encoder_layer
+    # --arch gfx90a` picks for its projections and its FFN GEMM when it may (80
+    # estimated, 88 = 72 VGPRs + 16 AGPRs), a 32x64x64 and a 32x32x128 point of the sweep,
+    # and the default 16x16x64 KW4 tile (the default 32x32x32 KW8 tile is pinned above)
+    ("encoder_layer", "d0_matmul_0",
+     _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
+    ("encoder_layer", "d6_matmul_37",
+     _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
+    ("mlp", "d1_matmul_10", _k("mfma", 32, 64, 64, 32, 32, 2), 84),
+    ("conv_add_relu", "d0_conv2d_0", _k("mfma", 16, 16, 64, 16, 16, 4), 32),
+    ("mlp", "d0_matmul_0", _k("mfma", 32, 32, 128, 32, 32, 8), 39),
 ]
 
 #: known gaps (see gpusim.occupancy's docstring): hipcc's scheduler sinks the second half
@@ -81,6 +92,24 @@ GAPS = [
     # the same 64x64x16 tile on the 1x1 conv with a residual: 98 estimated, the sunk-tile
     # rule does not fire here
     ("conv_add_relu", "d0_conv2d_0", _k("fma", 64, 64, 16, 4, 4, 1), 138),
+    # the MFMA_OPT_IN classes: hipcc keeps the next K tile's global loads, the LDS store
+    # addresses and epilogue address parts live across the first tile's MFMAs (64 vs 72
+    # with K = 64, a one-trip K loop; 56 vs 72 for 32x32x64 KW4 with K = 256)
+    ("mlp", "d0_matmul_0", _k("mfma", 64, 64, 32, 32, 32, 1, swizzle="before_fusion"), 72),
+    ("mlp", "d1_matmul_10", _k("mfma", 32, 32, 64, 32, 32, 4), 72),
+    # 32x64x64 KW2 (opt-in since `export --budget 3` picked it and check disagreed): K of
+    # one tile 68 vs 60; two tiles (a one-trip K loop) 68 vs 88; a kept 24-trip loop
+    # 108 vs 88 (80 on gfx940)
+    ("mlp", "d0_matmul_0", _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 60),
+    ("encoder_layer", "d5_matmul_21",
+     _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
+    ("encoder_layer", "d9_matmul_47",
+     _k("mfma", 32, 64, 64, 32, 32, 2, swizzle="after_fusion"), 88),
+    # 32x32x128 KW8 (opt-in): a K loop of 11 trips hipcc keeps and the estimate unrolls
+    # (53 vs 65); a gathered A operand (vec_a 1) whose 64-bit addresses take two VGPRs each
+    # (61 vs 77)
+    ("encoder_layer", "d7_matmul_47", _k("mfma", 32, 32, 128, 32, 32, 8), 65),
+    ("encoder_layer", "d4_matmul_24", _k("mfma", 32, 32, 128, 32, 32, 8, va=1), 77),
 ]
 
 _GRAPHS: dict = {}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpusim.hw import GFX1100, GFX942
+from gpusim.hw import GFX1100, GFX90A, GFX942
 from compiler.cli import main
 from compiler.graph import Graph
 from compiler.models import load_model
@@ -138,11 +138,30 @@ def test_tune_cli_bad_pin_is_a_one_line_error(capsys):
     assert err.startswith("wavefuse: error:") and len(err.strip().splitlines()) == 1
 
 
-def test_mfma_tiles_are_opt_in():
+def test_mfma_tiles_are_default_candidates_on_cdna_except_the_opt_in_ones():
+    """The MFMA tiles whose VGPR estimate meets check's rule are searched by default on
+    CDNA; the MFMA_OPT_IN tiles only with ``--fix mma=mfma``; RDNA gets FMA tiles only."""
+    from compiler.schedule import schedule_space
+    from compiler.schedule.contraction import MFMA_OPT_IN
+    from compiler.search import select_candidates
+
+    def tile(c):
+        k = c.knobs
+        return (k["BM"], k["BN"], k["BK"], k["TM"], k["TN"], k["KW"])
+
     g = load_model("conv_add_relu:c=256,k=64")
     plan = fuse(g)
-    default = tune_dispatches(g, plan.dispatches, GFX942, budget=40)
-    assert {c.knobs["mma"] for c in default[0].candidates} == {"fma"}
+    d = plan.dispatches[0]
+    for arch in (GFX942, GFX90A):   # gfx940 is an alias of gfx942
+        default, _ = select_candidates(schedule_space(g, d, arch), {}, None, 0, d.name)
+        mfma = {tile(c) for c in default if c.knobs["mma"] == "mfma"}
+        assert mfma and not mfma & MFMA_OPT_IN, arch.name
+        pinned, _ = select_candidates(schedule_space(g, d, arch), {"mma": "mfma"}, None, 0,
+                                      d.name)
+        assert {c.knobs["mma"] for c in pinned} == {"mfma"}
+        assert {tile(c) for c in pinned} == mfma | MFMA_OPT_IN, arch.name
+    rdna, _ = select_candidates(schedule_space(g, d, GFX1100), {}, None, 0, d.name)
+    assert {c.knobs["mma"] for c in rdna} == {"fma"}
     pinned = tune_dispatches(g, plan.dispatches, GFX942, budget=4, fixed={"mma": "mfma"})
     assert {c.knobs["mma"] for c in pinned[0].candidates} == {"mfma"}
     verify_dispatches(g, pinned, GFX942)

@@ -101,9 +101,11 @@ def test_small_gemm_sampled_time_within_bound(tiles, wgs):
 
 
 def test_partial_last_round_is_sampled_not_extrapolated_per_workgroup():
-    """CU 0's share of 54 in rounds of 8 ends with a partial round of 6: the sample ends
-    with one too, and only whole rounds are extrapolated."""
-    t, bound, method, full = _sampled_and_full(softmax_rows(4 * 54), 8)
-    assert "ending with a partial round of 6" in method
+    """CU 0's share of 54 in rounds of 4 ends with a partial round of 2: the sample ends
+    with one too, and only whole rounds are extrapolated. (In rounds of 8 this softmax's
+    period, set by the LDS ports the 16 waves share, still moves by ~5% a round after 8
+    rounds, so CU 0's 54 are all simulated and nothing is extrapolated.)"""
+    t, bound, method, full = _sampled_and_full(softmax_rows(4 * 54), 4)
+    assert "ending with a partial round of 2" in method
     assert "and " not in method.split("extrapolated by")[1].split("(")[0]
     assert abs(t - full) / full <= bound * t / full + 1e-9

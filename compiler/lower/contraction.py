@@ -52,8 +52,8 @@ Matrix cores (knob ``mma``, default ``fma``): ``mfma`` gives each wave one TM x 
 the same K-innermost LDS tiles, accumulators in the MFMA layout (``gpusim.program.Mfma``);
 split-K, the swizzle placements and the epilogue work on that layout unchanged in meaning
 (none/after_fusion: epilogue and residual reads per accumulator in the MFMA layout;
-before_fusion: LDS round trip first). CDNA only; opt-in in the schedule space
-(``--fix mma=mfma``, see ``compiler.schedule.contraction``).
+before_fusion: LDS round trip first). CDNA only; in the schedule space by default except
+the tiles ``compiler.schedule.contraction.MFMA_OPT_IN`` lists (``--fix mma=mfma``).
 
 Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
 LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose

@@ -34,7 +34,7 @@ NAME = "contraction"
 @dataclass(frozen=True)
 class Knobs:
     mma: str = knob(D["mma"], "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
-                              "(CDNA only, opt-in)")
+                              "(CDNA only; the tiles in MFMA_OPT_IN only with --fix mma=mfma)")
     BM: int = knob(D["BM"], "block tile rows (M)")
     BN: int = knob(D["BN"], "block tile columns (N)")
     BK: int = knob(D["BK"], "block tile depth (K) per LDS stage")
@@ -64,17 +64,29 @@ TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
 
 #: MFMA tiles (BM, BN, BK, TM, TN, KW): one 32x32 or 16x16 matrix-core block per wave,
 #: KW wave groups splitting K; CDNA only (the same f32 peak as packed FMA on gfx942, twice
-#: the FMA rate on gfx90a, S2/S3), ranked after the FMA tiles by the prior. They are
-#: opt-in (``--fix mma=mfma``): gpusim's VGPR estimate (AGPR accumulators and hoisted
-#: fragment reads modelled) agrees with hipcc 15 within 10% or on the occupancy for 87 of
-#: the 108 (tile, swizzle, arch) points of mlp and conv_add_relu, and within one wave for
-#: all; the rest are the 32x32 tiles with KW <= 4, off by 8-16 VGPRs either way (hipcc's
-#: 64-bit address registers and its scheduling are not modelled), so the occupancy the
-#: search would compare them on is not yet trustworthy there.
+#: the FMA rate on gfx90a, S2/S3), ranked after the FMA tiles by the prior.
 MFMA_TILES = [
     (32, 32, 64, 32, 32, 4), (32, 32, 128, 32, 32, 8), (32, 32, 32, 32, 32, 8),
     (32, 64, 64, 32, 32, 2), (64, 64, 32, 32, 32, 1), (16, 16, 64, 16, 16, 4),
 ]
+
+#: MFMA tiles that stay opt-in (``--fix mma=mfma``); the others are default candidates on
+#: every arch with matrix cores. A tile is a default candidate when gpusim's VGPR estimate
+#: meets ``wavefuse check``'s rule against hipcc on every point of its class that was
+#: compiled: ``tools/vgpr_sweep.py --kinds contraction --mma mfma --per-dispatch 8`` over
+#: its default models (the built-ins and the three ONNX fixtures, gfx90a; 16x16x64 KW4
+#: 127 of 127 points, 32x32x32 KW8 124 of 124), and the ``export --budget 3`` of every
+#: built-in model checked on gfx90a and gfx940 (``tests/test_export_models.py``).
+#: Opt-in, because the estimate misses and the search would rank them on an occupancy
+#: they do not get: 64x64x32 KW1 (4 of 13 sampled points agree) and 32x32x64 KW4 (22 of
+#: 24), where hipcc keeps the next tile's global loads, the LDS store addresses and parts
+#: of the epilogue's addresses live across the first tile's MFMAs (8-28 VGPRs under);
+#: 32x32x128 KW8 (124 of 133: large-K GEMMs of encoder_layer and vit_tiny, 12-32 under,
+#: K loops hipcc keeps that the estimate unrolls, 64-bit gather addresses); 32x64x64 KW2
+#: (8 of 8 sampled, but three points ``export`` picked miss: 68 vs 60 with K of one tile,
+#: 68 vs 88 with two, 108 vs 88 with a kept 24-trip loop).
+MFMA_OPT_IN = {(32, 32, 64, 32, 32, 4), (64, 64, 32, 32, 32, 1), (32, 64, 64, 32, 32, 2),
+               (32, 32, 128, 32, 32, 8)}
 
 
 def _prior(k: dict) -> tuple:
@@ -147,7 +159,8 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             if why and mma == "mfma" and not arch.mfma_passes:
                 if ti or swz != SWIZZLES[0]:
                     continue  # one illegal point says why, not the whole MFMA list
-            opt_in = "mma" if mma == "mfma" else ""
+            opt_in = "mma" if mma == "mfma" and (bm, bn, bk, tm, tn, kw) in MFMA_OPT_IN \
+                else ""
             (illegal if why else legal).append(Candidate(knobs, not why, why, opt_in))
     base = {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1,
             "lds_pad": 4, "vec_a": va, "vec_b": vb, "swizzle": "none"}
