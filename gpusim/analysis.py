@@ -57,6 +57,29 @@ def expr_vars(e, out=None):
     return out
 
 
+def affine_form(e, opaque=None) -> tuple[dict, int]:
+    """``e`` as sum(coefficient x atom) + constant over i32 adds, subtractions and
+    multiplications by constants; any other node (a division, a modulo, a register, an
+    id) is an atom, keyed by ``expr_key``. ``opaque(x)`` true keeps a multiplied ``x`` an
+    atom (the register estimate models LLVM not distributing over some adds); the load
+    merging needs the plain algebra."""
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return {}, e.value
+    if isinstance(e, BinOp) and e.op in ("add", "sub"):
+        (ta, ca), (tb, cb) = affine_form(e.a, opaque), affine_form(e.b, opaque)
+        sign = 1 if e.op == "add" else -1
+        terms = dict(ta)
+        for k, c in tb.items():
+            terms[k] = terms.get(k, 0) + sign * c
+        return {k: c for k, c in terms.items() if c}, ca + sign * cb
+    if isinstance(e, BinOp) and e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, Const) and isinstance(y.value, int) and not (opaque and opaque(x)):
+                t, c = affine_form(x, opaque)
+                return {k: v * y.value for k, v in t.items() if v * y.value}, c * y.value
+    return {expr_key(e): 1}, 0
+
+
 def expr_key(e):
     """A structural key: two expressions with equal keys compute the same value."""
     if isinstance(e, Const):

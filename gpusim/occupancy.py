@@ -159,7 +159,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpusim.analysis import (Uniformity, expr_children, expr_key, expr_vars, stmt_defs,
+from gpusim.analysis import (Uniformity, affine_form, expr_children, expr_key, expr_vars, stmt_defs,
                              stmt_exprs)
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
@@ -187,24 +187,8 @@ def _temps(e, uni: Uniformity, hoisted=frozenset()) -> int:
 
 
 def _affine(e) -> tuple[dict, int]:
-    """``e`` as sum(coefficient x atom) + constant over i32 adds, subtractions and
-    multiplications by constants; any other node (a division, a modulo, a register, an
-    id) is an atom, keyed by ``expr_key``."""
-    if isinstance(e, Const) and isinstance(e.value, int):
-        return {}, e.value
-    if isinstance(e, BinOp) and e.op in ("add", "sub"):
-        (ta, ca), (tb, cb) = _affine(e.a), _affine(e.b)
-        sign = 1 if e.op == "add" else -1
-        terms = dict(ta)
-        for k, c in tb.items():
-            terms[k] = terms.get(k, 0) + sign * c
-        return {k: c for k, c in terms.items() if c}, ca + sign * cb
-    if isinstance(e, BinOp) and e.op == "mul":
-        for x, y in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(y, Const) and isinstance(y.value, int) and not _or_like(x):
-                t, c = _affine(x)
-                return {k: v * y.value for k, v in t.items() if v * y.value}, c * y.value
-    return {expr_key(e): 1}, 0
+    """``analysis.affine_form`` with LLVM's ``or``-like adds kept whole (``_or_like``)."""
+    return affine_form(e, _or_like)
 
 
 def _or_like(e) -> bool:

@@ -21,32 +21,15 @@ from __future__ import annotations
 import dataclasses
 
 from gpusim import program as P
-from gpusim.analysis import Divisibility, expr_key, stmt_defs
+from gpusim.analysis import Divisibility, affine_form, stmt_defs
 
 #: the widest access the pass forms (16 bytes of f32: ``global_load_dwordx4``)
 WIDTH = 4
 
 
 def _affine(e) -> tuple[tuple, int]:
-    """``e`` as (sorted (atom key, coefficient) pairs, constant) over i32 adds,
-    subtractions and multiplications by constants; any other node is an atom."""
-    def go(x):
-        if isinstance(x, P.Const) and isinstance(x.value, int):
-            return {}, x.value
-        if isinstance(x, P.BinOp) and x.op in ("add", "sub"):
-            (ta, ca), (tb, cb) = go(x.a), go(x.b)
-            sign = 1 if x.op == "add" else -1
-            terms = dict(ta)
-            for k, c in tb.items():
-                terms[k] = terms.get(k, 0) + sign * c
-            return {k: c for k, c in terms.items() if c}, ca + sign * cb
-        if isinstance(x, P.BinOp) and x.op == "mul":
-            for u, v in ((x.a, x.b), (x.b, x.a)):
-                if isinstance(v, P.Const) and isinstance(v.value, int):
-                    t, c = go(u)
-                    return {k: m * v.value for k, m in t.items() if m * v.value}, c * v.value
-        return {expr_key(x): 1}, 0
-    terms, const = go(e)
+    """``e``'s affine form (``gpusim.analysis.affine_form``) with hashable terms."""
+    terms, const = affine_form(e)
     return tuple(sorted(terms.items(), key=repr)), const
 
 
