@@ -15,6 +15,7 @@ import importlib
 import pkgutil
 import signal
 import sys
+import warnings
 
 import numpy as np
 
@@ -26,6 +27,13 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 # Error families of the lower layers; looked up by name so the CLI works before (and
 # without) those modules defining them. gpusim and codegen_hip never import compiler.
 _FOREIGN_ERRORS = (("gpusim", "KernelError"), ("codegen_hip", "ExportError"))
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings reach a user of the command as one line, not as a source location and
+    the line of code that raised them."""
+    text = str(message)
+    return f"wavefuse: warning: {text[len('gpusim: '):] if text.startswith('gpusim: ') else text}\n"
 
 
 class UsageError(Exception):
@@ -115,6 +123,15 @@ def _catch_termination() -> dict:
 
 
 def main(argv=None) -> int:
+    previous = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    try:
+        return _main(argv)
+    finally:
+        warnings.formatwarning = previous
+
+
+def _main(argv) -> int:
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

@@ -225,8 +225,9 @@ def _make_cache(py_func):
     try:
         return _Cache(py_func)
     except RuntimeError:  # Numba: "cannot cache function ...: no locator available"
-        where = (f"NUMBA_CACHE_DIR={_config.CACHE_DIR} nor " if _config.CACHE_DIR else "")
-        warnings.warn(f"gpusim: neither {where}{engine_cache_dir()} is a writable folder, so "
+        tried = (f"NUMBA_CACHE_DIR={_config.CACHE_DIR}, " if _config.CACHE_DIR else "")
+        warnings.warn(f"gpusim: no writable folder for the engine cache (tried {tried}"
+                      f"{engine_cache_dir()}), so "
                       f"the simulator engine is compiled again in every process; set "
                       f"NUMBA_CACHE_DIR (or XDG_CACHE_HOME) to a writable folder",
                       RuntimeWarning, stacklevel=2)

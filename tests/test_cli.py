@@ -290,3 +290,16 @@ def test_max_memory_option_and_environment(capsys, monkeypatch):
     code, out, _ = run(capsys, "show", "softmax:rows=4096,cols=1024", "--max-memory", "1M",
                        "--json")  # show computes nothing: no limit to pass
     assert code == 0 and json.loads(out)["primitive_ops"] == 5
+
+
+def test_warnings_reach_the_user_as_one_line(capsys):
+    """A warning raised while a command runs (e.g. gpusim's unwritable engine cache) is one
+    stderr line without a source location, and main() leaves Python's format as it was."""
+    import warnings
+
+    before = warnings.formatwarning
+    line = cli._one_line_warning("gpusim: no writable folder for the engine cache", RuntimeWarning,
+                                 "/x/gpusim/engine_jit.py", 237, "_cache = _make_cache(run.py_func)")
+    assert line == "wavefuse: warning: no writable folder for the engine cache\n"
+    assert cli.main(["models"]) == 0
+    assert warnings.formatwarning is before
