@@ -32,6 +32,9 @@ from rich.table import Table
 
 from .export import ExportError
 from .names import c_identifier
+from gpusim.errors import KernelError
+from gpusim.occupancy import residency
+
 from .simfacts import SIM_FORMAT, TARGET_ARCH, sim_info as _sim_info, vgpr_occupancy
 
 #: archs the installed clang does not know, and the one with the same ISA it checks instead.
@@ -59,6 +62,8 @@ _META = {"vgprs": r"^\s+\.vgpr_count:\s+(\d+)", "agprs": r"^\s+\.agpr_count:\s+(
          "sgprs": r"^\s+\.sgpr_count:\s+(\d+)",
          "lds_bytes": r"^\s+\.group_segment_fixed_size:\s+(\d+)",
          "scratch_bytes": r"^\s+\.private_segment_fixed_size:\s+(\d+)",
+         "vgpr_spills": r"^\s+\.vgpr_spill_count:\s+(\d+)",
+         "sgpr_spills": r"^\s+\.sgpr_spill_count:\s+(\d+)",
          "occupancy": r"^; Occupancy:\s+(\d+)"}
 
 
@@ -221,6 +226,10 @@ def _sidecar(p: Path) -> dict:
     est = info.get("estimated_vgprs")
     if est is not None and (not isinstance(est, int) or isinstance(est, bool) or est < 0):
         problems.append("estimated_vgprs")
+    for key in ("waves_per_eu", "block"):
+        val = info.get(key)
+        if val is not None and (not isinstance(val, int) or isinstance(val, bool) or val < 1):
+            problems.append(key)
     for a in info.get("accesses") or []:
         if not (isinstance(a, dict) and a.get("space") in ("global", "lds")
                 and a.get("op") in ("load", "store") and isinstance(a.get("bytes"), int)
@@ -411,6 +420,21 @@ def _split_pieces(ir: list, isa: dict) -> dict:
     return {b: min(w for w in kept if w > b) for b in narrow}
 
 
+def _same_residency(info: dict, est: int, vgprs: int, target: str):
+    """The workgroups per CU when the estimate and hipcc's count give the same number
+    (with the sidecar's workgroup size and LDS bytes), else None: the simulator's timing
+    depends on the residency, not on the VGPR-limited count by itself."""
+    if not isinstance(info.get("block"), int):
+        return None
+    arch = TARGET_ARCH[target]
+    try:
+        sim = residency(info["block"], info["lds_bytes"], est, arch)
+        isa = residency(info["block"], info["lds_bytes"], vgprs, arch)
+    except KernelError:
+        return None
+    return sim.workgroups_per_cu if sim.workgroups_per_cu == isa.workgroups_per_cu else None
+
+
 def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[dict]:
     """Every disagreement between the compiled ISA and what the simulator assumed.
 
@@ -446,10 +470,21 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
         info = infos.get(kname)
         if info is None:
             continue  # a .hip without a sidecar: compiled, nothing to compare against
+        pin = info.get("waves_per_eu")
+        pinned = (f" to fit the pinned {pin} waves per SIMD (amdgpu_waves_per_eu): the VGPR "
+                  f"estimate {info.get('estimated_vgprs')} is below what LLVM can fit"
+                  if pin else "")
         if e.get("scratch_bytes"):
+            spills = f", {e['vgpr_spills']} VGPRs spilled" if e.get("vgpr_spills") else ""
             add("scratch", 0, e["scratch_bytes"],
-                f"{e['scratch_bytes']} B of scratch (register spills or a private array); "
-                "the simulator assumes none")
+                f"{e['scratch_bytes']} B of scratch (register spills or a private array"
+                f"{spills}){pinned}; the simulator assumes none")
+        elif e.get("vgpr_spills"):
+            # on gfx90a/gfx940 LLVM spills VGPRs into free AGPRs first: no scratch, but
+            # copies the simulator does not count, in the register file it sized
+            add("spills", 0, e["vgpr_spills"],
+                f"{e['vgpr_spills']} VGPRs spilled (into AGPRs, no scratch){pinned}; the "
+                "simulator assumes no spills")
         if e.get("lds_bytes") != info.get("lds_bytes"):
             add("lds_bytes", info.get("lds_bytes"), e.get("lds_bytes"),
                 f"LDS {e.get('lds_bytes')} B in the ISA, {info.get('lds_bytes')} B in the IR")
@@ -514,11 +549,22 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
             e["sim_vgprs"] = est
             e["sim_vgpr_occupancy"] = occ_s
             close = abs(est - e["vgprs"]) <= VGPR_AGREEMENT_REL * e["vgprs"]
-            if abs(occ_c - occ_s) > OCCUPANCY_TOLERANCE and not close:
-                add("occupancy", occ_s, occ_c,
-                    f"VGPR-limited occupancy {occ_c} waves/SIMD from the compiler's {e['vgprs']} "
-                    f"VGPRs vs {occ_s} from the simulator's estimate of {est}, which is off by "
-                    f"more than {VGPR_AGREEMENT_REL:.0%}")
+            if pin and occ_c < pin:
+                add("pin", pin, occ_c,
+                    f"hipcc's {e['vgprs']} VGPRs allow {occ_c} waves/SIMD, below the pinned "
+                    f"amdgpu_waves_per_eu({pin}): the compiler did not honour the pin")
+            elif abs(occ_c - occ_s) > OCCUPANCY_TOLERANCE and not close:
+                msg = (f"VGPR-limited occupancy {occ_c} waves/SIMD from the compiler's "
+                       f"{e['vgprs']} VGPRs vs {occ_s} from the simulator's estimate of {est}, "
+                       f"which is off by more than {VGPR_AGREEMENT_REL:.0%}")
+                same = _same_residency(info, est, e["vgprs"], real)
+                if same is not None:
+                    add("occupancy", occ_s, occ_c,
+                        msg + f"; both allow the {same} workgroups per CU the simulator "
+                        "ran (its LDS or workgroup limit binds first), so the prediction "
+                        "stands", severity="warning")
+                else:
+                    add("occupancy", occ_s, occ_c, msg)
             tol = max(VGPR_TOLERANCE_ABS, VGPR_TOLERANCE_REL * e["vgprs"])
             if abs(est - e["vgprs"]) > tol:
                 add("vgprs", est, e["vgprs"],

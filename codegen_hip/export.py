@@ -319,10 +319,12 @@ def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: 
     (tmp / MARKER).write_text(json.dumps({"title": plan.title, "arch": plan.arch.name}) + "\n")
     for k, c_name in plan.kernels:
         kc = counters.get(k.name)
-        src = emit_kernel(k, plan.arch, c_name=c_name, counters=kc)
-        _inside(tmp, tmp / f"{c_name}.hip").write_text(src)
         info = sim_info(k, plan.arch, c_name=c_name, counters=kc,
                         estimated_vgprs=(kc or {}).get("vgprs") if isinstance(kc, dict) else None)
+        # pinned at the simulated residency, so hipcc allocates within it (emit_kernel)
+        src = emit_kernel(k, plan.arch, c_name=c_name, counters=kc,
+                          waves_per_eu=info["waves_per_eu"])
+        _inside(tmp, tmp / f"{c_name}.hip").write_text(src)
         _inside(tmp, tmp / f"{c_name}.sim.json").write_text(json.dumps(info, indent=2) + "\n")
         sources.append(f"{c_name}.hip")
     (tmp / "main.hip").write_text(main_hip(plan))

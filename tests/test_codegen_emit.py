@@ -273,9 +273,37 @@ def test_compare_agrees_and_flags_each_kind_of_disagreement():
     found = compare({"kernels": [bad]}, None, {"elementwise_f4": info})
     assert sorted((d["what"], d["severity"]) for d in found) == [
         ("global_load_width", "error"), ("global_load_width", "error"), ("lds_bytes", "error"),
-        ("occupancy", "error"), ("scratch", "error"), ("vgprs", "warning")]
+        ("pin", "error"), ("scratch", "error"), ("vgprs", "warning")]
+    # the sidecar pinned 8 waves (amdgpu_waves_per_eu); an unpinned one is judged on occupancy
+    assert info["waves_per_eu"] == 8
+    unpinned = {**info, "waves_per_eu": None}
+    found = compare({"kernels": [bad]}, None, {"elementwise_f4": unpinned})
+    assert ("occupancy", "error") in [(d["what"], d["severity"]) for d in found]
     failed = compare({"kernels": [_entry(rc=1, stderr="k.hip:3: error: oops")]}, None, {})
     assert failed[0]["what"] == "compile" and "oops" in failed[0]["message"]
+
+
+def test_compare_reports_spills_and_weighs_occupancy_by_residency():
+    """Spills into AGPRs (no scratch) are a disagreement; a VGPR-limited occupancy
+    difference that leaves the simulated workgroups per CU unchanged (LDS binds first) is
+    a warning: the prediction's residency holds."""
+    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8)
+    found = compare({"kernels": [_entry(vgpr_spills=3)]}, None, {"elementwise_f4": info})
+    assert [(d["what"], d["severity"]) for d in found] == [("spills", "error")]
+    assert "pinned 8 waves" in found[0]["message"]
+    # 1024 threads and 40 KiB of LDS: one workgroup per CU (4 waves per SIMD) whatever
+    # the VGPRs allow, so 64 (8 waves) against 84 (5 waves) changes no residency
+    lds = {**info, "block": 1024, "lds_bytes": 40960, "estimated_vgprs": 64, "waves_per_eu": 4}
+    e = _entry(vgprs=84, lds_bytes=40960)
+    found = compare({"kernels": [e]}, None, {"elementwise_f4": lds})
+    assert [(d["what"], d["severity"]) for d in found] == [("occupancy", "warning")]
+    # without the LDS, 64 VGPRs run two such workgroups and 84 one: an error
+    found = compare({"kernels": [_entry(vgprs=84)]}, None,
+                    {"elementwise_f4": {**lds, "lds_bytes": 0, "waves_per_eu": 8}})
+    assert ("pin", "error") in [(d["what"], d["severity"]) for d in found]
+    found = compare({"kernels": [_entry(vgprs=84)]}, None,
+                    {"elementwise_f4": {**lds, "lds_bytes": 0, "waves_per_eu": None}})
+    assert ("occupancy", "error") in [(d["what"], d["severity"]) for d in found]
 
 
 def test_vgpr_occupancy_table():
