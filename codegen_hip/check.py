@@ -149,6 +149,11 @@ def parse_asm(text: str) -> dict:
     widths = {"global_load": {}, "global_store": {}, "lds_load": {}, "lds_store": {}}
     paired = {k: {} for k in widths}  # of those widths, how many are adjacent ds_*2 pairs
     for name, n in mem.items():
+        if name.startswith("buffer_"):
+            # the emitted kernels address memory through pointers (global_*); hipcc uses a
+            # buffer resource only for the private segment: these are register spills
+            # ("Folded Spill/Reload"), reported as scratch, not IR accesses of that width
+            continue
         acc = _access_bytes(name)
         if acc is None:
             continue
@@ -165,7 +170,7 @@ def parse_asm(text: str) -> dict:
         "widths": {k: dict(sorted(v.items())) for k, v in widths.items()},
         "paired_widths": {k: dict(sorted(v.items())) for k, v in paired.items() if v},
         "flat_insts": sum(v for k, v in mem.items() if k.startswith("flat_")),
-        "scratch_insts": sum(v for k, v in mem.items() if k.startswith("scratch_")),
+        "scratch_insts": sum(v for k, v in mem.items() if k.startswith(("scratch_", "buffer_"))),
         "valu_insts": sum(v for k, v in insts.items() if k.startswith("v_")),
         "salu_insts": sum(v for k, v in insts.items() if k.startswith("s_")),
         "cross_lane_insts": sum(v for k, v in insts.items()

@@ -150,6 +150,32 @@ def test_export_contents(tmp_path):
     assert oct(out.stat().st_mode & 0o777) != oct(0o700)
 
 
+def test_exported_kernel_pins_the_simulated_residency(tmp_path):
+    """The .hip carries amdgpu_waves_per_eu at the waves per SIMD the simulator's
+    occupancy runs (its sidecar says which), behind a macro nvcc sees as empty."""
+    from gpusim.occupancy import occupancy
+    out = _simple_project(tmp_path)
+    info = json.loads((out / "elementwise_f4.sim.json").read_text())
+    want = occupancy(ck.elementwise_f4(), "gfx942").waves_per_eu
+    assert info["waves_per_eu"] == want
+    src = (out / "elementwise_f4.hip").read_text()
+    assert f"__launch_bounds__(256) WF_WAVES_PER_EU({want})" in src
+    assert "#if defined(__HIP__)\n#define WF_WAVES_PER_EU(w) __attribute__((amdgpu_waves_per_eu(w)))" in src
+    assert f"Occupancy pinned at {want} waves per SIMD" in src.split("#include")[0]
+    assert "WF_WAVES_PER_EU" not in emit_kernel(ck.elementwise_f4())   # unpinned by default
+
+
+def test_waves_per_eu_is_the_busiest_simds_share_of_resident_workgroups():
+    """A 512-thread workgroup with 7 waves' worth of VGPRs runs 3 per CU: 6 waves per
+    SIMD (ViT-B/16's projection, 71 VGPRs); 256 threads run 7; an LDS-bound 1024-thread
+    workgroup runs alone: 4."""
+    from gpusim.occupancy import residency
+    assert residency(512, 16384, 71, "gfx942").waves_per_eu == 6
+    assert residency(256, 6144, 71, "gfx942").waves_per_eu == 7
+    assert residency(1024, 40960, 64, "gfx90a").waves_per_eu == 4
+    assert residency(64, 0, 8, "gfx90a").waves_per_eu == 8
+
+
 def test_export_refuses_non_empty_dir_without_force(tmp_path):
     target = tmp_path / "proj"
     _simple_project(tmp_path)

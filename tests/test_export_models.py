@@ -41,6 +41,10 @@ def test_export_compiles_and_agrees_with_simulator(model, extra, tmp_path, capsy
                                                      for d in report["disagreements"]]
     entries = report["kernels"]
     assert len(entries) == 2 * len(exported["kernels"])   # gfx90a and gfx940
+    for k in exported["kernels"]:
+        # pinned at the simulated residency; check's "pin" rule saw hipcc honour it
+        w = json.loads((out / f"{k}.sim.json").read_text())["waves_per_eu"]
+        assert f"WF_WAVES_PER_EU({w})" in (out / f"{k}.hip").read_text()
     for e in entries:
         assert e["rc"] == 0, e.get("stderr")
         assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
