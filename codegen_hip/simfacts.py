@@ -84,12 +84,15 @@ def _gpusim_vgprs(kernel: Kernel, arch: Arch):
 
 
 def sim_info(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH, *, c_name: str | None = None,
-             counters: dict | None = None, estimated_vgprs: int | None = None) -> dict:
+             counters: dict | None = None, estimated_vgprs: int | None = None,
+             pin: bool = False) -> dict:
     """The sidecar contents for one kernel (``arch``: a name is resolved here, the
     package's entry point).
 
     ``estimated_vgprs`` overrides gpusim's estimate (e.g. from a SimResult's ``.vgprs``);
     ``counters`` are the simulator's predicted counters, kept for the record.
+    ``pin``: the source is emitted with ``amdgpu_waves_per_eu`` (``pinned_waves``); the
+    sidecar's ``waves_per_eu`` says at what, so ``check`` can hold hipcc to it.
     """
     arch = get_arch(arch)
     if estimated_vgprs is None:
@@ -111,7 +114,7 @@ def sim_info(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH, *, c_name: str | N
                                      if estimated_vgprs is not None else None),
         # the amdgpu_waves_per_eu the emitted source carries (None: emitted unpinned)
         "waves_per_eu": (pinned_waves(kernel, arch, estimated_vgprs)
-                         if estimated_vgprs is not None else None),
+                         if pin and estimated_vgprs is not None else None),
         "counters": {k: (float(v) if isinstance(v, float) else v)
                      for k, v in (counters or {}).items()
                      if isinstance(v, (int, float, str, bool))},

@@ -154,7 +154,10 @@ def test_exported_kernel_pins_the_simulated_residency(tmp_path):
     """The .hip carries amdgpu_waves_per_eu at the waves per SIMD the simulator's
     occupancy runs (its sidecar says which), behind a macro nvcc sees as empty."""
     from gpusim.occupancy import occupancy
-    out = _simple_project(tmp_path)
+    plain = _simple_project(tmp_path, name="plain")   # unpinned unless asked
+    assert json.loads((plain / "elementwise_f4.sim.json").read_text())["waves_per_eu"] is None
+    assert "WF_WAVES_PER_EU" not in (plain / "elementwise_f4.hip").read_text()
+    out = _simple_project(tmp_path, pin_occupancy=True)
     info = json.loads((out / "elementwise_f4.sim.json").read_text())
     want = occupancy(ck.elementwise_f4(), "gfx942").waves_per_eu
     assert info["waves_per_eu"] == want
@@ -292,7 +295,8 @@ def _entry(**kw):
 
 
 def test_compare_agrees_and_flags_each_kind_of_disagreement():
-    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8)
+    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8,
+                    pin=True)
     assert compare({"kernels": [_entry()]}, None, {"elementwise_f4": info}) == []
     bad = _entry(scratch_bytes=64, lds_bytes=128, vgprs=200,
                  widths={"global_load": {4: 4}, "global_store": {16: 1}, "lds_load": {}, "lds_store": {}})
@@ -313,7 +317,8 @@ def test_compare_reports_spills_and_weighs_occupancy_by_residency():
     """Spills into AGPRs (no scratch) are a disagreement; a VGPR-limited occupancy
     difference that leaves the simulated workgroups per CU unchanged (LDS binds first) is
     a warning: the prediction's residency holds."""
-    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8)
+    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8,
+                    pin=True)
     found = compare({"kernels": [_entry(vgpr_spills=3)]}, None, {"elementwise_f4": info})
     assert [(d["what"], d["severity"]) for d in found] == [("spills", "error")]
     assert "pinned 8 waves" in found[0]["message"]
