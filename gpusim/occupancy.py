@@ -105,6 +105,15 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   It is an occupancy choice of LLVM's scheduler, not a fixed order: the same kernel with
   ``amdgpu_waves_per_eu(6)`` compiles for gfx940 to 78 VGPRs with 10 of 12 reads up
   front, so modelling it means modelling the occupancy target the scheduler sets.
+  ``wavefuse export --pin-occupancy`` sets that target instead: each kernel carries
+  ``amdgpu_waves_per_eu(W)``, W = ``Occupancy.waves_per_eu`` (the busiest SIMD's share of
+  the workgroups the simulator keeps resident: 6 for ViT's projection, whose 512-thread
+  workgroups run 3 per CU at 71 VGPRs), and hipcc 5.2 allocates 78 on both targets there
+  without spilling, 68 / 70 for ResNet-50's 16x32x32 KW 4 tiles of K = 576 at W = 7
+  (82 unpinned on gfx940). The pin is only as good as the estimate is achievable: the
+  same tile with K = 64 or 128 (straight-line K) is estimated at 72 (W = 7) where hipcc
+  takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6) spills
+  one, so the pin is opt-in (README, note f of "Whole models at full size").
   A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
