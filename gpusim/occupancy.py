@@ -113,7 +113,14 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   (82 unpinned on gfx940). The pin is only as good as the estimate is achievable: the
   same tile with K = 64 or 128 (straight-line K) is estimated at 72 (W = 7) where hipcc
   takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6) spills
-  one, so the pin is opt-in (README, note f of "Whole models at full size").
+  one, so the pin is opt-in (README, note f of "Whole models at full size"). hipcc's
+  ISA of the K = 64 tile holds thread-id values shared by the first tile's and the next
+  tile's addresses (``tid / 4``, the LDS store addresses) from the prologue to the second
+  tile's stores; a value-numbering rule for straight-line kernels (a per-lane value
+  several statements compute held from the first to the last) gives 78 there (hipcc 78)
+  and 89 for the stem (85, the same 5 waves), but 65 of the sweep's 90 FMA points
+  (bert's 16x32x32 KW 4 tiles of K = 64 come out 76 where hipcc takes 68), so it is
+  not adopted.
   A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
