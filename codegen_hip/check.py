@@ -9,6 +9,13 @@ more registers. ``check_dir`` compiles every kernel (device only, to assembly, o
 process per kernel and arch, in parallel threads) and ``compare`` lists each such
 disagreement, so the simulator's numbers are only trusted where the ISA backs them.
 
+Occupancy is judged by what the simulator's timing uses: a VGPR-limited occupancy that
+differs (beyond ``check``'s rule) is an error when it changes the workgroups per CU the
+simulator ran, a warning when the LDS or workgroup limit binds first. A kernel exported
+with ``--pin-occupancy`` carries ``amdgpu_waves_per_eu`` (its sidecar's ``waves_per_eu``):
+hipcc then allocates within that occupancy or spills, and both a spill (scratch, or VGPRs
+spilled into AGPRs) and a count below the pin are disagreements.
+
 Counts are static: instructions in the assembly, not executed instructions.
 The installed clang (15) does not know gfx942; gfx940 has the same CDNA3 ISA, so gfx942
 is checked as gfx940 and the report says so.
@@ -444,8 +451,10 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
     """Every disagreement between the compiled ISA and what the simulator assumed.
 
     Each item has a ``severity``: "error" for what changes the simulator's numbers (widths,
-    LDS bytes, scratch, occupancy beyond its tolerance, compile failures), "warning" for a
-    VGPR estimate off by more than its tolerance while occupancy still agrees.
+    LDS bytes, scratch and spills, occupancy beyond its tolerance that changes the
+    workgroups per CU, a pinned occupancy hipcc did not reach, compile failures),
+    "warning" for a VGPR estimate off by more than its tolerance while occupancy still
+    agrees, or an occupancy difference the LDS or workgroup limit makes moot.
 
     ``sim_info`` maps a kernel's C name to its sidecar dict; ``kernels`` (IR kernels, in
     the same order names were given at export, or a {c_name: Kernel} dict) fills in
