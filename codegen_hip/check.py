@@ -177,7 +177,8 @@ def parse_asm(text: str) -> dict:
         "widths": {k: dict(sorted(v.items())) for k, v in widths.items()},
         "paired_widths": {k: dict(sorted(v.items())) for k, v in paired.items() if v},
         "flat_insts": sum(v for k, v in mem.items() if k.startswith("flat_")),
-        "scratch_insts": sum(v for k, v in mem.items() if k.startswith(("scratch_", "buffer_"))),
+        "scratch_insts": sum(v for k, v in mem.items()
+                             if k.startswith(("scratch_", "buffer_"))),
         "valu_insts": sum(v for k, v in insts.items() if k.startswith("v_")),
         "salu_insts": sum(v for k, v in insts.items() if k.startswith("s_")),
         "cross_lane_insts": sum(v for k, v in insts.items()
