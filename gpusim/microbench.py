@@ -372,6 +372,38 @@ def lds_burst(reads: int, stride_bytes: int, width: int = 1, grid: int = HARNESS
                   body=tuple(body), lds=(LdsArray("s", "i32", (words,)),))
 
 
+#: pyhip's LDS bank test (github tingqli/pyhip, tests/bank-conflict: README.md's "LDS bank
+#: size" results on MI300, test.py's ``test_lds_bank_size``, dsread_test.cpp's ``dsread_test``):
+#: one workgroup of 1024 threads, a 64 KiB ``__shared__ uint32_t lds_mem[16384]``, 10000 reads
+PYHIP_WORDS = 16384
+PYHIP_BLOCK = 1024
+PYHIP_ITERS = 10000
+
+
+def lds_bank_sweep(stride_dword: int, iters: int = PYHIP_ITERS, block: int = PYHIP_BLOCK,
+                   words: int = PYHIP_WORDS) -> Kernel:
+    """pyhip's ``dsread_test`` kernel (its LDS bank test) as its source writes it: one
+    workgroup fills a ``words``-dword LDS array from global memory (``for i = tid; i < words;
+    i += blockDim``; no barrier follows, as in the source), then each thread does ``sum +=
+    lds[idx + (n & sm)]`` ``iters`` times with ``idx = (tid & 63) * stride_dword`` (``sm`` = 0:
+    the same word every iteration) and thread 0 stores the sum. The harness reads ``idx``
+    from a global table; here it is computed (one integer op, outside the loop). The
+    harness times the launch with HIP events, launch included; with 16 waves on 4 SIMDs the
+    LDS is saturated, so the time is the LDS's throughput at the stride's conflict degree.
+    ``idx`` wraps at ``words`` (the published strides 512 and 1024 read past the array; they
+    are not compared)."""
+    j, n, acc, idx, d, v = (Var(x, "i32") for x in ("j", "n", "acc", "idx", "d", "v"))
+    body = (For(j, thread_id(), i32(words), block,
+                (Load((d,), "data", j), LdsStore("s", j, (d,)))),
+            Assign(idx, (lane() * stride_dword) % words),
+            Assign(acc, i32(0)),
+            For(n, 0 * block_id(), i32(iters), 1, (LdsLoad((v,), "s", idx), Assign(acc, acc + v))),
+            If(thread_id() < 1, (Store("out", thread_id(), (acc,)),)))
+    return Kernel(f"lds_bank_sweep_s{stride_dword}",
+                  (Buffer("data", "i32", (words,)), Buffer("out", "i32", (1,), "out")),
+                  grid=1, block=block, body=body, lds=(LdsArray("s", "i32", (words,)),))
+
+
 def empty_kernel(block: int = 64) -> Kernel:
     """One store per thread of one workgroup: the launch overhead test."""
     return Kernel("empty", (Buffer("out", "f32", (block,), "out"),), grid=1, block=block,
