@@ -289,7 +289,8 @@ def _specs():
 
 #: Rows the model does not reach, with the reason. They stay in the table (and in the
 #: test, which asserts they are still out in the stated direction) so nobody mistakes them
-#: for agreement. Both are the same effect, found in the harness's source (S11,
+#: for agreement. Two effects (``GAP_DIRECTION`` says which way each misses). nod-ai's
+#: 32-way MI300X row and RDNA3's conflict ratio are one, found in the harness's source (S11,
 #: bench/lds_phase_mask.hip.cpp): it launches 4096 one-wave workgroups of ~32 KiB of LDS, so
 #: they stream through each CU's two workgroup slots, each replacement filling its array and
 #: launching while the other slot reads alone; the published per-thread time is an average
@@ -306,28 +307,35 @@ LDS_PAIR_GAP = ("co-resident workgroups: gpusim times one round, the pair in loc
                 "workgroups, measured ~1.6 on MI300X; the overlap depends on unpublished LDS "
                 "arbitration")
 #: pyhip's LDS bank sweep (one 1024-thread workgroup: 16 waves keep both SIMD pairs' LDS
-#: accesses queued, so its time is the LDS's throughput) at the 2.1 GHz engine clock costs
-#: 2.95 * w cycles per wave-read for a w-way conflict (w = 2..32: 6.2, 11.9, 23.7, 47.3,
-#: 94.5; the harness reports no clock), that is ~1.48 clocks per bank pass (a w-way b32
-#: read is w passes per half-wave); gpusim charges 1, so it predicts 0.68-0.70 of every
-#: conflicted row. Its conflict-free rows, the port floor of nod-ai's conflict-free rows,
-#: agree (0.92). The clock is taken as 2.1 GHz: one workgroup on one CU is far from any
-#: power limit, and the conflict-free reads bound it from below (at 4.70 cycles per
-#: wave-read they cannot be under the 4-cycle port floor nod-ai measured in shader
-#: cycles, so the clock was >= ~1.8 GHz and a pass costs >= ~1.26 clocks). A reading of
-#: the shader clock during the test (s_memtime against s_memrealtime) would refute it.
-#: Hypothesis tested and rejected (ldscal branch, a per-arch ``lds_bank_pass_clocks`` in
-#: ``exec_lds`` scaling every bank pass): calibrated on strides 8 and 32 (1.475) it brings
-#: pyhip's conflicted rows to 0.96-1.00 but sends nod-ai's conflicted MI300X rows (2-way,
-#: 8-way, 32-way b32, 16-way b64, 8-way b128) to 1.42/1.67/1.78/1.69/1.57 timed in one round
-#: and 1.42/1.22/1.40/1.35/1.23 timed over the harness's 4096-workgroup stream; charged
-#: only while the two pairs contend, 1.41/0.98/1.26/1.23/1.11 (stream). nod-ai alone fits a
-#: pass of ~1.1 clocks over the stream (every row in, 0.91-1.09) or ~0.9 in one round, and
-#: nod-ai's 2-way read costs 14% over conflict-free where pyhip's costs 32%: for any pass
-#: cost >= 1.2 its 2-way row is out. No clock and pass cost fits both harnesses within the
-#: model's SIMD-pair ports and shared banks; something that differs between 16 waves on
-#: one CU and two one-wave workgroups (a per-wave LDS issue limit, the arbitration between
-#: the pairs) is not modelled, and nothing published separates the candidates.
+#: accesses queued, so its time is the LDS's throughput). At the 2.1 GHz engine clock a
+#: w-way conflicted read costs 2.95 * w cycles per wave-read (w = 2..32: 6.2, 11.9, 23.7,
+#: 47.3, 94.5), ~1.48 clocks per bank pass (a w-way b32 read is w passes per half-wave);
+#: gpusim charges 1, so it predicts 0.68-0.70 of every conflicted row. The conflict-free
+#: rows (4.70 cycles per wave-read, the two pairs' ports: nod-ai's conflict-free rows set
+#: them) agree at 0.92. The harness reports no clock; it is taken as 2.1 GHz because one
+#: workgroup on one CU is far from any power limit, and the conflict-free rows bound it
+#: from below: their 4.70 cycles cannot be under the 4-cycle port floor that nod-ai
+#: measured in shader cycles, so the clock was >= ~1.8 GHz and a pass costs >= ~1.26
+#: clocks. A reading of the shader clock during the test (s_memtime against
+#: s_memrealtime) would refute it.
+#: Tested and rejected: a per-arch clocks-per-bank-pass constant (multiplying each
+#: access's bank passes in ``engine.exec_lds``; not kept). Calibrated on pyhip's strides 8
+#: and 32 (1.475) it brings pyhip's conflicted rows to 0.96-1.00 but sends nod-ai's
+#: conflicted MI300X rows (2-way, 8-way, 32-way b32, 16-way b64, 8-way b128) to
+#: 1.42/1.67/1.78/1.69/1.57 timed in one round, 1.42/1.22/1.40/1.35/1.23 timed over the
+#: harness's 4096-workgroup stream, and 1.41/0.98/1.26/1.23/1.11 (stream) when charged only
+#: while the two pairs contend. nod-ai alone fits a pass of ~1.1 clocks over the stream
+#: (every row in, 0.91-1.09) or ~0.9 in one round: its 2-way read costs 14% more than
+#: its conflict-free read where pyhip's costs 32% more, and for any pass cost >= 1.2 its
+#: 2-way row is out (1.18 in one round or the stream; 1.23 at 1.26, the lowest cost the
+#: clock bound allows). Timing the stream alone (pass = 1) brings nod-ai's 32-way row in
+#: (0.93) but pushes its 8-way b128 row (0.85) and both RDNA3 ratios (0.78, 0.65) out. The
+#: RDNA3 rows have no pyhip counterpart, so a pass cost there would be an ASSUMPTION
+#: carried over (at 1.475 in one round their 32-way ratio goes to 1.89); gfx90a has no
+#: conflict rows. So no clock and pass cost fits both harnesses within the model's
+#: SIMD-pair ports and shared banks: something that differs between 16 waves on one CU
+#: and two one-wave workgroups (a per-wave LDS issue limit, the arbitration between the
+#: pairs) is not modelled, and nothing published tells the candidates apart.
 PYHIP_PASS_GAP = ("saturated LDS (16 waves, both SIMD pairs): MI300X measured ~1.48 clocks "
                   "per conflicted bank pass at 2.1 GHz, gpusim charges 1; a per-pass cost "
                   "fitted here sends nod-ai's conflicted rows 1.2-1.8 over (fidelity.py)")
