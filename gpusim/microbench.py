@@ -8,6 +8,8 @@ LDS-tiled matmul, and a matrix-core GEMM (``mfma_gemm``, CDNA only).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from gpusim.program import (
     MFMA_SHAPES, Assign, Barrier, Buffer, For, If, Kernel, LdsArray, LdsLoad, LdsStore, Load,
     Mfma, Scalar,
@@ -380,28 +382,42 @@ PYHIP_BLOCK = 1024
 PYHIP_ITERS = 10000
 
 
-def lds_bank_sweep(stride_dword: int, iters: int = PYHIP_ITERS, block: int = PYHIP_BLOCK,
-                   words: int = PYHIP_WORDS) -> Kernel:
-    """pyhip's ``dsread_test`` kernel (its LDS bank test) as its source writes it: one
-    workgroup fills a ``words``-dword LDS array from global memory (``for i = tid; i < words;
-    i += blockDim``; no barrier follows, as in the source), then each thread does ``sum +=
-    lds[idx + (n & sm)]`` ``iters`` times with ``idx = (tid & 63) * stride_dword`` (``sm`` = 0:
-    the same word every iteration) and thread 0 stores the sum. The harness reads ``idx``
-    from a global table; here it is computed (one integer op, outside the loop). The
-    harness times the launch with HIP events, launch included; with 16 waves on 4 SIMDs the
-    LDS is saturated, so the time is the LDS's throughput at the stride's conflict degree.
-    ``idx`` wraps at ``words`` (the published strides 512 and 1024 read past the array; they
-    are not compared)."""
-    j, n, acc, idx, d, v = (Var(x, "i32") for x in ("j", "n", "acc", "idx", "d", "v"))
+def lds_bank_sweep(stride_dword: int = 0, iters: int = PYHIP_ITERS, block: int = PYHIP_BLOCK,
+                   words: int = PYHIP_WORDS, width: int = 1) -> Kernel:
+    """pyhip's ``dsread_test`` kernels (its LDS bank test) as their source writes them: one
+    workgroup fills a ``words``-dword LDS array from global memory (``for i = tid; i <
+    words; i += blockDim``; no barrier follows, as in the source), reads its lane's element
+    index from a 64-entry table (``indices[tid & 63]``), then does ``sum += lds[idx + (n &
+    sm)]`` ``iters`` times (``sm`` = 0: the same element every iteration) and thread 0 stores
+    the sum. ``width`` dwords per element: 1 ``dsread_test`` (ds_read_b32), 2
+    ``dsread_testx2`` (uint2, ds_read_b64), 4 ``dsread_testx4`` (uint4, ds_read_b128).
+    The harness times the launch with HIP events, launch included; with 16 waves on 4 SIMDs
+    the LDS is saturated, so the time is the LDS's throughput for the lanes' pattern.
+    ``stride_dword`` is the data of the bank-size sweep (``indices = lane * stride``); its
+    table wraps at the array (the published strides 512 and 1024 read past it; they are not
+    compared)."""
+    j, n, acc, idx, addr, d = (Var(x, "i32") for x in ("j", "n", "acc", "idx", "addr", "d"))
+    regs = tuple(Var(f"v{c}", "i32") for c in range(width))
+    total = regs[0]
+    for r in regs[1:]:
+        total = total + r
     body = (For(j, thread_id(), i32(words), block,
                 (Load((d,), "data", j), LdsStore("s", j, (d,)))),
-            Assign(idx, (lane() * stride_dword) % words),
+            Load((idx,), "indices", lane()),
+            Assign(addr, idx * width),
             Assign(acc, i32(0)),
-            For(n, 0 * block_id(), i32(iters), 1, (LdsLoad((v,), "s", idx), Assign(acc, acc + v))),
+            For(n, 0 * block_id(), i32(iters), 1,
+                (LdsLoad(regs, "s", addr), Assign(acc, acc + total))),
             If(thread_id() < 1, (Store("out", thread_id(), (acc,)),)))
-    return Kernel(f"lds_bank_sweep_s{stride_dword}",
-                  (Buffer("data", "i32", (words,)), Buffer("out", "i32", (1,), "out")),
+    return Kernel(f"lds_bank_sweep_b{32 * width}",
+                  (Buffer("data", "i32", (words,)), Buffer("indices", "i32", (64,)),
+                   Buffer("out", "i32", (1,), "out")),
                   grid=1, block=block, body=body, lds=(LdsArray("s", "i32", (words,)),))
+
+
+def bank_sweep_indices(stride_dword: int, words: int = PYHIP_WORDS):
+    """pyhip's bank-size sweep table: lane ``l`` reads dword ``l * stride`` (wrapped)."""
+    return np.array([(l * stride_dword) % words for l in range(64)], dtype=np.int32)
 
 
 def empty_kernel(block: int = 64) -> Kernel:

@@ -111,7 +111,8 @@ def test_lds_transpose_bank_conflicts(pad, conf, idx, rate):
 @pytest.mark.parametrize("stride,ways", [(0, 1), (1, 1), (3, 1), (2, 2), (8, 8), (32, 32), (64, 32)])
 def test_lds_bank_sweep_conflicts_and_sum(stride, ways):
     data = np.arange(7, 7 + mb.PYHIP_WORDS, dtype=np.int32)
-    r = simulate(mb.lds_bank_sweep(stride, iters=20), "gfx942", inputs={"data": data})
+    r = simulate(mb.lds_bank_sweep(iters=20), "gfx942",
+                 inputs={"data": data, "indices": mb.bank_sweep_indices(stride)})
     assert r.counters["lds_bank_conflict_cycles"] == 16 * 20 * 2 * (ways - 1)
     assert r.outputs["out"][0] == 20 * 7
 
