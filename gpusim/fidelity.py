@@ -25,7 +25,8 @@ How each quantity is measured in the simulator:
   harness's LDS allows (one round; the harness streams 4096, ``LDS_PAIR_GAP``);
 - pyhip's LDS bank sweep as its harness times it (``microbench.lds_bank_sweep``): one
   1024-thread workgroup, 10000 dependent ``ds_read_b32`` per thread at ``lane * stride``
-  dwords, the kernel time with the launch overhead (HIP events around the launch);
+  dwords, the kernel time with the launch overhead (HIP events around the launch); its
+  lane-group search (``lds_lane_group``) on those predicted times, as its script runs it;
 - occupancy as the waves per SIMD that ``simulate`` runs the kernel with;
 - launch overhead as the time of a one-wave kernel.
 
@@ -213,7 +214,7 @@ PYHIP_PUBLISHED = {0: 358.8, 1: 358.3, 2: 474.4, 4: 907.2, 8: 1805.6, 16: 3600.6
 PYHIP_LANE_GROUPS = {2: tuple(range(16)), 4: (0, 1, 2, 3, 20, 21, 22, 23)}
 
 
-def _pyhip_group_quantity(width: int, lanes) -> str:
+def _pyhip_group_quantity(width: int) -> str:
     return f"ds_read_b{32 * width}: lanes in lane 0's phase group (pyhip's 5% search)"
 
 
@@ -269,7 +270,7 @@ def _specs():
          (lambda st=st: lds_sweep_us("gfx942", st)), 0.15, "validate")
         for st, us in PYHIP_PUBLISHED.items()
     ] + [
-        (_pyhip_group_quantity(width, lanes), "gfx942", float(len(lanes)), "lanes", PYHIP_MI300,
+        (_pyhip_group_quantity(width), "gfx942", float(len(lanes)), "lanes", PYHIP_MI300,
          (lambda width=width: len(lds_lane_group("gfx942", 0, width))), 0.0, "validate")
         for width, lanes in PYHIP_LANE_GROUPS.items()
     ] + [
@@ -383,8 +384,7 @@ KNOWN_GAPS = {
     ("(32-way b32 - conflict-free b32) / (b64 - b32)", "gfx1100"): LDS_PAIR_GAP,
 }
 KNOWN_GAPS.update({(_pyhip_quantity(st), "gfx942"): PYHIP_PASS_GAP for st in (2, 4, 8, 16, 32)})
-KNOWN_GAPS.update({(_pyhip_group_quantity(w, lanes), "gfx942"): PYHIP_PASS_GAP
-                   for w, lanes in PYHIP_LANE_GROUPS.items()})
+KNOWN_GAPS.update({(_pyhip_group_quantity(w), "gfx942"): PYHIP_PASS_GAP for w in PYHIP_LANE_GROUPS})
 #: which way each gap misses: "over" (gpusim predicts more than measured) or "under"
 GAP_DIRECTION = {LDS_PAIR_GAP: "over", PYHIP_PASS_GAP: "under"}
 
