@@ -8,6 +8,8 @@ LDS-tiled matmul, and a matrix-core GEMM (``mfma_gemm``, CDNA only).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from gpusim.program import (
     MFMA_SHAPES, Assign, Barrier, Buffer, For, If, Kernel, LdsArray, LdsLoad, LdsStore, Load,
     Mfma, Scalar,
@@ -370,6 +372,52 @@ def lds_burst(reads: int, stride_bytes: int, width: int = 1, grid: int = HARNESS
                   (Buffer("out", "i32", (grid * wave,), "out"),
                    Buffer("elapsed", "i32", (grid * wave,), "out")), grid=grid, block=wave,
                   body=tuple(body), lds=(LdsArray("s", "i32", (words,)),))
+
+
+#: pyhip's LDS bank test (github tingqli/pyhip, tests/bank-conflict: README.md's "LDS bank
+#: size" results on MI300, test.py's ``test_lds_bank_size``, dsread_test.cpp's ``dsread_test``):
+#: one workgroup of 1024 threads, a 64 KiB ``__shared__ uint32_t lds_mem[16384]``, 10000 reads
+PYHIP_WORDS = 16384
+PYHIP_BLOCK = 1024
+PYHIP_ITERS = 10000
+
+
+def lds_bank_sweep(stride_dword: int = 0, iters: int = PYHIP_ITERS, block: int = PYHIP_BLOCK,
+                   words: int = PYHIP_WORDS, width: int = 1) -> Kernel:
+    """pyhip's ``dsread_test`` kernels (its LDS bank test) as their source writes them: one
+    workgroup fills a ``words``-dword LDS array from global memory (``for i = tid; i <
+    words; i += blockDim``; no barrier follows, as in the source), reads its lane's element
+    index from a 64-entry table (``indices[tid & 63]``), then does ``sum += lds[idx + (n &
+    sm)]`` ``iters`` times (``sm`` = 0: the same element every iteration) and thread 0 stores
+    the sum. ``width`` dwords per element: 1 ``dsread_test`` (ds_read_b32), 2
+    ``dsread_testx2`` (uint2, ds_read_b64), 4 ``dsread_testx4`` (uint4, ds_read_b128).
+    The harness times the launch with HIP events, launch included; with 16 waves on 4 SIMDs
+    the LDS is saturated, so the time is the LDS's throughput for the lanes' pattern.
+    ``stride_dword`` is the data of the bank-size sweep (``indices = lane * stride``); its
+    table wraps at the array (the published strides 512 and 1024 read past it; they are not
+    compared)."""
+    j, n, acc, idx, addr, d = (Var(x, "i32") for x in ("j", "n", "acc", "idx", "addr", "d"))
+    regs = tuple(Var(f"v{c}", "i32") for c in range(width))
+    total = regs[0]
+    for r in regs[1:]:
+        total = total + r
+    body = (For(j, thread_id(), i32(words), block,
+                (Load((d,), "data", j), LdsStore("s", j, (d,)))),
+            Load((idx,), "indices", lane()),
+            Assign(addr, idx * width),
+            Assign(acc, i32(0)),
+            For(n, 0 * block_id(), i32(iters), 1,
+                (LdsLoad(regs, "s", addr), Assign(acc, acc + total))),
+            If(thread_id() < 1, (Store("out", thread_id(), (acc,)),)))
+    return Kernel(f"lds_bank_sweep_b{32 * width}",
+                  (Buffer("data", "i32", (words,)), Buffer("indices", "i32", (64,)),
+                   Buffer("out", "i32", (1,), "out")),
+                  grid=1, block=block, body=body, lds=(LdsArray("s", "i32", (words,)),))
+
+
+def bank_sweep_indices(stride_dword: int, words: int = PYHIP_WORDS):
+    """pyhip's bank-size sweep table: lane ``l`` reads dword ``l * stride`` (wrapped)."""
+    return np.array([(l * stride_dword) % words for l in range(64)], dtype=np.int32)
 
 
 def empty_kernel(block: int = 64) -> Kernel:

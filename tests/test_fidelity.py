@@ -1,5 +1,6 @@
 """The fidelity table: every row within its stated tolerance, and the known gaps still
 out in the stated direction (so a fix that closes one must update the table)."""
+import dataclasses
 import json
 
 import pytest
@@ -27,15 +28,39 @@ def test_every_row_within_tolerance_or_a_named_gap(table):
     for r in table:
         if r.gap:
             assert not r.ok, f"{r.arch} {r.quantity} now agrees: drop it from KNOWN_GAPS"
-            assert r.ratio > 1.0  # gpusim charges these too much, as the gap says
+            # still out the way the gap says (over: gpusim charges too much)
+            assert (r.ratio > 1.0) == (fidelity.GAP_DIRECTION[r.gap] == "over"), r.quantity
         else:
             assert r.ok, f"{r.arch} {r.quantity}: ratio {r.ratio:.3f} beyond {r.tolerance:.0%}"
 
 
 def test_gaps_are_few_and_validation_rows_outnumber_them(table):
     gaps = [r for r in table if r.gap]
-    assert len(gaps) <= 3
-    assert sum(1 for r in table if r.role == "validate" and r.ok) >= 10
+    assert len({r.gap for r in gaps}) <= 2  # two named effects (fidelity.KNOWN_GAPS)
+    assert all(r.role == "validate" for r in gaps)  # nothing calibrated is left out
+    assert len(gaps) <= 9
+    assert sum(1 for r in table if r.role == "validate" and r.ok) >= 15
+
+
+def test_pyhip_sweep_rows_are_held_out(table):
+    # no constant was fitted to pyhip's sweep: its conflict-free rows agree, its conflicted
+    # rows are the named gap (MI300X costs ~1.48 clocks per pass where gpusim charges 1)
+    rows = [r for r in table if r.source == fidelity.PYHIP_MI300]
+    assert len(rows) == len(fidelity.PYHIP_PUBLISHED) + len(fidelity.PYHIP_LANE_GROUPS)
+    assert all(r.role == "validate" for r in rows)
+    assert {r.ok for r in rows if "conflict-free" in r.quantity or "broadcast" in r.quantity} == {True}
+    assert {r.gap for r in rows if "way" in r.quantity or "group" in r.quantity} == {fidelity.PYHIP_PASS_GAP}
+
+
+@pytest.mark.slow
+def test_lane_group_search_recovers_the_phase_groups_when_bank_bound():
+    # the search can find groups: with a port wide enough that bank passes set the pace,
+    # one extra pass shows and the search returns the arch's measured phase groups (on the
+    # modelled MI300X the pass hides under the port time: the known gap of the table)
+    wide = dataclasses.replace(get_arch("gfx942"), lds_port_bytes_per_clk=1024)
+    for width, lanes in fidelity.PYHIP_LANE_GROUPS.items():
+        assert sorted(fidelity.lds_lane_group(wide, 0, width)) == sorted(lanes)
+    assert sorted(fidelity.lds_lane_group(wide, 4, 4)) == [4, 5, 6, 7, 16, 17, 18, 19]
 
 
 def test_bandwidths_are_achievable_not_peak():

@@ -103,6 +103,20 @@ def test_lds_transpose_bank_conflicts(pad, conf, idx, rate):
     assert load_record(r, "lds_load")["conflict_cycles"] == conf
 
 
+# pyhip's LDS bank sweep (one 1024-thread workgroup: 16 waves), shortened to 20 reads per
+# thread. Lane l reads dword l * stride: per 32-lane phase a stride of 2^k puts 2^k distinct
+# dwords on each bank it uses (broadcast for stride 0, 32-way from 32 on), so a read costs
+# 2 * (w - 1) conflict cycles: 16 waves * 20 reads * 2 * (w - 1). Thread 0 (lane 0) reads
+# dword 0 every time: its sum is 20 * data[0].
+@pytest.mark.parametrize("stride,ways", [(0, 1), (1, 1), (3, 1), (2, 2), (8, 8), (32, 32), (64, 32)])
+def test_lds_bank_sweep_conflicts_and_sum(stride, ways):
+    data = np.arange(7, 7 + mb.PYHIP_WORDS, dtype=np.int32)
+    r = simulate(mb.lds_bank_sweep(iters=20), "gfx942",
+                 inputs={"data": data, "indices": mb.bank_sweep_indices(stride)})
+    assert r.counters["lds_bank_conflict_cycles"] == 16 * 20 * 2 * (ways - 1)
+    assert r.outputs["out"][0] == 20 * 7
+
+
 def test_lds_transpose_wave32_single_phase():
     # gfx1100: one phase of 32 lanes; 32 waves each fully conflicted (31) -> 992, and
     # index cycles 32 * 1 (writes) + 32 * 32 (reads) = 1056.
