@@ -489,12 +489,13 @@ class _Printer:
                 out.append(f"const {C_TYPE[p.dtype]} {name}")
         return out
 
-    def signature(self) -> str:
-        return (f'extern "C" __global__ void __launch_bounds__({int(self.k.block)})\n'
+    def signature(self, waves_per_eu: int | None = None) -> str:
+        pin = f" WF_WAVES_PER_EU({int(waves_per_eu)})" if waves_per_eu else ""
+        return (f'extern "C" __global__ void __launch_bounds__({int(self.k.block)}){pin}\n'
                 f"{self.c_name}({', '.join(self.params_c())})")
 
-    def kernel_source(self) -> str:
-        self.lines = [self.signature() + " {"]
+    def kernel_source(self, waves_per_eu: int | None = None) -> str:
+        self.lines = [self.signature(waves_per_eu) + " {"]
         for a in self.k.lds:
             width = max([len(getattr(s, "dsts", ()) or getattr(s, "values", ()))
                          for s in walk(self.k.body)
@@ -534,7 +535,7 @@ def kernel_prototype(kernel: Kernel, c_name: str | None = None) -> str:
     return _Printer(kernel, c_name or kernel_c_name(kernel)).signature() + ";"
 
 
-def _header(kernel, arch: Arch, c_name, header_comment, counters) -> str:
+def _header(kernel, arch: Arch, c_name, header_comment, counters, waves_per_eu=None) -> str:
     lines = [f"wavefuse codegen_hip: kernel {kernel.name!r} (C name {c_name}), emitted for {arch.name}.",
              "What is printed here is the program gpusim simulated; regenerate rather than edit.",
              f"Launch: grid = {kernel.grid} workgroups x block = {kernel.block} threads "
@@ -553,25 +554,49 @@ def _header(kernel, arch: Arch, c_name, header_comment, counters) -> str:
         lines.append(f"Simulator prediction (gpusim, {arch.name}):")
         lines += [f"  {k}: {v:.6g}" if isinstance(v, float) else f"  {k}: {v}"
                   for k, v in counters.items()]
+    if waves_per_eu:
+        lines.append(f"Occupancy pinned at {waves_per_eu} waves per SIMD (amdgpu_waves_per_eu): the "
+                     "residency the simulator assumed (a prediction, not a measurement).")
     if header_comment:
         lines += str(header_comment).splitlines()
     return "\n".join(_comment(line) for line in lines) + "\n"
 
 
+#: ``amdgpu_waves_per_eu`` is a clang AMDGPU attribute; nvcc (the exports' NVIDIA build)
+#: has no such attribute, so the pin is a macro that is empty there.
+_WAVES_PER_EU_DEF = (
+    "// Occupancy pin: the waves per SIMD the simulator assumed (amdgpu_waves_per_eu is a\n"
+    "// minimum: LLVM allocates at most 512 / W VGPRs, rounded down to 8, and spills beyond).\n"
+    "#if defined(__HIP__)\n"
+    "#define WF_WAVES_PER_EU(w) __attribute__((amdgpu_waves_per_eu(w)))\n"
+    "#else\n"
+    "#define WF_WAVES_PER_EU(w)\n"
+    "#endif\n")
+
+
 def emit_kernel(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH,
                 header_comment: str | None = None, *, c_name: str | None = None,
-                counters: dict | None = None) -> str:
+                counters: dict | None = None, waves_per_eu: int | None = None) -> str:
     """HIP C++ source of one kernel: a self-contained .hip file (``arch``: a name is
     resolved here, the package's entry point).
 
     ``c_name`` overrides the sanitised kernel name (the exporter passes names unique across
     a project); ``counters`` are the simulator's predictions, printed in the header.
+    ``waves_per_eu`` pins the occupancy the simulator assumed
+    (``gpusim.occupancy.Occupancy.waves_per_eu``) with clang's
+    ``amdgpu_waves_per_eu``: without it hipcc's scheduler picks its own occupancy target
+    per kernel (on gfx940 it trades a wave for latency where the estimate did not), so
+    the simulated residency is a guess about the compiler; with it hipcc allocates within
+    that occupancy's budget, and an estimate below what LLVM can fit shows as spills,
+    which ``wavefuse check`` reports.
     """
     c_name = c_name or kernel_c_name(kernel)
     printer = _Printer(kernel, c_name)
-    body = printer.kernel_source()
-    parts = [_header(kernel, get_arch(arch), c_name, header_comment, counters),
+    body = printer.kernel_source(waves_per_eu)
+    parts = [_header(kernel, get_arch(arch), c_name, header_comment, counters, waves_per_eu),
              "#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n"]
+    if waves_per_eu:
+        parts.append(_WAVES_PER_EU_DEF)
     if "wf_half4" in body:
         parts.append(_HALF4_DEF)
     if "__builtin_amdgcn_mfma" in body:

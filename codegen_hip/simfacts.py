@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpusim.analysis import Uniformity
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, GFX90A, GFX942, GFX1100, Arch, get_arch
-from gpusim.occupancy import estimate_vgprs
+from gpusim.occupancy import estimate_vgprs, occupancy
 from gpusim.program import DTYPE_BYTES, Kernel, LdsLoad, LdsStore, Load, Store, walk
 
 SIM_FORMAT = "wavefuse.sim/1"
@@ -38,6 +38,18 @@ def vgpr_occupancy(vgprs: int, target: str) -> int:
         raise KernelError(f"unknown arch {target!r} for the VGPR file; known targets: "
                           f"{', '.join(TARGET_ARCH)}")
     return vgpr_waves(vgprs, TARGET_ARCH[target])
+
+
+def pinned_waves(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH,
+                 vgprs: int | None = None) -> int | None:
+    """The ``amdgpu_waves_per_eu`` an emitted kernel carries: the waves per SIMD of the
+    residency the simulator assumed (``Occupancy.waves_per_eu``, from ``vgprs`` or gpusim's
+    estimate), or None when the simulator has none to pin (a workgroup it finds too large
+    for a CU, an estimate that failed)."""
+    try:
+        return occupancy(kernel, get_arch(arch), vgprs=vgprs).waves_per_eu
+    except Exception:  # noqa: BLE001 - no residency to pin; the kernel is emitted unpinned
+        return None
 
 
 def memory_accesses(kernel: Kernel) -> list[dict]:
@@ -72,12 +84,15 @@ def _gpusim_vgprs(kernel: Kernel, arch: Arch):
 
 
 def sim_info(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH, *, c_name: str | None = None,
-             counters: dict | None = None, estimated_vgprs: int | None = None) -> dict:
+             counters: dict | None = None, estimated_vgprs: int | None = None,
+             pin: bool = False) -> dict:
     """The sidecar contents for one kernel (``arch``: a name is resolved here, the
     package's entry point).
 
     ``estimated_vgprs`` overrides gpusim's estimate (e.g. from a SimResult's ``.vgprs``);
     ``counters`` are the simulator's predicted counters, kept for the record.
+    ``pin``: the source is emitted with ``amdgpu_waves_per_eu`` (``pinned_waves``); the
+    sidecar's ``waves_per_eu`` says at what, so ``check`` can hold hipcc to it.
     """
     arch = get_arch(arch)
     if estimated_vgprs is None:
@@ -97,6 +112,9 @@ def sim_info(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH, *, c_name: str | N
         "vgpr_source": source,
         "occupancy_waves_per_simd": (vgpr_waves(estimated_vgprs, arch)
                                      if estimated_vgprs is not None else None),
+        # the amdgpu_waves_per_eu the emitted source carries (None: emitted unpinned)
+        "waves_per_eu": (pinned_waves(kernel, arch, estimated_vgprs)
+                         if pin and estimated_vgprs is not None else None),
         "counters": {k: (float(v) if isinstance(v, float) else v)
                      for k, v in (counters or {}).items()
                      if isinstance(v, (int, float, str, bool))},

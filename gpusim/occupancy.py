@@ -105,6 +105,22 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   It is an occupancy choice of LLVM's scheduler, not a fixed order: the same kernel with
   ``amdgpu_waves_per_eu(6)`` compiles for gfx940 to 78 VGPRs with 10 of 12 reads up
   front, so modelling it means modelling the occupancy target the scheduler sets.
+  ``wavefuse export --pin-occupancy`` sets that target instead: each kernel carries
+  ``amdgpu_waves_per_eu(W)``, W = ``Occupancy.waves_per_eu`` (the busiest SIMD's share of
+  the workgroups the simulator keeps resident: 6 for ViT's projection, whose 512-thread
+  workgroups run 3 per CU at 71 VGPRs), and hipcc 5.2 allocates 78 on both targets there
+  without spilling, 68 / 70 for ResNet-50's 16x32x32 KW 4 tiles of K = 576 at W = 7
+  (82 unpinned on gfx940). The pin is only as good as the estimate is achievable: the
+  same tile with K = 64 or 128 (straight-line K) is estimated at 72 (W = 7) where hipcc
+  takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6) spills
+  one, so the pin is opt-in (README, note f of "Whole models at full size"). hipcc's
+  ISA of the K = 64 tile holds thread-id values shared by the first tile's and the next
+  tile's addresses (``tid / 4``, the LDS store addresses) from the prologue to the second
+  tile's stores; a value-numbering rule for straight-line kernels (a per-lane value
+  several statements compute held from the first to the last) gives 78 there (hipcc 78)
+  and 89 for the stem (85, the same 5 waves), but 65 of the sweep's 90 FMA points
+  (bert's 16x32x32 KW 4 tiles of K = 64 come out 76 where hipcc takes 68), so it is
+  not adopted.
   A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
@@ -844,6 +860,21 @@ class Occupancy:
     limiter: str
     vgprs: int
     limits: dict  # limiter name -> waves per SIMD it alone would allow
+    simds_per_cu: int = 4
+
+    @property
+    def waves_per_eu(self) -> int:
+        """Waves the busiest SIMD holds when ``workgroups_per_cu`` workgroups are resident
+        (a workgroup's waves go round-robin over the CU's SIMDs): the occupancy a compiler
+        must allow for the simulated residency to happen, the ``W`` of clang's
+        ``amdgpu_waves_per_eu(W)`` (LLVM then allocates at most 512 / W VGPRs, rounded
+        down to the granule). It is this rather than the VGPR-limited count because the
+        timing model runs ``workgroups_per_cu`` workgroups: a 512-thread workgroup
+        estimated at 7 waves' worth of VGPRs runs 3 workgroups (6 waves per SIMD), so
+        asking hipcc for 7 would squeeze registers (and may spill) for no residency the
+        simulator assumed; LDS- or barrier-limited kernels likewise ask only for the
+        waves they run."""
+        return max(1, -(-self.workgroups_per_cu * self.waves_per_workgroup // self.simds_per_cu))
 
 
 def _roundup(x: int, g: int) -> int:
@@ -854,18 +885,27 @@ def occupancy(kernel, arch=DEFAULT_ARCH, vgprs: int | None = None) -> Occupancy:
     """Theoretical occupancy and the resource that limits it (S9)."""
     arch = get_arch(arch)
     v = estimate_vgprs(kernel, arch) if vgprs is None else int(vgprs)
-    wpw = -(-kernel.block // arch.wave_size)
+    return residency(kernel.block, kernel.lds_bytes, v, arch, kernel.name)
+
+
+def residency(block: int, lds_bytes: int, vgprs: int, arch=DEFAULT_ARCH,
+              name: str = "kernel") -> Occupancy:
+    """``occupancy`` from a kernel's workgroup size, LDS bytes and VGPRs alone (what an
+    exported kernel's sidecar records, so ``wavefuse check`` can weigh hipcc's count)."""
+    arch = get_arch(arch)
+    v = int(vgprs)
+    wpw = -(-int(block) // arch.wave_size)
     nsimd = arch.simds_per_cu
     vgpr_waves = arch.vgprs_per_lane // _roundup(max(v, 1), arch.vgpr_granule)
     if vgpr_waves == 0:
-        raise KernelError(f"{kernel.name}: needs ~{v} VGPRs per lane but {arch.name} has "
+        raise KernelError(f"{name}: needs ~{v} VGPRs per lane but {arch.name} has "
                           f"{arch.vgprs_per_lane}; reduce tile sizes or unrolling")
     per_simd = {
         "wave slots": arch.wave_slots_per_simd,
         "VGPRs": min(arch.wave_slots_per_simd, vgpr_waves),
     }
     wg_limits = {name: (w * nsimd) // wpw for name, w in per_simd.items()}
-    wg_limits["LDS"] = (arch.lds_bytes_per_cu // kernel.lds_bytes) if kernel.lds_bytes else 10 ** 9
+    wg_limits["LDS"] = (arch.lds_bytes_per_cu // lds_bytes) if lds_bytes else 10 ** 9
     # S9 (LLVM getMaxWorkGroupsPerCU, review D138443): single-wave workgroups need no
     # barrier resource, so only the wave slots bound them
     wg_limits["workgroups per CU (barriers)"] = (arch.max_workgroups_per_cu if wpw > 1
@@ -874,11 +914,11 @@ def occupancy(kernel, arch=DEFAULT_ARCH, vgprs: int | None = None) -> Occupancy:
     wgs = min(wg_limits.values())
     if wgs == 0:
         worst = min(order, key=lambda n: wg_limits[n])
-        raise KernelError(f"{kernel.name}: a workgroup of {wpw} waves does not fit on one CU "
+        raise KernelError(f"{name}: a workgroup of {wpw} waves does not fit on one CU "
                           f"({worst} limit); use a smaller block or fewer VGPRs/LDS")
     limiter = next(n for n in order if wg_limits[n] == wgs)
     waves = wgs * wpw / nsimd
     limits = {n: min(wg_limits[n], 10 ** 6) * wpw / nsimd for n in order}
     return Occupancy(waves_per_simd=min(waves, float(arch.wave_slots_per_simd)),
                      workgroups_per_cu=wgs, waves_per_workgroup=wpw, limiter=limiter,
-                     vgprs=v, limits=limits)
+                     vgprs=v, limits=limits, simds_per_cu=nsimd)

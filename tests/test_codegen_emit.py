@@ -150,6 +150,35 @@ def test_export_contents(tmp_path):
     assert oct(out.stat().st_mode & 0o777) != oct(0o700)
 
 
+def test_exported_kernel_pins_the_simulated_residency(tmp_path):
+    """The .hip carries amdgpu_waves_per_eu at the waves per SIMD the simulator's
+    occupancy runs (its sidecar says which), behind a macro nvcc sees as empty."""
+    from gpusim.occupancy import occupancy
+    plain = _simple_project(tmp_path, name="plain")   # unpinned unless asked
+    assert json.loads((plain / "elementwise_f4.sim.json").read_text())["waves_per_eu"] is None
+    assert "WF_WAVES_PER_EU" not in (plain / "elementwise_f4.hip").read_text()
+    out = _simple_project(tmp_path, pin_occupancy=True)
+    info = json.loads((out / "elementwise_f4.sim.json").read_text())
+    want = occupancy(ck.elementwise_f4(), "gfx942").waves_per_eu
+    assert info["waves_per_eu"] == want
+    src = (out / "elementwise_f4.hip").read_text()
+    assert f"__launch_bounds__(256) WF_WAVES_PER_EU({want})" in src
+    assert "#if defined(__HIP__)\n#define WF_WAVES_PER_EU(w) __attribute__((amdgpu_waves_per_eu(w)))" in src
+    assert f"Occupancy pinned at {want} waves per SIMD" in src.split("#include")[0]
+    assert "WF_WAVES_PER_EU" not in emit_kernel(ck.elementwise_f4())   # unpinned by default
+
+
+def test_waves_per_eu_is_the_busiest_simds_share_of_resident_workgroups():
+    """A 512-thread workgroup with 7 waves' worth of VGPRs runs 3 per CU: 6 waves per
+    SIMD (ViT-B/16's projection, 71 VGPRs); 256 threads run 7; an LDS-bound 1024-thread
+    workgroup runs alone: 4."""
+    from gpusim.occupancy import residency
+    assert residency(512, 16384, 71, "gfx942").waves_per_eu == 6
+    assert residency(256, 6144, 71, "gfx942").waves_per_eu == 7
+    assert residency(1024, 40960, 64, "gfx90a").waves_per_eu == 4
+    assert residency(64, 0, 8, "gfx90a").waves_per_eu == 8
+
+
 def test_export_refuses_non_empty_dir_without_force(tmp_path):
     target = tmp_path / "proj"
     _simple_project(tmp_path)
@@ -266,16 +295,46 @@ def _entry(**kw):
 
 
 def test_compare_agrees_and_flags_each_kind_of_disagreement():
-    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8)
+    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8,
+                    pin=True)
     assert compare({"kernels": [_entry()]}, None, {"elementwise_f4": info}) == []
     bad = _entry(scratch_bytes=64, lds_bytes=128, vgprs=200,
                  widths={"global_load": {4: 4}, "global_store": {16: 1}, "lds_load": {}, "lds_store": {}})
     found = compare({"kernels": [bad]}, None, {"elementwise_f4": info})
     assert sorted((d["what"], d["severity"]) for d in found) == [
         ("global_load_width", "error"), ("global_load_width", "error"), ("lds_bytes", "error"),
-        ("occupancy", "error"), ("scratch", "error"), ("vgprs", "warning")]
+        ("pin", "error"), ("scratch", "error"), ("vgprs", "warning")]
+    # the sidecar pinned 8 waves (amdgpu_waves_per_eu); an unpinned one is judged on occupancy
+    assert info["waves_per_eu"] == 8
+    unpinned = {**info, "waves_per_eu": None}
+    found = compare({"kernels": [bad]}, None, {"elementwise_f4": unpinned})
+    assert ("occupancy", "error") in [(d["what"], d["severity"]) for d in found]
     failed = compare({"kernels": [_entry(rc=1, stderr="k.hip:3: error: oops")]}, None, {})
     assert failed[0]["what"] == "compile" and "oops" in failed[0]["message"]
+
+
+def test_compare_reports_spills_and_weighs_occupancy_by_residency():
+    """Spills into AGPRs (no scratch) are a disagreement; a VGPR-limited occupancy
+    difference that leaves the simulated workgroups per CU unchanged (LDS binds first) is
+    a warning: the prediction's residency holds."""
+    info = sim_info(ck.elementwise_f4(), "gfx942", c_name="elementwise_f4", estimated_vgprs=8,
+                    pin=True)
+    found = compare({"kernels": [_entry(vgpr_spills=3)]}, None, {"elementwise_f4": info})
+    assert [(d["what"], d["severity"]) for d in found] == [("spills", "error")]
+    assert "pinned 8 waves" in found[0]["message"]
+    # 1024 threads and 40 KiB of LDS: one workgroup per CU (4 waves per SIMD) whatever
+    # the VGPRs allow, so 64 (8 waves) against 84 (5 waves) changes no residency
+    lds = {**info, "block": 1024, "lds_bytes": 40960, "estimated_vgprs": 64, "waves_per_eu": 4}
+    e = _entry(vgprs=84, lds_bytes=40960)
+    found = compare({"kernels": [e]}, None, {"elementwise_f4": lds})
+    assert [(d["what"], d["severity"]) for d in found] == [("occupancy", "warning")]
+    # without the LDS, 64 VGPRs run two such workgroups and 84 one: an error
+    found = compare({"kernels": [_entry(vgprs=84)]}, None,
+                    {"elementwise_f4": {**lds, "lds_bytes": 0, "waves_per_eu": 8}})
+    assert ("pin", "error") in [(d["what"], d["severity"]) for d in found]
+    found = compare({"kernels": [_entry(vgprs=84)]}, None,
+                    {"elementwise_f4": {**lds, "lds_bytes": 0, "waves_per_eu": None}})
+    assert ("occupancy", "error") in [(d["what"], d["severity"]) for d in found]
 
 
 def test_vgpr_occupancy_table():

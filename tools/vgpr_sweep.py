@@ -10,7 +10,12 @@ once; hipcc's counts are cached by source hash in ``--cache`` (default
 
     python tools/vgpr_sweep.py [--arch gfx90a] [--models mlp conv_add_relu ...]
                                [--kinds contraction,attention] [--mma fma,mfma]
-                               [--per-dispatch N] [--json]
+                               [--per-dispatch N] [--pin] [--json]
+
+``--pin`` emits every kernel with ``amdgpu_waves_per_eu`` set to the occupancy the
+simulator assumed (as ``wavefuse export`` does): a point then agrees when hipcc meets the
+rule without spilling; the totals also count the points that spill (scratch or
+``.vgpr_spill_count``).
 
 Prints one line per point that misses the rule, then the totals. Needs hipcc on PATH.
 """
@@ -32,7 +37,7 @@ from codegen_hip.check import (VGPR_AGREEMENT_REL, check_arch, compile_to_asm,  
                                hipcc_path, parse_asm)
 from codegen_hip.emit import emit_kernel  # noqa: E402
 from codegen_hip.names import c_identifier  # noqa: E402
-from codegen_hip.simfacts import vgpr_occupancy  # noqa: E402
+from codegen_hip.simfacts import pinned_waves, vgpr_occupancy  # noqa: E402
 from compiler.lower import dispatch_kind, lower  # noqa: E402
 from compiler.models import load_model  # noqa: E402
 from compiler.passes import fuse  # noqa: E402
@@ -62,7 +67,7 @@ def normalized(kernel, src: str) -> str:
     return text
 
 
-def points(models, arch, kinds, mmas, per_dispatch=None, seed=0):
+def points(models, arch, kinds, mmas, per_dispatch=None, seed=0, pin=False):
     """(model, dispatch name, kind, knobs, kernel, source, hash) for every legal point,
     deduplicated by normalised source; a dispatch whose first point was seen before (the
     same shape in another layer) is skipped whole."""
@@ -89,7 +94,8 @@ def points(models, arch, kinds, mmas, per_dispatch=None, seed=0):
                     except Exception as exc:  # noqa: BLE001 - a point the lowering refuses
                         print(f"skip {spec} {d.name} {c.label()}: {exc}", file=sys.stderr)
                         continue
-                    src = emit_kernel(k, arch)
+                    src = emit_kernel(k, arch, waves_per_eu=(pinned_waves(k, hw)
+                                                             if pin else None))
                     h = hashlib.sha256(normalized(k, src).encode()).hexdigest()[:20]
                     if h in seen:
                         if first:
@@ -113,6 +119,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cache", default=str(Path.home() / ".cache/wavefuse/vgpr_sweep.json"))
+    ap.add_argument("--pin", action="store_true",
+                    help="emit with amdgpu_waves_per_eu at the simulator's occupancy; spills miss")
     ap.add_argument("--json", action="store_true", help="print every point as JSON")
     args = ap.parse_args(argv)
     if hipcc_path() is None:
@@ -123,7 +131,7 @@ def main(argv=None) -> int:
     cache_path = Path(args.cache)
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     pts = list(points(args.models, args.arch, set(args.kinds.split(",")),
-                      set(args.mma.split(",")), args.per_dispatch, args.seed))
+                      set(args.mma.split(",")), args.per_dispatch, args.seed, args.pin))
     todo = [p for p in pts if f"{real}:{p[6]}" not in cache]
 
     def compile_one(p):
@@ -134,7 +142,8 @@ def main(argv=None) -> int:
             if r["rc"] != 0:
                 return p[6], {"error": r["stderr"][:300]}
             a = parse_asm((Path(tmp) / "k.s").read_text())
-            return p[6], {"vgprs": a["vgprs"], "agprs": a["agprs"]}
+            return p[6], {"vgprs": a["vgprs"], "agprs": a["agprs"],
+                          "scratch": a["scratch_bytes"], "spills": a["vgpr_spills"]}
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for n, (h, res) in enumerate(pool.map(compile_one, todo), 1):
@@ -153,27 +162,32 @@ def main(argv=None) -> int:
             continue
         est = estimate_vgprs(k, args.arch)
         hip = res["vgprs"]
-        ok = agrees(est, hip, real)
+        spill = bool(res.get("scratch") or res.get("spills"))
+        ok = agrees(est, hip, real) and not spill
         miss += not ok
         rows.append({"model": spec, "dispatch": dname, "kind": kind, "knobs": knobs,
-                     "estimate": est, "hipcc": hip, "hipcc_agprs": res["agprs"], "ok": ok})
+                     "estimate": est, "hipcc": hip, "hipcc_agprs": res["agprs"],
+                     "scratch": res.get("scratch"), "spills": res.get("spills"), "ok": ok})
         if not ok and not args.json:
             kn = " ".join(f"{a}={b}" for a, b in knobs.items()
                           if a not in ("vec_a", "vec_b", "lowering"))
+            sp = f" spills {res.get('spills')} scratch {res.get('scratch')} B" if spill else ""
             print(f"MISS {spec.split('/')[-1]:<22} {kind[:5]} est {est:>3} "
                   f"({vgpr_occupancy(est, real)}w) hipcc {hip:>3} "
-                  f"({vgpr_occupancy(hip, real)}w) {kn}")
+                  f"({vgpr_occupancy(hip, real)}w){sp} {kn}")
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     by_kind = {}
     for r in rows:
         key = (r["kind"], r["knobs"].get("mma", ""))
-        t = by_kind.setdefault(key, [0, 0])
+        t = by_kind.setdefault(key, [0, 0, 0])
         t[0] += 1
         t[1] += not r["ok"]
-    for (kind, mma), (n, m) in sorted(by_kind.items()):
-        print(f"{kind} {mma}: {n - m}/{n} points within the rule ({m} miss), {args.arch}",
-              file=sys.stderr)
+        t[2] += bool(r["scratch"] or r["spills"])
+    for (kind, mma), (n, m, sp) in sorted(by_kind.items()):
+        pinned = f", {sp} spill; pinned at the simulator's occupancy" if args.pin else ""
+        print(f"{kind} {mma}: {n - m}/{n} points within the rule ({m} miss{pinned}), "
+              f"{args.arch}", file=sys.stderr)
     return 0
 
 

@@ -28,12 +28,17 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="directory to create (must be empty or absent unless --force)")
     p.add_argument("--force", action="store_true", help="replace a non-empty DIR")
+    p.add_argument("--pin-occupancy", action="store_true",
+                   help="emit each kernel with amdgpu_waves_per_eu at the occupancy the "
+                        "simulator assumed; `check` then reports spills where the VGPR "
+                        "estimate is below what hipcc can fit")
     add_tune_options(p)
     common.add_json(p)
     p.set_defaults(func=run, no_baseline=True)
 
 
-def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int = 0):
+def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int = 0,
+                 pin_occupancy: bool = False):
     """Writes the project for a TuneResult; returns (path, kernel names)."""
     inputs = random_inputs(graph, seed)
     env = evaluate(graph, inputs, keep_all=True)
@@ -52,7 +57,7 @@ def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int =
     expected = {o: memory_image(graph, o, env[o]) for o in graph.outputs}
     path = write_project(out_dir, kernels, launches, arrays, arch=arch, force=force,
                          title=f"wavefuse export of {graph.name} for {arch.name}",
-                         expected=expected, counters=counters)
+                         expected=expected, counters=counters, pin_occupancy=pin_occupancy)
     return path, [k.name for k in kernels]
 
 
@@ -67,7 +72,7 @@ def run(args) -> int:
                               + ", ".join(d.name for d in result.mismatches))
         graph = result.plan.graph
         path, names = export_model(graph, result, target, arch=args.arch, force=args.force,
-                                   seed=args.seed)
+                                   seed=args.seed, pin_occupancy=args.pin_occupancy)
     if args.json:
         common.emit_json({"model": result.model, "arch": args.arch.name, "dir": str(path),
                           "kernels": names, "total_time_us": result.total_time_us})
