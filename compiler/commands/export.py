@@ -5,6 +5,8 @@ is checked functionally in gpusim against numpy, and the project is written atom
 ``codegen_hip.write_project``: one .hip per dispatch, a host harness that loads the
 seeded inputs and the numpy reference outputs from .npy files, CMake and hipcc build
 lines. Buffers hold tensors in their memory layout (see ``memory_image``).
+``--pin-occupancy`` pins each kernel at the simulated occupancy where hipcc fits it
+(``codegen_hip.pins``); the summary says how many kept the pin and why the rest did not.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--pin-occupancy", action="store_true",
                    help="emit each kernel with amdgpu_waves_per_eu at the occupancy the "
                         "simulator assumed, where hipcc confirms it fits: each distinct "
-                        "kernel is compiled pinned for gfx90a and gfx940 first, and one "
+                        "kernel is compiled pinned for gfx90a and gfx940 first (an RDNA "
+                        "export: its own target), and one "
                         "that spills or misses the pin is emitted unpinned with the reason "
                         "(its .sim.json's pin_dropped). Without hipcc the pins are written "
                         "unverified, with a warning. Off by default, so an export does not "
