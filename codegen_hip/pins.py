@@ -65,7 +65,7 @@ def _problem(res: dict, waves: int, target: str) -> str | None:
     vg, spills, scratch = res.get("vgprs"), res.get("vgpr_spills") or 0, \
         res.get("scratch_bytes") or 0
     if scratch or spills:
-        what = [f"{spills} VGPRs spilled"] if spills else []
+        what = [f"{spills} VGPR{'s' if spills != 1 else ''} spilled"] if spills else []
         if scratch:
             what.append(f"{scratch} B scratch")
         return f"{target}: {vg} VGPRs + {', '.join(what)}"
