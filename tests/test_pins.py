@@ -184,3 +184,15 @@ def test_interrupted_verification_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _project(tmp_path, [ck.elementwise_f4()])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_summary_line_names_each_cause():
+    from compiler.commands.export import _pin_line
+    pins = {"asked": True, "pinned": 45, "verified_on": ["gfx90a", "gfx940"], "unverified": None,
+            "dropped": {"a": "hipcc does not fit amdgpu_waves_per_eu(7): gfx90a: 72 VGPRs + "
+                             "7 VGPRs spilled", "b": "... gfx940: hipcc failed (error: x)"}}
+    line = _pin_line(pins)
+    assert line.startswith("occupancy pinned in 45 kernel(s) (hipcc fits them on gfx90a, gfx940)")
+    assert "; 1 left to the compiler, because the VGPR estimate is below" in line
+    assert "; 1 left unpinned because hipcc failed" in line and "pin_dropped" in line
+    assert "left" not in _pin_line({**pins, "dropped": {}})

@@ -75,9 +75,15 @@ def _pin_line(pins: dict) -> str:
         return f"occupancy pinned in {pins['pinned']} kernel(s), unverified (see the warning above)"
     line = (f"occupancy pinned in {pins['pinned']} kernel(s) (hipcc fits them on "
             f"{', '.join(pins['verified_on']) or 'its targets'})")
+    failed = sum("hipcc failed" in r for r in pins["dropped"].values())
+    spilled = len(pins["dropped"]) - failed
+    if spilled:
+        line += (f"; {spilled} left to the compiler, because the VGPR estimate is below what "
+                 "LLVM fits at that occupancy")
+    if failed:
+        line += f"; {failed} left unpinned because hipcc failed to compile them pinned"
     if pins["dropped"]:
-        line += (f"; {len(pins['dropped'])} left to the compiler, because the VGPR estimate "
-                 "is below what LLVM fits at that occupancy (pin_dropped in their .sim.json)")
+        line += " (pin_dropped in their .sim.json)"
     return line
 
 
