@@ -277,15 +277,15 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
     ``tolerances``: {array name: (atol, rtol)} overriding the per-dtype defaults.
     ``arch``: a name is resolved here, once (the package's entry point).
     ``pin_occupancy``: emit each kernel with ``amdgpu_waves_per_eu`` at the residency the
-    simulator assumed (``codegen_hip.emit.emit_kernel``) where hipcc fits it there.
-    ``verify_pins`` (default) compiles each distinct pinned source with hipcc for the
-    targets ``check`` uses first and emits unpinned, saying why in its header and
-    sidecar (``pin_dropped``), every kernel that spills or misses the pin
-    (``codegen_hip.pins``): unverified, ResNet-50's 16x32x32 KW 4 tiles of small K spill
-    3-7 VGPRs, where the estimate (72) is below what LLVM fits (78-80). Without hipcc
-    the pins are written unverified (sidecar ``pin_unverified``). Off by default: the
-    export would otherwise depend on whether hipcc is installed (README, "Whole models
-    at full size", note f).
+    simulator assumed (``codegen_hip.emit.emit_kernel``) where hipcc fits it there:
+    with ``verify_pins`` (the default) each distinct pinned source is first compiled for
+    the targets ``check`` uses (``codegen_hip.pins``), and a kernel that spills or misses
+    the pin on any of them is emitted unpinned, the reason in its header and sidecar
+    (``pin_dropped``). Pinned blindly, ResNet-50's 16x32x32 KW 4 tiles of small K spill
+    3-7 VGPRs: the estimate (72) is below what LLVM fits (78-80). Without hipcc, or with
+    ``verify_pins=False``, the pins are written unverified (sidecar ``pin_unverified``;
+    a warning without hipcc). Off by default: the export would otherwise depend on
+    whether hipcc is installed (README, "Whole models at full size", note f).
     """
     plan = build_plan(kernels, launches, arrays, arch=get_arch(arch), title=title,
                       expected=expected, tolerances=tolerances, warmup=warmup, repeats=repeats)
