@@ -2,7 +2,9 @@
 
 - ``emit_kernel``: one IR kernel -> readable HIP source (what gpusim simulated, verbatim).
 - ``write_project``: kernels + dispatch order + data -> a directory with .hip files, a host
-  harness, CMakeLists.txt, README and .npy data, written atomically.
+  harness, CMakeLists.txt, README and .npy data, written atomically; with
+  ``pin_occupancy`` each kernel carries the simulated occupancy where hipcc fits it
+  (``pins.verify_pins``).
 - ``check_dir`` / ``compare`` / ``render_check`` / ``to_json``: compile with hipcc and list
   where the compiler's ISA disagrees with the simulator's assumptions.
 

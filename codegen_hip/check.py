@@ -14,7 +14,10 @@ differs (beyond ``check``'s rule) is an error when it changes the workgroups per
 simulator ran, a warning when the LDS or workgroup limit binds first. A kernel exported
 with ``--pin-occupancy`` carries ``amdgpu_waves_per_eu`` (its sidecar's ``waves_per_eu``):
 hipcc then allocates within that occupancy or spills, and both a spill (scratch, or VGPRs
-spilled into AGPRs) and a count below the pin are disagreements.
+spilled into AGPRs) and a count below the pin are disagreements. The exporter verifies
+each pin with this module's compiler first (``pins.verify_pins``) and drops the ones
+hipcc does not fit, so only an unverified pin (no hipcc at export) or another compiler
+can still show them.
 
 Counts are static: instructions in the assembly, not executed instructions.
 The installed clang (15) does not know gfx942; gfx940 has the same CDNA3 ISA, so gfx942

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -265,7 +266,8 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
                   force: bool = False,
                   title: str = "wavefuse export", expected: dict | None = None,
                   counters: dict | None = None, tolerances: dict | None = None,
-                  warmup: int = 3, repeats: int = 20, pin_occupancy: bool = False) -> Path:
+                  warmup: int = 3, repeats: int = 20, pin_occupancy: bool = False,
+                  verify_pins: bool = True) -> Path:
     """Writes the project atomically and returns its path.
 
     ``launches``: ordered (kernel, {param name: array name or scalar value}).
@@ -275,10 +277,15 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
     ``tolerances``: {array name: (atol, rtol)} overriding the per-dtype defaults.
     ``arch``: a name is resolved here, once (the package's entry point).
     ``pin_occupancy``: emit each kernel with ``amdgpu_waves_per_eu`` at the residency the
-    simulator assumed (``codegen_hip.emit.emit_kernel``). Off by default: with hipcc 5.2
-    it makes ResNet-50's 16x32x32 KW 4 tiles of small K spill 3-7 VGPRs, where the
-    estimate (72) is below what LLVM fits (78-80), and only helps where the estimate is
-    achievable (README, "Whole models at full size", note f).
+    simulator assumed (``codegen_hip.emit.emit_kernel``) where hipcc fits it there:
+    with ``verify_pins`` (the default) each distinct pinned source is first compiled for
+    the targets ``check`` uses (``codegen_hip.pins``), and a kernel that spills or misses
+    the pin on any of them is emitted unpinned, the reason in its header and sidecar
+    (``pin_dropped``). Pinned blindly, ResNet-50's 16x32x32 KW 4 tiles of small K spill
+    3-7 VGPRs: the estimate (72) is below what LLVM fits (78-80). Without hipcc, or with
+    ``verify_pins=False``, the pins are written unverified (sidecar ``pin_unverified``;
+    a warning without hipcc). Off by default: the export would otherwise depend on
+    whether hipcc is installed (README, "Whole models at full size", note f).
     """
     plan = build_plan(kernels, launches, arrays, arch=get_arch(arch), title=title,
                       expected=expected, tolerances=tolerances, warmup=warmup, repeats=repeats)
@@ -287,14 +294,15 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
     else:
         target, own = ExportTarget(out_dir, force), True
     try:
-        return _write_locked(target, plan, arrays, expected, counters or {}, pin_occupancy)
+        return _write_locked(target, plan, arrays, expected, counters or {}, pin_occupancy,
+                             verify_pins)
     finally:
         if own:
             target.release()
 
 
 def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters,
-                  pin_occupancy: bool = False) -> Path:
+                  pin_occupancy: bool = False, verify_pins: bool = True) -> Path:
     # checked again: while the caller tuned, something other than wavefuse may have
     # created the folder (another export cannot: it would need the lock)
     out_dir, parent = _prepare_target(target.path, target.force)
@@ -309,7 +317,8 @@ def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters,
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a project dir is not
-        _write_files(tmp, plan, arrays or {}, expected or {}, counters, pin_occupancy)
+        _write_files(tmp, plan, arrays or {}, expected or {}, counters, pin_occupancy,
+                     verify_pins)
         with _signals_held():
             _swap_into_place(tmp, out_dir)
     except BaseException:
@@ -321,19 +330,25 @@ def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters,
 
 
 def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: dict,
-                 pin_occupancy: bool = False):
+                 pin_occupancy: bool = False, verify_pins: bool = True):
     sources = ["main.hip"]
     (tmp / MARKER).write_text(json.dumps({"title": plan.title, "arch": plan.arch.name}) + "\n")
+    infos, srcs = {}, {}
     for k, c_name in plan.kernels:
         kc = counters.get(k.name)
         info = sim_info(k, plan.arch, c_name=c_name, counters=kc,
                         estimated_vgprs=(kc or {}).get("vgprs") if isinstance(kc, dict) else None,
                         pin=pin_occupancy)
         # pinned (when asked) at the simulated residency: hipcc allocates within it
-        src = emit_kernel(k, plan.arch, c_name=c_name, counters=kc,
-                          waves_per_eu=info["waves_per_eu"])
-        _inside(tmp, tmp / f"{c_name}.hip").write_text(src)
-        _inside(tmp, tmp / f"{c_name}.sim.json").write_text(json.dumps(info, indent=2) + "\n")
+        infos[c_name] = info
+        srcs[c_name] = emit_kernel(k, plan.arch, c_name=c_name, counters=kc,
+                                   waves_per_eu=info["waves_per_eu"])
+    if pin_occupancy:
+        _settle_pins(plan, counters, infos, srcs, verify_pins)
+    for k, c_name in plan.kernels:
+        _inside(tmp, tmp / f"{c_name}.hip").write_text(srcs[c_name])
+        _inside(tmp, tmp / f"{c_name}.sim.json").write_text(
+            json.dumps(infos[c_name], indent=2) + "\n")
         sources.append(f"{c_name}.hip")
     (tmp / "main.hip").write_text(main_hip(plan))
     (tmp / "CMakeLists.txt").write_text(cmakelists(plan, "wavefuse_export", sources))
@@ -352,6 +367,49 @@ def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: 
         if a.expected:
             arr = np.ascontiguousarray(np.asarray(expected[a.name]), dtype=little).reshape(a.shape)
             np.save(_inside(tmp, data / f"{a.file_stem}.expected.npy"), arr, allow_pickle=False)
+
+
+def _settle_pins(plan: Plan, counters: dict, infos: dict, srcs: dict, verify: bool):
+    """Verifies the pins with hipcc (``pins.verify_pins``) and re-emits unpinned each kernel
+    whose pin hipcc does not fit; records the verdict in every sidecar."""
+    # imported here, not at the top: check (which pins uses) imports this module
+    from .pins import verify_pins
+    asked = {c: (srcs[c], info["waves_per_eu"]) for c, info in infos.items()
+             if info["waves_per_eu"]}
+    for info in infos.values():
+        info.update(pin_asked=info["waves_per_eu"], pin_verified_on=None, pin_dropped=None,
+                    pin_unverified=None)
+    if not asked:
+        return
+    if not verify:
+        for c in asked:
+            infos[c]["pin_unverified"] = "verification not asked (verify_pins=False)"
+        return
+    verdicts = verify_pins(asked, plan.arch,
+                           estimates={c: infos[c]["estimated_vgprs"] for c in asked})
+    unverified = {v.unverified for v in verdicts.values() if v.unverified}
+    for why in sorted(unverified):   # one line per export (the CLI prints it as one)
+        warnings.warn(f"--pin-occupancy: {why}", stacklevel=2)
+    by_c = {c: k for k, c in plan.kernels}
+    for c, v in verdicts.items():
+        info = infos[c]
+        k = by_c[c]
+        if v.unverified:
+            info["pin_unverified"] = v.unverified
+            note = f"The pin is not verified: {v.unverified}."
+        elif v.kept:
+            info["pin_verified_on"] = list(v.targets)
+            info["pin_figures"] = v.figures
+            note = (f"The pin is verified: hipcc fits it without spills on "
+                    f"{', '.join(v.targets)}.")
+        else:
+            info["waves_per_eu"] = None
+            info["pin_dropped"] = v.reason
+            info["pin_figures"] = v.figures
+            note = f"Occupancy not pinned, left to the compiler: {v.reason}."
+        # comments only: the code hipcc compiled (kept) or the unpinned kernel (dropped)
+        srcs[c] = emit_kernel(k, plan.arch, c_name=c, counters=counters.get(k.name),
+                              waves_per_eu=info["waves_per_eu"], header_comment=note)
 
 
 def _swap_into_place(tmp: Path, out_dir: Path):

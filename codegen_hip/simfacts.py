@@ -92,7 +92,10 @@ def sim_info(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH, *, c_name: str | N
     ``estimated_vgprs`` overrides gpusim's estimate (e.g. from a SimResult's ``.vgprs``);
     ``counters`` are the simulator's predicted counters, kept for the record.
     ``pin``: the source is emitted with ``amdgpu_waves_per_eu`` (``pinned_waves``); the
-    sidecar's ``waves_per_eu`` says at what, so ``check`` can hold hipcc to it.
+    sidecar's ``waves_per_eu`` says at what, so ``check`` can hold hipcc to it. The
+    exporter then verifies the pin with hipcc and adds ``pin_asked``, ``pin_verified_on``,
+    ``pin_dropped`` (``waves_per_eu`` becomes None), ``pin_unverified`` and
+    ``pin_figures`` (``codegen_hip.pins``).
     """
     arch = get_arch(arch)
     if estimated_vgprs is None:

@@ -145,9 +145,10 @@ GAPS_GFX940 = [
 ]
 EMIT_ARCH_GFX940 = "gfx942"
 
-#: ``wavefuse export`` pins each kernel at the residency the simulator assumed
-#: (``amdgpu_waves_per_eu(W)``, W = ``Occupancy.waves_per_eu``): hipcc then allocates
-#: within W's budget or spills. (model, dispatch, knobs, emit arch, hipcc target, hipcc's
+#: ``wavefuse export --pin-occupancy`` pins each kernel at the residency the simulator
+#: assumed (``amdgpu_waves_per_eu(W)``, W = ``Occupancy.waves_per_eu``): hipcc then
+#: allocates within W's budget or spills, so the export keeps only the pins hipcc fits
+#: (``codegen_hip.pins``; ``tests/test_pins.py`` drops CONV1_56's). (model, dispatch, knobs, emit arch, hipcc target, hipcc's
 #: VGPRs at that W, the largest W hipcc fits without spilling). Recorded with hipcc 5.2;
 #: the gfx940 gaps above agree once pinned (ViT's projection: W = 6, its 512-thread
 #: workgroups run 3 per CU at 7 waves' worth of VGPRs, and hipcc fits 78 without

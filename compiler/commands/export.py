@@ -5,11 +5,14 @@ is checked functionally in gpusim against numpy, and the project is written atom
 ``codegen_hip.write_project``: one .hip per dispatch, a host harness that loads the
 seeded inputs and the numpy reference outputs from .npy files, CMake and hipcc build
 lines. Buffers hold tensors in their memory layout (see ``memory_image``).
+``--pin-occupancy`` pins each kernel at the simulated occupancy where hipcc fits it
+(``codegen_hip.pins``); the summary says how many kept the pin and why the rest did not.
 """
 from __future__ import annotations
 
 from codegen_hip import write_project
 from codegen_hip.export import ExportTarget
+from codegen_hip.pins import pin_summary
 from gpusim.hw import Arch
 
 from ..lower.common import memory_image
@@ -30,8 +33,13 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace a non-empty DIR")
     p.add_argument("--pin-occupancy", action="store_true",
                    help="emit each kernel with amdgpu_waves_per_eu at the occupancy the "
-                        "simulator assumed; `check` then reports spills where the VGPR "
-                        "estimate is below what hipcc can fit")
+                        "simulator assumed, where hipcc confirms it fits: each distinct "
+                        "kernel is compiled pinned for gfx90a and gfx940 first (an RDNA "
+                        "export: its own target), and one "
+                        "that spills or misses the pin is emitted unpinned with the reason "
+                        "(its .sim.json's pin_dropped). Without hipcc the pins are written "
+                        "unverified, with a warning. Off by default, so an export does not "
+                        "depend on whether hipcc is installed")
     add_tune_options(p)
     common.add_json(p)
     p.set_defaults(func=run, no_baseline=True)
@@ -61,6 +69,24 @@ def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int =
     return path, [k.name for k in kernels]
 
 
+def _pin_line(pins: dict) -> str:
+    """The summary of ``--pin-occupancy``: how many kernels carry the pin and why not the rest."""
+    if pins["unverified"]:
+        return f"occupancy pinned in {pins['pinned']} kernel(s), unverified (see the warning above)"
+    line = (f"occupancy pinned in {pins['pinned']} kernel(s) (hipcc fits them on "
+            f"{', '.join(pins['verified_on']) or 'its targets'})")
+    failed = sum("hipcc failed" in r for r in pins["dropped"].values())
+    spilled = len(pins["dropped"]) - failed
+    if spilled:
+        line += (f"; {spilled} left to the compiler, because the VGPR estimate is below what "
+                 "LLVM fits at that occupancy")
+    if failed:
+        line += f"; {failed} left unpinned because hipcc failed to compile them pinned"
+    if pins["dropped"]:
+        line += " (pin_dropped in their .sim.json)"
+    return line
+
+
 def run(args) -> int:
     common.fixed_knobs(args.fix)  # a bad pin fails before the target is even locked
     # the target is checked and locked before tuning: a bad one fails in a second, not
@@ -73,12 +99,18 @@ def run(args) -> int:
         graph = result.plan.graph
         path, names = export_model(graph, result, target, arch=args.arch, force=args.force,
                                    seed=args.seed, pin_occupancy=args.pin_occupancy)
+    pins = pin_summary(path) if args.pin_occupancy else None
     if args.json:
-        common.emit_json({"model": result.model, "arch": args.arch.name, "dir": str(path),
-                          "kernels": names, "total_time_us": result.total_time_us})
+        doc = {"model": result.model, "arch": args.arch.name, "dir": str(path),
+               "kernels": names, "total_time_us": result.total_time_us}
+        if pins:
+            doc["pins"] = pins
+        common.emit_json(doc)
     else:
         con = common.console()
         con.print(f"wrote {len(names)} kernel(s) of {result.model} for {args.arch.name} to "
                   f"[bold]{path}[/] (predicted {result.total_time_us:.2f} us, simulated)")
+        if pins:
+            con.print(_pin_line(pins), highlight=False)
         con.print(f"build: cd {path} && sh build.sh   |   check the ISA: wavefuse check {path}")
     return 0
