@@ -6,7 +6,9 @@ is checked functionally in gpusim against numpy, and the project is written atom
 seeded inputs and the numpy reference outputs from .npy files, CMake and hipcc build
 lines. Buffers hold tensors in their memory layout (see ``memory_image``).
 ``--pin-occupancy`` pins each kernel at the simulated occupancy where hipcc fits it
-(``codegen_hip.pins``); the summary says how many kept the pin and why the rest did not.
+(``codegen_hip.pins``); a dispatch whose winner hipcc cannot fit takes its fastest other
+candidate that it does fit (``compiler.pinned_schedules``); the summary says how many kept
+the pin, which dispatches changed schedule, and why the rest did not.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from codegen_hip.pins import pin_summary
 from gpusim.hw import Arch
 
 from ..lower.common import memory_image
+from ..pinned_schedules import honour_pins
 from ..reference import evaluate, random_inputs
 from ..search import SearchError
 from . import common
@@ -36,7 +39,9 @@ def register(sub) -> None:
                         "simulator assumed, where hipcc confirms it fits: each distinct "
                         "kernel is compiled pinned for gfx90a and gfx940 first (an RDNA "
                         "export: its own target), and one "
-                        "that spills or misses the pin is emitted unpinned with the reason "
+                        "that spills or misses the pin is replaced by the dispatch's fastest "
+                        "other candidate whose pin hipcc fits (values checked again), or, "
+                        "when none of the next few does, emitted unpinned with the reason "
                         "(its .sim.json's pin_dropped). Without hipcc the pins are written "
                         "unverified, with a warning. Off by default, so an export does not "
                         "depend on whether hipcc is installed")
@@ -97,6 +102,8 @@ def run(args) -> int:
             raise SearchError("refusing to export: simulated outputs differ from numpy for "
                               + ", ".join(d.name for d in result.mismatches))
         graph = result.plan.graph
+        swaps = honour_pins(graph, result, args.arch, args.seed) if args.pin_occupancy \
+            else []
         path, names = export_model(graph, result, target, arch=args.arch, force=args.force,
                                    seed=args.seed, pin_occupancy=args.pin_occupancy)
     pins = pin_summary(path) if args.pin_occupancy else None
@@ -104,7 +111,7 @@ def run(args) -> int:
         doc = {"model": result.model, "arch": args.arch.name, "dir": str(path),
                "kernels": names, "total_time_us": result.total_time_us}
         if pins:
-            doc["pins"] = pins
+            doc["pins"] = dict(pins, rescheduled=[w.to_json() for w in swaps])
         common.emit_json(doc)
     else:
         con = common.console()
@@ -112,5 +119,10 @@ def run(args) -> int:
                   f"[bold]{path}[/] (predicted {result.total_time_us:.2f} us, simulated)")
         if pins:
             con.print(_pin_line(pins), highlight=False)
+        if swaps:
+            extra = sum(w.new_us - w.old_us for w in swaps)
+            con.print(f"{len(swaps)} dispatch(es) took their fastest other schedule whose "
+                      f"occupancy hipcc honours ({extra:+.2f} us predicted): "
+                      + ", ".join(w.name for w in swaps), highlight=False)
         con.print(f"build: cd {path} && sh build.sh   |   check the ISA: wavefuse check {path}")
     return 0
