@@ -267,7 +267,7 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
                   title: str = "wavefuse export", expected: dict | None = None,
                   counters: dict | None = None, tolerances: dict | None = None,
                   warmup: int = 3, repeats: int = 20, pin_occupancy: bool = False,
-                  verify_pins: bool = True) -> Path:
+                  verify_pins: bool = True, pin_compiles: dict | None = None) -> Path:
     """Writes the project atomically and returns its path.
 
     ``launches``: ordered (kernel, {param name: array name or scalar value}).
@@ -286,6 +286,7 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
     ``verify_pins=False``, the pins are written unverified (sidecar ``pin_unverified``;
     a warning without hipcc). Off by default: the export would otherwise depend on
     whether hipcc is installed (README, "Whole models at full size", note f).
+    ``pin_compiles``: hipcc results of an earlier ``pins.verify_pins`` call, reused.
     """
     plan = build_plan(kernels, launches, arrays, arch=get_arch(arch), title=title,
                       expected=expected, tolerances=tolerances, warmup=warmup, repeats=repeats)
@@ -295,14 +296,15 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
         target, own = ExportTarget(out_dir, force), True
     try:
         return _write_locked(target, plan, arrays, expected, counters or {}, pin_occupancy,
-                             verify_pins)
+                             verify_pins, pin_compiles)
     finally:
         if own:
             target.release()
 
 
 def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters,
-                  pin_occupancy: bool = False, verify_pins: bool = True) -> Path:
+                  pin_occupancy: bool = False, verify_pins: bool = True,
+                  pin_compiles: dict | None = None) -> Path:
     # checked again: while the caller tuned, something other than wavefuse may have
     # created the folder (another export cannot: it would need the lock)
     out_dir, parent = _prepare_target(target.path, target.force)
@@ -318,7 +320,7 @@ def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters,
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a project dir is not
         _write_files(tmp, plan, arrays or {}, expected or {}, counters, pin_occupancy,
-                     verify_pins)
+                     verify_pins, pin_compiles)
         with _signals_held():
             _swap_into_place(tmp, out_dir)
     except BaseException:
@@ -330,7 +332,8 @@ def _write_locked(target: ExportTarget, plan: Plan, arrays, expected, counters,
 
 
 def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: dict,
-                 pin_occupancy: bool = False, verify_pins: bool = True):
+                 pin_occupancy: bool = False, verify_pins: bool = True,
+                 pin_compiles: dict | None = None):
     sources = ["main.hip"]
     (tmp / MARKER).write_text(json.dumps({"title": plan.title, "arch": plan.arch.name}) + "\n")
     infos, srcs = {}, {}
@@ -344,7 +347,7 @@ def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: 
         srcs[c_name] = emit_kernel(k, plan.arch, c_name=c_name, counters=kc,
                                    waves_per_eu=info["waves_per_eu"])
     if pin_occupancy:
-        _settle_pins(plan, counters, infos, srcs, verify_pins)
+        _settle_pins(plan, counters, infos, srcs, verify_pins, pin_compiles)
     for k, c_name in plan.kernels:
         _inside(tmp, tmp / f"{c_name}.hip").write_text(srcs[c_name])
         _inside(tmp, tmp / f"{c_name}.sim.json").write_text(
@@ -369,7 +372,8 @@ def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: 
             np.save(_inside(tmp, data / f"{a.file_stem}.expected.npy"), arr, allow_pickle=False)
 
 
-def _settle_pins(plan: Plan, counters: dict, infos: dict, srcs: dict, verify: bool):
+def _settle_pins(plan: Plan, counters: dict, infos: dict, srcs: dict, verify: bool,
+                 compiled: dict | None = None):
     """Verifies the pins with hipcc (``pins.verify_pins``) and re-emits unpinned each kernel
     whose pin hipcc does not fit; records the verdict in every sidecar."""
     # imported here, not at the top: check (which pins uses) imports this module
@@ -385,7 +389,7 @@ def _settle_pins(plan: Plan, counters: dict, infos: dict, srcs: dict, verify: bo
         for c in asked:
             infos[c]["pin_unverified"] = "verification not asked (verify_pins=False)"
         return
-    verdicts = verify_pins(asked, plan.arch,
+    verdicts = verify_pins(asked, plan.arch, compiled=compiled,
                            estimates={c: infos[c]["estimated_vgprs"] for c in asked})
     unverified = {v.unverified for v in verdicts.values() if v.unverified}
     for why in sorted(unverified):   # one line per export (the CLI prints it as one)

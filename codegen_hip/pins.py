@@ -76,14 +76,18 @@ def _problem(res: dict, waves: int, target: str) -> str | None:
 
 
 def verify_pins(sources: dict, arch, *, estimates: dict | None = None,
-                hipcc: str | None = None, jobs: int | None = None) -> dict:
+                hipcc: str | None = None, jobs: int | None = None,
+                compiled: dict | None = None) -> dict:
     """{c_name: PinVerdict} for ``sources`` ({c_name: (pinned source, W)}).
 
     Each distinct source (``check.source_key``) is compiled once per target of
     ``pin_targets(arch)``; ``estimates`` ({c_name: VGPRs}) only words the reasons. A
     kernel with no target to compile on, or a run without hipcc, keeps its pin
     unverified. The temporary files are removed, also on an exception (Ctrl-C), after
-    the compiles already running finish; queued ones are cancelled.
+    the compiles already running finish; queued ones are cancelled. ``compiled`` ({(source
+    key, target): facts}), when given, holds the compiles of an earlier call and receives
+    this one's, so an export that chose its schedules by their pins
+    (``compiler.pinned_schedules``) does not compile the same programs again.
     """
     estimates = estimates or {}
     hipcc = hipcc or _check.hipcc_path()
@@ -93,9 +97,12 @@ def verify_pins(sources: dict, arch, *, estimates: dict | None = None,
             f"no hipcc target is known for {arch.name}'s register file, so the pins were "
             "not compiled")
         return {c: PinVerdict(w, True, unverified=why) for c, (_, w) in sources.items()}
-    rep, first = {}, {}
+    compiled = {} if compiled is None else compiled
+    rep, first, key_of = {}, {}, {}
     for c, (src, w) in sources.items():
-        rep[c] = first.setdefault(_check.source_key(src, c), c)
+        key = _check.source_key(src, c)
+        rep[c] = first.setdefault(key, c)
+        key_of[rep[c]] = key
     with tempfile.TemporaryDirectory(prefix="wavefuse-pins-") as tmp:
         tmp = Path(tmp)
 
@@ -108,14 +115,17 @@ def verify_pins(sources: dict, arch, *, estimates: dict | None = None,
                 res.update(_check.parse_asm(asm.read_text()))
             return job, res
 
-        for c in set(rep.values()):
+        jobs_list = [(c, t) for c in sorted(set(rep.values())) for t in targets
+                     if (key_of[c], t) not in compiled]
+        for c in {c for c, _ in jobs_list}:
             (tmp / f"{c}.hip").write_text(sources[c][0])
-        jobs_list = [(c, t) for c in sorted(set(rep.values())) for t in targets]
         pool = ThreadPoolExecutor(max_workers=jobs or min(32, os.cpu_count() or 4))
         try:
-            done = dict(pool.map(one, jobs_list))
+            for (c, t), res in pool.map(one, jobs_list):
+                compiled[(key_of[c], t)] = res
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+    done = {(c, t): compiled[(key_of[c], t)] for c in set(rep.values()) for t in targets}
     out = {}
     for c, (_, w) in sources.items():
         figures = {t: done[(rep[c], t)] for t in targets}

@@ -46,9 +46,11 @@ def _pinned_source(kernel, arch: Arch, name: str):
     return None if w is None else (emit_kernel(kernel, arch, c_name=name, waves_per_eu=w), w)
 
 
-def honour_pins(graph, result, arch: Arch, seed: int = 0) -> list[Rescheduled]:
+def honour_pins(graph, result, arch: Arch, seed: int = 0,
+                compiled: dict | None = None) -> list[Rescheduled]:
     """Swaps, in ``result`` (a ``TuneResult``), each dispatch whose winner's pin hipcc
-    cannot fit for the fastest other candidate whose pin it fits; returns the swaps."""
+    cannot fit for the fastest other candidate whose pin it fits; returns the swaps.
+    ``compiled`` collects hipcc's results (``pins.verify_pins``) for the export to reuse."""
     if hipcc_path() is None:
         return []
     names = {}
@@ -58,7 +60,7 @@ def honour_pins(graph, result, arch: Arch, seed: int = 0) -> list[Rescheduled]:
         if src is not None:
             winners[f"k{i}"] = src
             names[f"k{i}"] = i
-    verdicts = verify_pins(winners, arch)
+    verdicts = verify_pins(winners, arch, compiled=compiled)
     dropped = {names[c]: v.reason for c, v in verdicts.items()
                if not v.kept and not v.unverified}
     if not dropped:
@@ -77,7 +79,7 @@ def honour_pins(graph, result, arch: Arch, seed: int = 0) -> list[Rescheduled]:
             if src is not None:
                 trials[f"k{i}_{j}"] = src
                 kernels[f"k{i}_{j}"] = (i, s, k)
-    fits = verify_pins(trials, arch)
+    fits = verify_pins(trials, arch, compiled=compiled)
     swaps = []
     for i, reason in sorted(dropped.items()):
         d = result.dispatches[i]

@@ -156,6 +156,17 @@ def test_decision_rule_and_one_compile_per_distinct_source(monkeypatch):
     assert not got["scratch"].kept and "16 B scratch" in got["scratch"].reason
     assert not got["few"].kept and "80 VGPRs allow only 6 waves/SIMD" in got["few"].reason
     assert not got["broken"].kept and "hipcc failed (error: boom)" in got["broken"].reason
+    # a shared ``compiled`` memo: a second call (the export after the schedule choice,
+    # compiler.pinned_schedules) compiles only programs the first did not
+    memo = {}
+    verify_pins(sources, get_arch("gfx942"), compiled=memo)
+    calls.clear()
+    again = verify_pins({"renamed": (src.format(n="renamed", p="z", v="1.0f"), 7),
+                         "new": (src.format(n="new", p="x", v="4.0f")
+                                 .replace("PER_EU(7)", "PER_EU(6)"), 6)},
+                        get_arch("gfx942"), compiled=memo)
+    assert sorted(calls) == [("new.hip", "gfx90a"), ("new.hip", "gfx940")]
+    assert again["renamed"].kept and again["new"].kept      # 80 VGPRs fit 6 waves
 
 
 def test_pin_targets_follow_check():

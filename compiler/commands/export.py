@@ -51,7 +51,7 @@ def register(sub) -> None:
 
 
 def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int = 0,
-                 pin_occupancy: bool = False):
+                 pin_occupancy: bool = False, pin_compiles: dict | None = None):
     """Writes the project for a TuneResult; returns (path, kernel names)."""
     inputs = random_inputs(graph, seed)
     env = evaluate(graph, inputs, keep_all=True)
@@ -70,7 +70,8 @@ def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int =
     expected = {o: memory_image(graph, o, env[o]) for o in graph.outputs}
     path = write_project(out_dir, kernels, launches, arrays, arch=arch, force=force,
                          title=f"wavefuse export of {graph.name} for {arch.name}",
-                         expected=expected, counters=counters, pin_occupancy=pin_occupancy)
+                         expected=expected, counters=counters, pin_occupancy=pin_occupancy,
+                         pin_compiles=pin_compiles)
     return path, [k.name for k in kernels]
 
 
@@ -102,10 +103,12 @@ def run(args) -> int:
             raise SearchError("refusing to export: simulated outputs differ from numpy for "
                               + ", ".join(d.name for d in result.mismatches))
         graph = result.plan.graph
-        swaps = honour_pins(graph, result, args.arch, args.seed) if args.pin_occupancy \
-            else []
+        compiles = {}   # hipcc's results, shared by the schedule choice and the export
+        swaps = honour_pins(graph, result, args.arch, args.seed, compiles) \
+            if args.pin_occupancy else []
         path, names = export_model(graph, result, target, arch=args.arch, force=args.force,
-                                   seed=args.seed, pin_occupancy=args.pin_occupancy)
+                                   seed=args.seed, pin_occupancy=args.pin_occupancy,
+                                   pin_compiles=compiles)
     pins = pin_summary(path) if args.pin_occupancy else None
     if args.json:
         doc = {"model": result.model, "arch": args.arch.name, "dir": str(path),
