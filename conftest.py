@@ -1,6 +1,6 @@
 """Test-wide settings.
 
-The tuning database (``compiler.tunedb``) is a fresh file in a temporary folder for every
+The tuning database (``compiler.tuning.tunedb``) is a fresh file in a temporary folder for every
 test: ``WAVEFUSE_CACHE`` is set here, so no test touches the user's cache, and no test sees
 scores another test left.
 

@@ -87,7 +87,7 @@ def verify_pins(sources: dict, arch, *, estimates: dict | None = None,
     the compiles already running finish; queued ones are cancelled. ``compiled`` ({(source
     key, target): facts}), when given, holds the compiles of an earlier call and receives
     this one's, so an export that chose its schedules by their pins
-    (``compiler.pinned_schedules``) does not compile the same programs again.
+    (``compiler.tuning.pinned_schedules``) does not compile the same programs again.
     """
     estimates = estimates or {}
     hipcc = hipcc or _check.hipcc_path()

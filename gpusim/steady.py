@@ -37,7 +37,7 @@ lowerings' long loops stream a new tile every trip), while ``simulate``'s defaul
 fidelity microbenchmarks and ``wavefuse profile`` run every trip.
 
 ``cut`` is also how the value check learns which output elements a workgroup sample
-writes from a short run (``compiler.search``): it cuts loops that store nothing.
+writes from a short run (``compiler.tuning.search``): it cuts loops that store nothing.
 """
 from __future__ import annotations
 

@@ -7,13 +7,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.graph import Graph
+from compiler.ir.graph import Graph
 from compiler.lower import affine
 from compiler.lower.contraction import Gemm
 from compiler.lower.emitter import offset_table, vector_access
 from compiler.lower.transpose import _contiguous_dim
-from compiler.models import load_model
-from compiler.passes import fuse
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
 
 
 @st.composite
@@ -98,9 +98,9 @@ def test_separable_operand_analysis_equals_the_full_table():
 @settings(max_examples=150, deadline=None)
 @given(view_chains())
 def test_root_tables_in_closed_form_equal_the_materialised_ones(chain):
-    """Fusion's root tables (compiler.passes.layout) through the same view chains: the
+    """Fusion's root tables (compiler.fusion.layout) through the same view chains: the
     closed-form table, its permutation answer and the output-dim map equal numpy's."""
-    from compiler.passes import layout
+    from compiler.fusion import layout
     g, path = chain
     out = path[-1].name if path else "x"
     x = g.op("x").type
@@ -113,7 +113,7 @@ def test_root_tables_in_closed_form_equal_the_materialised_ones(chain):
         elif op.kind == "reshape":
             ref = np.ascontiguousarray(ref).reshape(op.type.shape)
         elif op.kind == "slice":
-            from compiler.graph import slice_windows
+            from compiler.ir.graph import slice_windows
             ref = ref[slice_windows(op.attrs)]
         else:
             ref = np.broadcast_to(ref, op.type.shape)

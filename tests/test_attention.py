@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 import gpusim
 from gpusim import program as P
 from gpusim.hw import get_arch
-from compiler import builders as B
-from compiler.graph import Graph
+from compiler.ir import builders as B
+from compiler.ir.graph import Graph
 from compiler.lower import lower
 from compiler.lower.attention import Attention, check_schedule, tolerance
 from compiler.lower.common import memory_image
-from compiler.passes import fuse
-from compiler.plan import execute_plan, max_error
-from compiler.reference import evaluate, random_inputs
+from compiler.fusion import fuse
+from compiler.fusion.plan import execute_plan, max_error
+from compiler.ir.reference import evaluate, random_inputs
 from compiler.schedule import schedule_space
 
 SETTINGS = settings(max_examples=12, deadline=None,
@@ -207,8 +207,8 @@ def test_tolerance_grows_with_blocks_and_keys():
 
 
 def test_search_compares_the_fused_and_the_split_plan():
-    from compiler.search import SPLIT_ATTENTION, tune
-    from compiler.views import explain_view  # noqa: F401  (the view renders these costs)
+    from compiler.tuning.search import SPLIT_ATTENTION, tune
+    from compiler.cli.views import explain_view  # noqa: F401  (the view renders these costs)
 
     g = attention_graph(1, 32, 32, 16, 16, "additive")
     r = tune(g, "gfx942", budget=2, baseline=False)

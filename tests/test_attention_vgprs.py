@@ -17,8 +17,8 @@ from codegen_hip.check import VGPR_AGREEMENT_REL, compile_to_asm, parse_asm
 from codegen_hip.emit import emit_kernel
 from codegen_hip.simfacts import vgpr_occupancy
 from compiler.lower import lower
-from compiler.models import MODELS, load_model
-from compiler.passes import fuse
+from compiler.ir.models import MODELS, load_model
+from compiler.fusion import fuse
 from gpusim.occupancy import estimate_vgprs
 
 MFMA = dict(mma="mfma", row_stats="registers")

@@ -120,8 +120,8 @@ def test_a_uniform_load_read_through_the_scalar_cache_is_a_warning():
 def test_the_sidecar_marks_wave_uniform_global_loads():
     from codegen_hip.simfacts import memory_accesses
     from compiler.lower import lower
-    from compiler.models import load_model
-    from compiler.passes import fuse
+    from compiler.ir.models import load_model
+    from compiler.fusion import fuse
     g = load_model("layernorm:rows=64,cols=256")
     plan = fuse(g, aggressive=False)
     marks = {}

@@ -10,7 +10,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 from compiler import __version__, cli
-from compiler.commands import verify
+from compiler.cli.commands import verify
 
 
 def run(capsys, *argv):
@@ -91,7 +91,7 @@ def test_verify_mismatch_exits_1(capsys, monkeypatch):
 def test_verify_checks_a_sample_of_workgroups_unless_check_all(capsys, monkeypatch):
     """verify's simulated-kernels check samples workgroups by default (full-size models
     have thousands per kernel) and checks all with --check-all; --budget is the tune's."""
-    from compiler.commands import verify
+    from compiler.cli.commands import verify
     seen = []
     real = verify.tune
 
@@ -128,7 +128,7 @@ def test_verify_runs_the_schedule_free_checks_when_a_dispatch_cannot_be_schedule
         capsys, monkeypatch):
     """A dispatch whose every candidate is illegal fails the simulated-kernels check only:
     the reference and fused-plan checks still run and pass; exit 1, no traceback."""
-    from compiler import search
+    from compiler.tuning import search
     from compiler.schedule import Candidate
     monkeypatch.setattr(search, "schedule_space",
                         lambda g, d, arch: [Candidate({"workgroup": 64}, False, "planted")])
@@ -254,7 +254,7 @@ def nan_weights_onnx(tmp_path):
 
 
 def test_compare_is_nan_aware():
-    from compiler import numerics
+    from compiler.ir import numerics
     a = np.array([np.nan, np.inf, -np.inf, 1.0])
     assert numerics.compare(a, a.copy(), 1e-3) == (True, 0.0)
     assert numerics.compare(a, np.array([np.nan, np.inf, np.inf, 1.0]), 1e-3)[0] is False

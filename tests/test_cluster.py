@@ -1,4 +1,4 @@
-"""Scoring on a Dask cluster (compiler.cluster): same results as serial, lost workers
+"""Scoring on a Dask cluster (compiler.tuning.cluster): same results as serial, lost workers
 retried, clean errors and interrupts. Runs a two-worker LocalCluster when the extra
 ``wavefuse[cluster]`` (dask[distributed]) is installed."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ import time
 import pytest
 
 from gpusim.hw import GFX942
-from compiler import cluster
+from compiler.tuning import cluster
 from compiler.cli import main
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.search import tune_dispatches
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.tuning.search import tune_dispatches
 
 
 def _one_line_error(capsys, argv) -> str:

@@ -215,9 +215,9 @@ def test_integer_reduction_kernels_compile_to_integer_instructions(tmp_path):
     import dataclasses
     from codegen_hip.check import compile_to_asm, parse_asm
     from codegen_hip.emit import emit_kernel
-    from compiler.graph import Graph
+    from compiler.ir.graph import Graph
     from compiler.lower import lower
-    from compiler.passes import fuse
+    from compiler.fusion import fuse
     srcs = []
     for kind, reduce in [("reduce_sum", "wave"), ("reduce_max", "shuffle"),
                          ("reduce_min", "lds_tree"), ("reduce_prod", "wave"),

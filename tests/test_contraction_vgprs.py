@@ -24,8 +24,8 @@ from codegen_hip.check import VGPR_AGREEMENT_REL, compile_to_asm, parse_asm
 from codegen_hip.emit import emit_kernel
 from codegen_hip.simfacts import pinned_waves, vgpr_occupancy
 from compiler.lower import lower
-from compiler.models import load_model
-from compiler.passes import fuse
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
 from gpusim.occupancy import estimate_vgprs
 
 ARCH = "gfx90a"

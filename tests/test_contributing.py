@@ -15,16 +15,16 @@ def test_every_named_file_exists():
 
 
 def test_every_named_registry_is_in_its_file():
-    pairs = [("compiler/ops.py", ("OPS",)),
-             ("compiler/graph.py", ("UNARY", "BINARY", "infer_type")),
-             ("compiler/reference.py", ("UNARY_FUNCS", "VIEW_FUNCS", "_eval_injective")),
+    pairs = [("compiler/ir/ops.py", ("OPS",)),
+             ("compiler/ir/graph.py", ("UNARY", "BINARY", "infer_type")),
+             ("compiler/ir/reference.py", ("UNARY_FUNCS", "VIEW_FUNCS", "_eval_injective")),
              ("compiler/lower/emitter.py", ("UNARY_IR", "BINARY_IR")),
              ("gpusim/program.py", ("IR_UNARY", "IR_BINARY")),
              ("gpusim/engine.py", ("fun", "fbin")),
              ("gpusim/compile.py", ("UN", "FBIN")),
              ("compiler/frontends/onnx.py", ("_UNARY", "_BINARY", "_VARIADIC", "_REDUCE",
                                              "CONVERTERS")),
-             ("compiler/passes/__init__.py", ("RULES", "CONDITIONS", "SPACE_CONDITIONS")),
+             ("compiler/fusion/__init__.py", ("RULES", "CONDITIONS", "SPACE_CONDITIONS")),
              ("compiler/schedule/__init__.py", ("check_pins", "KINDS")),
              ("gpusim/hw/__init__.py", ("ARCHES", "ALIASES", "DEFAULT_ARCH")),
              ("codegen_hip/simfacts.py", ("TARGET_ARCH",)),

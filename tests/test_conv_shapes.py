@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpusim.hw import GFX942, get_arch
-from compiler.graph import Graph
+from compiler.ir.graph import Graph
 from compiler.schedule import schedule_space
-from compiler.passes import fuse
-from compiler.search import tune, tune_dispatches, verify_dispatches
+from compiler.fusion import fuse
+from compiler.tuning.search import tune, tune_dispatches, verify_dispatches
 
 
 @st.composite
@@ -59,7 +59,7 @@ def test_every_conv_has_a_legal_schedule_and_the_chosen_kernel_equals_numpy(g, a
 def test_fallback_alone_tunes_when_every_other_candidate_fails(monkeypatch):
     """Every sampled candidate fails to lower: the search scores the space's always-
     lowerable fallback instead of giving up, and its kernel is correct."""
-    from compiler import search
+    from compiler.tuning import search
     from compiler.schedule.contraction import FALLBACK
     g = Graph("c3")
     x, f = g.input("x", (1, 9, 9, 8)), g.input("w", (6, 3, 3, 8))
@@ -81,7 +81,7 @@ def test_fallback_alone_tunes_when_every_other_candidate_fails(monkeypatch):
 
 
 def test_the_no_candidate_message_lists_whole_reasons(monkeypatch):
-    from compiler import search
+    from compiler.tuning import search
     from compiler.schedule import Candidate
     g = Graph("c3")
     g.output(g.conv2d(g.input("x", (1, 2, 5, 5)), g.input("w", (2, 2, 3, 3))))
@@ -160,7 +160,7 @@ def test_direct_depthwise_lowering_equals_numpy(fmt, mult, stride, dil):
     from gpusim.validate import validate
     from compiler.lower import lower
     from compiler.lower.common import memory_image
-    from compiler.reference import evaluate, random_inputs
+    from compiler.ir.reference import evaluate, random_inputs
     g = depthwise(mult=mult, fmt=fmt, stride=stride, dil=dil)
     d = fuse(g).dispatches[0]
     space = schedule_space(g, d, GFX942)
@@ -179,7 +179,7 @@ def test_direct_lowering_wins_on_a_depthwise_conv_and_not_on_a_dense_one():
     (a 64-wide tile computes one useful column), the direct kernel reads each window once
     through the vL1D: predicted several times faster. A dense 3x3 conv has 9*C taps per
     output and gets no direct candidate."""
-    from compiler.search import score
+    from compiler.tuning.search import score
     g = depthwise(c=64, hw=56)
     d = fuse(g).dispatches[0]
     space = [c for c in schedule_space(g, d, GFX942) if c.legal]

@@ -1,4 +1,4 @@
-"""compiler.errorbound: the rounding-error scale verify allows on top of its constant
+"""compiler.ir.errorbound: the rounding-error scale verify allows on top of its constant
 tolerance. It must hold (the f32 reference stays within lam * scale of the exact value,
 computed in float64) and it must still catch real errors (a perturbed weight, a wrong
 kernel), including in graphs deep enough that the constant alone rejects honest
@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
-from compiler import builders as B
-from compiler import errorbound, numerics
-from compiler.commands import verify
+from compiler.ir import builders as B
+from compiler.ir import errorbound, numerics
+from compiler.cli.commands import verify
 from compiler.frontends.onnx import load_onnx
-from compiler.graph import Graph
-from compiler.reference import evaluate, random_inputs
+from compiler.ir.graph import Graph
+from compiler.ir.reference import evaluate, random_inputs
 
 DATA = "tests/data"
 ERF = np.vectorize(math.erf)

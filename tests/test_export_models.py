@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from compiler.cli import main
-from compiler.models import MODELS
+from compiler.ir.models import MODELS
 
 pytestmark = [pytest.mark.hip,
               pytest.mark.skipif(shutil.which("hipcc") is None,

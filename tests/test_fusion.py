@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from compiler import cli
-from compiler.graph import Graph
-from compiler.models import MODELS, load_model
-from compiler.passes import check_plan, fuse
-from compiler.plan import execute_plan, max_error
-from compiler.reference import evaluate, random_inputs
+from compiler.ir.graph import Graph
+from compiler.ir.models import MODELS, load_model
+from compiler.fusion import check_plan, fuse
+from compiler.fusion.plan import execute_plan, max_error
+from compiler.ir.reference import evaluate, random_inputs
 
 COUNTS = {  # model: (aggressive, conservative)
     "softmax": (1, 2), "layernorm": (1, 2), "rmsnorm": (1, 1), "conv_add_relu": (1, 1),
@@ -189,7 +189,7 @@ def test_epilogue_writes_a_view_of_the_contraction(aggressive):
     from compiler.schedule import schedule_space
     from gpusim.hw import GFX942
     from compiler.lower.common import memory_image
-    from compiler.reference import evaluate, random_inputs
+    from compiler.ir.reference import evaluate, random_inputs
     g = Graph("unit_transpose")
     y = g.matmul(g.input("x", (2, 3)), g.input("w", (3, 1)))
     g.output(g.neg(g.transpose(y, (1, 0))))
@@ -237,8 +237,8 @@ def test_epilogue_leaves_out_a_smaller_tensor_needed_outside():
 def test_incremental_bookkeeping_matches_a_rebuild(name, aggressive):
     """The core updates the condensed graph, each group's leaving edges and its op counts
     merge by merge; after every rule has run they equal what a rebuild gives."""
-    from compiler.passes import CONDITIONS, RULES, SPACE_CONDITIONS
-    from compiler.passes.core import FusionState, RootKind
+    from compiler.fusion import CONDITIONS, RULES, SPACE_CONDITIONS
+    from compiler.fusion.core import FusionState, RootKind
     g = load_model(name)
     st = FusionState.start(g, aggressive, CONDITIONS, SPACE_CONDITIONS)
     while any(rule.apply(st) for rule in RULES):

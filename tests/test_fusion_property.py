@@ -11,11 +11,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.graph import Graph
-from compiler.passes import fuse
-from compiler.graph import live_ops
-from compiler.plan import execute_plan, max_error
-from compiler.reference import evaluate, random_inputs
+from compiler.ir.graph import Graph
+from compiler.fusion import fuse
+from compiler.ir.graph import live_ops
+from compiler.fusion.plan import execute_plan, max_error
+from compiler.ir.reference import evaluate, random_inputs
 from compiler.schedule import check
 
 UNARY = ("neg", "tanh", "relu", "sigmoid", "exp")

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.graph import Graph, GraphError, ShapeError, TensorType, UnsupportedError
+from compiler.ir.graph import Graph, GraphError, ShapeError, TensorType, UnsupportedError
 
 
 def test_tensor_type_layout_strides():

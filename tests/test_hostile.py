@@ -26,7 +26,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 from compiler import cli
-from compiler.commands import export as export_cmd
+from compiler.cli.commands import export as export_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_RUN_TUNE = export_cmd.run_tune
@@ -448,7 +448,7 @@ def test_check_of_a_real_export_tampered_after_writing(capsys, box, damage, patt
 
 def test_running_out_of_memory_is_one_line(capsys, box, monkeypatch):
     """The last resort behind the estimate: a MemoryError anywhere is one line, exit 2."""
-    from compiler.commands import common
+    from compiler.cli.commands import common
 
     def exhausted(args, compute=True):
         raise MemoryError

@@ -18,8 +18,8 @@ from codegen_hip.emit import emit_kernel
 from compiler.frontends.onnx import from_model
 from compiler.lower import dispatch_kind, lower
 from compiler.lower.common import memory_image
-from compiler.passes import fuse
-from compiler.reference import evaluate
+from compiler.fusion import fuse
+from compiler.ir.reference import evaluate
 from compiler.schedule import schedule_space
 from gpusim.hw import get_arch
 from gpusim.program import Load, walk

@@ -10,18 +10,18 @@ import gpusim
 from gpusim import program as P
 from gpusim.validate import validate
 
-from compiler import models
-from compiler.graph import Graph
-from compiler.passes import fuse
+from compiler.ir import models
+from compiler.ir.graph import Graph
+from compiler.fusion import fuse
 from compiler.lower.common import LoweringError, memory_image
 from compiler.lower.contraction import lower_contraction
-from compiler.reference import evaluate, random_inputs
+from compiler.ir.reference import evaluate, random_inputs
 from compiler.schedule.contraction import contraction_space
 
 
 @dataclass
 class Dispatch:
-    """A whole graph as one dispatch (stands in for compiler.plan in these tests)."""
+    """A whole graph as one dispatch (stands in for compiler.fusion.plan in these tests)."""
     name: str
     root: str
     ops: list

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import gpusim
-from compiler.graph import Graph
+from compiler.ir.graph import Graph
 from compiler.lower import LoweringError, lower
 from compiler.schedule import schedule_space
 from gpusim.hw import GFX942
 from compiler.lower.common import memory_image
-from compiler.passes import fuse
-from compiler.reference import evaluate, random_inputs
+from compiler.fusion import fuse
+from compiler.ir.reference import evaluate, random_inputs
 
 
 def check_all_dispatches(g: Graph, picks=(0, 7, -1)):

@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 
 from gpusim.hw import GFX942, get_arch
 import gpusim
-from compiler.graph import Graph
+from compiler.ir.graph import Graph
 from compiler.lower import LoweringError, lower
 from compiler.schedule import schedule_space
 from compiler.lower.common import memory_image
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.reference import evaluate, random_inputs
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.ir.reference import evaluate, random_inputs
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

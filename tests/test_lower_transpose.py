@@ -4,15 +4,15 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import gpusim
-from compiler import models
-from compiler.graph import Graph
+from compiler.ir import models
+from compiler.ir.graph import Graph
 from compiler.lower import LoweringError, lower
 from compiler.schedule import schedule_space
 from gpusim.hw import GFX942
 from compiler.lower.common import memory_image
 from compiler.lower.transpose import staging_plan
-from compiler.passes import fuse
-from compiler.reference import evaluate, random_inputs
+from compiler.fusion import fuse
+from compiler.ir.reference import evaluate, random_inputs
 
 
 def run(g, knobs, arch="gfx942"):
@@ -104,7 +104,7 @@ def test_tiled_reads_and_writes_coalesced_and_padding_removes_conflicts():
 
 
 def test_search_picks_the_tile_for_a_large_permute():
-    from compiler.search import tune
+    from compiler.tuning.search import tune
     g = models.transpose_add(rows=1024, cols=1024)
     report = tune(g, "gfx942", budget=None)
     best = report.dispatches[0]

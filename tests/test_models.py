@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from compiler.graph import GraphError
-from compiler.models import MODELS, ModelError, load_model, parse_spec
-from compiler.reference import evaluate, random_inputs
+from compiler.ir.graph import GraphError
+from compiler.ir.models import MODELS, ModelError, load_model, parse_spec
+from compiler.ir.reference import evaluate, random_inputs
 
 SMALL = {"conv_add_relu": "conv_add_relu:c=64,k=32", "conv_add_relu_mismatch":
          "conv_add_relu_mismatch:c=64,k=32", "encoder_layer":

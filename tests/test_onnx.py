@@ -7,9 +7,9 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from compiler.frontends.onnx import SUPPORTED_OPS, from_model, load_onnx
-from compiler.graph import GraphError, ShapeError, UnsupportedError
-from compiler.models import ModelError, load_model
-from compiler.reference import evaluate
+from compiler.ir.graph import GraphError, ShapeError, UnsupportedError
+from compiler.ir.models import ModelError, load_model
+from compiler.ir.reference import evaluate
 
 F32, F16 = T.FLOAT, T.FLOAT16
 NP = {F32: np.float32, F16: np.float16}

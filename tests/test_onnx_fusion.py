@@ -11,10 +11,10 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 from compiler.frontends.onnx import from_model
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.plan import execute_plan
-from compiler.reference import evaluate, random_inputs
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.fusion.plan import execute_plan
+from compiler.ir.reference import evaluate, random_inputs
 
 
 def model(nodes, inputs, outputs, inits=()):

@@ -17,8 +17,8 @@ import gpusim
 from compiler.frontends.onnx import from_model
 from compiler.lower import lower
 from compiler.lower.common import memory_image
-from compiler.passes import fuse
-from compiler.reference import evaluate
+from compiler.fusion import fuse
+from compiler.ir.reference import evaluate
 from compiler.schedule import schedule_space
 from gpusim.hw import get_arch
 
@@ -249,7 +249,7 @@ def test_conv1d_property(c_per, groups, o_per, length, k, stride, dil, pads, bia
 
 
 def test_conv3d_is_refused_naming_the_supported_ranks():
-    from compiler.graph import UnsupportedError
+    from compiler.ir.graph import UnsupportedError
     w = np.zeros((2, 1, 1, 1, 1), np.float32)
     m = model([h.make_node("Conv", ["x", "w"], ["y"])], [vi("x", [1, 1, 2, 2, 2])],
               [vi("y", [1, 2, 2, 2, 2])], [init("w", w)])
@@ -435,7 +435,7 @@ def test_every_newer_op_version_is_accounted_for():
 def test_inputs_pinned_to_values_fold_like_initializers():
     """from_model(values=): a run-time `axes` / target-shape input pinned to an array
     folds; a name that is no input, or a wrongly shaped value, is one clear error."""
-    from compiler.graph import ModelError, UnsupportedError
+    from compiler.ir.graph import ModelError, UnsupportedError
     nodes = [h.make_node("ReduceMax", ["x", "axes"], ["r"], keepdims=1),
              h.make_node("Reshape", ["r", "shape"], ["y"])]
     m = model(nodes, [vi("x", [3, 4, 5]), vi("axes", [1], I64), vi("shape", [2], I64)],
@@ -460,7 +460,7 @@ def test_inputs_pinned_to_values_fold_like_initializers():
 def test_a_folded_output_of_an_unsupported_dtype_is_one_clear_error():
     """A graph output that folds to a constant of a refused dtype (double here) names
     the tensor (it used to crash while naming a node it does not have)."""
-    from compiler.graph import UnsupportedError
+    from compiler.ir.graph import UnsupportedError
     from onnx import TensorProto
     m = model([h.make_node("Cast", ["c"], ["y"], to=TensorProto.DOUBLE)], [],
               [vi("y", [2], TensorProto.DOUBLE)], [init("c", np.ones(2, np.float32))])
@@ -500,7 +500,7 @@ def test_pad_modes(mode, pads, axes):
 
 
 def test_negative_pads_with_a_non_constant_mode_are_refused():
-    from compiler.graph import UnsupportedError
+    from compiler.ir.graph import UnsupportedError
     m = model([h.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [vi("x", [2, 4])],
               [vi("y", [2, 4])], [init("p", np.array([0, -1, 0, 1], np.int64))])
     with pytest.raises(UnsupportedError, match="negative pads with mode 'edge'.*Slice"):

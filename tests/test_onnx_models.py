@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from compiler import cli, numerics
+from compiler import cli
+from compiler.ir import numerics
 from compiler.frontends.onnx import load_onnx
-from compiler.passes import fuse
-from compiler.plan import execute_plan
-from compiler.reference import evaluate, random_inputs
+from compiler.fusion import fuse
+from compiler.fusion.plan import execute_plan
+from compiler.ir.reference import evaluate, random_inputs
 
 DATA = pathlib.Path(__file__).parent / "data"
 MANIFEST = json.loads((DATA / "MANIFEST.json").read_text())

@@ -9,10 +9,10 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from compiler.frontends.onnx import from_model
-from compiler.graph import ShapeError, UnsupportedError
-from compiler.passes import fuse
-from compiler.plan import execute_plan
-from compiler.reference import evaluate
+from compiler.ir.graph import ShapeError, UnsupportedError
+from compiler.fusion import fuse
+from compiler.fusion.plan import execute_plan
+from compiler.ir.reference import evaluate
 
 from test_onnx import init, vi  # noqa: E402  (the ONNX tests' tensor helpers)
 
@@ -211,7 +211,7 @@ def test_gather_constant_indices_on_computed_data(indices):
 
 
 def test_gather_embedding_lookup_records_index_bound():
-    from compiler.reference import random_inputs
+    from compiler.ir.reference import random_inputs
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     m = model([h.make_node("Gather", ["w", "ids"], ["y"])], [vi("ids", [1, 6], I64)],
               [vi("y", [1, 6, 4])], [init("w", table)])
@@ -486,7 +486,7 @@ def test_large_initializers_skip_the_serialising_checks_but_still_import():
     """Weights over LARGE_INITIALIZER_BYTES are typed inputs for the checker and shape
     inference (speed), read by numpy_helper at import; a malformed one is one clear error."""
     from compiler.frontends.onnx import LARGE_INITIALIZER_BYTES
-    from compiler.models import ModelError
+    from compiler.ir.models import ModelError
     n = 1 + int((LARGE_INITIALIZER_BYTES / 4) ** 0.5)
     w = np.random.default_rng(0).uniform(-1, 1, (n, n)).astype(np.float32)
     m = model([h.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", [2, n])], [vi("y", [2, n])],

@@ -1,4 +1,4 @@
-"""The op tables agree: every graph op (compiler/ops.py ``OPS``) has its numpy function,
+"""The op tables agree: every graph op (compiler/ir/ops.py ``OPS``) has its numpy function,
 its IR operator in the IR table (gpusim/program.py ``IR_UNARY``/``IR_BINARY``), and an
 ONNX converter or a stated reason; every IR operator has an engine opcode that the
 engine evaluates and a HIP spelling that the printer uses. Adding an op and forgetting a
@@ -10,13 +10,13 @@ import inspect
 import pytest
 
 from codegen_hip.emit import emit_kernel
-from compiler import graph as G
-from compiler import reference
+from compiler.ir import graph as G
+from compiler.ir import reference
 from compiler.frontends import onnx as onnx_frontend
 from compiler.lower import lower
 from compiler.lower.emitter import BINARY_IR, UNARY_IR
-from compiler.ops import CATEGORIES, OPS
-from compiler.passes import fuse
+from compiler.ir.ops import CATEGORIES, OPS
+from compiler.fusion import fuse
 from gpusim import compile as gcompile
 from gpusim import engine as E
 from gpusim import program as P

@@ -1,5 +1,5 @@
 """``export --pin-occupancy``: a dispatch whose winner's pin hipcc cannot fit takes its
-fastest other candidate whose pin it fits (``compiler.pinned_schedules``).
+fastest other candidate whose pin it fits (``compiler.tuning.pinned_schedules``).
 
 hipcc is replaced here by a fake that spills every winner and fits every other
 candidate, so the rule is tested on its own; the real-compiler evidence is ResNet-50's
@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 
 from codegen_hip import check as check_mod
-from compiler import pinned_schedules as ps
-from compiler.models import load_model
-from compiler.search import tune
+from compiler.tuning import pinned_schedules as ps
+from compiler.ir.models import load_model
+from compiler.tuning.search import tune
 from gpusim.hw import get_arch
 
 

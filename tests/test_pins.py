@@ -157,7 +157,7 @@ def test_decision_rule_and_one_compile_per_distinct_source(monkeypatch):
     assert not got["few"].kept and "80 VGPRs allow only 6 waves/SIMD" in got["few"].reason
     assert not got["broken"].kept and "hipcc failed (error: boom)" in got["broken"].reason
     # a shared ``compiled`` memo: a second call (the export after the schedule choice,
-    # compiler.pinned_schedules) compiles only programs the first did not
+    # compiler.tuning.pinned_schedules) compiles only programs the first did not
     memo = {}
     verify_pins(sources, get_arch("gfx942"), compiled=memo)
     calls.clear()
@@ -198,7 +198,7 @@ def test_interrupted_verification_leaves_nothing_behind(tmp_path, monkeypatch):
 
 
 def test_summary_line_names_each_cause():
-    from compiler.commands.export import _pin_line
+    from compiler.cli.commands.export import _pin_line
     pins = {"asked": True, "pinned": 45, "verified_on": ["gfx90a", "gfx940"], "unverified": None,
             "dropped": {"a": "hipcc does not fit amdgpu_waves_per_eu(7): gfx90a: 72 VGPRs + "
                              "7 VGPRs spilled", "b": "... gfx940: hipcc failed (error: x)"}}

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from gpusim.hw import GFX942, get_arch
 import gpusim
-from compiler.graph import Graph
+from compiler.ir.graph import Graph
 from compiler.lower import lower
 from compiler.schedule import check, schedule_space
 from compiler.lower.common import memory_image
-from compiler.passes import fuse
-from compiler.plan import execute_plan, max_error
-from compiler.reference import evaluate, random_inputs
+from compiler.fusion import fuse
+from compiler.fusion.plan import execute_plan, max_error
+from compiler.ir.reference import evaluate, random_inputs
 
 from test_fusion_property import graphs  # noqa: E402  (the fusion tests' graph generator)
 

@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from compiler import builders as B
-from compiler.graph import BINARY, UNARY, Graph, GraphError
-from compiler.reference import evaluate, random_inputs
+from compiler.ir import builders as B
+from compiler.ir.graph import BINARY, UNARY, Graph, GraphError
+from compiler.ir.reference import evaluate, random_inputs
 
 RNG = np.random.default_rng(0)
 X = RNG.uniform(0.1, 2.0, (3, 5)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Value checks on a sample of workgroups (compiler.sampling, simulate(workgroups=...))."""
+"""Value checks on a sample of workgroups (compiler.tuning.sampling, simulate(workgroups=...))."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,12 +9,12 @@ from test_search import _zero_stores
 
 from gpusim.hw import GFX942
 import gpusim
-from compiler import sampling
+from compiler.tuning import sampling
 from compiler.lower.common import memory_image
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.reference import evaluate, random_inputs
-from compiler.search import tune_dispatches, verify_dispatches
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.ir.reference import evaluate, random_inputs
+from compiler.tuning.search import tune_dispatches, verify_dispatches
 
 
 def test_sample_has_the_edges_and_is_seeded():
@@ -83,7 +83,7 @@ def test_timing_method_states_rounds_and_error_bound():
 
 @pytest.mark.slow
 def test_bench_scaling_reports_time_and_memory(capsys, monkeypatch):
-    from compiler import bench
+    from compiler.tuning import bench
     monkeypatch.setenv("NUMBA_BOUNDSCHECK", "0")  # the child loads the cached engine
     assert bench.main(["scaling", "--sizes", "32", "--repeat", "1", "--budget", "2",
                        "--json"]) == 0

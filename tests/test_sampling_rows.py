@@ -1,4 +1,4 @@
-"""The sampled check's reference on some rows (compiler.partial) against the whole
+"""The sampled check's reference on some rows (compiler.ir.partial) against the whole
 reference, gpusim's partial inputs, and the memory estimate of a sampled tune."""
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 
 import gpusim
 from gpusim.hw import GFX942
-from compiler import limits, numerics, partial
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.reference import evaluate, random_inputs
-from compiler.search import tune_dispatches, verify_dispatches
+from compiler.tuning import limits
+from compiler.ir import numerics, partial
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.ir.reference import evaluate, random_inputs
+from compiler.tuning.search import tune_dispatches, verify_dispatches
 
 #: a matmul over fewer rows may sum its dot products in another order inside the BLAS
 #: (a one-row product is a GEMV): a tenth of the plan's tolerance (float ops regrouped),
@@ -65,7 +66,7 @@ def test_a_score_sized_demand_stays_rows():
 
 
 def test_memory_offsets_and_rows_follow_the_layout():
-    from compiler.graph import TensorType
+    from compiler.ir.graph import TensorType
     t = TensorType((3, 4, 5), "f32", layout=(2, 0, 1))
     rows = partial.Rows(2, np.array([1, 7]), None)
     offs = partial.memory_offsets(t, rows)
@@ -96,7 +97,7 @@ def test_sampled_check_decides_by_rows_and_agrees_with_the_whole_check(monkeypat
     """The split attention plan (two dispatches read an intermediate): every sampled check
     is decided by the rows, and the verdict and the error equal the whole check's on the
     same workgroups' elements, within the rows' rounding."""
-    from compiler import search
+    from compiler.tuning import search
     g = load_model("attention:heads=8,seq=256,dim=32")
     tuned = tune_dispatches(g, fuse(g, attention=False).dispatches, GFX942, budget=2)
     decided = []
@@ -107,7 +108,7 @@ def test_sampled_check_decides_by_rows_and_agrees_with_the_whole_check(monkeypat
     assert len(decided) == len(tuned) == 3 and all(x is not None for x in decided)
     assert all(d.verified and "of" in d.check for d in tuned)
     env = evaluate(g, random_inputs(g, 0), keep_all=True)
-    from compiler.sampling import sample_workgroups
+    from compiler.tuning.sampling import sample_workgroups
     for d, (err, _) in zip(tuned, decided):
         whole = search._check_whole(g, d, GFX942, env, sample_workgroups(d.kernel.grid, 0))
         assert whole[1] and abs(whole[0] - err) <= 1e-5

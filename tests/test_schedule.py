@@ -7,8 +7,8 @@ import pytest
 from gpusim.hw import GFX942
 from compiler import cli
 from compiler.lower import dispatch_kind, lower
-from compiler.models import load_model
-from compiler.passes import fuse
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
 from compiler.schedule import KINDS, check_pins, knob_names, schedule_space
 
 SMALL = ["softmax", "layernorm", "mlp:tokens=32,hidden=32,ffn=64", "transpose_add:rows=64,cols=64",

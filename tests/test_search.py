@@ -9,11 +9,10 @@ import pytest
 
 from gpusim.hw import GFX1100, GFX90A, GFX942
 from compiler.cli import main
-from compiler.graph import Graph
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.search import (SearchError, tune, tune_dispatches,
-                             unfused_dispatches, verify_dispatches)
+from compiler.ir.graph import Graph
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.tuning.search import (SearchError, tune, tune_dispatches, unfused_dispatches, verify_dispatches)
 from gpusim import program as P
 
 ARCHES = ("gfx90a", "gfx942", "gfx1100")
@@ -143,7 +142,7 @@ def test_mfma_tiles_are_default_candidates_on_cdna_except_the_opt_in_ones():
     CDNA; the MFMA_OPT_IN tiles only with ``--fix mma=mfma``; RDNA gets FMA tiles only."""
     from compiler.schedule import schedule_space
     from compiler.schedule.contraction import MFMA_OPT_IN
-    from compiler.search import select_candidates
+    from compiler.tuning.search import select_candidates
 
     def tile(c):
         k = c.knobs

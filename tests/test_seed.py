@@ -1,10 +1,10 @@
-"""The rocMLIR seed as rocMLIR builds it (compiler.seed): absolute time within 1.5x of the
+"""The rocMLIR seed as rocMLIR builds it (compiler.cli.seed): absolute time within 1.5x of the
 measurement, the placement's direction, and the evidence that the epilogue is too small
 to carry the measured gain."""
 import pytest
 
 from gpusim.hw import GFX942
-from compiler import seed
+from compiler.cli import seed
 
 
 @pytest.fixture(scope="module")

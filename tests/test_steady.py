@@ -15,13 +15,13 @@ import gpusim
 from gpusim import steady
 from gpusim.analysis import store_ranges
 from gpusim.hw import get_arch
-from compiler import sampling
+from compiler.tuning import sampling
 from compiler.lower import lower
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.plan import unfused_dispatches
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.fusion.plan import unfused_dispatches
 from compiler.schedule import schedule_space
-from compiler.search import _address_probe
+from compiler.tuning.search import _address_probe
 
 ARCH = get_arch("gfx942")
 

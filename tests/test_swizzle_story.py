@@ -18,7 +18,7 @@ import pytest
 from gpusim.hw import GFX942, get_arch
 import gpusim
 
-from compiler import models
+from compiler.ir import models
 from compiler.lower.contraction import lower_contraction
 
 from test_lower_contraction import SMALL, run_functional, whole  # noqa: E402

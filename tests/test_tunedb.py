@@ -1,4 +1,4 @@
-"""The tuning database: keys, reuse, concurrency and damaged files (compiler.tunedb)."""
+"""The tuning database: keys, reuse, concurrency and damaged files (compiler.tuning.tunedb)."""
 from __future__ import annotations
 
 import json
@@ -9,13 +9,14 @@ import sqlite3
 import pytest
 
 from gpusim.hw import GFX942
-from compiler import builders, search, tunedb
-from compiler.builders import softmax
+from compiler.ir import builders
+from compiler.tuning import search, tunedb
+from compiler.ir.builders import softmax
 from compiler.cli import main
-from compiler.graph import Graph
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.search import tune, tune_dispatches
+from compiler.ir.graph import Graph
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.tuning.search import tune, tune_dispatches
 
 
 def _two_softmaxes(rows=64, cols=256, second_cols=None) -> Graph:

@@ -160,7 +160,7 @@ def test_latency_check_rejects_wrong_sums():
 
 # --------------------------------------------------- lesson 4: an elementwise schedule
 def _chain():
-    from compiler.graph import Graph
+    from compiler.ir.graph import Graph
     g = Graph("chain")
     x = g.input("x", (1024, 1024))
     b = g.input("bias", (1024,))
@@ -180,7 +180,7 @@ def test_elementwise_schedule_check_rejects_slow_and_illegal():
 
 
 def test_elementwise_schedule_check_needs_one_dispatch():
-    from compiler.graph import Graph
+    from compiler.ir.graph import Graph
     g = Graph("two")
     x = g.input("x", (64, 64))
     g.output(g.reduce_sum(g.exp(x)), g.matmul(x, x))
@@ -190,7 +190,7 @@ def test_elementwise_schedule_check_needs_one_dispatch():
 
 # ------------------------------------------------------------------ lesson 5: softmax
 def test_softmax_schedule_check_rejects_row_per_wave():
-    from compiler.models import load_model
+    from compiler.ir.models import load_model
     g = load_model("softmax:rows=128,cols=4096")
     v = ex.check_schedule(g, dict(mapping="wave", workgroup=256, vector=4, cache="reread",
                                   reduce="wave", passes="single"), slack=1.25, budget=48)
@@ -212,7 +212,7 @@ def test_layer_norm_check_rejects_missing_residual_and_wrong_axis():
 
 
 def test_layer_norm_check_accepts_the_builder():
-    from compiler import builders as B
+    from compiler.ir import builders as B
     v = ex.check_layer_norm(lambda g, x, res, gamma, beta:
                             B.layer_norm(g, x, gamma, beta, residual=res))
     assert v.ok and v.time_us > 0

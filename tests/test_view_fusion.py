@@ -23,9 +23,9 @@ from gpusim import program as P
 from compiler.frontends.onnx import from_model, load_onnx
 from compiler.lower import lower
 from compiler.lower.common import memory_image
-from compiler.passes import fuse
-from compiler.plan import execute_plan
-from compiler.reference import evaluate, random_inputs
+from compiler.fusion import fuse
+from compiler.fusion.plan import execute_plan
+from compiler.ir.reference import evaluate, random_inputs
 from compiler.schedule.contraction import contraction_space
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
@@ -154,7 +154,7 @@ def test_gemm_epilogue_fuses_through_the_exporters_reshape(unsqueeze, swizzle):
 def test_transposed_matmul_result_is_written_in_the_views_order():
     """(M, N) -> transpose -> (N, M) + residual: the tile writes along m (the output's
     contiguous dim), so the swizzled stores are vectors again."""
-    from compiler.graph import Graph
+    from compiler.ir.graph import Graph
     g = Graph("mm_t")
     y = g.matmul(g.input("a", (64, 32)), g.input("b", (32, 48)))
     g.output(g.relu(g.add(g.transpose(y, (1, 0)), g.input("r", (48, 64)))))
@@ -170,7 +170,7 @@ def test_transposed_matmul_result_is_written_in_the_views_order():
 
 def test_an_epilogue_mixing_two_positions_of_the_result_is_refused():
     """y + transpose(y) needs two accumulators per element: not one epilogue."""
-    from compiler.graph import Graph
+    from compiler.ir.graph import Graph
     g = Graph("mix")
     y = g.matmul(g.input("a", (32, 16)), g.input("b", (16, 32)))
     g.output(g.add(y, g.transpose(y, (1, 0))))
@@ -270,8 +270,8 @@ def test_seed_from_onnx_is_predicted_like_the_builtin_nhwc_seed(swizzle):
     """Layout propagation makes the transposes free: the ONNX seed's one dispatch is
     simulated with the same cycles and coalescing as the built-in NHWC conv_add_relu
     under the same schedule (the README's swizzle table holds for the ONNX model)."""
-    from compiler import models
-    from compiler.search import score
+    from compiler.ir import models
+    from compiler.tuning.search import score
     onnx_g, builtin = seed_nhwc(c=64, k=32), models.conv_add_relu(c=64, k=32)
     d_onnx, d_builtin = fuse(onnx_g).dispatches[0], fuse(builtin).dispatches[0]
     knobs = next(c.knobs for c in contraction_space(builtin, d_builtin, GFX942)
@@ -378,7 +378,7 @@ def test_a_reshape_that_mixes_rows_and_columns_is_still_refused():
     """A reshape of the (s, H*D) result that is no regrouping per row, read with its
     transpose in one epilogue (y4 + y4^T), needs two accumulators per element: refused,
     and the unfused plan still computes the graph."""
-    from compiler.graph import Graph
+    from compiler.ir.graph import Graph
     g = Graph("mix_reshape")
     y = g.matmul(g.input("a", (16, 8)), g.input("b", (8, 16)))
     y4 = g.reshape(y, (4, 4, 4, 4))
@@ -432,7 +432,7 @@ def test_reshape_index_is_numpys_reshape(shapes):
     """The tile's forward map of a reshape (per reassociation group) sends every element
     where numpy's row-major reshape puts it, on number arrays as the vector-width
     analysis uses it."""
-    from compiler.graph import Graph
+    from compiler.ir.graph import Graph
     from compiler.lower.layout import forward_index
     src, dst = shapes
     g = Graph("r")

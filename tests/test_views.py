@@ -14,14 +14,11 @@ from rich.console import Console
 
 import gpusim
 from compiler import cli
-from compiler.models import load_model
-from compiler.passes import fuse
-from compiler.plan import Decision
-from compiler.search import tune_dispatches
-from compiler.views import (SORT_KEYS, ViewError, banks_data, banks_view, candidates_data,
-                            candidates_view, coalescing_data, coalescing_view, explain_data,
-                            explain_view, most_conflicted, plan_data, plan_view, source_data,
-                            source_view, timeline_data, timeline_view, worst_coalesced)
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
+from compiler.fusion.plan import Decision
+from compiler.tuning.search import tune_dispatches
+from compiler.cli.views import (SORT_KEYS, ViewError, banks_data, banks_view, candidates_data, candidates_view, coalescing_data, coalescing_view, explain_data, explain_view, most_conflicted, plan_data, plan_view, source_data, source_view, timeline_data, timeline_view, worst_coalesced)
 from gpusim.hw import get_arch
 from gpusim.program import (Barrier, Buffer, Kernel, LdsArray, LdsLoad, LdsStore, Load, Store,
                             Var, thread_id)

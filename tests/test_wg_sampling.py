@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from compiler.lower import lower
-from compiler.models import load_model
-from compiler.passes import fuse
+from compiler.ir.models import load_model
+from compiler.fusion import fuse
 from gpusim import microbench as mb
 from gpusim import sim
 from gpusim.hw import get_arch

@@ -5,7 +5,7 @@ cost), or on an ONNX model (``--model``: the rules' cost on a real graph).
     python tools/bench_fuse.py --model bert_base.onnx [--repeats 3]
 
 Without ``--model`` it builds x -> exp/neg/relu/... repeated ``--ops`` times on a 64x256
-input; runs ``compiler.passes.fuse`` ``--repeats`` times and prints the median wall time
+input; runs ``compiler.fusion.fuse`` ``--repeats`` times and prints the median wall time
 and the dispatch count (one: the whole chain is one elementwise dispatch). With
 ``--model`` it imports the file once (not timed) and times ``fuse`` in both modes
 (aggressive, conservative). Full-size transformers (BERT-base seq 128, ~650 ops) are the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compiler.graph import Graph, GraphError  # noqa: E402  (after the path set-up above)
-from compiler.passes import fuse  # noqa: E402
+from compiler.ir.graph import Graph, GraphError  # noqa: E402  (after the path set-up above)
+from compiler.fusion import fuse  # noqa: E402
 
 KINDS = ("exp", "neg", "relu", "tanh", "sigmoid")
 

@@ -3,7 +3,7 @@ predicted time and tune wall time.
 
 For each ``.onnx`` file (default: every fixture in ``tests/data``): the import time, the
 primitive ops, the dispatches of the aggressive and conservative fusion plans and of the
-unfused graph; with ``--tune N``, ``compiler.search.tune`` with a budget of N candidates
+unfused graph; with ``--tune N``, ``compiler.tuning.search.tune`` with a budget of N candidates
 per dispatch on gfx942 (every plan, the unfused baseline, and the check of the chosen
 kernels against numpy), its wall time, and the predicted times fused vs unfused. The
 tune runs twice on one tuning store: the first run simulates each distinct dispatch once
@@ -31,14 +31,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from compiler.commands.common import arch_value  # noqa: E402  (needs the path above)
+from compiler.cli.commands.common import arch_value  # noqa: E402  (needs the path above)
 from gpusim.hw import DEFAULT_ARCH, Arch  # noqa: E402
 
 
 def report(path: str, budget: int | None, arch: Arch, cache: str | None = None) -> dict:
-    from compiler.graph import GraphError
-    from compiler.models import ModelError
-    from compiler.passes import fuse
+    from compiler.ir.graph import GraphError
+    from compiler.ir.models import ModelError
+    from compiler.fusion import fuse
     from compiler.frontends.onnx import load_onnx
     row = {"model": os.path.basename(path)[:-len(".onnx")]}
     t0 = time.perf_counter()
@@ -54,8 +54,8 @@ def report(path: str, budget: int | None, arch: Arch, cache: str | None = None) 
                          "conservative": conservative.num_dispatches,
                          "unfused": aggressive.num_dispatches_unfused}
     if budget:
-        from compiler import tunedb
-        from compiler.search import tune
+        from compiler.tuning import tunedb
+        from compiler.tuning.search import tune
         # a tuning database file when given (verify/export --cache reuse it), else memory
         store = tunedb.open_store(cache, False) if cache else tunedb.MemoryStore()
         walls = []

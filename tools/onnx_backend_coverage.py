@@ -73,7 +73,7 @@ def _import(model, name, inputs, in_names):
     input when a folded op (Range, ConstantOfShape) sits on one. Returns (graph, pinned
     input names)."""
     from compiler.frontends.onnx import from_model
-    from compiler.graph import UnsupportedError
+    from compiler.ir.graph import UnsupportedError
     given = dict(zip(in_names, inputs))
     pinned: dict = {}
     while True:
@@ -95,9 +95,9 @@ def run_case(case) -> tuple[bool, str, str]:
     """(supported, status, reason): status is 'pass', 'pinned' (passes with some inputs
     pinned to the case's values, see ``_import``) or 'fail'."""
     from compiler.frontends.onnx import SUPPORTED_OPS
-    from compiler.graph import GraphError
-    from compiler.models import ModelError
-    from compiler.reference import evaluate
+    from compiler.ir.graph import GraphError
+    from compiler.ir.models import ModelError
+    from compiler.ir.reference import evaluate
     model = case.model
     supported = all(n.op_type in SUPPORTED_OPS and n.domain in ("", "ai.onnx")
                     for n in model.graph.node)

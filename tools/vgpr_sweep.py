@@ -39,8 +39,8 @@ from codegen_hip.emit import emit_kernel  # noqa: E402
 from codegen_hip.names import c_identifier  # noqa: E402
 from codegen_hip.simfacts import pinned_waves, vgpr_occupancy  # noqa: E402
 from compiler.lower import dispatch_kind, lower  # noqa: E402
-from compiler.models import load_model  # noqa: E402
-from compiler.passes import fuse  # noqa: E402
+from compiler.ir.models import load_model  # noqa: E402
+from compiler.fusion import fuse  # noqa: E402
 from compiler.schedule import schedule_space  # noqa: E402
 from gpusim.hw import get_arch  # noqa: E402
 from gpusim.occupancy import estimate_vgprs  # noqa: E402

@@ -188,8 +188,8 @@ def check_schedule(graph, knobs: dict, arch: str = "gfx942", slack: float = 1.2,
     times the simulated kernel time of the best candidate of the schedule space (all of
     it, or a seeded sample of ``budget`` candidates)."""
     from compiler.lower import LoweringError, lower
-    from compiler.passes import fuse
-    from compiler.search import tune_dispatches, verify_dispatches
+    from compiler.fusion import fuse
+    from compiler.tuning.search import tune_dispatches, verify_dispatches
 
     arch = gpusim.get_arch(arch)  # the checker is an entry point: resolved once, here
     plan = fuse(graph, aggressive=True)
@@ -227,10 +227,10 @@ def check_layer_norm(build, rows: int = 64, cols: int = 1024, arch: str = "gfx94
     the value ``layer_norm(x + res) * gamma + beta`` (eps 1e-5, over the last axis).
     Right means: numpy-equal to that formula, one dispatch under aggressive fusion, and
     the tuned kernel verified by gpusim; the verdict's time is the tuned kernel's."""
-    from compiler.graph import Graph, GraphError
-    from compiler.passes import fuse
-    from compiler.reference import evaluate, random_inputs
-    from compiler.search import tune
+    from compiler.ir.graph import Graph, GraphError
+    from compiler.fusion import fuse
+    from compiler.ir.reference import evaluate, random_inputs
+    from compiler.tuning.search import tune
 
     g = Graph("learner_layer_norm")
     x, res = g.input("x", (rows, cols)), g.input("res", (rows, cols))
@@ -298,8 +298,8 @@ def swizzle_run(model: str, swizzle: str, arch: str = "gfx942"):
     """(kernel, timing-mode SimResult) of ``model`` (a built-in conv model) with the fixed
     tile ``SWIZZLE_TILE`` and the given output-swizzle placement."""
     from compiler.lower import lower
-    from compiler.models import load_model
-    from compiler.passes import fuse
+    from compiler.ir.models import load_model
+    from compiler.fusion import fuse
 
     g = load_model(model)
     d = fuse(g, aggressive=True).dispatches[0]

@@ -3,10 +3,10 @@ defines) as a graph of primitive ops.
 
 Each ONNX node becomes one or more primitives; Softmax, LayerNormalization, Gemm, pools,
 BatchNormalization, the activation functions and Einsum are decomposed (through
-:mod:`compiler.builders` where one exists) so that fusion sees the same primitives it sees
+:mod:`compiler.ir.builders` where one exists) so that fusion sees the same primitives it sees
 in the built-in models. Integer and bool tensors (embedding indices, masks, comparison
 results) are graph values like floats; ONNX's int64 becomes ``i32`` (see
-:mod:`compiler.graph`).
+:mod:`compiler.ir.graph`).
 
 Constant folding: a node whose inputs are all known at import time (initializers, Constant
 nodes, earlier folded results), and Shape/Size of any tensor (shapes are static), is
@@ -42,10 +42,10 @@ import re
 import numpy as np
 
 # onnx itself is imported inside the functions that use it: every wavefuse command loads
-# this module (through compiler.models) and `import onnx` takes ~0.7 s, onnx.reference
+# this module (through compiler.ir.models) and `import onnx` takes ~0.7 s, onnx.reference
 # ~0.5 s more, so only a command that reads, folds or writes ONNX pays for them.
-from .. import builders as B
-from ..graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
+from compiler.ir import builders as B
+from compiler.ir.graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
 
 MIN_OPSET = 13
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
-from .attention import lower_attention
-from .common import LoweringError, dispatch_kind
-from .contraction import lower_contraction
-from .conv import lower_direct_conv
-from .elementwise import lower_elementwise
-from .reduction import lower_generic, lower_rows
-from .transpose import lower_transpose
+from compiler.lower.attention import lower_attention
+from compiler.lower.common import LoweringError, dispatch_kind
+from compiler.lower.contraction import lower_contraction
+from compiler.lower.conv import lower_direct_conv
+from compiler.lower.elementwise import lower_elementwise
+from compiler.lower.reduction import lower_generic, lower_rows
+from compiler.lower.transpose import lower_transpose
 
 
 def lower(graph, dispatch, schedule: dict, arch: Arch | str = DEFAULT_ARCH):

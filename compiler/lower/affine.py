@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph import slice_windows
+from compiler.ir.graph import slice_windows
 
 
 @dataclass(frozen=True)

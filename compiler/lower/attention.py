@@ -1,4 +1,4 @@
-"""The lowering of the attention dispatch kind (``compiler.passes.attention``) and the one
+"""The lowering of the attention dispatch kind (``compiler.fusion.attention``) and the one
 legality check its space (``compiler.schedule.attention``) shares: ``O = softmax(f(Q K^T))
 V`` in one kernel with the online softmax (FlashAttention's algorithm), with FMA
 micro-kernels (``mma=fma``) or on CDNA's matrix cores (``mma=mfma``, :class:`_MfmaBuilder`).
@@ -46,9 +46,9 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from .common import LoweringError, buffers, ceil_div, sanitize
-from .emitter import RegisterNamer, ValueEmitter, unravel
+from compiler.ir.graph import Graph
+from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
+from compiler.lower.emitter import RegisterNamer, ValueEmitter, unravel
 
 #: the score of a key past the end of the last block: exp(-1e30 - m) is exactly 0, and
 #: no rescale sees -inf - -inf (every row's first block holds key 0)
@@ -86,7 +86,7 @@ class Attention:
 
     def __init__(self, graph: Graph, dispatch):
         # import cycle: passes -> schedule (the fusion rules' legal-schedule check) -> lower
-        from ..passes.attention import AttentionPattern, match
+        from compiler.fusion.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
         if len(pats) != 1:

@@ -1,6 +1,6 @@
 """What every lowering shares: a dispatch's kernel arguments and its shape facts.
 
-A dispatch (see ``compiler.plan``) is read through four attributes only: ``name``,
+A dispatch (see ``compiler.fusion.plan``) is read through four attributes only: ``name``,
 ``root``, ``ops`` (node names in topological order), ``inputs`` (tensors read from global
 memory) and ``outputs`` (tensors written to global memory). Its kernel takes one global
 buffer per input (in that tensor's own layout: strides decide coalescing) followed by one
@@ -14,7 +14,7 @@ import numpy as np
 
 from gpusim import program as P
 
-from ..graph import REDUCE, Graph, GraphError
+from compiler.ir.graph import REDUCE, Graph, GraphError
 
 
 class LoweringError(GraphError):

@@ -68,14 +68,12 @@ import numpy as np
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from . import affine
-from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
-                     split_at_last_load)
-from .conv import conv_root_index, setup_conv_gemm
-from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table
-from .layout import (forward_index, is_identity, output_maps, output_vectors,
-                     unit_only_reshape)
+from compiler.ir.graph import Graph
+from compiler.lower import affine
+from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load)
+from compiler.lower.conv import conv_root_index, setup_conv_gemm
+from compiler.lower.emitter import (RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table)
+from compiler.lower.layout import (forward_index, is_identity, output_maps, output_vectors, unit_only_reshape)
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
 LDS_PADS = (0, 1, 4, "xor")

@@ -31,8 +31,8 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from .common import LoweringError, buffers, ceil_div, sanitize
-from .emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, unravel
+from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
+from compiler.lower.emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, unravel
 
 
 def conv_geometry(graph, root) -> dict:
@@ -182,7 +182,7 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     The operand formulas are the implicit GEMM's (``setup_conv_gemm``)."""
 
 
-    from .contraction import Gemm  # import cycle: contraction imports the conv helpers above
+    from compiler.lower.contraction import Gemm  # import cycle: contraction imports the conv helpers above
 
     root = graph.op(dispatch.root)
     why = direct_applies(graph, root)

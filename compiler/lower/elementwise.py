@@ -25,10 +25,10 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import Graph, shared_iteration
-from .common import LoweringError, buffers, ceil_div, sanitize
-from .emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
-from .loadmerge import merge_loads
+from compiler.ir.graph import Graph, shared_iteration
+from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
+from compiler.lower.emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
+from compiler.lower.loadmerge import merge_loads
 
 
 def iteration_order(graph: Graph, dispatch, order: str) -> tuple:

@@ -44,9 +44,9 @@ import numpy as np
 from gpusim import program as P
 from gpusim.analysis import Divisibility, expr_key, expr_vars
 
-from ..graph import COMPARE, LOGICAL, Graph, GraphError, slice_windows
-from ..ops import OPS, ir_of
-from . import affine
+from compiler.ir.graph import COMPARE, LOGICAL, Graph, GraphError, slice_windows
+from compiler.ir.ops import OPS, ir_of
+from compiler.lower import affine
 
 # ------------------------------------------------------------------ index arithmetic
 # Small constant-folding constructors keep the emitted index expressions readable (and the
@@ -211,7 +211,7 @@ def _access_kind(graph: Graph, tensor: str, path: tuple, width: int) -> str:
     return vector_access(offset_table(graph, tensor, None, ops), width)
 
 
-#: graph op -> its kernel-IR operator: views of the op table (compiler/ops.py)
+#: graph op -> its kernel-IR operator: views of the op table (compiler/ir/ops.py)
 UNARY_IR = ir_of("unary")
 BINARY_IR = ir_of("binary")
 #: register dtype of each tensor dtype (f16 is computed in f32; bool is i32 0/1)

@@ -1,7 +1,7 @@
 """Where a contraction tile writes each output: the root's index pushed forward to the
 output's index, and the GEMM dimension the output is contiguous along.
 
-Fusion (``compiler.passes.layout``) lets a contraction's epilogue write a one-to-one view
+Fusion (``compiler.fusion.layout``) lets a contraction's epilogue write a one-to-one view
 of the result: the exporter's Reshape (128, 256) -> (1, 128, 256), a squeeze, or the
 Transpose NCHW -> NHWC after an ONNX Conv. The tile still computes accumulator (b, m, n);
 this module finds, for each dispatch output, the chain of ops from the root to it and
@@ -23,8 +23,8 @@ import numpy as np
 
 from gpusim import program as P
 
-from .common import LoweringError
-from .emitter import iadd, idiv, imod, imul
+from compiler.lower.common import LoweringError
+from compiler.lower.emitter import iadd, idiv, imod, imul
 
 
 def _zero(like):

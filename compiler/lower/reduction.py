@@ -38,9 +38,9 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import REDUCE, Graph
-from .common import LoweringError, buffers, ceil_div, sanitize
-from .emitter import REG_DTYPE, RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
+from compiler.ir.graph import REDUCE, Graph
+from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
+from compiler.lower.emitter import (REG_DTYPE, RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel)
 
 NEG_INF = -3.0e38
 REDUCE_KINDS = REDUCE

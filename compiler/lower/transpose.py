@@ -37,12 +37,10 @@ import numpy as np
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from . import affine
-from .common import (LoweringError, buffers, ceil_div, defined_registers, sanitize,
-                     split_at_last_load)
-from .emitter import (BINARY_IR, UNARY_IR, RegisterNamer, ValueEmitter, iadd, idiv, imod, imul,
-                      key, offset_table, unravel)
+from compiler.ir.graph import Graph
+from compiler.lower import affine
+from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load)
+from compiler.lower.emitter import (BINARY_IR, UNARY_IR, RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key, offset_table, unravel)
 
 TILES = (32, 64)
 WORKGROUPS = (256, 512, 1024)

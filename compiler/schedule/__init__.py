@@ -24,10 +24,10 @@ import dataclasses
 
 from gpusim.hw import Arch
 
-from ..graph import GraphError
-from ..lower import dispatch_kind
-from . import attention, contraction, elementwise, generic, rows, transpose
-from .common import Candidate, knob
+from compiler.ir.graph import GraphError
+from compiler.lower import dispatch_kind
+from compiler.schedule import attention, contraction, elementwise, generic, rows, transpose
+from compiler.schedule.common import Candidate, knob
 
 
 #: every schedule kind, by name

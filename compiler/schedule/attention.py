@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from gpusim import program as P
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from ..lower.attention import (BKS, BQS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS,
-                               WAVES, Attention, check_schedule)
-from ..lower.attention import lower_attention as lower  # noqa: F401  (the kind's lowering)
-from ..lower.common import LoweringError
-from .common import Candidate, knob
+from compiler.ir.graph import Graph
+from compiler.lower.attention import (BKS, BQS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS, WAVES, Attention, check_schedule)
+from compiler.lower.attention import lower_attention as lower  # noqa: F401  (the kind's lowering)
+from compiler.lower.common import LoweringError
+from compiler.schedule.common import Candidate, knob
 
 NAME = "attention"
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 from gpusim.hw import Arch
 
-from ..lower.common import LoweringError
-from ..lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
-from ..lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
-from ..lower.conv import DIRECT_WORKGROUPS, direct_applies
-from ..lower.layout import forward_index, output_maps
-from .common import Candidate, knob
+from compiler.lower.common import LoweringError
+from compiler.lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
+from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
+from compiler.lower.conv import DIRECT_WORKGROUPS, direct_applies
+from compiler.lower.layout import forward_index, output_maps
+from compiler.schedule.common import Candidate, knob
 
 NAME = "contraction"
 

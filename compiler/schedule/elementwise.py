@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from ..lower.common import LoweringError, ceil_div
-from ..lower.elementwise import DEFAULTS as D, iteration_order, iteration_shape
-from ..lower.elementwise import lower_elementwise as lower  # noqa: F401  (the kind's lowering)
-from . import transpose
-from .common import Candidate, knob
+from compiler.ir.graph import Graph
+from compiler.lower.common import LoweringError, ceil_div
+from compiler.lower.elementwise import DEFAULTS as D, iteration_order, iteration_shape
+from compiler.lower.elementwise import lower_elementwise as lower  # noqa: F401  (the kind's lowering)
+from compiler.schedule import transpose
+from compiler.schedule.common import Candidate, knob
 
 NAME = "elementwise"
 

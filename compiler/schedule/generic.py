@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from ..lower.reduction import GENERIC_DEFAULTS as D
-from ..lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
-from .common import Candidate, knob
+from compiler.ir.graph import Graph
+from compiler.lower.reduction import GENERIC_DEFAULTS as D
+from compiler.lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
+from compiler.schedule.common import Candidate, knob
 
 NAME = "generic"
 

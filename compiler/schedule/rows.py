@@ -10,13 +10,12 @@ from dataclasses import dataclass
 
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from ..lower.common import LoweringError
-from ..lower.reduction import (REGISTER_CACHE_ELEMS, ROW_DEFAULTS as D, RowShape,
-                               _single_pass_pair, check_schedule)
-from ..lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
-from . import generic
-from .common import Candidate, knob
+from compiler.ir.graph import Graph
+from compiler.lower.common import LoweringError
+from compiler.lower.reduction import (REGISTER_CACHE_ELEMS, ROW_DEFAULTS as D, RowShape, _single_pass_pair, check_schedule)
+from compiler.lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
+from compiler.schedule import generic
+from compiler.schedule.common import Candidate, knob
 
 NAME = "rows"
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from gpusim.hw import Arch
 
-from ..graph import Graph
-from ..lower.transpose import DEFAULTS as D, PADS, TILES, WORKGROUPS, staging_plan
-from ..lower.transpose import lower_transpose as lower  # noqa: F401  (the kind's lowering)
-from .common import Candidate, knob
+from compiler.ir.graph import Graph
+from compiler.lower.transpose import DEFAULTS as D, PADS, TILES, WORKGROUPS, staging_plan
+from compiler.lower.transpose import lower_transpose as lower  # noqa: F401  (the kind's lowering)
+from compiler.schedule.common import Candidate, knob
 
 NAME = "transpose"
 

@@ -1,0 +1,140 @@
+"""`wavefuse view KIND MODEL`: one terminal view of a model's plan, schedules or kernel.
+
+Kinds: plan (dispatch tree, boundary tensors, traffic), explain (every fusion decision;
+with --tune also the search's cost numbers), candidates (scored schedules of a dispatch),
+timeline (per-wave Gantt of the winner on CU 0), coalescing (lanes x cache lines of a
+global access), banks (lanes x LDS banks of an LDS access), source (emitted HIP with
+per-line simulator counters). Views of a kernel tune the chosen dispatch first with a
+small seeded budget (--budget) and show its fastest schedule. Times are simulated.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+import gpusim
+from gpusim.hw import DEFAULT_ARCH
+
+from compiler.cli import views
+from compiler.ir.graph import GraphError
+from compiler.fusion import fuse
+from compiler.tuning.search import tune, tune_dispatches
+from compiler.cli.commands import common
+from compiler.cli.commands.cache import add_cache_options, store_of
+
+KINDS = ("plan", "explain", "candidates", "timeline", "coalescing", "banks", "source")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("view", help="show a plan, candidates, wave timeline, memory maps or source",
+                       description=__doc__.split("\n\n", 1)[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kind", choices=KINDS, metavar="KIND", help=" | ".join(KINDS))
+    common.add_model(p)
+    p.add_argument("--dispatch", metavar="NAME",
+                   help="dispatch to show (default: the first; for banks the first with LDS)")
+    p.add_argument("--arch", type=common.arch_value, default=DEFAULT_ARCH,
+                   help="gfx90a, gfx942 or gfx1100 (default gfx942)")
+    p.add_argument("--mode", choices=("aggressive", "conservative"), default="aggressive",
+                   help="fusion plan to view (default aggressive)")
+    p.add_argument("--budget", type=common.count_value, default=8, metavar="N",
+                   help="candidates simulated per dispatch (seeded sample; default 8)")
+    p.add_argument("--seed", type=common.seed_value, default=0, help="seed of the candidate sample")
+    p.add_argument("--sort", default="time",
+                   help="candidates: time | roofline | coalescing | conflicts | occupancy | bytes")
+    p.add_argument("--inst", type=common.index_value, metavar="N",
+                   help="coalescing/banks: statement index (default: the worst one)")
+    p.add_argument("--from", dest="start", type=common.cycle_value, metavar="CYCLE",
+                   help="timeline: first cycle of the window")
+    p.add_argument("--to", dest="end", type=common.cycle_value, metavar="CYCLE",
+                   help="timeline: end cycle of the window")
+    p.add_argument("--tune", action="store_true",
+                   help="explain: run the search so its plan-choice decision shows costs")
+    p.add_argument("--width", type=common.width_value, metavar="N", help="render width in columns")
+    p.add_argument("--svg", metavar="FILE", help="also save the render as an SVG file")
+    add_cache_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.svg is not None:
+        _check_svg_target(args.svg)
+    with store_of(args) as store:
+        renderable, title = build(args, store)
+    con = Console(width=args.width, record=bool(args.svg), highlight=False)
+    con.print(renderable)
+    if args.svg:
+        con.save_svg(args.svg, title=title)
+    return 0
+
+
+def _check_svg_target(path: str) -> None:
+    """--svg FILE must be writable before any tuning starts (fail fast, write nothing)."""
+
+    p = Path(path)
+    if not path.strip() or p.is_dir() or path.endswith(("/", os.sep)):
+        raise GraphError(f"--svg {path!r}: give a file name, e.g. --svg view.svg")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise GraphError(f"--svg {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise GraphError(f"--svg {path}: not writable")
+
+
+def build(args, store=None):
+    """(renderable, title) for the requested view; tuning and simulation happen here."""
+
+
+    graph = common.load(args, compute=args.kind not in ("plan", "explain") or args.tune)
+    plan = fuse(graph, aggressive=args.mode == "aggressive")
+    title = f"wavefuse view {args.kind} {args.model}"
+    if args.kind == "plan":
+        return views.plan_view(plan), title
+    if args.kind == "explain":
+        if args.tune:
+            plan = tune(graph, args.arch, budget=args.budget, seed=args.seed,
+                        baseline=False, verify=False, store=store).plan
+        return views.explain_view(plan), title
+    if args.kind == "candidates" and args.sort not in views.SORT_KEYS:
+        raise views.ViewError(f"no sort key {args.sort!r}; valid: {', '.join(views.SORT_KEYS)}")
+    names = [d.name for d in plan.dispatches]
+    if args.dispatch is not None:
+        views.common.choose("dispatch", args.dispatch, names)
+        order = [d for d in plan.dispatches if d.name == args.dispatch]
+    else:
+        order = list(plan.dispatches)
+
+    def tuned_of(d):
+        return tune_dispatches(graph, [d], args.arch, budget=args.budget, seed=args.seed,
+                               store=store)[0]
+
+    if args.kind == "banks" and args.dispatch is None:
+        tuned = None
+        for d in order:   # the first dispatch whose winning kernel uses LDS
+            t = tuned_of(d)
+            if views.memory_insts(t.kernel, "lds"):
+                tuned = t
+                break
+        if tuned is None:
+            raise views.ViewError(f"no dispatch of {graph.name} uses LDS in its best schedule "
+                                  f"(dispatches: {', '.join(names)})")
+    else:
+        tuned = tuned_of(order[0])
+    title += f" --dispatch {tuned.name}"
+    k = tuned.kernel
+    if args.kind == "candidates":
+        return views.candidates_view(tuned, args.sort), title
+    if args.kind == "timeline":
+        res = gpusim.simulate(k, args.arch, functional=False, trace=True)
+        return views.timeline_view(res, args.start, args.end), title
+    if args.kind == "coalescing":
+        inst, pat = views.pattern_for(k, args.arch, args.inst, "global")
+        return views.coalescing_view(pat, inst), title
+    if args.kind == "banks":
+        inst, pat = views.pattern_for(k, args.arch, args.inst, "lds")
+        return views.banks_view(pat, inst), title
+    res = gpusim.simulate(k, args.arch, functional=False)
+    return views.source_view(k, res, args.arch), title

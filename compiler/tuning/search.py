@@ -1,0 +1,704 @@
+"""Simulator-driven search: the best schedule per dispatch and the best fusion plan.
+
+For each dispatch of a fusion plan, every legal candidate schedule (or a seeded sample of
+``budget`` of them) is lowered to a kernel and scored by ``gpusim.simulate`` in timing
+mode; the fastest predicted one wins. The plan itself is chosen the same way: the
+aggressive plan, the aggressive plan without the attention rule's fused dispatch
+(``split-attention``: QK^T, softmax and PV as three dispatches) and the conservative plan
+are all tuned and the fastest total wins, launch overheads included; the decisions record
+the numbers, and each fused attention gets a decision setting its dispatch beside its
+three rivals (time, HBM bytes, LDS, occupancy). The unfused baseline (every
+primitive op its own dispatch, views folded into their consumers) is tuned too, so the
+gain of fusion is a difference of two predictions of the same model, split into launch
+overhead saved and kernel time saved.
+
+Every chosen kernel is then run functionally by gpusim on the graph's seeded inputs and
+compared with the numpy reference, on the output tiles of a sample of its workgroups
+(``compiler.tuning.sampling``; every workgroup with ``check_all``); a mismatch is reported in
+the result, never hidden.
+
+All times are simulated microseconds on the modelled architecture, not measurements.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import gpusim
+from gpusim import steady
+from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
+
+from compiler.tuning import cluster as runner
+from compiler.ir import numerics, partial
+from compiler.tuning import sampling, tunedb
+from compiler.ir.graph import Graph, GraphError
+from compiler.lower import LoweringError, dispatch_kind, lower
+from compiler.lower.common import memory_image
+from compiler.fusion import fuse
+from compiler.fusion.plan import Decision, unfused_dispatches
+from compiler.ir.reference import evaluate, random_inputs
+from compiler.schedule import Candidate, check_pins, schedule_space
+
+KEY_COUNTERS = ("coalescing_pct", "lds_bank_conflict_cycles", "lds_bank_conflict_rate_pct",
+                "hbm_bytes", "occupancy_waves_per_simd", "valu_insts", "vmem_insts",
+                "lds_insts")
+
+
+class SearchError(GraphError):
+    """A search that cannot run as asked (e.g. a pinned knob value no candidate has)."""
+
+
+@dataclass
+class Scored:
+    knobs: dict
+    time_us: float | None
+    cycles: float | None = None
+    counters: dict = field(default_factory=dict)
+    occupancy_limiter: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.time_us is not None
+
+
+@dataclass
+class DispatchTune:
+    name: str
+    kind: str
+    dispatch: object
+    best: Scored
+    candidates: list            # Scored, fastest first (failed ones last)
+    illegal: list               # Candidate, never simulated, with the reason
+    kernel: object = None       # the winner's gpusim Kernel
+    bytes: int = 0              # global-memory bytes across its boundary
+    flops: int = 0
+    roofline_us: float = 0.0
+    max_error: float | None = None
+    verified: bool | None = None
+    check: str = ""             # which workgroups the value check ran (verify_dispatches)
+
+    # the winner's kernel is lowered when first asked for (a cached run that only
+    # reports times never lowers); ``_lower`` holds (graph, arch) until then
+    _lower = None
+
+    def to_json(self) -> dict:
+        c = self.best.counters
+        return {"name": self.name, "kind": self.kind, "schedule": self.best.knobs,
+                "time_us": self.best.time_us, "roofline_us": self.roofline_us,
+                "counters": {k: c.get(k) for k in KEY_COUNTERS},
+                "occupancy_limiter": self.best.occupancy_limiter,
+                "candidates": len(self.candidates), "illegal": len(self.illegal),
+                "verified": self.verified, "max_error": self.max_error, "check": self.check}
+
+
+def _kernel_get(self):
+    if self.__dict__.get("_kernel") is None and self._lower is not None:
+        graph, arch = self._lower
+        self.__dict__["_kernel"] = lower(graph, self.dispatch, self.best.knobs, arch)
+    return self.__dict__.get("_kernel")
+
+
+def _kernel_set(self, kernel):
+    self.__dict__["_kernel"] = kernel
+    if kernel is not None:  # not the lowering of the winner's knobs: never a cache hit
+        self.__dict__["_custom"] = True
+
+
+DispatchTune.kernel = property(_kernel_get, _kernel_set)
+
+
+@dataclass
+class TuneResult:
+    model: str
+    arch: Arch
+    mode: str
+    plan: object
+    dispatches: list
+    total_time_us: float
+    unfused_time_us: float | None
+    unfused_dispatches: int
+    roofline_time_us: float
+    launch_overhead_us: float
+    plan_choice: dict = field(default_factory=dict)
+    roofline_basis: str = ""  # which bandwidth the roofline divides by (roofline_basis())
+
+    @property
+    def mismatches(self) -> list:
+        return [d for d in self.dispatches if d.verified is False]
+
+    def gain_split(self) -> dict:
+        """How much of fusion's predicted gain is launches and how much kernel time."""
+        if self.unfused_time_us is None:
+            return {}
+        launches = (self.unfused_dispatches - len(self.dispatches)) * self.launch_overhead_us
+        total = self.unfused_time_us - self.total_time_us
+        return {"total_us": total, "launch_us": launches, "kernel_us": total - launches}
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "arch": self.arch.name, "mode": self.mode,
+                "total_time_us": self.total_time_us,
+                "unfused_time_us": self.unfused_time_us,
+                "roofline_time_us": self.roofline_time_us,
+                "roofline_basis": self.roofline_basis,
+                "num_dispatches": len(self.dispatches),
+                "unfused_dispatches": self.unfused_dispatches,
+                "launch_overhead_us": self.launch_overhead_us,
+                "gain": self.gain_split(), "plan_choice": self.plan_choice,
+                "time_unit": "simulated microseconds (gpusim model, not measured)",
+                "dispatches": [d.to_json() for d in self.dispatches]}
+
+
+# ----------------------------------------------------------------------------- scoring
+def score(graph: Graph, dispatch, knobs: dict, arch: Arch) -> Scored:
+    """Lowers and simulates one candidate in timing mode (``tunedb.SCORE_SIMULATE``);
+    failures become reasons. A long loop (K loop, key loop) is timed from a few steady
+    trips and extrapolated (``gpusim.steady``): the lowerings' long loops stream a new
+    tile every trip."""
+    try:
+        kernel = lower(graph, dispatch, knobs, arch)
+        res = gpusim.simulate(kernel, arch, **tunedb.SCORE_SIMULATE)
+    except (LoweringError, gpusim.KernelError) as e:
+        return Scored(dict(knobs), None, error=str(e))
+    return Scored(dict(knobs), float(res.time_us), float(res.cycles), dict(res.counters),
+                  str(getattr(res, "occupancy_limiter", "")))
+
+
+def _score_job(graph, job):
+    dispatch, knobs, arch = job
+    return score(graph, dispatch, knobs, arch)
+
+
+def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
+                      where: str) -> tuple[list, list]:
+    """(legal candidates to simulate, illegal ones) after pins and the budget."""
+    relevant = {k: v for k, v in fixed.items() if any(k in c.knobs for c in space)}
+    if relevant:
+        matching = [c for c in space if all(c.knobs.get(k) == v for k, v in relevant.items())]
+        if not matching:
+            values = {k: sorted({str(c.knobs[k]) for c in space if k in c.knobs})
+                      for k in relevant}
+            pinned = ", ".join(f"{k}={v}" for k, v in relevant.items())
+            known = "; ".join(f"{k}: " + ", ".join(v) for k, v in values.items())
+            raise SearchError(f"{where}: no candidate has {pinned}; values it has: {known}")
+        if not any(c.legal for c in matching):
+            raise SearchError(f"{where}: every candidate with the pinned knobs is illegal: "
+                              f"{matching[0].reason}")
+        space = matching
+    legal = [c for c in space if c.legal and (not c.opt_in or c.opt_in in relevant)]
+    if any(not c.fallback for c in legal):  # the fallback is the last resort only
+        legal = [c for c in legal if not c.fallback]
+    illegal = [c for c in space if not c.legal]
+    if budget is not None and len(legal) > budget:
+        always = [c for c in legal if c.always]
+        legal = [c for c in legal if not c.always]
+        rng = random.Random(seed)
+        keep = sorted(rng.sample(range(len(legal)), max(0, budget - len(always))))
+        legal = always + [legal[i] for i in keep]
+    return legal, illegal
+
+
+# ----------------------------------------------------------------------------- baseline
+def dispatch_bytes(graph: Graph, dispatch) -> int:
+    return sum(graph.op(t).type.nbytes for t in list(dispatch.inputs) + list(dispatch.outputs)
+               if not (graph.op(t).kind == "constant" and graph.op(t).type.size == 1))
+
+
+def dispatch_flops(graph: Graph, dispatch) -> int:
+    flops = 0
+    for n in dispatch.ops:
+        op = graph.op(n)
+        if op.kind == "matmul":
+            a = graph.op(op.inputs[0]).type
+            flops += 2 * op.type.size * a.shape[-1]
+        elif op.kind == "conv2d":
+            w = graph.op(op.inputs[1]).type
+            flops += 2 * op.type.size * math.prod(w.shape[1:])
+        elif not op.is_view:
+            flops += op.type.size
+    return flops
+
+
+def roofline_basis(nbytes: int, arch) -> str:
+    """Names the bandwidth ``roofline_us`` uses, for the tune report."""
+    level = "MALL" if arch.memory_level(nbytes) == "mall" else "HBM"
+    return (f"achievable {level} bandwidth {arch.stream_bytes_per_s(nbytes) / 1e12:.2f} TB/s "
+            f"(measured copy rate, not the {arch.hbm_bytes_per_s / 1e12:.1f} TB/s HBM peak)")
+
+
+def roofline_us(nbytes: int, flops: int, arch, launches: int = 1) -> float:
+    """max(bytes / achievable memory bandwidth, flops / FP32 vector peak) plus the launch
+    overheads. The bandwidth is the measured copy rate of the level that holds the bytes
+    (``Arch.stream_bytes_per_s``: HBM, or the MALL when they fit it), the same one the
+    simulator charges, not the datasheet peak no kernel reaches."""
+    peak = arch.peak_fp32_flops_per_clk_per_cu * arch.num_cus * arch.clock_ghz * 1e9
+    return max(nbytes / arch.stream_bytes_per_s(nbytes), flops / peak) * 1e6 + \
+        launches * arch.launch_overhead_us
+
+
+def minimal_bytes(graph: Graph) -> int:
+    """Reading every graph input once and writing every output once."""
+    leaves = [n for n in graph.topo_order() if graph.op(n).kind in ("input", "constant")
+              and graph.op(n).type.size > 1]
+    return sum(graph.op(n).type.nbytes for n in leaves) + \
+        sum(graph.op(n).type.nbytes for n in graph.outputs)
+
+
+# ----------------------------------------------------------------------------- attention
+#: the name of the aggressive plan without the attention rule (QK^T | softmax | PV)
+SPLIT_ATTENTION = "split-attention"
+
+
+def _part_figures(parts: list) -> dict:
+    """Time, HBM bytes, LDS and occupancy of some tuned dispatches (one plan's attention)."""
+    return {"us": round(sum(d.best.time_us for d in parts), 3),
+            "dispatches": len(parts),
+            "hbm_bytes": int(sum(d.best.counters.get("hbm_bytes", 0) for d in parts)),
+            "lds_bytes": max((d.kernel.lds_bytes for d in parts), default=0),
+            "waves_per_simd": min((d.best.counters.get("occupancy_waves_per_simd", 0)
+                                   for d in parts), default=0)}
+
+
+def attention_decisions(graph: Graph, fused: list, split: list) -> list:
+    """One ``search`` decision per fused attention: its tuned dispatch against the tuned
+    dispatches of the same ops in the 3-dispatch plan, with time, HBM bytes, LDS use and
+    occupancy of both (simulated predictions)."""
+    out = []
+    for d in fused:
+        if d.kind != "attention":
+            continue
+        ops = {n for n in d.dispatch.ops if not graph.op(n).is_view}
+        parts = [s for s in split if ops & set(s.dispatch.ops)]
+        f, u = _part_figures([d]), _part_figures(parts)
+        win = f["us"] <= u["us"]
+        why = (f"fused attention {f['us']:.2f} us in 1 dispatch ({f['hbm_bytes']} B HBM, "
+               f"{f['lds_bytes']} B LDS, {f['waves_per_simd']:.0f} waves/SIMD) vs "
+               f"{u['dispatches']} dispatches {u['us']:.2f} us ({u['hbm_bytes']} B HBM, "
+               f"{u['lds_bytes']} B LDS, {u['waves_per_simd']:.0f} waves/SIMD): "
+               + ("one launch and S never written win" if win else
+                  "the split plan's parallelism and GEMM tiles beat the saved traffic"))
+        cost = {f"fused_{k}": v for k, v in f.items()}
+        cost.update({f"split_{k}": v for k, v in u.items()})
+        out.append(Decision("search", d.name, ", ".join(p.name for p in parts), win, why, cost))
+    return out
+
+
+# ----------------------------------------------------------------------------- tuning
+def _reason_list(reasons, limit: int = 6) -> str:
+    """The distinct reasons, whole (never cut mid-word): the first ``limit`` and a count
+    of the rest."""
+    distinct = sorted(set(reasons))
+    shown = "; ".join(distinct[:limit])
+    more = len(distinct) - limit
+    return shown + (f"; and {more} more reason(s) (see `wavefuse view candidates`)"
+                    if more > 0 else "")
+
+
+def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> list:
+    """Scores the space's always-lowerable fallback points not yet tried (when every
+    sampled candidate failed to lower or simulate) that agree with the pins; the ones
+    that worked, fastest first."""
+    tried = [s.knobs for s in scored]
+    out = []
+    for c in space:
+        pinned = all(c.knobs.get(k, v) == v for k, v in fixed.items())
+        if c.fallback and c.legal and pinned and c.knobs not in tried:
+            s = score(graph, dispatch, c.knobs, arch)
+            if s.ok:
+                out.append(s)
+            else:
+                illegal.append(Candidate(s.knobs, False, s.error))
+    return sorted(out, key=lambda s: s.time_us)
+
+
+def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, fixed=None,
+                    seed=0, workers=1, progress=None, label="", store=None,
+                    cluster=None) -> list:
+    """Scores candidates of every dispatch; returns DispatchTune per dispatch.
+
+    Candidates are looked up in ``store`` (a ``tunedb`` store; a fresh in-memory one when
+    None) by dispatch fingerprint, arch, knobs and model version; only the misses are
+    simulated, each distinct one once, so identical dispatches of a model cost one
+    tuning. The misses run serially, in ``workers`` processes or on a Dask ``cluster``
+    (``compiler.tuning.cluster``); results come back in job order, so the choice is the same.
+    """
+    fixed = fixed or {}
+    store = tunedb.MemoryStore() if store is None else store
+    version = tunedb.model_version()
+    plans = []
+    fps = [tunedb.dispatch_fingerprint(graph, d) for d in dispatches]
+    spaces = list(zip(dispatches, _spaces(graph, dispatches, fps, arch, store, version)))
+    known = {k for _, space in spaces for c in space for k in c.knobs}
+    unknown = sorted(set(fixed) - known)
+    if unknown:
+        raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
+                          f"knob; its knobs are: {', '.join(sorted(known))}")
+    space_of = {d.name: space for d, space in spaces}
+    for (d, space), fp in zip(spaces, fps):
+        legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
+        keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
+        plans.append((d, legal, illegal, keys))
+    cached = store.get_many("scores", [k for *_, keys in plans for k in keys])
+    jobs, job_keys, owners = [], [], {}   # owners: dispatch index -> its distinct misses
+    for i, (d, legal, _, keys) in enumerate(plans):
+        for c, k in zip(legal, keys):
+            if k not in cached and k not in job_keys:
+                job_keys.append(k)
+                jobs.append((d, c.knobs, arch))
+                owners.setdefault(i, set()).add(len(jobs) - 1)
+    left = {i: set(js) for i, js in owners.items()}
+    task = None
+    if progress:
+        task = progress.add_task(f"{label or 'scoring'} ({len(owners)} distinct of "
+                                 f"{len(dispatches)} dispatches to simulate)",
+                                 total=len(owners))
+
+    def done(j):
+        for i, js in left.items():
+            if j in js:
+                js.discard(j)
+                if not js and progress:
+                    progress.advance(task)
+
+    results = runner.run_jobs(_score_job, jobs, shared=graph, workers=workers,
+                              cluster=cluster, on_done=done)
+    fresh = {k: _scored_dict(r) for k, r in zip(job_keys, results)}
+    store.put_many("scores", fresh, version)
+    cached.update(fresh)
+    out = []
+    for d, legal, illegal, keys in plans:
+        scored = [_scored_of(cached[k], c.knobs) for c, k in zip(legal, keys)]
+        for s in scored:
+            if not s.ok:
+                illegal.append(Candidate(s.knobs, False, s.error))
+        # ties in time (a bandwidth-bound kernel hides its LDS conflicts and extra
+        # instructions) go to the candidate that asks less of the CU
+        ok = sorted([s for s in scored if s.ok], key=lambda s: (
+            round(s.time_us, 6), s.counters.get("lds_bank_conflict_cycles", 0),
+            s.counters.get("valu_insts", 0) + s.counters.get("vmem_insts", 0)
+            + s.counters.get("lds_insts", 0)))
+        if not ok:
+            ok = _score_fallbacks(graph, d, space_of[d.name], scored, arch, illegal, fixed)
+        if not ok:
+            reasons = _reason_list(c.reason for c in illegal)
+            raise SearchError(f"dispatch {d.name}: no candidate could be lowered and "
+                              f"simulated ({reasons})")
+        nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
+        t = DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal, None,
+                         nbytes, flops, roofline_us(nbytes, flops, arch))
+        t._lower = (graph, arch)
+        out.append(t)
+    return out
+
+
+def _spaces(graph, dispatches, fps, arch, store, version) -> list:
+    """Each dispatch's schedule space, computed once per fingerprint and remembered in
+    the store (a pure function of the dispatch, the arch and the lowering sources)."""
+    keys = [tunedb.space_key(fp, arch, version) for fp in fps]
+    known = store.get_many("spaces", keys)
+    fresh, out = {}, []
+    for d, key in zip(dispatches, keys):
+        if key not in known:
+            space = schedule_space(graph, d, arch)
+            rows = [dataclasses.asdict(c) for c in space]
+            known[key] = rows
+            if json.loads(json.dumps(rows)) == rows:  # knob values JSON keeps as they are
+                fresh[key] = rows
+        out.append([Candidate(**r) for r in known[key]])
+    store.put_many("spaces", fresh, version)
+    return out
+
+
+def _scored_dict(s: Scored) -> dict:
+    return {"time_us": s.time_us, "cycles": s.cycles, "counters": s.counters,
+            "occupancy_limiter": s.occupancy_limiter, "error": s.error}
+
+
+def _scored_of(row: dict, knobs: dict) -> Scored:
+    return Scored(dict(knobs), row["time_us"], row["cycles"], dict(row["counters"]),
+                  row["occupancy_limiter"], row["error"])
+
+
+def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
+                      store=None, check_all: bool = True) -> None:
+    """Runs every chosen kernel functionally in gpusim and compares with numpy: every
+    workgroup with ``check_all``, else the output tiles of a sample of workgroups
+    (``compiler.tuning.sampling``; ``d.check`` says which) against the reference computed for
+    those rows only (``compiler.ir.partial``; the kernel's inputs are given at the rows the
+    reference says the sample reads, the rest of each buffer stays zero). A sampled check
+    the rows cannot decide (no row was found, or values differ) is repeated against the
+    whole reference, so a mismatch reported is one of the whole reference's.
+
+    A check is remembered in ``store`` under the kernel's key (dispatch fingerprint,
+    knobs, model version), the whole graph's fingerprint, the seed and the dispatch's
+    place in the graph: the same kernel on the same inputs gives the same values, and a
+    run whose checks are all remembered evaluates nothing."""
+    version = tunedb.model_version()
+    extent = "all" if check_all else \
+        f"sample:{sampling.EDGE}/{sampling.SPREAD}/{sampling.RANDOM}"
+    keys = [None] * len(tuned)
+    hits: dict = {}
+    if store is not None:
+        where = tunedb.graph_fingerprint(graph)
+        for i, d in enumerate(tuned):
+            if d.__dict__.get("_custom"):
+                continue  # a kernel set by hand is not the lowering of its knobs
+            fp = tunedb.dispatch_fingerprint(graph, d.dispatch)
+            keys[i] = tunedb.check_key(
+                f"{fp}|{tunedb.knobs_text(d.best.knobs)}", arch, version,
+                f"{where}|seed={seed}|{d.dispatch.inputs}|{d.dispatch.outputs}", extent)
+        hits = store.get_many("checks", [k for k in keys if k])
+    todo = []
+    for i, d in enumerate(tuned):
+        hit = hits.get(keys[i]) if keys[i] else None
+        if hit is not None:
+            d.max_error, d.verified, d.check = hit["max_error"], hit["verified"], hit["check"]
+        else:
+            todo.append(i)
+    if not todo:
+        return
+    inputs = random_inputs(graph, seed)
+    whole = _WholeReference(graph, inputs, [tuned[i] for i in todo])
+    for i in todo:
+        d, key = tuned[i], keys[i]
+        grid = d.kernel.grid
+        wgs = None if check_all else sampling.sample_workgroups(grid, seed)
+        if wgs is not None and len(wgs) == grid:
+            wgs = None
+        d.check = (f"all {grid} workgroups" if wgs is None else
+                   f"{len(wgs)} of {grid} workgroups (edges, spread, seeded random)")
+        found = _check_rows(graph, d.kernel, arch, inputs, wgs) if wgs is not None else None
+        if found is None or not found[1]:
+            found = _check_whole(graph, d, arch, whole.env(d), wgs)
+        whole.done(d)
+        d.max_error, d.verified = found
+        if key is not None:
+            store.put_many("checks", {key: {"max_error": found[0], "verified": bool(found[1]),
+                                            "check": d.check}}, version)
+
+
+class _WholeReference:
+    """The whole numpy reference, evaluated when a check first needs it, keeping only the
+    tensors later checks read (at attention's sequence 4096 each score-sized
+    intermediate is 512 MiB)."""
+
+    def __init__(self, graph, inputs, tuned):
+        self.graph, self.inputs = graph, inputs
+        self.needed = [set(d.dispatch.inputs) | set(d.dispatch.outputs) for d in tuned]
+        self.values = None
+
+    def env(self, d) -> dict:
+        if self.values is None:
+            self.values = evaluate(self.graph, self.inputs, keep=set().union(*self.needed))
+        return self.values
+
+    def done(self, d) -> None:
+        self.needed.pop(0)
+        if self.values is not None:
+            later = set().union(*self.needed) if self.needed else set()
+            for name in [t for t in self.values if t not in later]:
+                del self.values[name]  # no later check reads it
+
+
+def _compare(got, ref, dtype) -> tuple[float, bool]:
+    ref = np.asarray(ref, np.float64)
+    got = np.asarray(got, np.float64).reshape(ref.shape)
+    tol = numerics.tolerance("simulated", dtype)  # i32 (int/bool): exact
+    match, err = numerics.compare(got, ref, tol)  # the same NaN is no mismatch
+    return err, match
+
+
+def _written(res, kernel, ranges=None) -> dict:
+    """Flat offsets each output's sentinel no longer holds (``ranges``: where
+    ``sampling.sentinel_outputs`` put it)."""
+    ranges = ranges or {}
+    return {b.name: sampling.written_offsets(res.outputs[b.name], b.dtype, ranges.get(b.name))
+            for b in kernel.buffers if b.intent == "out"}
+
+
+def _address_probe(kernel):
+    """``kernel`` with every constant-bound loop that stores nothing cut to one trip
+    (``gpusim.steady.cut``), or None when it has none: what a workgroup sample writes
+    is learnt from this short run instead of the whole K or key loop. The run on the
+    given rows repeats the full kernel and compares the addresses it wrote, so a probe
+    that wrote elsewhere costs a second try, never a wrong check."""
+    cuts = {loop.stmt: 1 for loop in steady.constant_loops(kernel)
+            if loop.trips > 1 and steady.stores_nothing(loop.stmt)}
+    return steady.cut(kernel, cuts) if cuts else None
+
+
+def _check_rows(graph, kernel, arch, inputs, wgs):
+    """(max error, match) of the sampled workgroups against the reference computed for
+    the rows they wrote only, or None when the rows cannot decide (see verify_dispatches).
+    A kernel that reads an intermediate first runs once on zero inputs to learn which
+    rows its sample writes (the addresses a kernel writes do not depend on its data),
+    with its loops that store nothing cut short (``_address_probe``; the full kernel
+    when the probe fails or writes elsewhere)."""
+
+    outs = [b for b in kernel.buffers if b.intent == "out"]
+    ins = [b for b in kernel.buffers if b.intent == "in"]
+    if not outs or len(outs) + len(ins) != len(kernel.buffers):
+        return None  # an inout buffer: the whole check
+    leaves = all(graph.op(b.name).kind in ("input", "constant") for b in ins)
+    probes = [kernel] if leaves else [p for p in (_address_probe(kernel), kernel) if p]
+    for probe in probes:
+        found = _check_rows_with(graph, kernel, probe, arch, inputs, wgs, outs, ins, leaves)
+        if found != "retry":
+            return found
+    return None
+
+
+def _check_rows_with(graph, kernel, probe, arch, inputs, wgs, outs, ins, leaves):
+    """``_check_rows`` with ``probe`` run to learn the written addresses; "retry" when
+    a cut probe raised or wrote elsewhere than the kernel."""
+    cut = probe is not kernel
+    fill = sampling.sentinel_outputs(kernel, wgs, arch.wave_size)
+    sentinels = fill.inputs
+    full = {b.name: memory_image(graph, b.name, inputs[b.name] if graph.op(b.name).kind ==
+                                 "input" else graph.op(b.name).attrs["value"]) for b in ins} \
+        if leaves else {b.name: gpusim.Partial(np.zeros(0, np.int64), np.zeros(0))
+                        for b in ins}
+    try:  # zero inputs may divide an integer by zero: then the whole check
+        res = gpusim.simulate(probe, arch, inputs={**full, **sentinels}, functional=True,
+                              workgroups=wgs)
+    except gpusim.KernelError:
+        if leaves:
+            raise
+        return "retry" if cut else None
+    offsets = _written(res, kernel, fill.ranges)
+    if not any(len(o) for o in offsets.values()):
+        return "retry" if cut else None
+    wanted = {n: partial.row_ids(graph.op(n).type, o) for n, o in offsets.items() if len(o)}
+    try:
+        ref = partial.evaluate_rows(graph, inputs, wanted)
+    except (KeyError, IndexError):
+        return None
+    if not leaves:  # the run that counts: the rows the sample reads, given
+        del res  # its memory image of the outputs: one score-sized buffer at a time
+        given = {}
+        for b in ins:
+            rows, t = ref[b.name], graph.op(b.name).type
+            given[b.name] = (memory_image(graph, b.name, rows.values[0]) if rows.r == 0 else
+                             gpusim.Partial(partial.memory_offsets(t, rows),
+                                            rows.values.reshape(-1)))
+        res = gpusim.simulate(kernel, arch, inputs={**given, **sentinels}, functional=True,
+                              workgroups=wgs)
+        again = _written(res, kernel, fill.ranges)
+        if any(not np.array_equal(again[n], o) for n, o in offsets.items()):
+            return "retry" if cut else None
+    worst, ok = 0.0, True
+    for b in outs:
+        o = offsets[b.name]
+        if not len(o):
+            continue
+        try:
+            want = partial.values_at(graph.op(b.name).type, ref[b.name], o)
+        except (KeyError, IndexError):
+            return None
+        got = np.asarray(res.outputs[b.name]).reshape(-1)[o]
+        err, match = _compare(got, want, b.dtype)
+        worst, ok = max(worst, err), ok and match
+    return worst, ok
+
+
+def _check_whole(graph, d, arch, env, wgs):
+    """(max error, match) against the whole reference: every workgroup when ``wgs`` is
+    None, else the elements the sample wrote."""
+
+    k = d.kernel
+    inputs = {b.name: memory_image(graph, b.name, env[b.name]) for b in k.buffers
+              if b.intent != "out"}
+    masks = {}
+    if wgs is not None:
+        inputs.update({b.name: sampling.sentinel_like(b.dtype, b.shape)
+                       for b in k.buffers if b.intent == "out"})
+        res = gpusim.simulate(k, arch, inputs=inputs, functional=True, workgroups=wgs)
+        masks = {b.name: sampling.written(res.outputs[b.name], b.dtype).reshape(-1)
+                 for b in k.buffers if b.intent == "out"}
+        if not any(m.any() for m in masks.values()):  # the sample wrote nothing
+            d.check = f"all {k.grid} workgroups (the sample wrote nothing)"
+            inputs = {n: a for n, a in inputs.items() if n not in masks}
+            masks, wgs = {}, None
+    if wgs is None:
+        res = gpusim.simulate(k, arch, inputs=inputs, functional=True)
+    worst, ok = 0.0, True
+    for b in k.buffers:
+        if b.intent == "in":
+            continue
+        ref, got = np.asarray(env[b.name]), np.asarray(res.outputs[b.name])
+        if b.name in masks:  # the written elements only, before any f64 copy
+            ref, got = ref.reshape(-1)[masks[b.name]], got.reshape(-1)[masks[b.name]]
+        err, match = _compare(got, ref, b.dtype)
+        worst, ok = max(worst, err), ok and match
+    return worst, ok
+
+
+def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
+         mode: str = "auto", baseline: bool = True, verify: bool = True,
+         progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
+    """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
+    fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them.
+
+    ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
+    fresh in-memory one when None); ``cluster``: a ``compiler.tuning.cluster.Cluster``;
+    ``check_all``: check every workgroup's values, not a sample's. ``arch`` is resolved
+    here, once (a name for the Python API's convenience); everything below takes the
+    ``Arch``."""
+    arch = get_arch(arch)
+    check_pins(fixed or {})
+    store = tunedb.MemoryStore() if store is None else store
+    kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
+              store=store, cluster=cluster)
+    modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
+    tried = {}
+    plans = {}
+    for m in modes:
+        # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another
+        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION))
+        key = tuple(tuple(d.ops) for d in plan.dispatches)
+        if any(k == key for k, _ in tried.values()):
+            continue  # same plan as an earlier mode: nothing to compare
+        tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{m} plan", **kw)
+        tried[m] = (key, tuned)
+        plans[m] = plan
+    totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
+    chosen = min(totals, key=totals.get)
+    tuned = tried[chosen][1]
+    choice = {"chosen": chosen,
+              "predicted_us": {m: round(v, 3) for m, v in totals.items()},
+              "dispatches": {m: len(t) for m, (_, t) in tried.items()},
+              "reason": (f"{chosen} plan predicted fastest "
+                         + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
+              if len(totals) > 1 else f"{chosen} plan (the other mode gives the same plan)"}
+    plan = plans[chosen]
+    if "conservative" in totals and "aggressive" in totals:
+        plan.decisions.append(Decision("search", "aggressive", "conservative",
+                                       chosen == "aggressive", choice["reason"],
+                                       {f"{m}_us": v for m, v in totals.items()}))
+    elif len(totals) > 1:
+        plan.decisions.append(Decision("search", chosen, ", ".join(m for m in totals
+                                                                    if m != chosen),
+                                       True, choice["reason"],
+                                       {f"{m}_us": v for m, v in totals.items()}))
+    if "aggressive" in tried and SPLIT_ATTENTION in tried:
+        plan.decisions.extend(attention_decisions(graph, tried["aggressive"][1],
+                                                  tried[SPLIT_ATTENTION][1]))
+    unfused_us = None
+    unfused = unfused_dispatches(graph)
+    if baseline:
+        base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
+                               **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
+        unfused_us = sum(d.best.time_us for d in base)
+    if verify:
+        verify_dispatches(graph, tuned, arch, seed, store=store, check_all=check_all)
+    flops = sum(d.flops for d in tuned)
+    nbytes = minimal_bytes(graph)
+    roof = roofline_us(nbytes, flops, arch)
+    return TuneResult(graph.name, arch, chosen, plan, tuned, sum(d.best.time_us for d in tuned),
+                      unfused_us, len(unfused), roof, arch.launch_overhead_us, choice,
+                      roofline_basis(nbytes, arch))
