@@ -359,7 +359,9 @@ class TuneDB(MemoryStore):
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
-            app = c.execute("PRAGMA application_id").fetchone()[0]
+        # read again: the first look may predate another process's committed creation
+        # (its tables seen, its application id not yet), which is no foreign file
+        app = c.execute("PRAGMA application_id").fetchone()[0]
         if app != APPLICATION_ID or not set(TABLES) <= {
                 r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}:
             raise CacheError(f"tuning cache {self.path} is not a wavefuse tuning database "
