@@ -162,6 +162,8 @@ class ExploreApp(App):
         self.window: dict = {}            # panes key -> (start, end) of the timeline
         self.sort_key, self.sort_reverse = "time", False
         self.busy = False
+        self.too_small = None
+        self.last_status = ""
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -221,14 +223,18 @@ class ExploreApp(App):
         self._check_size()
 
     def _check_size(self) -> None:
+        """Below 80x24 the panes are cut; the status line says so until it grows again."""
         w, h = self.size
-        if (w, h) < MIN_SIZE or w < MIN_SIZE[0] or h < MIN_SIZE[1]:
-            self._status(Text(f"the terminal is {w}x{h}; the explorer needs "
-                              f"{MIN_SIZE[0]}x{MIN_SIZE[1]}", style="bold red"))
+        small = w < MIN_SIZE[0] or h < MIN_SIZE[1]
+        self.too_small = (Text(f"the terminal is {w}x{h}; the explorer needs "
+                               f"{MIN_SIZE[0]}x{MIN_SIZE[1]}", style="bold red")
+                          if small else None)
+        self._status(self.last_status)
 
     # ------------------------------------------------------------------ status
     def _status(self, text) -> None:
-        self.query_one("#status", Label).update(text)
+        self.last_status = text
+        self.query_one("#status", Label).update(self.too_small or text)
 
     def _ready_status(self) -> None:
         p = self.panes
