@@ -76,6 +76,35 @@ def test_session_pins_arch_and_access_selection():
     assert nxt.data.inst == nxt.inst
 
 
+def test_session_scores_land_in_the_tuning_database(tmp_path, monkeypatch):
+    from compiler.tuning import tunedb
+    db = tmp_path / "tune.sqlite3"
+    s = Session(load_model("layernorm"), "layernorm", mode="conservative", budget=3,
+                cache=str(db))
+    name = s.names[0]
+    s.pin(name, "vector", 1)
+    p = s.panes(name)
+    store = tunedb.TuneDB(db)
+    try:
+        assert store.info()["scores"]["rows"] >= len(p.tuned.candidates) > 0
+    finally:
+        store.close()
+    # a second session on the same database scores nothing: every candidate is a hit
+    again = Session(load_model("layernorm"), "layernorm", mode="conservative", budget=3,
+                    cache=str(db))
+    again.pin(name, "vector", 1)
+    calls = []
+    import compiler.tuning.search as search
+    real = search.runner.run_jobs
+
+    def counting(fn, jobs, **kw):
+        calls.append(len(jobs))
+        return real(fn, jobs, **kw)
+    monkeypatch.setattr(search.runner, "run_jobs", counting)
+    assert again.tuned(name).best.knobs == p.tuned.best.knobs
+    assert calls == [0]
+
+
 # ----------------------------------------------------------------------------- the app
 textual = pytest.importorskip("textual", reason="the explorer needs textual "
                                                 "(pip install 'wavefuse[explore]')")

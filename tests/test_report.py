@@ -145,6 +145,28 @@ def test_report_opens_in_headless_chromium(report, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000   # drawn, not blank
 
 
+def test_roofline_points_are_flops_over_kernel_time():
+    from compiler.cli.explore.report import roofline_data, roofline_svg
+    from compiler.ir.models import load_model
+    from compiler.tuning.search import tune
+    r = tune(load_model("layernorm"), "gfx942", budget=2, mode="conservative",
+             baseline=False, verify=False)
+    data = roofline_data(r)
+    assert [p["name"] for p in data["points"]] == [d.name for d in r.dispatches]
+    for p, d in zip(data["points"], r.dispatches):
+        assert p["intensity"] == d.flops / d.bytes
+        kernel_s = (d.best.time_us - r.launch_overhead_us) * 1e-6
+        assert p["flops_per_s"] == pytest.approx(d.flops / kernel_s)
+        # below both roofs: a prediction never beats the bound it is compared with
+        bw = r.arch.stream_bytes_per_s(d.bytes)
+        assert p["flops_per_s"] <= min(data["roofs"]["peak_flops_per_s"],
+                                       bw * p["intensity"]) * 1.0001
+    svg = roofline_svg(data)
+    c = Checker()
+    c.feed(svg)
+    assert not c.errors and not c.stack and c.tags["circle"] == len(data["points"])
+
+
 # ----------------------------------------------------------------------------- compare
 def load(name):
     return json.loads((DATA / name).read_text())
