@@ -111,8 +111,9 @@ textual = pytest.importorskip("textual", reason="the explorer needs textual "
 from compiler.cli.explore.app import ExploreApp, screen_text  # noqa: E402
 
 
-async def _until(pilot, pred, timeout=120.0):
-    """Lets the app run until ``pred()`` holds (a worker finishing), or fails."""
+async def _until(pilot, pred, timeout=600.0):
+    """Lets the app run until ``pred()`` holds (a worker finishing), or fails. Generous:
+    a worker may be compiling gpusim's engine for a new arch on a loaded machine."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not pred():
@@ -181,8 +182,23 @@ def test_pilot_select_each_pane_sort_zoom_pin_arch_help_quit():
             for ch in "vector=3":
                 await pilot.press(ch)
             await pilot.press("enter")
-            await _until(pilot, lambda: not app.busy and "vector" not in
-                         app.session.pins.get("d1_reduce_mean_3", {}))
+            await _until(pilot, lambda: not app.busy)
+            assert app.session.pins["d1_reduce_mean_3"] == {"vector": 1}   # the shown one
+            assert "vector=3" in str(app.query_one("#status").render())
+            # enter on a candidate row pins its schedule: the panes now show that kernel
+            await pilot.press("u")
+            await _until(pilot, lambda: not app.panes.pins)
+            await pilot.press("2")
+            table = app.query_one("#candidates-table")
+            table.focus()
+            rows = app._candidates_data().rows
+            loser = next(r for r in rows if not r.winner)
+            table.move_cursor(row=table.get_row_index(str(loser.rank)))
+            await pilot.press("enter")
+            await _until(pilot, lambda: app.panes.pins == loser.knobs)
+            assert app.panes.tuned.best.knobs == loser.knobs
+            await pilot.press("u")
+            await _until(pilot, lambda: not app.panes.pins)
             # the arch, then help, then quit
             await pilot.press("a")
             await _until(pilot, lambda: app.panes.arch.name == "gfx1100")

@@ -57,6 +57,7 @@ HELP = (("1..5", "show a pane: decisions, candidates, timeline, memory, source")
         ("p", "pin a knob of this dispatch, e.g. vector=4 (re-simulates)"),
         ("u", "remove this dispatch's pins"),
         ("s", "candidates: sort by the next column (or click a header)"),
+        ("enter", "candidates: pin every knob of the row (it becomes the schedule)"),
         ("+ / -", "timeline: zoom in / out"),
         ("< / >", "timeline: scroll the window left / right"),
         ("g / b", "memory: next global access (coalescing) / next LDS access (banks)"),
@@ -297,9 +298,13 @@ class ExploreApp(App):
         self.busy = False
         self._progress(None)
         self._status(Text(" ".join(message.split()), style="bold red"))
-        if name is not None and self.session.pins.get(name):
-            self.session.unpin(name)   # back to what was shown; the message says why
-            self.notify(f"{name}: pins removed", severity="warning")
+        if name is not None:
+            # back to the pins of what is shown (the new pin is dropped; the message says why)
+            shown = self.panes if self.panes is not None and self.panes.name == name else None
+            self.session.unpin(name)
+            for knob, value in (shown.pins if shown else {}).items():
+                self.session.pin(name, knob, value)
+            self.notify(f"{name}: the new pin is dropped", severity="warning")
 
     # ------------------------------------------------------------------ selection
     def select(self, name: str | None, force: bool = False) -> None:
@@ -410,6 +415,21 @@ class ExploreApp(App):
             self.sort_key, self.sort_reverse = key, False
         if self.panes is not None:
             self._draw_candidates()
+
+    @on(DataTable.RowSelected, "#candidates-table")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a candidate pins its every knob: it becomes the dispatch's schedule,
+        and the timeline, memory and source panes show it."""
+        if self.panes is None or self.busy:
+            return
+        rank = int(event.row_key.value)
+        row = next(r for r in self._candidates_data().rows if r.rank == rank)
+        if row.winner:
+            return
+        for knob, value in row.knobs.items():
+            self.session.pin(self.selected, knob, value)
+        self.notify(f"pinned candidate {rank}: re-simulating {self.selected}")
+        self.select(self.selected, force=True)
 
     def action_sort(self) -> None:
         keys = [c[0] for c in COLUMNS]
