@@ -89,7 +89,8 @@ class DispatchTune:
 
     def to_json(self) -> dict:
         c = self.best.counters
-        return {"name": self.name, "kind": self.kind, "schedule": self.best.knobs,
+        return {"name": self.name, "kind": self.kind, "ops": list(self.dispatch.ops),
+                "schedule": self.best.knobs,
                 "time_us": self.best.time_us, "roofline_us": self.roofline_us,
                 "counters": {k: c.get(k) for k in KEY_COUNTERS},
                 "occupancy_limiter": self.best.occupancy_limiter,

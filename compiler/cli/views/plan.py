@@ -126,9 +126,14 @@ def _fmt_cost(cost: dict) -> str:
 def explain_view(plan: FusionPlan, cost_hint: str = "run with --tune"):
     """Every decision with its reason; a cost column when the search decided any. The
     one renderer of the decisions table (``fuse --explain`` and ``view`` both print it)."""
-    rows = explain_data(plan)
+    return explain_rows_view(explain_data(plan), f"{plan.graph.name}: fusion decisions "
+                             f"({plan.mode})", cost_hint)
+
+
+def explain_rows_view(rows: list, title: str, cost_hint: str = "run with --tune"):
+    """The decisions table of some ``ExplainRow``s (the explorer shows one dispatch's)."""
     has_cost = any(r.cost for r in rows)
-    t = Table(title=f"{plan.graph.name}: fusion decisions ({plan.mode})", show_lines=False)
+    t = Table(title=title, show_lines=False)
     t.add_column("rule", overflow="fold")
     t.add_column("producer -> consumer", overflow="fold")
     t.add_column("fused", no_wrap=True)
