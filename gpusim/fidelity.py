@@ -18,7 +18,11 @@ How each quantity is measured in the simulator:
   (the dependent address arithmetic of each step is part of it, as on hardware);
 - bandwidths by BabelStream-style kernels (``microbench.stream``) over the whole GPU:
   bytes moved / predicted kernel time without the launch overhead; cache bandwidths with a
-  footprint that fits the level and several passes over it;
+  footprint that fits the level and several passes over it; HBM rows by each source's own
+  harness where it shapes the result (``microbench.mt4g_stream``: 2 workgroups of 256
+  threads per CU; ``microbench.gpu_benches_stream``: one 8-byte element per thread at a
+  block size that sets the occupancy; BabelStream's kernels), each row's ``harness`` saying
+  how the source measured (docs/bandwidth.md: the sources, which calibrate, which validate);
 - LDS bursts as nod-ai's ``lds_phase_mask`` harness times them (``microbench.lds_burst``
   mirrors its source: the fill of the 32 KiB LDS array, then 64 reads between two barriers):
   each workgroup's time between the barriers, averaged, two workgroups per CU as the
@@ -65,7 +69,8 @@ MT4G_MI210 = _src("mt4g-MI210", "github caps-tum/mt4g, sample_results/AMD Instin
 NODAI_CDNA3 = _src("nodai-CDNA3", "github nod-ai/amd-shark-ai, docs/empirical-lds/cdna3info.md (MI300X)")
 NODAI_RDNA3 = _src("nodai-RDNA3", "github nod-ai/amd-shark-ai, docs/empirical-lds/rdna3info.md (W7900, gfx1100)")
 BABEL_MI300X = _src("BabelStream-MI300X", "github samuel-bohman/AI-benchmarking-guide, Azure_Results/"
-                "ND_MI300X_v5_results.md (BabelStream copy)")
+                "ND_MI300X_v5_results.md (BabelStream copy, mul, triad) with Benchmarks/AMD/"
+                "HBMBandwidth.py (hip-stream built with -O3, run with its defaults)")
 GPU_BENCHES_MI210 = _src("gpu-benches-MI210", "github te42kyfo/gpu-benches (Hübner et al.), gpu-stream/mi210.txt "
                       "with gpu-stream/main.cu (MI210, 104 CUs; 1 GiB f64 arrays, one double per thread, "
                       "2 workgroups per CU by a 32 KiB LDS spoiler, block size 32-1024 = occupancy; "
@@ -98,6 +103,7 @@ class Row:
     tolerance: float  # relative, |predicted / published - 1| <= tolerance
     role: str         # "calibrate" or "validate"
     gap: str = ""     # a known model gap that keeps this row outside its tolerance
+    harness: str = ""  # how the source measured it (array size, block, access width, device)
 
     @property
     def ratio(self) -> float:
@@ -182,6 +188,16 @@ def mt4g_bandwidth(arch, kind: str) -> float:
     a = get_arch(arch)
     k = mb.mt4g_stream(kind, 2 * a.num_cus)
     return _bytes_per_s(k, a, k.buffers[0].size * 4)
+
+
+def babelstream_bandwidth(arch, kind: str) -> float:
+    """BabelStream's HIP kernels at its default size (2^25 doubles per array, three arrays:
+    768 MiB, past MI300X's 256 MB MALL): one double per thread, 1024-thread workgroups
+    (``microbench.gpu_benches_stream`` without the LDS spoiler). SIMPLIFICATION: newer
+    BabelStream releases give each lane several elements; the result's table does not
+    name its version, and at full occupancy the model's time is the bytes' either way."""
+    k = mb.gpu_benches_stream(kind, 1024, n=2 << 25, spoiler=False)
+    return _bytes_per_s(k, arch, mb.GPU_BENCHES_STREAMS[kind] * k.buffers[0].size * 4)
 
 
 def chipbench_bandwidth(arch, kind: str) -> float:
@@ -272,8 +288,19 @@ def _pyhip_quantity(stride: int) -> str:
     return f"10000 ds_read_b32 x 16 waves, {kind} (stride {stride})"
 
 
+#: the harnesses of the MI210 bandwidth rows (their kernels: ``gpusim.microbench``)
+GB_HARNESS = ("gpu-benches gpu-stream {kind}, MI210: 1 GiB f64 arrays, one 8 B load/store "
+              "per thread, {block}-thread blocks, 2 per CU ({occ})")
+CB_HARNESS = ("ChipBenchmarker dram_bandwidth {kind}, MI210: one 16 B vector per thread, "
+              "128-thread blocks, full occupancy")
+MT4G_HARNESS = ("mt4g main memory, {gpu}: 2 x 256-thread blocks per CU, grid-stride loop over "
+                "{size} (a quarter of the memory), {kind}")
+BABEL_HARNESS = ("BabelStream hip-stream defaults, MI300X (Azure ND v5, ROCm 6.2): 2^25 doubles "
+                 "per array (768 MiB, past the 256 MB MALL), 1024-thread blocks")
+
+
 def _specs():
-    """(quantity, arch, published, unit, source, measure, tolerance, role)."""
+    """(quantity, arch, published, unit, source, measure, tolerance, role[, harness])."""
     cyc, tbs = "cycles", "TB/s"
     return [
         # MI300X (gfx942)
@@ -286,11 +313,19 @@ def _specs():
         ("LDS latency (dependent chain)", "gfx942", 51.3, cyc, MT4G_MI300X,
          lambda: chase_latency("gfx942", "lds"), 0.15, "calibrate"),
         ("HBM read bandwidth", "gfx942", 3689.67 * GIB / 1e12, tbs, MT4G_MI300X,
-         lambda: stream_bandwidth("gfx942", "read") / 1e12, 0.15, "calibrate"),
+         lambda: mt4g_bandwidth("gfx942", "read") / 1e12, 0.15, "calibrate",
+         MT4G_HARNESS.format(gpu="MI300X VF", size="48 GiB", kind="flat_load_dwordx4 into a XOR")),
         ("HBM write bandwidth", "gfx942", 4116.64 * GIB / 1e12, tbs, MT4G_MI300X,
-         lambda: stream_bandwidth("gfx942", "write") / 1e12, 0.15, "calibrate"),
+         lambda: mt4g_bandwidth("gfx942", "write") / 1e12, 0.15, "calibrate",
+         MT4G_HARNESS.format(gpu="MI300X VF", size="48 GiB", kind="flat_store_dwordx4")),
         ("stream copy (BabelStream)", "gfx942", 4.11, tbs, BABEL_MI300X,
-         lambda: stream_bandwidth("gfx942", "copy") / 1e12, 0.15, "validate"),
+         lambda: stream_bandwidth("gfx942", "copy") / 1e12, 0.15, "validate", BABEL_HARNESS),
+        ("stream mul (BabelStream)", "gfx942", 4.26, tbs, BABEL_MI300X,
+         lambda: babelstream_bandwidth("gfx942", "scale") / 1e12, 0.15, "validate",
+         BABEL_HARNESS),
+        ("stream triad (BabelStream)", "gfx942", 4.09, tbs, BABEL_MI300X,
+         lambda: babelstream_bandwidth("gfx942", "triad") / 1e12, 0.15, "validate",
+         BABEL_HARNESS),
         ("L2 read bandwidth", "gfx942", 14364.7 * GIB / 1e12, tbs, MT4G_MI300X,
          lambda: stream_bandwidth("gfx942", "read", "l2") / 1e12, 0.15, "calibrate"),
         ("L2 write bandwidth", "gfx942", 6562.21 * GIB / 1e12, tbs, MT4G_MI300X,
@@ -344,39 +379,39 @@ def _specs():
          lambda: chase_latency("gfx90a", "lds"), 0.15, "validate"),
         # HBM: calibrated on gpu-benches' full-occupancy rows; ChipBenchmarker and mt4g
         # (and gpu-benches' other kernels and block sizes) validate (docs/bandwidth.md)
-        ("HBM read, gpu-benches read, 1024-thread blocks (100% occupancy)", "gfx90a", 1.345,
-         tbs, GPU_BENCHES_MI210, lambda: gpu_benches_bandwidth(mi210(), "read", 1024) / 1e12,
-         0.15, "calibrate"),
-        ("HBM write, gpu-benches init, 1024-thread blocks (100% occupancy)", "gfx90a", 1.526,
-         tbs, GPU_BENCHES_MI210, lambda: gpu_benches_bandwidth(mi210(), "init", 1024) / 1e12,
-         0.15, "calibrate"),
-        ("stream scale (1 read + 1 write), gpu-benches, 1024-thread blocks", "gfx90a", 1.358,
-         tbs, GPU_BENCHES_MI210, lambda: gpu_benches_bandwidth(mi210(), "scale", 1024) / 1e12,
-         0.15, "validate"),
-        ("stream triad (2 reads + 1 write), gpu-benches, 1024-thread blocks", "gfx90a", 1.248,
-         tbs, GPU_BENCHES_MI210, lambda: gpu_benches_bandwidth(mi210(), "triad", 1024) / 1e12,
-         0.15, "validate"),
-        ("HBM read, gpu-benches read, 256-thread blocks (25% occupancy)", "gfx90a", 0.608,
-         tbs, GPU_BENCHES_MI210, lambda: gpu_benches_bandwidth(mi210(), "read", 256) / 1e12,
-         0.15, "validate"),
-        ("HBM write, gpu-benches init, 256-thread blocks (25% occupancy)", "gfx90a", 0.908,
-         tbs, GPU_BENCHES_MI210, lambda: gpu_benches_bandwidth(mi210(), "init", 256) / 1e12,
-         0.15, "validate"),
-        ("HBM read, one dwordx4 per thread (ChipBenchmarker)", "gfx90a", 1301.19 * GIB / 1e12,
-         tbs, CHIPBENCH_MI210, lambda: chipbench_bandwidth(mi210(), "read") / 1e12, 0.15,
-         "validate"),
-        ("HBM write, one dwordx4 per thread (ChipBenchmarker)", "gfx90a", 1257.28 * GIB / 1e12,
-         tbs, CHIPBENCH_MI210, lambda: chipbench_bandwidth(mi210(), "write") / 1e12, 0.15,
-         "validate"),
-        ("stream copy, one dwordx4 per thread (ChipBenchmarker)", "gfx90a",
-         1269.02 * GIB / 1e12, tbs, CHIPBENCH_MI210,
-         lambda: chipbench_bandwidth(mi210(), "copy") / 1e12, 0.15, "validate"),
-        ("HBM read, mt4g (2 x 256-thread blocks per CU, grid-stride dwordx4)", "gfx90a",
-         1085.42 * GIB / 1e12, tbs, MT4G_MI210, lambda: mt4g_bandwidth(mi210(), "read") / 1e12,
-         0.15, "validate"),
-        ("HBM write, mt4g (2 x 256-thread blocks per CU, grid-stride dwordx4)", "gfx90a",
-         966.707 * GIB / 1e12, tbs, MT4G_MI210,
-         lambda: mt4g_bandwidth(mi210(), "write") / 1e12, 0.15, "validate"),
+        ("HBM read bandwidth", "gfx90a", 1.345, tbs, GPU_BENCHES_MI210,
+         lambda: gpu_benches_bandwidth(mi210(), "read", 1024) / 1e12, 0.15, "calibrate",
+         GB_HARNESS.format(kind="read", block=1024, occ="32 waves/CU")),
+        ("HBM write bandwidth", "gfx90a", 1.526, tbs, GPU_BENCHES_MI210,
+         lambda: gpu_benches_bandwidth(mi210(), "init", 1024) / 1e12, 0.15, "calibrate",
+         GB_HARNESS.format(kind="init", block=1024, occ="32 waves/CU")),
+        ("stream scale (1 read + 1 write)", "gfx90a", 1.358, tbs, GPU_BENCHES_MI210,
+         lambda: gpu_benches_bandwidth(mi210(), "scale", 1024) / 1e12, 0.15, "validate",
+         GB_HARNESS.format(kind="scale", block=1024, occ="32 waves/CU")),
+        ("stream triad (2 reads + 1 write)", "gfx90a", 1.248, tbs, GPU_BENCHES_MI210,
+         lambda: gpu_benches_bandwidth(mi210(), "triad", 1024) / 1e12, 0.15, "validate",
+         GB_HARNESS.format(kind="triad", block=1024, occ="32 waves/CU")),
+        ("HBM read bandwidth, 25% occupancy", "gfx90a", 0.608, tbs, GPU_BENCHES_MI210,
+         lambda: gpu_benches_bandwidth(mi210(), "read", 256) / 1e12, 0.15, "validate",
+         GB_HARNESS.format(kind="read", block=256, occ="8 waves/CU")),
+        ("HBM write bandwidth, 25% occupancy", "gfx90a", 0.908, tbs, GPU_BENCHES_MI210,
+         lambda: gpu_benches_bandwidth(mi210(), "init", 256) / 1e12, 0.15, "validate",
+         GB_HARNESS.format(kind="init", block=256, occ="8 waves/CU")),
+        ("HBM read bandwidth (16 B per lane)", "gfx90a", 1301.19 * GIB / 1e12, tbs,
+         CHIPBENCH_MI210, lambda: chipbench_bandwidth(mi210(), "read") / 1e12, 0.15,
+         "validate", CB_HARNESS.format(kind="read")),
+        ("HBM write bandwidth (16 B per lane)", "gfx90a", 1257.28 * GIB / 1e12, tbs,
+         CHIPBENCH_MI210, lambda: chipbench_bandwidth(mi210(), "write") / 1e12, 0.15,
+         "validate", CB_HARNESS.format(kind="write, s_waitcnt vmcnt(0) after the store")),
+        ("stream copy (16 B per lane)", "gfx90a", 1269.02 * GIB / 1e12, tbs, CHIPBENCH_MI210,
+         lambda: chipbench_bandwidth(mi210(), "copy") / 1e12, 0.15, "validate",
+         CB_HARNESS.format(kind="copy")),
+        ("HBM read bandwidth, 8 waves per CU", "gfx90a", 1085.42 * GIB / 1e12, tbs,
+         MT4G_MI210, lambda: mt4g_bandwidth(mi210(), "read") / 1e12, 0.15, "validate",
+         MT4G_HARNESS.format(gpu="MI210", size="16 GiB", kind="flat_load_dwordx4 into a XOR")),
+        ("HBM write bandwidth, 8 waves per CU", "gfx90a", 966.707 * GIB / 1e12, tbs,
+         MT4G_MI210, lambda: mt4g_bandwidth(mi210(), "write") / 1e12, 0.15, "validate",
+         MT4G_HARNESS.format(gpu="MI210", size="16 GiB", kind="flat_store_dwordx4")),
         ("L2 read bandwidth", "gfx90a", 4014.12 * GIB / 1e12, tbs, MT4G_MI210,
          lambda: stream_bandwidth("gfx90a", "read", "l2") / 1e12, 0.15, "calibrate"),
         ("L2 write bandwidth", "gfx90a", 2403.75 * GIB / 1e12, tbs, MT4G_MI210,
@@ -484,12 +519,9 @@ STORE_INFLIGHT_GAP = ("stores in flight: MI210's write rate falls with occupancy
                       "init 1.526 TB/s at 32 waves per CU, 0.908 at 8; mt4g 1.038 at 8); "
                       "gpusim charges stores bandwidth only (fidelity.py)")
 KNOWN_GAPS = {
-    ("HBM read, mt4g (2 x 256-thread blocks per CU, grid-stride dwordx4)", "gfx90a"):
-        LOADED_LATENCY_GAP,
-    ("HBM write, mt4g (2 x 256-thread blocks per CU, grid-stride dwordx4)", "gfx90a"):
-        STORE_INFLIGHT_GAP,
-    ("HBM write, gpu-benches init, 256-thread blocks (25% occupancy)", "gfx90a"):
-        STORE_INFLIGHT_GAP,
+    ("HBM read bandwidth, 8 waves per CU", "gfx90a"): LOADED_LATENCY_GAP,
+    ("HBM write bandwidth, 8 waves per CU", "gfx90a"): STORE_INFLIGHT_GAP,
+    ("HBM write bandwidth, 25% occupancy", "gfx90a"): STORE_INFLIGHT_GAP,
     ("64 ds_read_b32, 32-way conflict (128 B stride)", "gfx942"): LDS_PAIR_GAP,
     ("(32-way b32 - conflict-free b32) / (b64 - b32)", "gfx1100"): LDS_PAIR_GAP,
 }
@@ -503,11 +535,11 @@ GAP_DIRECTION = {LDS_PAIR_GAP: "over", PYHIP_PASS_GAP: "under", LOADED_LATENCY_G
 def rows(arch: str | None = None) -> list:
     """Every row (of one arch when given), measured now."""
     out = []
-    for q, a, pub, unit, src, fn, tol, role in _specs():
+    for q, a, pub, unit, src, fn, tol, role, *harness in _specs():
         if arch is not None and get_arch(arch).name != a:
             continue
         out.append(Row(q, a, float(pub), unit, src, float(fn()), tol, role,
-                       KNOWN_GAPS.get((q, a), "")))
+                       KNOWN_GAPS.get((q, a), ""), harness[0] if harness else ""))
     return out
 
 
@@ -520,7 +552,8 @@ def render(table_rows, console=None):
         t.add_column(col, overflow="fold")
     for r in table_rows:
         mark = "" if r.ok else (" OUT: known gap" if r.gap else " [red]OUT[/red]")
-        t.add_row(r.quantity, r.arch, f"{r.published:.4g} {r.unit}", r.source,
+        quantity = f"{r.quantity}\n[dim]{r.harness}[/dim]" if r.harness else r.quantity
+        t.add_row(quantity, r.arch, f"{r.published:.4g} {r.unit}", r.source,
                   f"{r.predicted:.4g}", f"{r.ratio:.3f}{mark}", f"{r.tolerance:.0%}",
                   r.role.upper())
     console.print(t)

@@ -333,7 +333,8 @@ def stream(kind: str, n: int, block: int = 256, width: int = 4, passes: int = 1,
                   block=block, body=body)
 
 
-def gpu_benches_stream(kind: str, block: int, n: int = 2 * 128 * 1024 * 1024) -> Kernel:
+def gpu_benches_stream(kind: str, block: int, n: int = 2 * 128 * 1024 * 1024,
+                       spoiler: bool = True) -> Kernel:
     """gpu-benches' ``gpu-stream`` kernels (github te42kyfo/gpu-benches, gpu-stream/main.cu;
     Hübner et al.) as their source writes them: one ``double`` per thread (``tidx =
     threadIdx.x + blockIdx.x * blockDim.x``), ``N / blockSize + 1`` workgroups, and a
@@ -343,7 +344,9 @@ def gpu_benches_stream(kind: str, block: int, n: int = 2 * 128 * 1024 * 1024) ->
     (``A[i] = B[i] * 1.2``), ``triad`` (``A[i] = B[i] * 1.2 + C[i]``). SIMPLIFICATION: the
     IR has no f64, so a double is two f32 moved by one 8-byte access per lane (the bytes and
     the ``global_load_dwordx2`` of the double); ``n`` counts f32 (the harness's 128 Mi
-    doubles per array: 1 GiB, past every cache of the GPUs modelled but MI300X's MALL)."""
+    doubles per array: 1 GiB, past every cache of the GPUs modelled but MI300X's MALL).
+    ``spoiler=False``: no LDS array, BabelStream's HIP kernels (one double per thread,
+    ``TBSIZE`` 1024; its ``mul`` is ``scale``)."""
     assert n % (2 * block) == 0
     i = Var("i", "i32")
     b = (Var("b0"), Var("b1"))
@@ -366,7 +369,7 @@ def gpu_benches_stream(kind: str, block: int, n: int = 2 * 128 * 1024 * 1024) ->
     else:
         raise ValueError(f"gpu-benches stream kind {kind!r}: use init, read, scale or triad")
     return Kernel(f"gpu_benches_{kind}_b{block}", params, grid=n // (2 * block), block=block,
-                  body=tuple(body), lds=(LdsArray("spoiler", "f32", (8192,)),))
+                  body=tuple(body), lds=(LdsArray("spoiler", "f32", (8192,)),) if spoiler else ())
 
 
 #: gpu-benches' stream kernels: f32 buffers each kernel streams (init 1, read 1, scale 2,

@@ -65,10 +65,12 @@ def test_mi210_hbm_rows_follow_the_full_occupancy_harnesses(table):
     chip = [r for r in rows.values() if r.source == fidelity.CHIPBENCH_MI210]
     assert len(chip) == 3 and all(r.ok and r.role == "validate" for r in chip)
     mt4g = [r for r in rows.values() if r.source == fidelity.MT4G_MI210 and "HBM" in r.quantity]
+    assert all(r.harness for r in rows.values() if "L2" not in r.quantity)  # each names its harness
     assert {r.gap for r in mt4g} == {fidelity.LOADED_LATENCY_GAP, fidelity.STORE_INFLIGHT_GAP}
     # the occupancy effect on reads is modelled: 25% occupancy reads about half the rate
-    low = rows["HBM read, gpu-benches read, 256-thread blocks (25% occupancy)"]
-    full = rows["HBM read, gpu-benches read, 1024-thread blocks (100% occupancy)"]
+    low = rows["HBM read bandwidth, 25% occupancy"]
+    full = rows["HBM read bandwidth"]
+    assert full.role == "calibrate" and full.source == fidelity.GPU_BENCHES_MI210
     assert low.ok and low.predicted < 0.6 * full.predicted
 
 
