@@ -73,7 +73,8 @@ RESNET_TINY_TILE = {"BM": 16, "BN": 32, "BK": 64, "TM": 2, "TN": 4, "KW": 8, "ld
     "gpusim.occupancy's docstring (the same tile with K = 64 or 128: 72 vs 78-80, traced "
     "there to per-lane address values of the first tile held to the later tiles' stores; "
     "a value-numbering rule for it was measured and not adopted); not re-traced on this "
-    "kernel. The issue's GEMM case (70 vs 82) is of this family"))
+    "kernel. The issue's GEMM case (70 vs 82) was not reproduced here; this is the nearest "
+    "found"))
 def test_unrolled_k_conv_tile_occupancy_agrees_with_hipcc(tmp_path):
     from compiler.fusion import fuse
     from compiler.ir.models import load_model
