@@ -193,9 +193,11 @@ def mt4g_bandwidth(arch, kind: str) -> float:
 def babelstream_bandwidth(arch, kind: str) -> float:
     """BabelStream's HIP kernels at its default size (2^25 doubles per array, three arrays:
     768 MiB, past MI300X's 256 MB MALL): one double per thread, 1024-thread workgroups
-    (``microbench.gpu_benches_stream`` without the LDS spoiler). SIMPLIFICATION: newer
-    BabelStream releases give each lane several elements; the result's table does not
-    name its version, and at full occupancy the model's time is the bytes' either way."""
+    (github UoB-HPC/BabelStream, src/hip/HIPStream.cpp: ``TBSIZE 1024``, ``c[i] = a[i]``,
+    ``b[i] = scalar * c[i]``, ``a[i] = b[i] + scalar * c[i]``; here
+    ``microbench.gpu_benches_stream`` without the LDS spoiler). SIMPLIFICATION: the Azure
+    run built the fork github gitaumark/BabelStream, not read here; the upstream kernels
+    stand for it."""
     k = mb.gpu_benches_stream(kind, 1024, n=2 << 25, spoiler=False)
     return _bytes_per_s(k, arch, mb.GPU_BENCHES_STREAMS[kind] * k.buffers[0].size * 4)
 
@@ -296,7 +298,8 @@ CB_HARNESS = ("ChipBenchmarker dram_bandwidth {kind}, MI210: one 16 B vector per
 MT4G_HARNESS = ("mt4g main memory, {gpu}: 2 x 256-thread blocks per CU, grid-stride loop over "
                 "{size} (a quarter of the memory), {kind}")
 BABEL_HARNESS = ("BabelStream hip-stream defaults, MI300X (Azure ND v5, ROCm 6.2): 2^25 doubles "
-                 "per array (768 MiB, past the 256 MB MALL), 1024-thread blocks")
+                 "per array (768 MiB, past the 256 MB MALL), one per thread, 1024-thread "
+                 "blocks (upstream src/hip/HIPStream.cpp)")
 
 
 def _specs():
