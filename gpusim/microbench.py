@@ -333,6 +333,81 @@ def stream(kind: str, n: int, block: int = 256, width: int = 4, passes: int = 1,
                   block=block, body=body)
 
 
+def gpu_benches_stream(kind: str, block: int, n: int = 2 * 128 * 1024 * 1024,
+                       spoiler: bool = True) -> Kernel:
+    """gpu-benches' ``gpu-stream`` kernels (github te42kyfo/gpu-benches, gpu-stream/main.cu;
+    Hübner et al.) as their source writes them: one ``double`` per thread (``tidx =
+    threadIdx.x + blockIdx.x * blockDim.x``), ``N / blockSize + 1`` workgroups, and a
+    ``__shared__ double spoiler[4096]`` (32 KiB on AMD) that leaves two workgroups per CU,
+    so the block size sets the occupancy (1024: 32 waves per CU, 256: 8). ``init``
+    (``A[i] = 0.23``), ``read`` (``temp = B[i]``, stored only if it equals 123), ``scale``
+    (``A[i] = B[i] * 1.2``), ``triad`` (``A[i] = B[i] * 1.2 + C[i]``). SIMPLIFICATION: the
+    IR has no f64, so a double is two f32 moved by one 8-byte access per lane (the bytes and
+    the ``global_load_dwordx2`` of the double); ``n`` counts f32 (the harness's 128 Mi
+    doubles per array: 1 GiB, past every cache of the GPUs modelled but MI300X's MALL).
+    ``spoiler=False``: no LDS array, BabelStream's HIP kernels (one double per thread,
+    ``TBSIZE`` 1024; its ``mul`` is ``scale``)."""
+    assert n % (2 * block) == 0
+    i = Var("i", "i32")
+    b = (Var("b0"), Var("b1"))
+    c = (Var("c0"), Var("c1"))
+    body = [Assign(i, (block_id() * block + thread_id()) * 2)]
+    a_out = Buffer("A", "f32", (n,), "out")
+    if kind == "init":
+        body += [Store("A", i, (f32(0.23), f32(0.23)))]
+        params = (a_out,)
+    elif kind == "read":
+        body += [Load(b, "B", i), If(b[0].eq(f32(123.0)), (Store("A", i, b),))]
+        params = (a_out, Buffer("B", "f32", (n,)))
+    elif kind == "scale":
+        body += [Load(b, "B", i), Store("A", i, (b[0] * f32(1.2), b[1] * f32(1.2)))]
+        params = (a_out, Buffer("B", "f32", (n,)))
+    elif kind == "triad":
+        body += [Load(b, "B", i), Load(c, "C", i),
+                 Store("A", i, (fma(b[0], f32(1.2), c[0]), fma(b[1], f32(1.2), c[1])))]
+        params = (a_out, Buffer("B", "f32", (n,)), Buffer("C", "f32", (n,)))
+    else:
+        raise ValueError(f"gpu-benches stream kind {kind!r}: use init, read, scale or triad")
+    return Kernel(f"gpu_benches_{kind}_b{block}", params, grid=n // (2 * block), block=block,
+                  body=tuple(body), lds=(LdsArray("spoiler", "f32", (8192,)),) if spoiler else ())
+
+
+#: gpu-benches' stream kernels: f32 buffers each kernel streams (init 1, read 1, scale 2,
+#: triad 3: the harness's ``streamCount``)
+GPU_BENCHES_STREAMS = {"init": 1, "read": 1, "scale": 2, "triad": 3}
+
+
+def mt4g_stream(kind: str, grid: int, n: int = 1 << 27, block: int = 256) -> Kernel:
+    """mt4g's main-memory bandwidth kernels (github caps-tum/mt4g,
+    src/benchmarks/shared/bandwidth/mainMemory{Read,Write}Bandwidth.cpp) as their source
+    writes them: ``grid`` = CUs x ``maxBlocksPerMultiProcessor`` (2 on MI210 and MI300X:
+    8 waves per CU) workgroups of ``warpSize * SIMDs`` = 256 threads, each thread a
+    grid-stride loop of 16-byte vectors (``flat_load_dwordx4`` into a XOR, or
+    ``flat_store_dwordx4``). ``n`` f32 elements. SIMPLIFICATION: the harness streams a
+    quarter of the device memory (16 GiB on MI210) and the read's XOR consumes each load
+    in the same trip, which here waits for it (one load per wave in flight); the
+    simulated 512 MiB are as far past the caches of the GPUs it is used for (no MALL on
+    MI210) and every trip is the same, so only the length of the run differs."""
+    chunk = grid * block * 4  # f32 per grid-wide trip (the last trip partial, as in the harness)
+    assert n % 4 == 0
+    i, j = Var("i", "i32"), Var("j", "i32")
+    regs = tuple(Var(f"v{k}") for k in range(4))
+    acc = Var("acc")
+    gid = (block_id() * block + thread_id()) * 4
+    if kind == "read":
+        body = (Assign(acc, f32(0.0)),
+                For(i, gid, i32(n), chunk, (Assign(j, i), Load(regs, "src", j),
+                                            Assign(acc, acc + regs[0]))),
+                If(acc < f32(-1e30), (Store("dst", thread_id(), (acc,)),)))
+        params = (Buffer("src", "f32", (n,)), Buffer("dst", "f32", (block,), "out"))
+    elif kind == "write":
+        body = (For(i, gid, i32(n), chunk, (Assign(j, i), Store("dst", j, (f32(1.0),) * 4))),)
+        params = (Buffer("dst", "f32", (n,), "out"),)
+    else:
+        raise ValueError(f"mt4g stream kind {kind!r}: use read or write")
+    return Kernel(f"mt4g_{kind}_{n}", params, grid=grid, block=block, body=body)
+
+
 #: nod-ai's lds_phase_mask harness (S11, bench/lds_phase_mask.hip.cpp): BLOCKS launched
 #: workgroups, and an LDS array of MAX_LDS_DWORD_INDEX / (dwords per element) + 1 elements
 #: (32256 B + one element: two workgroups per 64 KiB CU)

@@ -219,19 +219,28 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     n = let("f", imod(ch, og), stmts) if geo["groups"] > 1 else ch
     m = let("m", iadd(imul(iadd(imul(nb, geo["oh"]), y), geo["ow"]), x), stmts)
     acc = let("acc", P.f32(0.0), stmts, "f32")
+    # Taps whose operand elements are consecutive and aligned in memory (the exact offset
+    # tables of ``Operand.analyse``: a filter row along K, OIHW; channels along K, NHWC)
+    # are read as one 2- or 4-wide vector, as hipcc's load-store vectorizer merges them
+    # (a 1x1 NCHW conv's 32 filter taps: 8 global_load_dwordx4, issue 28); a tap group
+    # shares one padding guard (``analyse`` checks it is uniform over the group).
+    wa, wb = gemm.A.max_vec["c"], gemm.B.max_vec["r"]
+    ra = [P.Var(regs.new("xa"), "f32") for _ in range(gemm.K)]
+    rb = [P.Var(regs.new("wb"), "f32") for _ in range(gemm.K)]
     loads, fmas = [], []
     for k in range(gemm.K):
-        a_off, valid = gemm.A.offset_fn(b, m, k)
-        b_off, _ = gemm.B.offset_fn(b, k, n)
-        ra = P.Var(regs.new("xa"), "f32")
-        rb = P.Var(regs.new("wb"), "f32")
-        if valid is None:
-            loads.append(P.Load((ra,), gemm.A.buffer, a_off))
-        else:
-            stmts.append(P.Assign(ra, P.f32(0.0)))
-            loads.append(P.If(valid, (P.Load((ra,), gemm.A.buffer, a_off),)))
-        loads.append(P.Load((rb,), gemm.B.buffer, b_off))
-        fmas.append(P.Assign(acc, P.fma(ra, rb, acc)))
+        if k % wa == 0:
+            a_off, valid = gemm.A.offset_fn(b, m, k)
+            group = tuple(ra[k:k + wa])
+            if valid is None:
+                loads.append(P.Load(group, gemm.A.buffer, a_off))
+            else:
+                stmts.extend(P.Assign(r, P.f32(0.0)) for r in group)
+                loads.append(P.If(valid, (P.Load(group, gemm.A.buffer, a_off),)))
+        if k % wb == 0:
+            b_off, _ = gemm.B.offset_fn(b, k, n)
+            loads.append(P.Load(tuple(rb[k:k + wb]), gemm.B.buffer, b_off))
+        fmas.append(P.Assign(acc, P.fma(ra[k], rb[k], acc)))
     stmts += loads + fmas  # every tap's loads first: one memory latency, as hipcc issues
     with em.scope(stmts):
         em.bound[root.name] = lambda ix: acc
@@ -244,6 +253,7 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     meta = {"dispatch": dispatch.name, "root": dispatch.root, "kind": "contraction",
             "lowering": "direct", "schedule": dict(schedule),
             "taps": gemm.K, "groups": geo["groups"], "flops": 2 * size * gemm.K,
+            "vector_widths": {"input": wa, "filter": wb},
             "elements": math.prod(root.type.shape)}
     return P.Kernel(sanitize(f"{dispatch.name}_direct"), buffers(graph, dispatch), grid=grid,
                     block=wg, body=tuple(body), meta=meta)

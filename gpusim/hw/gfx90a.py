@@ -48,8 +48,8 @@ GFX90A = Arch(
     wave_launch_cycles=32,
     launch_overhead_us=3.5,
     peak_fp32_flops_per_clk_per_cu=128,
-    hbm_read_bytes_per_s=1085.42 * 2**30,
-    hbm_write_bytes_per_s=966.707 * 2**30,
+    hbm_read_bytes_per_s=1.345e12,
+    hbm_write_bytes_per_s=1.526e12,
     l2_read_bytes_per_s=4014.12 * 2**30,
     l2_write_bytes_per_s=2403.75 * 2**30,
     mfma_passes={"32x32x2f32": 16, "16x16x4f32": 8},
@@ -98,8 +98,13 @@ GFX90A = Arch(
                         "16x16x4f32 8 passes, 4 cycles per pass; cross-check S2/S3: 32*32*2*2 "
                         "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU"),
         "peak_fp32_flops_per_clk_per_cu": "S3: 128 FP32 vector FLOPs/clk/CU",
-        "hbm_read_bytes_per_s": "mt4g sample_results/AMD Instinct MI210 (github caps-tum/mt4g; gfx90a, 104 CUs): main readBandwidth 1085.42 GiB/s (1.17 TB/s; peak 1.6)",
-        "hbm_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI210 (github caps-tum/mt4g; gfx90a, 104 CUs): main writeBandwidth 966.707 GiB/s (1.04 TB/s)",
+        "hbm_read_bytes_per_s": ("gpu-benches (github te42kyfo/gpu-benches, gpu-stream/mi210.txt; MI210, 104 CUs): read kernel at "
+                                 "1024-thread blocks (100% occupancy) 1345 GB/s (peak 1.6 TB/s); validated by ChipBenchmarker's "
+                                 "MI210 read (1301.19 GiB/s) and copy; mt4g's 1085.42 GiB/s is its 8-waves-per-CU harness "
+                                 "(fidelity.LOADED_LATENCY_GAP, docs/bandwidth.md). Was mt4g's figure until issue 31"),
+        "hbm_write_bytes_per_s": ("gpu-benches (github te42kyfo/gpu-benches, gpu-stream/mi210.txt; MI210): init kernel at "
+                                  "1024-thread blocks 1526 GB/s; ChipBenchmarker's MI210 write 1257.28 GiB/s validates; mt4g's "
+                                  "966.707 GiB/s at 8 waves per CU is fidelity.STORE_INFLIGHT_GAP. Was mt4g's figure until issue 31"),
         "l2_read_bytes_per_s": "mt4g sample_results/AMD Instinct MI210 (github caps-tum/mt4g; gfx90a, 104 CUs): l2 readBandwidth 4014.12 GiB/s (4.31 TB/s)",
         "l2_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI210 (github caps-tum/mt4g; gfx90a, 104 CUs): l2 writeBandwidth 2403.75 GiB/s (2.58 TB/s)",
         "mall_bytes": "S3: MI200 has no memory-side cache (0: an L2 miss goes to HBM)",
