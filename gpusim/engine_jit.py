@@ -59,6 +59,8 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, UserProvi
                                 _CacheLocator, _SourceFileBackedLocatorMixin)
 from numba.core.compiler import Compiler
 
+from gpusim.compile_status import compiling
+
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine.py")
 # a second module object of engine.py's code: its functions become dispatchers, while
 # ``gpusim.engine`` stays plain Python; the loader reuses engine.py's cached bytecode
@@ -149,7 +151,12 @@ def _pipeline(library_class):
                 lib = library_class(self.state.targetctx.codegen(), func.__qualname__)
                 lib.enable_object_caching()
                 self.state.library = lib
-            return super().compile_extra(func)
+            if library_class is not _Library:
+                return super().compile_extra(func)
+            # only ``run`` gets here, and only on a real compile (a cache hit loads
+            # without compiling); its helpers are typed and compiled inside it
+            with compiling(_cache_note()):
+                return super().compile_extra(func)
 
     return _Compiler
 
@@ -161,6 +168,13 @@ for _name in _FUNCS:
                          )(getattr(_code, _name))
     setattr(_code, _name, _jitted)  # what the other functions' calls resolve to
     globals()[_name] = _jitted
+
+
+def _cache_note() -> str:
+    """Where the compiled engine will be kept, for the compile's status line."""
+    if not _CACHE:
+        return "bounds checks on: not cached"
+    return "then cached in " + (_config.CACHE_DIR or engine_cache_dir())
 
 
 def engine_cache_dir() -> str:

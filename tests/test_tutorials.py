@@ -5,10 +5,9 @@ import sys
 import pytest
 
 TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
-sys.path.insert(0, TUTORIALS)
 
-import exercises as ex  # noqa: E402
-from lesson_runner import LessonError, lesson_paths, parse_blocks, run_lesson  # noqa: E402
+from compiler.lessons import exercises as ex  # noqa: E402
+from compiler.lessons.runner import LessonError, lesson_paths, parse_blocks, run_lesson  # noqa: E402
 from gpusim.program import (  # noqa: E402
     Assign, Buffer, Kernel, Load, Store, Var, block_id, thread_id)
 
@@ -64,7 +63,7 @@ def test_unclosed_fence_is_an_error():
 
 
 def test_lessons_are_numbered_in_order():
-    names = [os.path.basename(p) for p in lesson_paths()]
+    names = [os.path.basename(p) for p in lesson_paths(TUTORIALS)]
     assert names and names == sorted(names)
     plain = [n for n in names if n[2] == "_"]
     assert [n[:2] for n in plain] == [f"{i:02d}" for i in range(1, len(plain) + 1)]
@@ -218,7 +217,7 @@ def test_layer_norm_check_accepts_the_builder():
     assert v.ok and v.time_us > 0
 
 
-# ------------------------------------------------------------ lesson 8: HIP and the ISA
+# ----------------------------------------------------------- lesson 10: HIP and the ISA
 @pytest.mark.hip
 @pytest.mark.skipif(__import__("shutil").which("hipcc") is None, reason="needs hipcc")
 def test_isa_check_rejects_scalar_loads():
@@ -227,7 +226,7 @@ def test_isa_check_rejects_scalar_loads():
     assert v.facts["isa_loads"] == {4: 4}
 
 
-# ------------------------------------------------------- lesson 7: the output swizzle
+# ------------------------------------------------------- lesson 9: the output swizzle
 @pytest.mark.parametrize("wrong,why", [("none", "coalescing"), ("after_fusion", "not faster"),
                                        ("sideways", "does not lower")])
 def test_swizzle_check_rejects(wrong, why):
@@ -235,7 +234,7 @@ def test_swizzle_check_rejects(wrong, why):
     assert not v.ok and any(why in p for p in v.problems)
 
 
-# ------------------------------------------------------ lesson 5a: attention in one dispatch
+# ------------------------------------------------------- lesson 8: attention in one dispatch
 def test_online_softmax_check_rejects_a_missing_rescale():
     import numpy as np
 

@@ -257,7 +257,7 @@ def check_layer_norm(build, rows: int = 64, cols: int = 1024, arch: str = "gfx94
                    dict(dispatches=1, schedule=" ".join(f"{k}={v}" for k, v in d.best.knobs.items())))
 
 
-# ------------------------------------------------------------ lesson 8: HIP and the ISA
+# ----------------------------------------------------------- lesson 10: HIP and the ISA
 def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> Verdict:
     """``build(n)`` returns a copy kernel as in lesson 1. Right means: gpusim copies
     correctly, and hipcc compiles the emitted HIP for ``arch`` into 16-byte global loads
@@ -273,7 +273,7 @@ def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> V
     first = check_vector_copy(build, n)
     problems = [p for p in first.problems if "b != a" in p]
     k = build(n)
-    with tempfile.TemporaryDirectory(prefix="wavefuse-lesson8-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="wavefuse-lesson10-") as tmp:
         src, asm = Path(tmp) / "copy.hip", Path(tmp) / "copy.s"
         src.write_text(emit_kernel(k, arch))
         res = compile_to_asm(src, arch, asm)
@@ -290,7 +290,7 @@ def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> V
                    dict(isa_loads=loads, isa_stores=stores, vgprs=isa.get("vgprs")))
 
 
-# ------------------------------------------------------- lesson 7: the output swizzle
+# ------------------------------------------------------- lesson 9: the output swizzle
 SWIZZLE_TILE = dict(BM=16, BN=32, BK=64, TM=2, TN=4, KW=8, lds_pad=4, vec_a=4, vec_b=4)
 
 
@@ -329,7 +329,7 @@ def check_swizzle_placement(swizzle: str, arch: str = "gfx942") -> Verdict:
                     vmem_insts=c["vmem_insts"])
 
 
-# ----------------------------------------------------- lesson 5a: attention in one dispatch
+# ------------------------------------------------------ lesson 8: attention in one dispatch
 def check_online_softmax(update, seed: int = 0) -> Verdict:
     """``update(m, l, acc, x, v)`` folds one block of keys into a row's running state:
     ``m`` the running maximum, ``l`` the running sum of exp(x - m), ``acc`` the running
