@@ -138,7 +138,7 @@ def test_latency_check_rejects_dropping_the_lds():
         body = [Assign(i, block_id() * ex.GATHER_BLOCK + thread_id())]
         body += [Load((x,), "a", i + j * ex.GATHER_N) for j, x in enumerate(xs)]
         body += [Assign(acc, xs[0] + xs[1] + xs[2] + xs[3])]
-        return ex._gather_kernel("no_lds", body, acc, i, 0)
+        return ex.gather_kernel("no_lds", body, acc, i, 0)
     v = ex.check_latency_hiding(batched_no_lds)
     assert not v.ok and any("keep the 33 KiB" in p for p in v.problems)
 
@@ -152,7 +152,7 @@ def test_latency_check_rejects_wrong_sums():
         body = [Assign(i, block_id() * ex.GATHER_BLOCK + thread_id())]
         body += [Load((x,), "a", i + j * ex.GATHER_N) for j, x in enumerate(xs)]
         body += [Assign(acc, xs[0] + xs[1] + xs[2])]
-        return ex._gather_kernel("three", body, acc, i, lds_kib)
+        return ex.gather_kernel("three", body, acc, i, lds_kib)
     v = ex.check_latency_hiding(three_loads)
     assert not v.ok and any("not the sum" in p for p in v.problems)
 
@@ -253,3 +253,16 @@ def test_online_softmax_check_rejects_a_missing_rescale():
         return m_new, a * l + p.sum(), a * acc + p @ v
 
     assert ex.check_online_softmax(right).ok
+
+
+# ---------------------------------------------------------- lesson 7: GEMM and matrix cores
+def test_gemm_check_rejects_fma_tiles_and_illegal_micro_tiles():
+    v = ex.check_gemm_schedule(dict(BM=128, BN=128, TM=8, TN=8))
+    assert not v.ok and any("not 2x faster" in p for p in v.problems)
+    v = ex.check_gemm_schedule(dict(BM=64, BN=64, TM=3, TN=4))
+    assert not v.ok and "does not lower" in v.problems[0]
+
+
+def test_gemm_check_accepts_mfma_blocks():
+    v = ex.check_gemm_schedule(dict(mma="mfma", BM=64, BN=64, TM=32, TN=32))
+    assert v.ok and v.facts["speedup"] >= 2

@@ -136,10 +136,10 @@ def gather_serial(lds_kib: int = 0) -> P.Kernel:
     body = [P.Assign(i, P.block_id() * GATHER_BLOCK + P.thread_id()), P.Assign(acc, P.f32(0.0)),
             P.For(j, 0 * P.block_id(), GATHER_LOADS + 0 * P.block_id(), 1,
                   (P.Load((x,), "a", j * GATHER_N + i), P.Assign(acc, acc + x)))]
-    return _gather_kernel("gather_serial", body, acc, i, lds_kib)
+    return gather_kernel("gather_serial", body, acc, i, lds_kib)
 
 
-def _gather_kernel(name, body, acc, i, lds_kib):
+def gather_kernel(name, body, acc, i, lds_kib):
     """Adds the LDS stand-in and the store, and declares the buffers."""
     body = list(body)
     lds = ()
@@ -367,3 +367,38 @@ def check_online_softmax(update, seed: int = 0) -> Verdict:
                                 f"by exp(m_old - m_new)?)")
                 break
     return Verdict(not problems, problems, None, {"cases": len(cases), "block sizes": 4})
+
+
+# ---------------------------------------------------------- lesson 7: GEMM and matrix cores
+def check_gemm_schedule(knobs: dict, arch: str = "gfx942", speedup: float = 2.0) -> Verdict:
+    """``knobs``: a contraction schedule (``compiler.lessons.gemm.BASE`` updated with
+    them) for lesson 7's 2048 x 2048 x 512 GEMM. Right means: it lowers; on a 128 x 128 x
+    64 GEMM of the same schedule gpusim's values equal numpy's within f32 rounding; and at
+    full size it is predicted at least ``speedup`` times faster than the lesson's FMA
+    micro-tile kernel (64 x 64 tiles, 4 x 4 per thread)."""
+    from compiler.lessons import gemm
+    from compiler.lower import LoweringError
+
+    try:
+        small = gemm.lowered(knobs, 128, 128, 64, arch)
+        full = gemm.lowered(knobs, arch=arch)
+    except (LoweringError, gpusim.KernelError, TypeError, ValueError, KeyError) as e:
+        return Verdict(False, [f"the schedule {knobs} does not lower: {e}"])
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((128, 64), dtype=np.float32)
+    b = rng.standard_normal((64, 128), dtype=np.float32)
+    res = gpusim.simulate(small, arch, inputs={"a": a, "b": b})
+    out = next(v for name, v in res.outputs.items() if name not in ("a", "b"))
+    problems = []
+    want = a.astype(np.float64) @ b
+    err = float(np.max(np.abs(np.asarray(out, np.float64).reshape(want.shape) - want)))
+    if err > 1e-3:
+        problems.append(f"wrong values on a 128 x 128 x 64 GEMM: max error {err:.3g}")
+    mine = gemm.simulate(full, arch)
+    ref = gemm.simulate(gemm.lowered(dict(BM=64, BN=64, TM=4, TN=4), arch=arch), arch)
+    t, t_ref = mine.time_us_without_launch, ref.time_us_without_launch
+    if t * speedup > t_ref:
+        problems.append(f"{t:.1f} simulated us is not {speedup:g}x faster than the FMA "
+                        f"micro-tiles' {t_ref:.1f} us")
+    return _verdict(problems, mine, speedup=round(t_ref / t, 2),
+                    waves_per_simd=mine.occupancy_waves_per_simd, vgprs=mine.vgprs)
