@@ -170,9 +170,9 @@ def _chain():
 
 def test_elementwise_schedule_check_rejects_slow_and_illegal():
     g = _chain()
-    slow = ex.check_elementwise_schedule(g, {"workgroup": 64, "vector": 1, "elems": 4,
+    slow = ex.check_elementwise_schedule(g, {"workgroup": 64, "vector": 1, "elems": 2,
                                              "order": "output"})
-    assert not slow.ok and any("over 1.2 x" in p for p in slow.problems)
+    assert not slow.ok and any("over 1.1 x" in p for p in slow.problems)
     bad = ex.check_elementwise_schedule(g, {"workgroup": 256, "vector": 3, "elems": 3,
                                             "order": "output"})
     assert not bad.ok and "illegal schedule" in bad.problems[0]
@@ -224,6 +224,25 @@ def test_isa_check_rejects_scalar_loads():
     v = ex.check_isa_vector_loads(lambda n: _copy(n, True, 4))
     assert not v.ok and any("want only 16 B" in p for p in v.problems)
     assert v.facts["isa_loads"] == {4: 4}
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(__import__("shutil").which("hipcc") is None, reason="needs hipcc")
+def test_isa_fma_check_rejects_scalar_elements():
+    from gpusim.program import fma
+
+    def scalar(n):
+        i = Var("i", "i32")
+        body = [Assign(i, block_id() * 2048 + thread_id())]
+        for h in range(8):
+            a, b, c = Var(f"a{h}"), Var(f"b{h}"), Var(f"c{h}")
+            body += [Load((a,), "a", i + 256 * h), Load((b,), "b", i + 256 * h),
+                     Load((c,), "c", i + 256 * h), Store("out", i + 256 * h, (fma(a, b, c),))]
+        return Kernel("fma_s", tuple(Buffer(x, "f32", (n,)) for x in "abc")
+                      + (Buffer("out", "f32", (n,), "out"),), grid=n // 2048, block=256,
+                      body=tuple(body))
+    v = ex.check_isa_fma(scalar)
+    assert not v.ok and v.facts["isa_loads"] == {4: 24}
 
 
 # ------------------------------------------------------- lesson 9: the output swizzle

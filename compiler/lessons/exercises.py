@@ -224,7 +224,11 @@ def check_schedule(graph, knobs: dict, arch: str = "gfx942", slack: float = 1.2,
                     best_us=round(best_us, 3))
 
 
-check_elementwise_schedule = check_schedule  # lesson 4's name for it
+def check_elementwise_schedule(graph, knobs: dict, arch: str = "gfx942",
+                               slack: float = 1.1) -> Verdict:
+    """Lesson 4's check: :func:`check_schedule` over the whole space, within 1.1x of the
+    best (every scalar schedule of the lesson's chain is 1.12x or more)."""
+    return check_schedule(graph, knobs, arch, slack=slack)
 
 
 # --------------------------------------------------------------- lesson 6: layer norm
@@ -409,3 +413,47 @@ def check_gemm_schedule(knobs: dict, arch: str = "gfx942", speedup: float = 2.0)
                         f"micro-tiles' {t_ref:.1f} us")
     return _verdict(problems, mine, speedup=round(t_ref / t, 2),
                     waves_per_simd=mine.occupancy_waves_per_simd, vgprs=mine.vgprs)
+
+
+def check_isa_fma(build, n: int = 64 * 1024, arch: str = "gfx90a") -> Verdict:
+    """``build(n)`` returns a kernel computing ``out = a * b + c`` over ``n`` f32 elements
+    (buffers ``a``, ``b``, ``c`` and ``out``), 256 threads per workgroup, 8 elements per
+    thread (``grid = n // 2048``). Right means: gpusim's values equal numpy's, and hipcc
+    compiles the emitted HIP for ``arch`` into exactly six 16-byte global loads (two per
+    input) and two 16-byte stores per thread, with no scratch. Needs hipcc."""
+    import tempfile
+    from pathlib import Path
+
+    from codegen_hip import emit_kernel, parse_asm
+    from codegen_hip.check import compile_to_asm, hipcc_path
+
+    if hipcc_path() is None:
+        return Verdict(False, ["hipcc is not installed: the ISA cannot be checked here"])
+    rng = np.random.default_rng(5)
+    ins = {x: rng.standard_normal(n, dtype=np.float32) for x in "abc"}
+    try:
+        k = build(n)
+        res = gpusim.simulate(k, "gfx942", inputs=ins)
+    except (gpusim.KernelError, KeyError, TypeError, ValueError) as e:
+        return Verdict(False, [f"the kernel does not run: {e}"])
+    problems = []
+    want = ins["a"] * ins["b"] + ins["c"]
+    if not np.allclose(np.asarray(res.outputs["out"]).reshape(-1), want, rtol=1e-6, atol=1e-6):
+        problems.append("out != a * b + c")
+    if k.grid != n // 2048 or k.block != 256:
+        problems.append(f"grid {k.grid} x block {k.block}: want {n // 2048} x 256 "
+                        "(8 elements per thread)")
+    with tempfile.TemporaryDirectory(prefix="wavefuse-lesson10-") as tmp:
+        src, asm = Path(tmp) / "fma.hip", Path(tmp) / "fma.s"
+        src.write_text(emit_kernel(k, arch))
+        out = compile_to_asm(src, arch, asm)
+        if out["rc"] != 0:
+            return Verdict(False, [f"hipcc failed: {out['stderr'][:300]}"])
+        isa = parse_asm(asm.read_text())
+    loads, stores = isa["widths"]["global_load"], isa["widths"]["global_store"]
+    if loads != {16: 6} or stores != {16: 2}:
+        problems.append(f"hipcc emitted global loads {loads} and stores {stores} "
+                        "(bytes per lane: count); want {16: 6} and {16: 2}")
+    if isa["scratch_insts"]:
+        problems.append(f"{isa['scratch_insts']} scratch instructions (register spills)")
+    return _verdict(problems, res, isa_loads=loads, isa_stores=stores, vgprs=isa.get("vgprs"))
