@@ -116,7 +116,7 @@ class CandidatesView:
         else:
             t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
         t.add_column("#", justify="right", no_wrap=True)
-        t.add_column("schedule (vs winner)", overflow="fold", ratio=1,
+        t.add_column("schedule" if narrow else "schedule (vs winner)", overflow="fold", ratio=1,
                      min_width=14 if narrow else 20)
         t.add_column("us" if narrow else "time us", justify="right", no_wrap=True)
         if not narrow:
@@ -168,8 +168,8 @@ def bar_chart(d: CandidatesData, n: int, width: int) -> Text:
     otherwise all draw the same length. Each bar is one cell plus its excess over the
     fastest time shown, scaled so the slowest fills the width; the caption says so."""
     rows = d.rows[:n]
-    out = Text("predicted time (bars start at the fastest shown: their length is the "
-               "extra time)\n", style="bold")
+    out = Text("predicted time: bars start at the fastest, so their length is the extra "
+               "time\n", style="bold")
     if not rows:
         return out
     lo = min(r.time_us for r in rows)
