@@ -153,3 +153,25 @@ def test_figures_regenerate_as_checked_in(tmp_path):
         want = (ROOT / "docs" / "figures" / name).read_text()
         assert (tmp_path / name).read_text() == want, \
             f"docs/figures/{name} is stale: run python -m compiler.lessons.figures docs/figures"
+
+
+def test_a_lesson_becomes_a_notebook_that_runs_and_fails_where_the_lesson_fails(tmp_path):
+    pytest.importorskip("jupytext")
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    from compiler.lessons.runner import LessonError, execute_notebook, to_notebook, write_notebook
+
+    lesson = tmp_path / "01_t.md"
+    lesson.write_text("# t\n\n```python\nimport os\nx = os.getcwd()\n```\n\n"
+                      "```python no-run\nraise RuntimeError('shown, not run')\n```\n\n"
+                      "```python\nassert x.endswith('work'), x\n```\n")
+    nb = to_notebook(str(lesson))
+    kinds = [c.cell_type for c in nb.cells]
+    assert kinds.count("code") == 2 and "shown, not run" in nb.cells[kinds.index("code") + 1].source
+    path = write_notebook(str(lesson), str(tmp_path / "nb"))
+    (tmp_path / "work").mkdir()
+    execute_notebook(path, str(tmp_path / "work"))          # runs in the given folder
+    lesson.write_text(lesson.read_text().replace("endswith('work')", "endswith('elsewhere')"))
+    path = write_notebook(str(lesson), str(tmp_path / "nb"))
+    with pytest.raises(LessonError, match="elsewhere"):
+        execute_notebook(path, str(tmp_path / "work"))
