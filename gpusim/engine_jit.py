@@ -17,7 +17,7 @@ Compile options, each for speed (``python -m gpusim.bench`` measures them):
 - no C / CPython wrappers for the helpers (only ``run`` is called from Python): those
   wrappers were a third of the cold compile.
 
-Cold compile (``python -m gpusim.bench`` "first compile"; the breakdown is in the README):
+Cold compile (``python -m gpusim.bench`` "first compile"; the breakdown is in docs/log.md):
 - a helper is typed and lowered once, but its LLVM module is only linked into ``run``'s,
   never optimised or turned into machine code of its own (``_HelperLibrary``): nothing
   calls a helper from Python, and Numba's default did both for every helper (and again
