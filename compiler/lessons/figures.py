@@ -160,19 +160,56 @@ def gemm_roofline() -> str:
                         "L2 -> CU", f"GEMM {gemm.M}x{gemm.N}x{gemm.K} f32 on {arch.name} (simulated)")
 
 
+#: timeline colours per trace kind (the terminal view's colours, as RGB)
+TIMELINE_COLOURS = {"valu": "#2ca02c", "salu": "#7f7f7f", "vmem": "#1f77b4", "lds": "#e377c2",
+                    "barrier_wait": "#bcbd22", "mem_stall": "#d62728", "mfma": "#17becf"}
+
+
+def timeline_svg(data, title: str) -> str:
+    """A wave timeline (``compiler.cli.views.timeline_data``) as SVG: one row per wave,
+    one cell per bucket of cycles, coloured by what the wave did most in it."""
+    from compiler.cli.views.timeline import KINDS
+
+    L, T, cw, rh = 110, 50, 7, 14
+    buckets = len(data.rows[0].cells) if data.rows else 0
+    W, H = L + buckets * cw + 20, T + len(data.rows) * rh + 70
+    body = [f'<text x="20" y="24" font-size="14" font-weight="bold">{escape(title)}</text>',
+            f'<text x="{L}" y="{T - 8}" font-size="10">cycle {data.start:.0f}</text>',
+            f'<text x="{L + buckets * cw}" y="{T - 8}" font-size="10" text-anchor="end">'
+            f'{data.end:.0f}</text>']
+    for i, row in enumerate(data.rows):
+        y = T + i * rh
+        body.append(f'<text x="{L - 6}" y="{y + 10}" font-size="10" text-anchor="end">'
+                    f'{escape(row.label)}</text>')
+        for j, kind in enumerate(row.cells):
+            fill = TIMELINE_COLOURS.get(kind, "#f0f0f0")
+            body.append(f'<rect x="{L + j * cw}" y="{y}" width="{cw}" height="{rh - 2}" fill="{fill}"/>')
+    y = T + len(data.rows) * rh + 20
+    x = L
+    for kind, (_, _, name) in KINDS.items():
+        body.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{TIMELINE_COLOURS[kind]}"/>')
+        body.append(f'<text x="{x + 14}" y="{y}" font-size="10">{escape(name)}</text>')
+        x += 14 + 7 * len(name) + 12
+    tot = {}
+    for row in data.rows:
+        for k, v in row.cycles.items():
+            tot[k] = tot.get(k, 0.0) + v
+    summary = ", ".join(f"{KINDS[k][2]} {v:.0f}" for k, v in tot.items())
+    body.append(f'<text x="{L}" y="{y + 22}" font-size="10">wave-cycles in the window: '
+                f'{escape(summary)} (simulated)</text>')
+    return _svg(W, H, body, title)
+
+
 def timeline_gather() -> str:
     """Lesson 3's gather at one wave per SIMD: CU 0's waves waiting on loads."""
     import gpusim
-    from rich.console import Console
 
-    from compiler.cli.views import timeline_view
+    from compiler.cli.views import timeline_data
     from compiler.lessons.exercises import gather_serial
 
     res = gpusim.simulate(gather_serial(33), "gfx942", functional=False, trace=True)
-    con = Console(width=100, record=True, file=open(os.devnull, "w"), color_system="truecolor")
-    con.print(timeline_view(res, end=8000))
-    return con.export_svg(title="lesson 3: a gather at one wave per SIMD (simulated)",
-                          unique_id="timeline")
+    return timeline_svg(timeline_data(res, end=8000, buckets=80),
+                        "lesson 3: a gather at one wave per SIMD, CU 0 (simulated)")
 
 
 FIGURES = {
