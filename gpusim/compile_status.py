@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import threading
 import time
@@ -38,6 +39,16 @@ def _mode(stream) -> str:
     return "quiet"
 
 
+def _frame(spin: str, text: str, seconds: float, width: int) -> str:
+    """One spinner frame no wider than ``width``: a line that wrapped would turn every
+    carriage return into a new line. Drops the detail in brackets first, then cuts."""
+    for t in (text, MESSAGE):
+        line = f"{spin} gpusim: {t}  {seconds:4.0f} s"
+        if len(line) <= width:
+            return line
+    return line[:max(1, width)]
+
+
 @contextlib.contextmanager
 def compiling(detail: str = "", stream=None):
     """Shows the status while the body runs; ``detail`` follows the message (where the
@@ -51,11 +62,13 @@ def compiling(detail: str = "", stream=None):
     if mode == "lines":
         print(f"gpusim: {text} ...", file=stream, flush=True)
     elif mode == "spinner":
+        width = shutil.get_terminal_size((80, 24)).columns - 1
+
         def spin():
             i = 0
             while not stop.wait(0.1):
-                stream.write(f"\r{FRAMES[i % len(FRAMES)]} gpusim: {text}  "
-                             f"{time.monotonic() - start:4.0f} s")
+                stream.write("\r" + _frame(FRAMES[i % len(FRAMES)], text,
+                                             time.monotonic() - start, width))
                 stream.flush()
                 i += 1
         spinner = threading.Thread(target=spin, name="gpusim-compile-status", daemon=True)

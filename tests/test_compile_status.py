@@ -40,6 +40,14 @@ def test_a_terminal_gets_a_spinner_then_one_line(monkeypatch):
     assert text.rstrip().splitlines()[-1].endswith("s") and "compiled the simulator in" in text
 
 
+def test_a_spinner_frame_never_wraps():
+    from gpusim.compile_status import _frame
+    long = MESSAGE + " (then cached in /a/very/long/cache/folder/wavefuse/engine)"
+    assert _frame("|", long, 3, 200).endswith("3 s") and "cached in" in _frame("|", long, 3, 200)
+    assert "cached in" not in _frame("|", long, 3, 70) and len(_frame("|", long, 3, 70)) <= 70
+    assert len(_frame("|", long, 3, 20)) <= 20
+
+
 def test_progress_env_forces_lines_or_silence(monkeypatch):
     monkeypatch.setenv("WAVEFUSE_PROGRESS", "1")
     out = io.StringIO()
