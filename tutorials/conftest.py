@@ -9,6 +9,7 @@ Without the extra, the lesson's blocks run in this process (``compiler.lessons.r
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -40,7 +41,10 @@ class LessonItem(pytest.Item):
         nb = write_notebook(str(self.path), str(tmp / "notebooks"))
         work = tmp / "work"
         work.mkdir()
-        execute_notebook(nb, str(work))
+        # a learner's environment: the tests' NUMBA_BOUNDSCHECK=1 would make every
+        # kernel compile the engine again, uncached (~20 s each)
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_BOUNDSCHECK"}
+        execute_notebook(nb, str(work), env=env)
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, LessonError):

@@ -120,9 +120,10 @@ def write_notebook(path: str, out_dir: str) -> str:
     return out
 
 
-def execute_notebook(nb_path: str, cwd: str, timeout: int = 900) -> None:
-    """Runs every cell of the notebook in a fresh ``python3`` kernel started in ``cwd``;
-    a failing cell raises :class:`LessonError` with the cell's source and the error."""
+def execute_notebook(nb_path: str, cwd: str, timeout: int = 900, env: dict | None = None) -> None:
+    """Runs every cell of the notebook in a fresh ``python3`` kernel started in ``cwd``
+    (with environment ``env``, else this process's); a failing cell raises
+    :class:`LessonError` with the cell's source and the error."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -131,7 +132,7 @@ def execute_notebook(nb_path: str, cwd: str, timeout: int = 900) -> None:
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": cwd}})
     try:
-        client.execute()
+        client.execute(**({"env": env} if env is not None else {}))
     except CellExecutionError as e:
         raise LessonError(f"{os.path.basename(nb_path)}: {e}") from e
 
