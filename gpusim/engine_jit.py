@@ -17,7 +17,7 @@ Compile options, each for speed (``python -m gpusim.bench`` measures them):
 - no C / CPython wrappers for the helpers (only ``run`` is called from Python): those
   wrappers were a third of the cold compile.
 
-Cold compile (``python -m gpusim.bench`` "first compile"; the breakdown is in the README):
+Cold compile (``python -m gpusim.bench`` "first compile"; the breakdown is in docs/log.md):
 - a helper is typed and lowered once, but its LLVM module is only linked into ``run``'s,
   never optimised or turned into machine code of its own (``_HelperLibrary``): nothing
   calls a helper from Python, and Numba's default did both for every helper (and again
@@ -58,6 +58,8 @@ from numba.core import config as _config
 from numba.core.caching import (CompileResultCacheImpl, FunctionCache, UserProvidedCacheLocator,
                                 _CacheLocator, _SourceFileBackedLocatorMixin)
 from numba.core.compiler import Compiler
+
+from gpusim.compile_status import compiling
 
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine.py")
 # a second module object of engine.py's code: its functions become dispatchers, while
@@ -149,7 +151,12 @@ def _pipeline(library_class):
                 lib = library_class(self.state.targetctx.codegen(), func.__qualname__)
                 lib.enable_object_caching()
                 self.state.library = lib
-            return super().compile_extra(func)
+            if library_class is not _Library:
+                return super().compile_extra(func)
+            # only ``run`` gets here, and only on a real compile (a cache hit loads
+            # without compiling); its helpers are typed and compiled inside it
+            with compiling(_cache_note()):
+                return super().compile_extra(func)
 
     return _Compiler
 
@@ -161,6 +168,13 @@ for _name in _FUNCS:
                          )(getattr(_code, _name))
     setattr(_code, _name, _jitted)  # what the other functions' calls resolve to
     globals()[_name] = _jitted
+
+
+def _cache_note() -> str:
+    """Where the compiled engine will be kept, for the compile's status line."""
+    if not _CACHE:
+        return "bounds checks on: not cached"
+    return "then cached in " + (_config.CACHE_DIR or engine_cache_dir())
 
 
 def engine_cache_dir() -> str:

@@ -115,7 +115,7 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6) spills
   one, so the exporter keeps a pin only where hipcc, when installed, compiles it without
   spilling (``codegen_hip.pins``), and the pin is opt-in because an export would
-  otherwise depend on whether hipcc is installed (README, note f of "Whole models at
+  otherwise depend on whether hipcc is installed (docs/models.md, note f of "Whole models at
   full size"). hipcc's
   ISA of the K = 64 tile holds thread-id values shared by the first tile's and the next
   tile's addresses (``tid / 4``, the LDS store addresses) from the prologue to the second

@@ -1,6 +1,6 @@
 """Hostile input (issue 16): what a careless or hostile user gives each command.
 
-Every case asserts the promise of the README's bad-input paragraph: exit status 2, exactly
+Every case asserts the promise of the bad-input paragraph of docs/commands.md: exit status 2, exactly
 one line on stderr (``wavefuse: error: ...`` naming the problem), no traceback, nothing on
 stdout, and no file left behind in the working folder, the temporary folder or next to an
 export target. Commands run in-process through ``cli.main``; only signals and concurrent

@@ -3,7 +3,7 @@ fastest other candidate whose pin it fits (``compiler.tuning.pinned_schedules``)
 
 hipcc is replaced here by a fake that spills every winner and fits every other
 candidate, so the rule is tested on its own; the real-compiler evidence is ResNet-50's
-export (README note f: 10 dispatches move, check exits 0)."""
+export (docs/models.md, note f: 10 dispatches move, check exits 0)."""
 from __future__ import annotations
 
 import re

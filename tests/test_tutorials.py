@@ -5,10 +5,9 @@ import sys
 import pytest
 
 TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
-sys.path.insert(0, TUTORIALS)
 
-import exercises as ex  # noqa: E402
-from lesson_runner import LessonError, lesson_paths, parse_blocks, run_lesson  # noqa: E402
+from compiler.lessons import exercises as ex  # noqa: E402
+from compiler.lessons.runner import LessonError, lesson_paths, parse_blocks, run_lesson  # noqa: E402
 from gpusim.program import (  # noqa: E402
     Assign, Buffer, Kernel, Load, Store, Var, block_id, thread_id)
 
@@ -64,7 +63,7 @@ def test_unclosed_fence_is_an_error():
 
 
 def test_lessons_are_numbered_in_order():
-    names = [os.path.basename(p) for p in lesson_paths()]
+    names = [os.path.basename(p) for p in lesson_paths(TUTORIALS)]
     assert names and names == sorted(names)
     plain = [n for n in names if n[2] == "_"]
     assert [n[:2] for n in plain] == [f"{i:02d}" for i in range(1, len(plain) + 1)]
@@ -139,7 +138,7 @@ def test_latency_check_rejects_dropping_the_lds():
         body = [Assign(i, block_id() * ex.GATHER_BLOCK + thread_id())]
         body += [Load((x,), "a", i + j * ex.GATHER_N) for j, x in enumerate(xs)]
         body += [Assign(acc, xs[0] + xs[1] + xs[2] + xs[3])]
-        return ex._gather_kernel("no_lds", body, acc, i, 0)
+        return ex.gather_kernel("no_lds", body, acc, i, 0)
     v = ex.check_latency_hiding(batched_no_lds)
     assert not v.ok and any("keep the 33 KiB" in p for p in v.problems)
 
@@ -153,7 +152,7 @@ def test_latency_check_rejects_wrong_sums():
         body = [Assign(i, block_id() * ex.GATHER_BLOCK + thread_id())]
         body += [Load((x,), "a", i + j * ex.GATHER_N) for j, x in enumerate(xs)]
         body += [Assign(acc, xs[0] + xs[1] + xs[2])]
-        return ex._gather_kernel("three", body, acc, i, lds_kib)
+        return ex.gather_kernel("three", body, acc, i, lds_kib)
     v = ex.check_latency_hiding(three_loads)
     assert not v.ok and any("not the sum" in p for p in v.problems)
 
@@ -171,9 +170,9 @@ def _chain():
 
 def test_elementwise_schedule_check_rejects_slow_and_illegal():
     g = _chain()
-    slow = ex.check_elementwise_schedule(g, {"workgroup": 64, "vector": 1, "elems": 4,
+    slow = ex.check_elementwise_schedule(g, {"workgroup": 64, "vector": 1, "elems": 2,
                                              "order": "output"})
-    assert not slow.ok and any("over 1.2 x" in p for p in slow.problems)
+    assert not slow.ok and any("over 1.1 x" in p for p in slow.problems)
     bad = ex.check_elementwise_schedule(g, {"workgroup": 256, "vector": 3, "elems": 3,
                                             "order": "output"})
     assert not bad.ok and "illegal schedule" in bad.problems[0]
@@ -218,7 +217,7 @@ def test_layer_norm_check_accepts_the_builder():
     assert v.ok and v.time_us > 0
 
 
-# ------------------------------------------------------------ lesson 8: HIP and the ISA
+# ----------------------------------------------------------- lesson 10: HIP and the ISA
 @pytest.mark.hip
 @pytest.mark.skipif(__import__("shutil").which("hipcc") is None, reason="needs hipcc")
 def test_isa_check_rejects_scalar_loads():
@@ -227,7 +226,26 @@ def test_isa_check_rejects_scalar_loads():
     assert v.facts["isa_loads"] == {4: 4}
 
 
-# ------------------------------------------------------- lesson 7: the output swizzle
+@pytest.mark.hip
+@pytest.mark.skipif(__import__("shutil").which("hipcc") is None, reason="needs hipcc")
+def test_isa_fma_check_rejects_scalar_elements():
+    from gpusim.program import fma
+
+    def scalar(n):
+        i = Var("i", "i32")
+        body = [Assign(i, block_id() * 2048 + thread_id())]
+        for h in range(8):
+            a, b, c = Var(f"a{h}"), Var(f"b{h}"), Var(f"c{h}")
+            body += [Load((a,), "a", i + 256 * h), Load((b,), "b", i + 256 * h),
+                     Load((c,), "c", i + 256 * h), Store("out", i + 256 * h, (fma(a, b, c),))]
+        return Kernel("fma_s", tuple(Buffer(x, "f32", (n,)) for x in "abc")
+                      + (Buffer("out", "f32", (n,), "out"),), grid=n // 2048, block=256,
+                      body=tuple(body))
+    v = ex.check_isa_fma(scalar)
+    assert not v.ok and v.facts["isa_loads"] == {4: 24}
+
+
+# ------------------------------------------------------- lesson 9: the output swizzle
 @pytest.mark.parametrize("wrong,why", [("none", "coalescing"), ("after_fusion", "not faster"),
                                        ("sideways", "does not lower")])
 def test_swizzle_check_rejects(wrong, why):
@@ -235,7 +253,7 @@ def test_swizzle_check_rejects(wrong, why):
     assert not v.ok and any(why in p for p in v.problems)
 
 
-# ------------------------------------------------------ lesson 5a: attention in one dispatch
+# ------------------------------------------------------- lesson 8: attention in one dispatch
 def test_online_softmax_check_rejects_a_missing_rescale():
     import numpy as np
 
@@ -254,3 +272,16 @@ def test_online_softmax_check_rejects_a_missing_rescale():
         return m_new, a * l + p.sum(), a * acc + p @ v
 
     assert ex.check_online_softmax(right).ok
+
+
+# ---------------------------------------------------------- lesson 7: GEMM and matrix cores
+def test_gemm_check_rejects_fma_tiles_and_illegal_micro_tiles():
+    v = ex.check_gemm_schedule(dict(BM=128, BN=128, TM=8, TN=8))
+    assert not v.ok and any("not 2x faster" in p for p in v.problems)
+    v = ex.check_gemm_schedule(dict(BM=64, BN=64, TM=3, TN=4))
+    assert not v.ok and "does not lower" in v.problems[0]
+
+
+def test_gemm_check_accepts_mfma_blocks():
+    v = ex.check_gemm_schedule(dict(mma="mfma", BM=64, BN=64, TM=32, TN=32))
+    assert v.ok and v.facts["speedup"] >= 2

@@ -269,7 +269,7 @@ def test_gpt2_like_block_epilogues_fuse_through_the_reshapes():
 def test_seed_from_onnx_is_predicted_like_the_builtin_nhwc_seed(swizzle):
     """Layout propagation makes the transposes free: the ONNX seed's one dispatch is
     simulated with the same cycles and coalescing as the built-in NHWC conv_add_relu
-    under the same schedule (the README's swizzle table holds for the ONNX model)."""
+    under the same schedule (docs/performance.md's swizzle table holds for the ONNX model)."""
     from compiler.ir import models
     from compiler.tuning.search import score
     onnx_g, builtin = seed_nhwc(c=64, k=32), models.conv_add_relu(c=64, k=32)

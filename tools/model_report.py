@@ -91,7 +91,7 @@ def report(path: str, budget: int | None, arch: Arch, cache: str | None = None) 
 
 
 def markdown(rows: list, arch: str) -> str:
-    """The README's table: model, ops, dispatches aggressive / conservative / unfused,
+    """docs/models.md's table: model, ops, dispatches aggressive / conservative / unfused,
     predicted time fused vs unfused, tune wall time first and cached."""
     out = ["| model | ops | dispatches aggressive / conservative / unfused | predicted "
            f"fused vs unfused (us, gpusim {arch}) | tuned plan: dispatches (distinct) | tune wall "
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
                     help="also tune with N candidates per dispatch")
     ap.add_argument("--arch", type=arch_value, default=DEFAULT_ARCH)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--markdown", action="store_true", help="print the README's table")
+    ap.add_argument("--markdown", action="store_true", help="print docs/models.md's table")
     ap.add_argument("--cache", metavar="PATH",
                     help="tune on this tuning database file (else in memory); pass a fresh "
                          "path for a first-run wall time")

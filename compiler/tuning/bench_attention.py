@@ -1,4 +1,4 @@
-"""The attention table of the README: fused (the attention rule) vs the 3-dispatch plan, tuned.
+"""The attention table of docs/performance.md: fused (the attention rule) vs the 3-dispatch plan, tuned.
 
 ``python -m compiler.tuning.bench_attention [--arch gfx942] [--seqs 128,1024,4096] [--dims 64,128]
 [--heads 12] [--budget 12]`` tunes both plans of ``attention:heads=H,seq=S,dim=D`` and

@@ -46,6 +46,6 @@ def run(args) -> int:
     con = common.console()
     render_plan(plan, con)
     if args.explain:
-        con.print(explain_view(plan, cost_hint="`wavefuse view MODEL explain --tune` adds "
-                                               "them"))
+        con.print(explain_view(plan, cost_hint=f"`wavefuse view explain {args.model} --tune` "
+                                               "adds them"))
     return 0

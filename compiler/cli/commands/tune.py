@@ -4,6 +4,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich import box
 from rich.table import Table
 
 from gpusim.hw import DEFAULT_ARCH
@@ -13,6 +14,7 @@ from compiler.tuning.search import tune
 from compiler.cli.seed import (PUBLISHED, ROCMLIR_TILE, SEED_MODELS, epilogue_share, gains, published_gains)
 from compiler.cli.seed import seed_rows as rows_of
 from compiler.cli.commands import common
+from compiler.cli.views.candidates import SHORT_LIMITERS
 from compiler.cli.commands.cache import add_cache_options, store_of
 
 
@@ -137,10 +139,11 @@ def render_seed(rows, tail: float, console) -> None:
 
 
 def render_tune(result, console) -> None:
+    # short headers and a light box: one line per dispatch at 80-100 columns
     t = Table(title=f"{result.model} on {result.arch.name}: best schedule per dispatch "
-                    f"({result.mode} plan; simulated times)", expand=False)
-    for col, just in (("dispatch", "left"), ("time us", "right"), ("x roofline", "right"),
-                      ("coalesc %", "right"), ("LDS confl %", "right"), ("waves/SIMD", "right"),
+                    f"({result.mode} plan; simulated times)", expand=False, box=box.SIMPLE_HEAD)
+    for col, just in (("dispatch", "left"), ("time us", "right"), ("x roof", "right"),
+                      ("coal %", "right"), ("LDS %", "right"), ("occupancy", "left"),
                       ("HBM KiB", "right"), ("check", "left")):
         t.add_column(col, justify=just, overflow="fold")
     for d in result.dispatches:
@@ -150,7 +153,8 @@ def render_tune(result, console) -> None:
         t.add_row(d.name, f"{d.best.time_us:.2f}", f"{d.best.time_us / d.roofline_us:.2f}",
                   f"{c.get('coalescing_pct', 0):.0f}",
                   f"{c.get('lds_bank_conflict_rate_pct', 0):.1f}",
-                  f"{c.get('occupancy_waves_per_simd', 0):g} {d.best.occupancy_limiter}",
+                  f"{c.get('occupancy_waves_per_simd', 0):g} "
+                  f"{SHORT_LIMITERS.get(d.best.occupancy_limiter, d.best.occupancy_limiter)}",
                   f"{c.get('hbm_bytes', 0) / 1024:,.0f}", check)
     console.print(t)
     for d in result.dispatches:

@@ -100,34 +100,43 @@ class CandidatesView:
     def __rich_console__(self, console, options):
         d = self.data
         narrow = options.max_width < 80
+        wide = options.max_width >= 110
         title = (f"dispatch {d.dispatch} ({d.kind}): {len(d.rows)} scored schedules, "
                  f"sorted by {d.sort}")
+        shared = d.shared_knobs
+        winner = d.winner if d.rows else None
+        base = {k: v for k, v in winner.knobs.items() if k not in shared} if winner else {}
+        if winner is not None:
+            # each row shows only where it differs from the winner, so a schedule takes
+            # one or two lines at 80-100 columns instead of one line per knob
+            yield Text(f"winner (*{winner.rank}): {fmt_knobs(base) or '-'}", style="bold green")
         if narrow:   # lighter box, fewer columns, short headers: fits 60 columns
             t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                       padding=(0, 1))
         else:
-            t = Table(title=title, title_justify="left")
+            t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
         t.add_column("#", justify="right", no_wrap=True)
-        t.add_column("schedule", overflow="fold",
-                     min_width=14 if narrow else 16)
+        t.add_column("schedule" if narrow else "schedule (vs winner)", overflow="fold", ratio=1,
+                     min_width=14 if narrow else 20)
         t.add_column("us" if narrow else "time us", justify="right", no_wrap=True)
         if not narrow:
             t.add_column("x roof", justify="right", no_wrap=True)
         t.add_column("coal%" if narrow else "coal %", justify="right", no_wrap=True)
         t.add_column("LDS%" if narrow else "LDS %", justify="right", no_wrap=True)
-        t.add_column("occupancy", overflow="fold")
-        if not narrow:
+        t.add_column("occupancy", no_wrap=True)
+        if wide:
             t.add_column("HBM", justify="right", no_wrap=True)
-        shared = d.shared_knobs
         for r in d.rows[:self.limit]:
             own = {k: v for k, v in r.knobs.items() if k not in shared}
-            cells = [f"*{r.rank}" if r.winner else str(r.rank), fmt_knobs(own) or "-",
-                     f"{r.time_us:.2f}"]
+            diff = {k: v for k, v in own.items() if base.get(k) != v}
+            sched = "winner" if r.winner else (fmt_knobs(diff) or "same knobs")
+            cells = [f"*{r.rank}" if r.winner else str(r.rank), sched, f"{r.time_us:.2f}"]
             if not narrow:
                 cells.append(f"{r.roofline_ratio:.2f}")
+            lim = SHORT_LIMITERS.get(r.limiter, r.limiter)
             cells += [f"{r.coalescing_pct:.0f}", f"{r.conflict_rate_pct:.1f}",
-                      f"{r.occupancy:g} ({r.limiter})" if r.limiter else f"{r.occupancy:g}"]
-            if not narrow:
+                      f"{r.occupancy:g} {lim}" if lim else f"{r.occupancy:g}"]
+            if wide:
                 cells.append(fmt_bytes(r.hbm_bytes))
             t.add_row(*cells, style="bold green" if r.winner else None)
         yield t
@@ -135,8 +144,8 @@ class CandidatesView:
             yield Text(f"... {len(d.rows) - self.limit} more scored schedules", style="dim")
         if shared:
             yield Text(f"every schedule shown has {fmt_knobs(shared)}", style="dim")
-        yield Text("coal %: coalescing; LDS %: bank conflict rate; occupancy: waves per SIMD "
-                   "(limiter)", style="dim")
+        yield Text("coal %: coalescing; LDS %: bank conflict rate; occupancy: waves/SIMD, "
+                   "limiter", style="dim")
         yield Text(f"* winner; roofline {d.roofline_us:.2f} us for {fmt_bytes(d.nbytes)} "
                    f"across the boundary; times are simulated", style="dim")
         if d.illegal:
@@ -148,19 +157,31 @@ class CandidatesView:
         yield bar_chart(d, self.bars, options.max_width)
 
 
+#: occupancy limiters in a few letters, so the column stays narrow
+SHORT_LIMITERS = {"wave slots": "slots", "VGPRs": "VGPRs", "LDS": "LDS",
+                  "workgroups per CU (barriers)": "barriers"}
+
+
 def bar_chart(d: CandidatesData, n: int, width: int) -> Text:
-    """One line per schedule (in table order): rank, a bar proportional to time, time."""
+    """One line per schedule (in table order): rank, a bar, time. The bars start at the
+    winner's time, not at zero: candidates within a few percent of each other would
+    otherwise all draw the same length. Each bar is one cell plus its excess over the
+    fastest time shown, scaled so the slowest fills the width; the caption says so."""
     rows = d.rows[:n]
-    out = Text("predicted time\n", style="bold")
+    out = Text("predicted time: bars start at the fastest, so their length is the extra "
+               "time\n", style="bold")
     if not rows:
         return out
-    top = max(r.time_us for r in rows)
-    span = max(8, width - 18)
+    lo = min(r.time_us for r in rows)
+    hi = max(r.time_us for r in rows)
+    span = max(8, width - 30)
     for r in rows:
-        fill = max(1, round(span * r.time_us / top)) if top > 0 else 1
+        extra = r.time_us - lo
+        fill = 1 + (round((span - 1) * extra / (hi - lo)) if hi > lo else 0)
         out.append(f"{r.rank:>4} ", style="dim")
         out.append("█" * fill, style="green" if r.winner else "cyan")
-        out.append(f" {r.time_us:.2f}" + (" *" if r.winner else "") + "\n")
+        pct = f"+{100 * extra / lo:.0f}%" if lo > 0 and extra > 0 else "fastest"
+        out.append(f" {r.time_us:.2f} us {pct}" + (" *" if r.winner else "") + "\n")
     out.rstrip()
     return out
 

@@ -43,16 +43,22 @@ def _verdict(problems, res=None, **facts) -> Verdict:
 
 
 # ------------------------------------------------------------------ lesson 1: coalescing
-def check_vector_copy(build, n: int = 64 * 1024, arch: str = "gfx942") -> Verdict:
+def check_vector_copy(build, n: int = 64 * 1024, arch: str = "gfx942",
+                      timed_n: int = 1 << 20) -> Verdict:
     """``build(n)`` returns a Kernel copying f32 buffer ``a`` to ``b`` (n elements).
 
-    Right means: ``b == a``; the fewest wave load instructions (16 B per lane, n / 256
-    of them); and the fewest cache lines (n * 4 / line size), i.e. 100 % coalescing.
+    Right means: ``b == a`` (run on ``n`` elements); the fewest wave load instructions
+    (16 B per lane, n / 256 of them); and the fewest cache lines (n * 4 / line size),
+    i.e. 100 % coalescing. The verdict's time is of a ``timed_n``-element copy (4 MiB):
+    a copy that large is bound by memory, so every correct copy takes about the same
+    time, and what 16-byte accesses save shows as ``cu_cycles``, the cycles the CU needs
+    to issue the copy (lesson 1's "slack").
     """
     try:
         k = build(n)
         a = np.arange(n, dtype=np.float32)
         res = gpusim.simulate(k, arch, inputs={"a": a})
+        timed = gpusim.simulate(build(timed_n), arch, functional=False)
     except (gpusim.KernelError, KeyError, TypeError, ValueError) as e:
         return Verdict(False, [f"the kernel does not run: {e}"])
     c = res.counters
@@ -66,8 +72,9 @@ def check_vector_copy(build, n: int = 64 * 1024, arch: str = "gfx942") -> Verdic
     if c["global_load_lines"] > n * 4 // line:
         problems.append(f"{c['global_load_lines']:.0f} cache lines loaded; the data spans "
                         f"{n * 4 // line} lines of {line} B")
-    return _verdict(problems, res, load_insts=c["global_load_requests"],
-                    lines=c["global_load_lines"], coalescing_pct=c["coalescing_pct"])
+    return _verdict(problems, timed, load_insts=c["global_load_requests"],
+                    lines=c["global_load_lines"], coalescing_pct=c["coalescing_pct"],
+                    cu_cycles=timed.bounds["cu"], memory_cycles=round(timed.bounds["hbm"]))
 
 
 # ---------------------------------------------------------------- lesson 2: LDS banks
@@ -136,10 +143,10 @@ def gather_serial(lds_kib: int = 0) -> P.Kernel:
     body = [P.Assign(i, P.block_id() * GATHER_BLOCK + P.thread_id()), P.Assign(acc, P.f32(0.0)),
             P.For(j, 0 * P.block_id(), GATHER_LOADS + 0 * P.block_id(), 1,
                   (P.Load((x,), "a", j * GATHER_N + i), P.Assign(acc, acc + x)))]
-    return _gather_kernel("gather_serial", body, acc, i, lds_kib)
+    return gather_kernel("gather_serial", body, acc, i, lds_kib)
 
 
-def _gather_kernel(name, body, acc, i, lds_kib):
+def gather_kernel(name, body, acc, i, lds_kib):
     """Adds the LDS stand-in and the store, and declares the buffers."""
     body = list(body)
     lds = ()
@@ -217,7 +224,11 @@ def check_schedule(graph, knobs: dict, arch: str = "gfx942", slack: float = 1.2,
                     best_us=round(best_us, 3))
 
 
-check_elementwise_schedule = check_schedule  # lesson 4's name for it
+def check_elementwise_schedule(graph, knobs: dict, arch: str = "gfx942",
+                               slack: float = 1.1) -> Verdict:
+    """Lesson 4's check: :func:`check_schedule` over the whole space, within 1.1x of the
+    best (every scalar schedule of the lesson's chain is 1.12x or more)."""
+    return check_schedule(graph, knobs, arch, slack=slack)
 
 
 # --------------------------------------------------------------- lesson 6: layer norm
@@ -257,7 +268,7 @@ def check_layer_norm(build, rows: int = 64, cols: int = 1024, arch: str = "gfx94
                    dict(dispatches=1, schedule=" ".join(f"{k}={v}" for k, v in d.best.knobs.items())))
 
 
-# ------------------------------------------------------------ lesson 8: HIP and the ISA
+# ----------------------------------------------------------- lesson 10: HIP and the ISA
 def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> Verdict:
     """``build(n)`` returns a copy kernel as in lesson 1. Right means: gpusim copies
     correctly, and hipcc compiles the emitted HIP for ``arch`` into 16-byte global loads
@@ -273,7 +284,7 @@ def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> V
     first = check_vector_copy(build, n)
     problems = [p for p in first.problems if "b != a" in p]
     k = build(n)
-    with tempfile.TemporaryDirectory(prefix="wavefuse-lesson8-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="wavefuse-lesson10-") as tmp:
         src, asm = Path(tmp) / "copy.hip", Path(tmp) / "copy.s"
         src.write_text(emit_kernel(k, arch))
         res = compile_to_asm(src, arch, asm)
@@ -290,7 +301,7 @@ def check_isa_vector_loads(build, n: int = 64 * 1024, arch: str = "gfx90a") -> V
                    dict(isa_loads=loads, isa_stores=stores, vgprs=isa.get("vgprs")))
 
 
-# ------------------------------------------------------- lesson 7: the output swizzle
+# ------------------------------------------------------- lesson 9: the output swizzle
 SWIZZLE_TILE = dict(BM=16, BN=32, BK=64, TM=2, TN=4, KW=8, lds_pad=4, vec_a=4, vec_b=4)
 
 
@@ -329,7 +340,7 @@ def check_swizzle_placement(swizzle: str, arch: str = "gfx942") -> Verdict:
                     vmem_insts=c["vmem_insts"])
 
 
-# ----------------------------------------------------- lesson 5a: attention in one dispatch
+# ------------------------------------------------------ lesson 8: attention in one dispatch
 def check_online_softmax(update, seed: int = 0) -> Verdict:
     """``update(m, l, acc, x, v)`` folds one block of keys into a row's running state:
     ``m`` the running maximum, ``l`` the running sum of exp(x - m), ``acc`` the running
@@ -367,3 +378,82 @@ def check_online_softmax(update, seed: int = 0) -> Verdict:
                                 f"by exp(m_old - m_new)?)")
                 break
     return Verdict(not problems, problems, None, {"cases": len(cases), "block sizes": 4})
+
+
+# ---------------------------------------------------------- lesson 7: GEMM and matrix cores
+def check_gemm_schedule(knobs: dict, arch: str = "gfx942", speedup: float = 2.0) -> Verdict:
+    """``knobs``: a contraction schedule (``compiler.lessons.gemm.BASE`` updated with
+    them) for lesson 7's 2048 x 2048 x 512 GEMM. Right means: it lowers; on a 128 x 128 x
+    64 GEMM of the same schedule gpusim's values equal numpy's within f32 rounding; and at
+    full size it is predicted at least ``speedup`` times faster than the lesson's FMA
+    micro-tile kernel (64 x 64 tiles, 4 x 4 per thread)."""
+    from compiler.lessons import gemm
+    from compiler.lower import LoweringError
+
+    try:
+        small = gemm.lowered(knobs, 128, 128, 64, arch)
+        full = gemm.lowered(knobs, arch=arch)
+    except (LoweringError, gpusim.KernelError, TypeError, ValueError, KeyError) as e:
+        return Verdict(False, [f"the schedule {knobs} does not lower: {e}"])
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((128, 64), dtype=np.float32)
+    b = rng.standard_normal((64, 128), dtype=np.float32)
+    res = gpusim.simulate(small, arch, inputs={"a": a, "b": b})
+    out = next(v for name, v in res.outputs.items() if name not in ("a", "b"))
+    problems = []
+    want = a.astype(np.float64) @ b
+    err = float(np.max(np.abs(np.asarray(out, np.float64).reshape(want.shape) - want)))
+    if err > 1e-3:
+        problems.append(f"wrong values on a 128 x 128 x 64 GEMM: max error {err:.3g}")
+    mine = gemm.simulate(full, arch)
+    ref = gemm.simulate(gemm.lowered(dict(BM=64, BN=64, TM=4, TN=4), arch=arch), arch)
+    t, t_ref = mine.time_us_without_launch, ref.time_us_without_launch
+    if t * speedup > t_ref:
+        problems.append(f"{t:.1f} simulated us is not {speedup:g}x faster than the FMA "
+                        f"micro-tiles' {t_ref:.1f} us")
+    return _verdict(problems, mine, speedup=round(t_ref / t, 2),
+                    waves_per_simd=mine.occupancy_waves_per_simd, vgprs=mine.vgprs)
+
+
+def check_isa_fma(build, n: int = 64 * 1024, arch: str = "gfx90a") -> Verdict:
+    """``build(n)`` returns a kernel computing ``out = a * b + c`` over ``n`` f32 elements
+    (buffers ``a``, ``b``, ``c`` and ``out``), 256 threads per workgroup, 8 elements per
+    thread (``grid = n // 2048``). Right means: gpusim's values equal numpy's, and hipcc
+    compiles the emitted HIP for ``arch`` into exactly six 16-byte global loads (two per
+    input) and two 16-byte stores per thread, with no scratch. Needs hipcc."""
+    import tempfile
+    from pathlib import Path
+
+    from codegen_hip import emit_kernel, parse_asm
+    from codegen_hip.check import compile_to_asm, hipcc_path
+
+    if hipcc_path() is None:
+        return Verdict(False, ["hipcc is not installed: the ISA cannot be checked here"])
+    rng = np.random.default_rng(5)
+    ins = {x: rng.standard_normal(n, dtype=np.float32) for x in "abc"}
+    try:
+        k = build(n)
+        res = gpusim.simulate(k, "gfx942", inputs=ins)
+    except (gpusim.KernelError, KeyError, TypeError, ValueError) as e:
+        return Verdict(False, [f"the kernel does not run: {e}"])
+    problems = []
+    want = ins["a"] * ins["b"] + ins["c"]
+    if not np.allclose(np.asarray(res.outputs["out"]).reshape(-1), want, rtol=1e-6, atol=1e-6):
+        problems.append("out != a * b + c")
+    if k.grid != n // 2048 or k.block != 256:
+        problems.append(f"grid {k.grid} x block {k.block}: want {n // 2048} x 256 "
+                        "(8 elements per thread)")
+    with tempfile.TemporaryDirectory(prefix="wavefuse-lesson10-") as tmp:
+        src, asm = Path(tmp) / "fma.hip", Path(tmp) / "fma.s"
+        src.write_text(emit_kernel(k, arch))
+        out = compile_to_asm(src, arch, asm)
+        if out["rc"] != 0:
+            return Verdict(False, [f"hipcc failed: {out['stderr'][:300]}"])
+        isa = parse_asm(asm.read_text())
+    loads, stores = isa["widths"]["global_load"], isa["widths"]["global_store"]
+    if loads != {16: 6} or stores != {16: 2}:
+        problems.append(f"hipcc emitted global loads {loads} and stores {stores} "
+                        "(bytes per lane: count); want {16: 6} and {16: 2}")
+    if isa["scratch_insts"]:
+        problems.append(f"{isa['scratch_insts']} scratch instructions (register spills)")
+    return _verdict(problems, res, isa_loads=loads, isa_stores=stores, vgprs=isa.get("vgprs"))

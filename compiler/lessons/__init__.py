@@ -1,0 +1,1 @@
+"""The lessons' exercise checkers and runner, installed with wavefuse so a lesson runs anywhere."""
