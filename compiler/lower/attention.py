@@ -46,6 +46,7 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
+from compiler.ir.attention_pattern import AttentionPattern, match
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
 from compiler.lower.emitter import RegisterNamer, ValueEmitter, unravel
@@ -85,8 +86,6 @@ class Attention:
     """The attention of a dispatch: roles of its ops and the extents."""
 
     def __init__(self, graph: Graph, dispatch):
-        # import cycle: passes -> schedule (the fusion rules' legal-schedule check) -> lower
-        from compiler.fusion.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
         if len(pats) != 1:
