@@ -76,6 +76,16 @@ def test_every_graph_op_has_an_error_propagation_rule():
         assert errorbound.RULES[k] == "exact", k
 
 
+def test_every_reduction_has_a_combine_in_the_lowering():
+    """The reduction lowering's per-op table: how two partials of each reduce op combine
+    (an IR binary operator) and, across lanes, which wave reduction does it."""
+    from compiler.lower import reduction
+    assert set(reduction.COMBINE) == set(G.REDUCE)
+    for k, combine in reduction.COMBINE.items():
+        assert combine in P.IR_BINARY, k
+        assert combine in reduction.LANE_KIND, k
+
+
 def test_every_graph_ops_ir_operator_is_in_the_ir_table():
     for k, spec in OPS.items():
         if spec.ir is None:
