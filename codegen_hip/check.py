@@ -40,7 +40,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .export import ExportError
+from .errors import ExportError
 from .names import c_identifier
 from gpusim.errors import KernelError
 from gpusim.occupancy import residency

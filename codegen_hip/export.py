@@ -30,16 +30,14 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 from gpusim.program import Kernel, Scalar
 
 from .emit import emit_kernel
+from .errors import ExportError
 from .harness import (DEFAULT_TOLERANCE, ArraySpec, LaunchSpec, Plan, cmakelists, hipcc_command,
                       main_hip, readme)
 from .names import Namer
+from .pins import verify_pins
 from .simfacts import sim_info
 
 NP_DTYPE = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
-
-
-class ExportError(Exception):
-    """An export that cannot be done as asked; the message is one line saying why."""
 
 
 def _dtype_of(arr: np.ndarray) -> str | None:
@@ -376,8 +374,6 @@ def _settle_pins(plan: Plan, counters: dict, infos: dict, srcs: dict, verify: bo
                  compiled: dict | None = None):
     """Verifies the pins with hipcc (``pins.verify_pins``) and re-emits unpinned each kernel
     whose pin hipcc does not fit; records the verdict in every sidecar."""
-    # imported here, not at the top: check (which pins uses) imports this module
-    from .pins import verify_pins
     asked = {c: (srcs[c], info["waves_per_eu"]) for c, info in infos.items()
              if info["waves_per_eu"]}
     for info in infos.values():

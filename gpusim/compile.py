@@ -240,124 +240,144 @@ class _Compiler:
             self.stmt(s, depth)
 
     def stmt(self, s, depth):
-        self.cur_stmt = self.stmt_index[id(s)]
+        """Compiles one statement and records the row of its main instruction."""
+        self.cur_stmt = si = self.stmt_index[id(s)]
         self.ftemp_used = self.itemp_used = 0
-        si = self.cur_stmt
         if isinstance(s, Assign):
             start = len(self.rows)
-            self.expr(s.value, dst=self.var(s.dst))
-            if len(self.rows) == start:  # dst = itself: nothing to do
-                pass
+            self.expr(s.value, dst=self.var(s.dst))   # dst = itself emits nothing: -1
             self.stmt_main[si] = len(self.rows) - 1 if len(self.rows) > start else -1
         elif isinstance(s, (Load, Store, LdsLoad, LdsStore)):
-            idx = self.expr(s.index)
-            glob = isinstance(s, (Load, Store))
-            if glob:
-                b = self.k.buffer(s.buffer)
-                aux = [p.name for p in self.k.buffers].index(s.buffer)
-                dtype = b.dtype
-            else:
-                arr = self.k.lds_array(s.array)
-                aux = [a.name for a in self.k.lds].index(s.array)
-                dtype = arr.dtype
-            load = isinstance(s, (Load, LdsLoad))
-            regs = [self.var(v) for v in s.dsts] if load else [self.expr(v) for v in s.values]
-            if not load:  # values were evaluated into temps or are registers already
-                pass
-            width = len(regs)
-            nbytes = width * DTYPE_BYTES[dtype]
-            wc = 0 if nbytes <= 4 else (1 if nbytes <= 8 else 2)
-            reads = [self.uid(*idx)] + ([] if load else [self.uid(*r) for r in regs])
-            if glob:
-                op = E.OP_GLOAD if load else E.OP_GSTORE
-                pc = self.emit(op, 0, idx[1], 0, 0, aux, width, E.CAT_VMEM, vec=[r[1] for r in regs],
-                               reads=reads)
-            else:
-                op = E.OP_LLOAD if load else E.OP_LSTORE
-                pc = self.emit(op, 0, idx[1], 0, wc, aux, width, E.CAT_LDS, vec=[r[1] for r in regs],
-                               reads=reads)
-            self.stmt_main[si] = pc
+            self.stmt_main[si] = self._memory(s)
         elif isinstance(s, Barrier):
             self.stmt_main[si] = self.emit(E.OP_BARRIER, cat=E.CAT_BARRIER)
         elif isinstance(s, Shuffle):
-            v = self.expr(s.value)
-            d = self.var(s.dst)
-            mode = 0 if s.mode == "xor" else 1
-            self.stmt_main[si] = self.emit(E.OP_SHFL, d[1], v[1], int(s.offset), 0, mode,
-                                           cat=E.CAT_LDS, isf=d[0], reads=[self.uid(*v)])
+            self.stmt_main[si] = self._shuffle(s)
         elif isinstance(s, WaveReduce):
-            v = self.expr(s.value)
-            d = self.var(s.dst)
-            steps = max(1, (self.arch.wave_size - 1).bit_length())
-            self.stmt_main[si] = self.emit(E.OP_WRED, d[1], v[1], 0, 0, REDUCE[s.op],
-                                           cat=E.CAT_LDS, isf=d[0], nvalu=steps,
-                                           reads=[self.uid(*v)])
+            self.stmt_main[si] = self._wave_reduce(s)
         elif isinstance(s, Mfma):
-            a = self.expr(s.a)
-            b = self.expr(s.b)
-            accs = [self.var(v)[1] for v in s.acc]
-            row = len(self.mfma_rows)
-            self.mfma_rows.append(accs + [0] * (16 - len(accs)))
-            shape_code = list(MFMA_SHAPES).index(s.shape)
-            self.stmt_main[si] = self.emit(
-                E.OP_MFMA, 0, a[1], b[1], row, width=shape_code, cat=E.CAT_MFMA,
-                mult=self.arch.mfma_cycles(s.shape), isf=1,
-                reads=[self.uid(*a), self.uid(*b)] + [self.uid(1, r) for r in accs])
+            self.stmt_main[si] = self._mfma(s)
         elif isinstance(s, If):
-            c = self.expr(s.cond)
-            uniform = self.uni.is_uniform(s.cond)
-            pc_if = self.emit(E.OP_IF, a=c[1], cat=E.CAT_BRANCH, nbranch=1,
-                              nsalu=0 if uniform else 1, reads=[self.uid(*c)])
-            self.stmt_main[si] = pc_if
-            self.body(s.then, depth + 1)
-            self.cur_stmt = si
-            pc_else = None
-            if s.orelse:
-                pc_else = self.emit(E.OP_ELSE, cat=E.CAT_BRANCH, nbranch=1,
-                                    nsalu=0 if uniform else 1)
-                self.body(s.orelse, depth + 1)
-                self.cur_stmt = si
-            pc_end = self.emit(E.OP_ENDIF, cat=E.CAT_NONE if uniform else E.CAT_SALU,
-                               nsalu=0 if uniform else 1)
-            self.rows[pc_if][E.K_JUMP] = pc_else if pc_else is not None else pc_end
-            if pc_else is not None:
-                self.rows[pc_else][E.K_JUMP] = pc_end
+            self._if(s, si, depth)
         elif isinstance(s, For):
-            v = self.var(s.var)
-            self.expr(s.start, dst=v)
-            written = set()
-            for x in walk(s.body):
-                written.update(d.name for d in stmt_defs(x))
-            written.add(s.var.name)
-            invariant = not (expr_vars(s.stop) & written)
-            uniform = self.uni.is_uniform(s.start) and self.uni.is_uniform(s.stop)
-            stop_reg = self._new_i()
-            if invariant:
-                self.expr(s.stop, dst=(0, stop_reg))
-            self.emit(E.OP_LOOP_BEGIN)
-            pc_test_start = len(self.rows)
-            if not invariant:
-                self.ftemp_used = self.itemp_used = 0
-                self.expr(s.stop, dst=(0, stop_reg))
-            if s.unroll:
-                counts = dict(cat=E.CAT_NONE)
-                step_counts = dict(cat=E.CAT_NONE)
-            elif uniform:
-                counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
-                step_counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
-            else:
-                counts = dict(cat=E.CAT_BRANCH, nvalu=1, nsalu=1, nbranch=1)
-                step_counts = dict(cat=E.CAT_BRANCH, nvalu=1, nbranch=1)
-            pc_test = self.emit(E.OP_LOOP_TEST, a=v[1], b=stop_reg,
-                                reads=[self.uid(*v), self.uid(0, stop_reg)], **counts)
-            self.stmt_main[si] = pc_test
-            self.body(s.body, depth + 1)
-            self.cur_stmt = si
-            self.emit(E.OP_LOOP_STEP, a=v[1], aux=int(s.step), jump=pc_test_start,
-                      reads=[self.uid(*v)], **step_counts)
-            self.rows[pc_test][E.K_JUMP] = len(self.rows)
+            self._for(s, si, depth)
         else:
             raise TypeError(f"cannot compile statement {type(s).__name__}")
+
+    def _memory(self, s) -> int:
+        """A global or LDS load/store: one vector memory instruction."""
+        idx = self.expr(s.index)
+        glob = isinstance(s, (Load, Store))
+        if glob:
+            b = self.k.buffer(s.buffer)
+            aux = [p.name for p in self.k.buffers].index(s.buffer)
+            dtype = b.dtype
+        else:
+            arr = self.k.lds_array(s.array)
+            aux = [a.name for a in self.k.lds].index(s.array)
+            dtype = arr.dtype
+        load = isinstance(s, (Load, LdsLoad))
+        regs = [self.var(v) for v in s.dsts] if load else [self.expr(v) for v in s.values]
+        width = len(regs)
+        nbytes = width * DTYPE_BYTES[dtype]
+        wc = 0 if nbytes <= 4 else (1 if nbytes <= 8 else 2)
+        reads = [self.uid(*idx)] + ([] if load else [self.uid(*r) for r in regs])
+        if glob:
+            op = E.OP_GLOAD if load else E.OP_GSTORE
+            pc = self.emit(op, 0, idx[1], 0, 0, aux, width, E.CAT_VMEM, vec=[r[1] for r in regs],
+                           reads=reads)
+        else:
+            op = E.OP_LLOAD if load else E.OP_LSTORE
+            pc = self.emit(op, 0, idx[1], 0, wc, aux, width, E.CAT_LDS, vec=[r[1] for r in regs],
+                           reads=reads)
+        return pc
+
+    def _shuffle(self, s) -> int:
+        v = self.expr(s.value)
+        d = self.var(s.dst)
+        mode = 0 if s.mode == "xor" else 1
+        return self.emit(E.OP_SHFL, d[1], v[1], int(s.offset), 0, mode,
+                         cat=E.CAT_LDS, isf=d[0], reads=[self.uid(*v)])
+
+    def _wave_reduce(self, s) -> int:
+        """The xor butterfly over the wave: one instruction counting its steps as VALU."""
+        v = self.expr(s.value)
+        d = self.var(s.dst)
+        steps = max(1, (self.arch.wave_size - 1).bit_length())
+        return self.emit(E.OP_WRED, d[1], v[1], 0, 0, REDUCE[s.op],
+                         cat=E.CAT_LDS, isf=d[0], nvalu=steps, reads=[self.uid(*v)])
+
+    def _mfma(self, s) -> int:
+        """A matrix-core op; its accumulator registers go in the MFMA register table."""
+        a = self.expr(s.a)
+        b = self.expr(s.b)
+        accs = [self.var(v)[1] for v in s.acc]
+        row = len(self.mfma_rows)
+        self.mfma_rows.append(accs + [0] * (16 - len(accs)))
+        shape_code = list(MFMA_SHAPES).index(s.shape)
+        return self.emit(
+            E.OP_MFMA, 0, a[1], b[1], row, width=shape_code, cat=E.CAT_MFMA,
+            mult=self.arch.mfma_cycles(s.shape), isf=1,
+            reads=[self.uid(*a), self.uid(*b)] + [self.uid(1, r) for r in accs])
+
+    def _if(self, s, si, depth) -> None:
+        """IF, the then-body, ELSE and the else-body when there is one, ENDIF; the jumps
+        are patched once the bodies are laid out."""
+        c = self.expr(s.cond)
+        uniform = self.uni.is_uniform(s.cond)
+        pc_if = self.emit(E.OP_IF, a=c[1], cat=E.CAT_BRANCH, nbranch=1,
+                          nsalu=0 if uniform else 1, reads=[self.uid(*c)])
+        self.stmt_main[si] = pc_if
+        self.body(s.then, depth + 1)
+        self.cur_stmt = si
+        pc_else = None
+        if s.orelse:
+            pc_else = self.emit(E.OP_ELSE, cat=E.CAT_BRANCH, nbranch=1,
+                                nsalu=0 if uniform else 1)
+            self.body(s.orelse, depth + 1)
+            self.cur_stmt = si
+        pc_end = self.emit(E.OP_ENDIF, cat=E.CAT_NONE if uniform else E.CAT_SALU,
+                           nsalu=0 if uniform else 1)
+        self.rows[pc_if][E.K_JUMP] = pc_else if pc_else is not None else pc_end
+        if pc_else is not None:
+            self.rows[pc_else][E.K_JUMP] = pc_end
+
+    def _for(self, s, si, depth) -> None:
+        """Counter start, the stop value (once before the loop when the body does not
+        write what it reads), LOOP_TEST, the body, LOOP_STEP back to the test."""
+        v = self.var(s.var)
+        self.expr(s.start, dst=v)
+        written = set()
+        for x in walk(s.body):
+            written.update(d.name for d in stmt_defs(x))
+        written.add(s.var.name)
+        invariant = not (expr_vars(s.stop) & written)
+        uniform = self.uni.is_uniform(s.start) and self.uni.is_uniform(s.stop)
+        stop_reg = self._new_i()
+        if invariant:
+            self.expr(s.stop, dst=(0, stop_reg))
+        self.emit(E.OP_LOOP_BEGIN)
+        pc_test_start = len(self.rows)
+        if not invariant:
+            self.ftemp_used = self.itemp_used = 0
+            self.expr(s.stop, dst=(0, stop_reg))
+        if s.unroll:
+            counts = dict(cat=E.CAT_NONE)
+            step_counts = dict(cat=E.CAT_NONE)
+        elif uniform:
+            counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
+            step_counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
+        else:
+            counts = dict(cat=E.CAT_BRANCH, nvalu=1, nsalu=1, nbranch=1)
+            step_counts = dict(cat=E.CAT_BRANCH, nvalu=1, nbranch=1)
+        pc_test = self.emit(E.OP_LOOP_TEST, a=v[1], b=stop_reg,
+                            reads=[self.uid(*v), self.uid(0, stop_reg)], **counts)
+        self.stmt_main[si] = pc_test
+        self.body(s.body, depth + 1)
+        self.cur_stmt = si
+        self.emit(E.OP_LOOP_STEP, a=v[1], aux=int(s.step), jump=pc_test_start,
+                  reads=[self.uid(*v)], **step_counts)
+        self.rows[pc_test][E.K_JUMP] = len(self.rows)
 
 
 def compile_kernel(kernel, arch) -> Program:

@@ -11,6 +11,11 @@ is written ``int(0)`` / ``bool(True)`` (or starts a counter that way), because N
 compiles a helper once more for each literal argument; hot per-lane loops work on one
 register row (``F[s, r]``) at a time.
 
+The operators' formulas (``fun``, ``fbin`` ...) are written here although the graph's op
+table (``compiler/ir/ops.py``) holds a numpy function for each: numba compiles these
+functions, a jitted function cannot call through a table of Python callables, and gpusim
+imports nothing from the compiler; ``tests/test_reference.py`` checks the two agree.
+
 Program. ``gpusim.compile`` turns the kernel tree into ``code`` (one row per instruction:
 opcode, registers, jump target, timing category, instruction counts) plus a scoreboard
 table ``srcs`` (the registers each instruction reads). Each wave has an f32 and an i32

@@ -251,7 +251,10 @@ def _offset_aliases(body) -> dict:
 
 
 def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
-    """VGPRs per lane the kernel needs, by the live-range rule in the module docstring."""
+    """VGPRs per lane the kernel needs, by the live-range rule in the module docstring:
+    linearise the pruned body into points, give every register its live range (extended
+    across the loops that carry it), apply what hipcc is known to do to them, and count
+    the largest number live at one point."""
     uni = Uniformity(kernel.body)
     dtypes = {}
     for s in walk(kernel.body):
@@ -260,80 +263,98 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     alias = _offset_aliases(kernel.body)
     decided, env = _decided(kernel)
     body = _prune(kernel.body, decided)
-    needed = _needed(body, env, kernel)
+    licm = _hoisted_invariants(body, uni, alias)
+    mfma_acc = {v.name for s in walk(body) if isinstance(s, Mfma) for v in s.acc}
+    lin = _Linearisation(kernel, env, uni, alias, _needed(body, env, kernel), licm, mfma_acc)
+    lin.add(body)
+    ranges = _live_ranges(lin.points, lin.loops)
+    mfma_loops = _mfma_loops(lin)
+    licm_regs = _hipcc_ranges(body, lin, ranges, alias, licm, mfma_loops)
+    in_agprs = _agpr_accumulators(kernel, arch, ranges, lin.k_loops)
 
     def is_vgpr(name):
         name = name.split("#", 1)[0]
         return name in uni.per_lane or dtypes.get(name) == "f32"
 
-    # linearise: (point, reads, defs, temps); loops recorded as spans
-    points = []
-    kinds = []
-    loops = []
-    k_loops = []  # every For's span, one-trip ones too (the MFMA form is chosen on the IR)
-    loop_point = {}
+    best = 0
+    for i, (_, _, temps) in enumerate(lin.points):
+        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi
+                   and (is_vgpr(name) or name in licm_regs)
+                   and name not in in_agprs)
+        best = max(best, live + temps)
+    has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
+    vgprs = best + 1 + (1 if has_global else 0)
+    if not in_agprs:
+        return vgprs
+    return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
 
-    licm = _hoisted_invariants(body, uni, alias)
-    mfma_acc = {v.name for s in walk(body) if isinstance(s, Mfma) for v in s.acc}
-    licm_keys = {}  # id(For) -> expr_keys of the computations hoisted out of it
-    for loop, _, _, key in licm:
-        licm_keys.setdefault(id(loop), set()).add(key)
 
-    store_addrs = []  # (first point of a run of LDS stores, this store's point, family)
-    top = []  # (point, statement) of the kernel body's own statements
+class _Linearisation:
+    """The body as a sequence of points, one per statement: (registers read, registers
+    defined, temporaries), with loops recorded as spans of points."""
 
-    point_of = {}  # id(statement) -> its point
+    def __init__(self, kernel, env, uni, alias, needed, licm, mfma_acc):
+        self.kernel, self.env, self.uni, self.alias, self.needed = kernel, env, uni, alias, needed
+        self.points = []
+        self.kinds = []      # the statement type of each point
+        self.loops = []      # (first, last) point of every loop of more than one trip
+        self.k_loops = []    # every For's span, one-trip ones too (the MFMA form is chosen on the IR)
+        self.loop_point = {}  # id(For) -> its first point (the hoisting rule names loops)
+        self.store_addrs = []  # (first point of a run of LDS stores, this store's point, family)
+        self.top = []        # (point, statement) of the kernel body's own statements
+        self.point_of = {}   # id(statement) -> its point
+        self.mfma_acc = mfma_acc  # MFMA accumulators: a constant start still takes registers
+        self.licm_keys = {}  # id(For) -> expr_keys of the computations hoisted out of it
+        for loop, _, _, key in licm:
+            self.licm_keys.setdefault(id(loop), set()).add(key)
 
-    def lin(body, skip=frozenset(), depth=0):
+    def add(self, body, skip=frozenset(), depth=0):
+        points, kinds, alias, uni = self.points, self.kinds, self.alias, self.uni
         run = None
         for s in body:
-            point_of[id(s)] = len(points)
+            self.point_of[id(s)] = len(points)
             if depth == 0:
-                top.append((len(points), s))
+                self.top.append((len(points), s))
             run = (len(points) if run is None else run) if isinstance(s, LdsStore) else None
             if run is not None:
                 fam = _store_address(s.index, uni, skip)
                 if fam is not None:
-                    store_addrs.append((run, len(points), fam))
+                    self.store_addrs.append((run, len(points), fam))
             reads = set()
             for e in stmt_exprs(s):
-                _reads(e, env, kernel, reads)
+                _reads(e, self.env, self.kernel, reads)
             reads = {alias.get(r, r) for r in reads}
             if stmt_defs(s) and not isinstance(s, For) and \
-                    not any(v.name in needed for v in stmt_defs(s)):
+                    not any(v.name in self.needed for v in stmt_defs(s)):
                 points.append((set(), set(), 0))  # dead: LLVM removes it (the point stays
                 kinds.append(type(s))              # so statement counts index points)
                 continue
             temps = sum(_temps(e, uni, skip) for e in stmt_exprs(s))
-            defs = {alias.get(v.name, v.name) for v in stmt_defs(s) if v.name in needed}
+            defs = {alias.get(v.name, v.name) for v in stmt_defs(s) if v.name in self.needed}
             if isinstance(s, Assign) and isinstance(s.value, Const) and \
-                    s.dst.name not in mfma_acc:
+                    s.dst.name not in self.mfma_acc:
                 defs = set()  # a constant: propagated into its uses (see the docstring)
             points.append((reads, defs, temps))
             kinds.append(type(s))
             if isinstance(s, For):
                 start = len(points) - 1
-                loop_point[id(s)] = start  # the hoisting rule names loops, not points
-                lin(s.body, skip | licm_keys.get(id(s), frozenset()), depth + 1)
-                k_loops.append((start, len(points) - 1))
+                self.loop_point[id(s)] = start
+                self.add(s.body, skip | self.licm_keys.get(id(s), frozenset()), depth + 1)
+                self.k_loops.append((start, len(points) - 1))
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
-                    loops.append((start, len(points) - 1))
+                    self.loops.append((start, len(points) - 1))
             elif isinstance(s, If):
-                lin(s.then, skip, depth + 1)
-                lin(s.orelse, skip, depth + 1)
+                self.add(s.then, skip, depth + 1)
+                self.add(s.orelse, skip, depth + 1)
 
-    lin(body)
-    hoisted = _hoisted_lds_reads(body, alias)
-    # MFMA K loops: (loop span, first LDS fragment read of its body); LdsLoad destinations
-    frag_regs, mfma_loops = set(), []
-    for s in walk(body):
-        if isinstance(s, LdsLoad):
-            frag_regs |= {alias.get(v.name, v.name) for v in s.dsts}
-    for a, b in loops:
-        span = range(a + 1, b + 1)
-        if any(kinds[i] is Mfma for i in span) and _mfma_runs(kinds, span) == 1:
-            first = next((i for i in span if kinds[i] is LdsLoad), None)
-            mfma_loops.append(((a, b), b + 1 if first is None else first))
+    def loop_span(self, loop) -> tuple:
+        return next(span for span in self.loops if span[0] == self.loop_point[id(loop)])
+
+
+def _live_ranges(points, loops) -> dict:
+    """name -> [first point, last point] it is live, from its definitions and reads,
+    extended across the loops that read it (live through, or loop-carried) until no
+    range moves."""
     first_def, last_use, first_use = {}, {}, {}
     for i, (reads, defs, _) in enumerate(points):
         for r in reads:
@@ -364,6 +385,25 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi
                     changed = True
+    return ranges
+
+
+def _mfma_loops(lin: _Linearisation) -> list:
+    """MFMA K loops: (loop span, first LDS fragment read of its body)."""
+    out = []
+    for a, b in lin.loops:
+        span = range(a + 1, b + 1)
+        if any(lin.kinds[i] is Mfma for i in span) and _mfma_runs(lin.kinds, span) == 1:
+            first = next((i for i in span if lin.kinds[i] is LdsLoad), None)
+            out.append(((a, b), b + 1 if first is None else first))
+    return out
+
+
+def _hipcc_ranges(body, lin: _Linearisation, ranges: dict, alias, licm, mfma_loops) -> set:
+    """Adjusts ``ranges`` for what hipcc does beyond the plain live-range rule (vector
+    registers freed together, hoisted LDS reads and loop invariants, store addresses
+    computed ahead, interleaved and sunk fragment reads, MFMA fragment reads issued
+    first); returns the names of the registers that hoisting adds."""
     for s in walk(body):  # a vector load's registers are one tuple: freed together
         if isinstance(s, (Load, LdsLoad)) and len(s.dsts) > 1:
             group = [alias.get(v.name, v.name) for v in s.dsts]
@@ -372,52 +412,40 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
                 hi = max(ranges[g][1] for g in group)
                 for g in group:
                     ranges[g][1] = hi
-    for name, (loop, copies) in hoisted.items():  # LICM'd LDS reads: live over the loop
-        a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
+    for name, (loop, copies) in _hoisted_lds_reads(body, alias).items():
+        a, b = lin.loop_span(loop)  # LICM'd LDS reads: live over the loop
         for c in range(copies):
             key = name if c == 0 else f"{name}#unrolled{c}"
             lo, hi = ranges.get(name, [a, b])
             ranges[key] = [min(lo, a), max(hi, b)]
     licm_regs = set()
-    for run, at, fam in store_addrs:  # a run's store addresses, computed before it
+    for run, at, fam in lin.store_addrs:  # a run's store addresses, computed before it
         name = f"st:{run}:{fam}"
         licm_regs.add(name)
         r = ranges.setdefault(name, [run, at])
         r[1] = max(r[1], at)
     for loop, fam, reg, _ in licm:  # LICM'd computations: live over their loop
-        a, b = next(span for span in loops if span[0] == loop_point[id(loop)])
+        a, b = lin.loop_span(loop)
         if reg is None:
             reg = f"licm:{id(loop)}:{fam}"
             licm_regs.add(reg)
         r = ranges.setdefault(reg, [a, b])
         r[0], r[1] = min(r[0], a), max(r[1], b)
     for loop in _interleaved_loops(body):  # hipcc interleaves reads with FMAs
-        _cap_fragment_reads(loop, point_of, points, ranges, alias, FRAGMENT_CAP)
-    for run, at in _sunk_tile_reads(top):  # FMAs sunk past the barrier: reads live to it
+        _cap_fragment_reads(loop, lin.point_of, lin.points, ranges, alias, FRAGMENT_CAP)
+    for run, at in _sunk_tile_reads(lin.top):  # FMAs sunk past the barrier: reads live to it
         for s in run:
             for v in s.dsts:
                 r = ranges.get(alias.get(v.name, v.name))
                 if r is not None:
                     r[1] = max(r[1], at)
+    frag_regs = {alias.get(v.name, v.name) for s in walk(body) if isinstance(s, LdsLoad)
+                 for v in s.dsts}
     for (a, b), first_frag in mfma_loops:  # hipcc issues a K tile's fragment reads first
         for name, r in ranges.items():
             if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
                 r[0] = first_frag
-    has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
-    in_agprs = _agpr_accumulators(kernel, arch, ranges, k_loops)
-    inside = set()  # points where those accumulators sit in AGPRs, not VGPRs
-    for (a, b), _ in mfma_loops:
-        inside.update(range(a + 1, b + 1))
-    best = 0
-    for i, (_, _, temps) in enumerate(points):
-        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi
-                   and (is_vgpr(name) or name in licm_regs)
-                   and name not in in_agprs)
-        best = max(best, live + temps)
-    vgprs = best + 1 + (1 if has_global else 0)
-    if not in_agprs:
-        return vgprs
-    return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
+    return licm_regs
 
 
 #: the fraction of a K tile's fragment registers hipcc keeps live at once in a K loop it

@@ -247,7 +247,19 @@ class _Launch:
 
     def __init__(self, kernel, arch, prog, inputs, scalars, occ, random_fill=True):
         self.kernel, self.arch, self.prog = kernel, arch, prog
-        W = arch.wave_size
+        self._bind_constants(scalars)
+        self._fill_memory(inputs or {}, random_fill)
+        lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
+        self.lds_tab = lds_tab
+        self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
+        self.tables = E.Prog(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
+                             self.iconst_reg, self.iconst_val, self.buf_tab, lds_tab, self.group_of,
+                             self.n_groups, self.group_lanes)
+        self.params = self._params(occ, nlf, nli)
+
+    def _bind_constants(self, scalars) -> None:
+        """The constant registers: the program's literals and the kernel's scalar arguments."""
+        kernel, prog = self.kernel, self.prog
         scalars = dict(scalars or {})
         for p in kernel.scalars:
             if p.name not in scalars:
@@ -263,8 +275,13 @@ class _Launch:
         self.fconst_val = np.array(list(fregs.values()), np.float32)
         self.iconst_reg = np.array(list(iregs.keys()), np.int64)
         self.iconst_val = np.array(list(iregs.values()), np.int32)
+
+    def _fill_memory(self, inputs: dict, random_fill: bool) -> None:
+        """Global memory: every buffer at its aligned offset, given inputs copied in (a
+        ``Partial`` at its elements only), other inputs drawn uniformly in [-1, 1) (i32: 0
+        to 15) unless ``random_fill`` is off, outputs zero."""
+        kernel = self.kernel
         # global memory: f32/f16 buffers in one float32 array, i32 in one int32 array
-        inputs = inputs or {}
         rng = np.random.default_rng(0)
         buf_tab, nf, ni = _memory_table(kernel.buffers, BUFFER_ALIGN, start=BUFFER_ALIGN,
                                         gap=BUFFER_ALIGN)
@@ -312,12 +329,11 @@ class _Launch:
             else:
                 self.gmem_f[off:off + b.size] = flat
         self.buf_tab = buf_tab
-        lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
-        self.lds_tab = lds_tab
-        self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
-        self.tables = E.Prog(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
-                             self.iconst_reg, self.iconst_val, buf_tab, lds_tab, self.group_of,
-                             self.n_groups, self.group_lanes)
+
+    def _params(self, occ, nlf: int, nli: int) -> "E.Params":
+        """The engine's parameter record: the arch's timing figures, this launch's sizes,
+        and each CU's share of the bandwidths of the memory level the footprint lands in."""
+        kernel, arch, prog = self.kernel, self.arch, self.prog
         # parameters: one typed record (``engine.Params``); ints stay Python ints, cycle
         # costs per line Python floats, so Numba sees one fixed record type
         l1_lines = arch.l1_bytes // arch.l1_line_bytes
@@ -338,8 +354,8 @@ class _Launch:
                          arch.l1_bytes_per_clk_per_cu)
         hbmw_bpc_cu = min(arch.memory_bytes_per_s(self.level, True) / clk / active_cus,
                           arch.l1_bytes_per_clk_per_cu)
-        self.params = E.Params(
-            W=int(W), block=int(kernel.block), grid=int(kernel.grid), nsimd=int(arch.simds_per_cu),
+        return E.Params(
+            W=int(arch.wave_size), block=int(kernel.block), grid=int(kernel.grid), nsimd=int(arch.simds_per_cu),
             period=int(arch.issue_period_cycles), valu=int(arch.valu_cycles), nf=int(prog.nf),
             ni=int(prog.ni), depth=int(prog.depth), nlf=int(nlf), nli=int(nli),
             wgs=int(occ.workgroups_per_cu), wpw=int(occ.waves_per_workgroup),

@@ -45,48 +45,68 @@ def _reg_dtype(mem_dtype: str) -> str:
 def validate(kernel, arch=DEFAULT_ARCH, scalars: dict | None = None) -> None:
     """Raises ``KernelError`` for the first impossible thing in ``kernel``."""
     arch = get_arch(arch)
-    k = kernel
-    if k.grid <= 0:
-        raise KernelError(f"{k.name}: grid must be > 0 workgroups, got {k.grid}; launch at least one")
-    if k.block <= 0:
-        raise KernelError(f"{k.name}: block must be > 0 threads, got {k.block}")
-    if k.block > arch.max_block_threads:
-        raise KernelError(f"{k.name}: block of {k.block} threads exceeds the limit of "
+    _check_launch(kernel, arch)
+    buffers = {b.name: b for b in kernel.buffers}
+    lds = {a.name: a for a in kernel.lds}
+    types = _RegisterTypes(kernel)
+    for i, s in enumerate(walk(kernel.body)):
+        _check_statement(kernel, arch, s, f"statement {i}, {type(s).__name__}", types,
+                         buffers, lds)
+    _check_defined(kernel)
+    uni = Uniformity(kernel.body)
+    _check_barriers(kernel, uni)
+    _check_mfma_uniform(kernel, uni)
+    _check_alignment(kernel, arch, buffers, lds)
+    _check_bounds(kernel, arch, buffers, lds, scalars)
+
+
+def _check_launch(kernel, arch) -> None:
+    """The launch shape and the declared memory against the arch's limits and dtypes."""
+    if kernel.grid <= 0:
+        raise KernelError(f"{kernel.name}: grid must be > 0 workgroups, got {kernel.grid}; launch at least one")
+    if kernel.block <= 0:
+        raise KernelError(f"{kernel.name}: block must be > 0 threads, got {kernel.block}")
+    if kernel.block > arch.max_block_threads:
+        raise KernelError(f"{kernel.name}: block of {kernel.block} threads exceeds the limit of "
                           f"{arch.max_block_threads}; use a smaller workgroup and a larger grid")
-    if k.lds_bytes > arch.lds_bytes_per_workgroup:
-        raise KernelError(f"{k.name}: LDS use {k.lds_bytes} B exceeds the {arch.name} limit of "
+    if kernel.lds_bytes > arch.lds_bytes_per_workgroup:
+        raise KernelError(f"{kernel.name}: LDS use {kernel.lds_bytes} B exceeds the {arch.name} limit of "
                           f"{arch.lds_bytes_per_workgroup} B per workgroup; shrink the tiles")
-    buffers = {b.name: b for b in k.buffers}
-    lds = {a.name: a for a in k.lds}
-    scalar_decl = {p.name: p for p in k.scalars}
-    for p in k.params:
+    for p in kernel.params:
         if isinstance(p, Buffer) and p.dtype not in ("f32", "f16", "i32"):
-            raise KernelError(f"{k.name}: buffer {p.name!r} has unsupported dtype {p.dtype!r}; use f32, f16 or i32")
-    for a in k.lds:
+            raise KernelError(f"{kernel.name}: buffer {p.name!r} has unsupported dtype {p.dtype!r}; use f32, f16 or i32")
+    for a in kernel.lds:
         if a.dtype not in ("f32", "f16", "i32"):
-            raise KernelError(f"{k.name}: LDS array {a.name!r} has unsupported dtype {a.dtype!r}")
+            raise KernelError(f"{kernel.name}: LDS array {a.name!r} has unsupported dtype {a.dtype!r}")
 
-    # ---------------------------------------------------------------- names and dtypes
-    dtypes: dict = {}
 
-    def check_var(v: Var, where: str):
-        old = dtypes.setdefault(v.name, v.dtype)
+class _RegisterTypes:
+    """One dtype per register name across the kernel, and well-typed expressions."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.dtypes: dict = {}
+        self.scalar_decl = {p.name: p for p in kernel.scalars}
+
+    def check_var(self, v: Var, where: str):
+        old = self.dtypes.setdefault(v.name, v.dtype)
         if old != v.dtype:
-            raise KernelError(f"{k.name}: register {v.name!r} is used as {old} and as {v.dtype} "
+            raise KernelError(f"{self.kernel.name}: register {v.name!r} is used as {old} and as {v.dtype} "
                               f"({where}); give each dtype its own register")
 
-    def check_expr(e, where: str):
+    def check_expr(self, e, where: str):
+        name, scalar_decl = self.kernel.name, self.scalar_decl
         stack = [e]
         while stack:
             x = stack.pop()
             if isinstance(x, Var):
-                check_var(x, where)
+                self.check_var(x, where)
             elif isinstance(x, ScalarRef):
                 if x.name not in scalar_decl:
-                    raise KernelError(f"{k.name}: scalar {x.name!r} is read ({where}) but not a "
+                    raise KernelError(f"{name}: scalar {x.name!r} is read ({where}) but not a "
                                       f"parameter; add Scalar({x.name!r}) to params")
                 if scalar_decl[x.name].dtype != x.dtype:
-                    raise KernelError(f"{k.name}: scalar {x.name!r} is {scalar_decl[x.name].dtype} "
+                    raise KernelError(f"{name}: scalar {x.name!r} is {scalar_decl[x.name].dtype} "
                                       f"but read as {x.dtype} ({where})")
             elif isinstance(x, BinOp):
                 stack += [x.a, x.b]
@@ -95,84 +115,83 @@ def validate(kernel, arch=DEFAULT_ARCH, scalars: dict | None = None) -> None:
             elif isinstance(x, Fma):
                 for y in (x.a, x.b, x.c):
                     if y.dtype != "f32":
-                        raise KernelError(f"{k.name}: fma operands must be f32 ({where}); cast them")
+                        raise KernelError(f"{name}: fma operands must be f32 ({where}); cast them")
                 stack += [x.a, x.b, x.c]
             elif isinstance(x, Select):
                 stack += [x.cond, x.a, x.b]
 
-    def check_vector(n: int, where: str):
-        if n not in (1, 2, 4):
-            raise KernelError(f"{k.name}: vector width {n} ({where}) is not 1, 2 or 4; split the access")
 
-    for i, s in enumerate(walk(k.body)):
-        where = f"statement {i}, {type(s).__name__}"
-        for e in stmt_exprs(s):
-            check_expr(e, where)
-        if isinstance(s, Assign):
-            check_var(s.dst, where)
-            if s.dst.dtype != s.value.dtype:
-                raise KernelError(f"{k.name}: {where} assigns a {s.value.dtype} value to {s.dst.dtype} "
-                                  f"register {s.dst.name!r}; wrap the value in cast()")
-        elif isinstance(s, For):
-            check_var(s.var, where)
-            if s.var.dtype != "i32" or s.start.dtype != "i32" or s.stop.dtype != "i32":
-                raise KernelError(f"{k.name}: loop {s.var.name!r} ({where}) needs an i32 counter and bounds")
-            if int(s.step) <= 0:
-                raise KernelError(f"{k.name}: loop {s.var.name!r} has step {s.step}; only positive steps are supported")
-        elif isinstance(s, If):
-            if s.cond.dtype != "i32":
-                raise KernelError(f"{k.name}: {where} condition is {s.cond.dtype}; compare it to get an i32 truth value")
-        elif isinstance(s, (Load, Store, LdsLoad, LdsStore)):
-            if isinstance(s, (Load, Store)):
-                name, table, what = s.buffer, buffers, "buffer"
-                missing = "which is not a parameter; declare it in params"
-            else:
-                name, table, what = s.array, lds, "LDS array"
-                missing = "which is not declared; add it to Kernel.lds"
-            if name not in table:
-                raise KernelError(f"{k.name}: {where} uses {what} {name!r}, {missing}")
-            mem = table[name]
-            load = isinstance(s, (Load, LdsLoad))
-            regs = s.dsts if load else s.values
-            check_vector(len(regs), where)
-            if s.index.dtype != "i32":
-                raise KernelError(f"{k.name}: {where} index is {s.index.dtype}; indices must be i32")
-            for r in regs:
-                if load:
-                    if not isinstance(r, Var):
-                        raise KernelError(f"{k.name}: {where} loads into {type(r).__name__}; destinations must be Var")
-                    check_var(r, where)
-                if r.dtype != _reg_dtype(mem.dtype):
-                    raise KernelError(f"{k.name}: {where} moves {r.dtype} through {mem.dtype} {what} "
-                                      f"{name!r}; use {_reg_dtype(mem.dtype)} registers or cast()")
-            # reading an "out" buffer is legal (read-modify-write); HIP allows it
-        elif isinstance(s, Shuffle):
-            check_var(s.dst, where)
-            if s.mode not in SHUFFLE_MODES:
-                raise KernelError(f"{k.name}: {where} has shuffle mode {s.mode!r}; use 'xor' or 'down'")
-            if not (0 <= int(s.offset) < arch.wave_size):
-                raise KernelError(f"{k.name}: {where} shuffle offset {s.offset} is outside 0..{arch.wave_size - 1}")
-            if s.dst.dtype != s.value.dtype:
-                raise KernelError(f"{k.name}: {where} shuffles a {s.value.dtype} into {s.dst.dtype} "
-                                  f"register {s.dst.name!r}")
-        elif isinstance(s, WaveReduce):
-            check_var(s.dst, where)
-            if s.op not in REDUCE_OPS:
-                raise KernelError(f"{k.name}: {where} reduction {s.op!r} is not one of {REDUCE_OPS}")
-            if s.dst.dtype != s.value.dtype:
-                raise KernelError(f"{k.name}: {where} reduces a {s.value.dtype} into {s.dst.dtype} "
-                                  f"register {s.dst.name!r}")
-        elif isinstance(s, Mfma):
-            _check_mfma(k, arch, s, where, check_var)
-        elif not isinstance(s, Barrier):
-            raise KernelError(f"{k.name}: {where} is not a statement the simulator knows")
+def _check_statement(kernel, arch, s, where: str, types: _RegisterTypes, buffers: dict,
+                     lds: dict) -> None:
+    """One statement: its expressions, its registers' dtypes and its own rules."""
+    check_var = types.check_var
+    for e in stmt_exprs(s):
+        types.check_expr(e, where)
+    if isinstance(s, Assign):
+        check_var(s.dst, where)
+        if s.dst.dtype != s.value.dtype:
+            raise KernelError(f"{kernel.name}: {where} assigns a {s.value.dtype} value to {s.dst.dtype} "
+                              f"register {s.dst.name!r}; wrap the value in cast()")
+    elif isinstance(s, For):
+        check_var(s.var, where)
+        if s.var.dtype != "i32" or s.start.dtype != "i32" or s.stop.dtype != "i32":
+            raise KernelError(f"{kernel.name}: loop {s.var.name!r} ({where}) needs an i32 counter and bounds")
+        if int(s.step) <= 0:
+            raise KernelError(f"{kernel.name}: loop {s.var.name!r} has step {s.step}; only positive steps are supported")
+    elif isinstance(s, If):
+        if s.cond.dtype != "i32":
+            raise KernelError(f"{kernel.name}: {where} condition is {s.cond.dtype}; compare it to get an i32 truth value")
+    elif isinstance(s, (Load, Store, LdsLoad, LdsStore)):
+        _check_access(kernel, s, where, check_var, buffers, lds)
+    elif isinstance(s, Shuffle):
+        check_var(s.dst, where)
+        if s.mode not in SHUFFLE_MODES:
+            raise KernelError(f"{kernel.name}: {where} has shuffle mode {s.mode!r}; use 'xor' or 'down'")
+        if not (0 <= int(s.offset) < arch.wave_size):
+            raise KernelError(f"{kernel.name}: {where} shuffle offset {s.offset} is outside 0..{arch.wave_size - 1}")
+        if s.dst.dtype != s.value.dtype:
+            raise KernelError(f"{kernel.name}: {where} shuffles a {s.value.dtype} into {s.dst.dtype} "
+                              f"register {s.dst.name!r}")
+    elif isinstance(s, WaveReduce):
+        check_var(s.dst, where)
+        if s.op not in REDUCE_OPS:
+            raise KernelError(f"{kernel.name}: {where} reduction {s.op!r} is not one of {REDUCE_OPS}")
+        if s.dst.dtype != s.value.dtype:
+            raise KernelError(f"{kernel.name}: {where} reduces a {s.value.dtype} into {s.dst.dtype} "
+                              f"register {s.dst.name!r}")
+    elif isinstance(s, Mfma):
+        _check_mfma(kernel, arch, s, where, check_var)
+    elif not isinstance(s, Barrier):
+        raise KernelError(f"{kernel.name}: {where} is not a statement the simulator knows")
 
-    _check_defined(k)
-    uni = Uniformity(k.body)
-    _check_barriers(k, uni)
-    _check_mfma_uniform(k, uni)
-    _check_alignment(k, arch, buffers, lds)
-    _check_bounds(k, arch, buffers, lds, scalars)
+
+def _check_access(kernel, s, where: str, check_var, buffers: dict, lds: dict) -> None:
+    """A global or LDS load/store: a declared memory, a vector width of 1, 2 or 4, an i32
+    index and registers of the memory's register dtype."""
+    if isinstance(s, (Load, Store)):
+        name, table, what = s.buffer, buffers, "buffer"
+        missing = "which is not a parameter; declare it in params"
+    else:
+        name, table, what = s.array, lds, "LDS array"
+        missing = "which is not declared; add it to Kernel.lds"
+    if name not in table:
+        raise KernelError(f"{kernel.name}: {where} uses {what} {name!r}, {missing}")
+    mem = table[name]
+    load = isinstance(s, (Load, LdsLoad))
+    regs = s.dsts if load else s.values
+    if len(regs) not in (1, 2, 4):
+        raise KernelError(f"{kernel.name}: vector width {len(regs)} ({where}) is not 1, 2 or 4; split the access")
+    if s.index.dtype != "i32":
+        raise KernelError(f"{kernel.name}: {where} index is {s.index.dtype}; indices must be i32")
+    for r in regs:
+        if load:
+            if not isinstance(r, Var):
+                raise KernelError(f"{kernel.name}: {where} loads into {type(r).__name__}; destinations must be Var")
+            check_var(r, where)
+        if r.dtype != _reg_dtype(mem.dtype):
+            raise KernelError(f"{kernel.name}: {where} moves {r.dtype} through {mem.dtype} {what} "
+                              f"{name!r}; use {_reg_dtype(mem.dtype)} registers or cast()")
+    # reading an "out" buffer is legal (read-modify-write); HIP allows it
 
 
 def _check_defined(k):

@@ -17,6 +17,9 @@ from compiler.ir import errorbound, numerics
 from compiler.cli.commands import verify
 from compiler.frontends.onnx import load_onnx
 from compiler.ir.graph import Graph
+from compiler.ir.ops import OPS
+from gpusim import engine
+from gpusim import program as P
 from compiler.ir.reference import evaluate, random_inputs
 
 DATA = "tests/data"
@@ -169,13 +172,51 @@ def test_every_unary_rule_bounds_a_perturbed_input(kind):
     x = rng.uniform(0.2, 3.0, 200)
     s = np.full_like(x, 1e-4)
     dx = rng.choice([-1.0, 1.0], x.shape) * 1e-4
-    f = {"neg": np.negative, "relu": lambda v: np.maximum(v, 0), "sqrt": np.sqrt,
-         "reciprocal": lambda v: 1 / v, "rsqrt": lambda v: 1 / np.sqrt(v), "exp": np.exp,
-         "log": np.log, "tanh": np.tanh, "erf": ERF,
-         "sigmoid": lambda v: 1 / (1 + np.exp(-v))}[kind]
+    code = P.IR_UNARY[OPS[kind].ir].engine  # the op's formula in float64 (the simulator's)
+    f = np.vectorize(lambda v: engine.fun(code, float(v)), otypes=[np.float64])
     moved = np.abs(f(x + dx) - f(x))
     assert np.all(moved <= errorbound._unary(kind, x, s, 1.0) * (1 + 1e-9))
 
 
 def test_lam_grows_with_the_number_of_compared_elements():
     assert 6 < errorbound.lam(1) < errorbound.lam(10**6) < 9
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), kind=st.sampled_from(["reduce_prod", "reduce_min",
+                                                         "reduce_max", "reduce_sum"]),
+       axes=st.sampled_from([(2,), (1, 2), (0, 2)]), keepdims=st.booleans())
+def test_every_reduction_rule_bounds_the_f32_reference_against_float64(seed, kind, axes,
+                                                                       keepdims):
+    """reduce_prod and reduce_min have rules of their own (a product's error through the
+    other terms, a minimum's chosen element); over an erring input (exp) every reduction's
+    scale covers the f32 reference's distance from the float64 value."""
+    rng = np.random.default_rng(seed)
+    g = Graph("reduce")
+    x = g.input("x", (3, 5, 16))
+    g.output(g.reduce(kind, g.unary("exp", x), axes, keepdims))
+    xv = rng.uniform(-0.3, 0.3, (3, 5, 16)).astype(np.float32)
+    out, scales = errorbound.evaluate_with_scales(g, {"x": xv})
+    f64 = {"reduce_prod": np.prod, "reduce_min": np.min, "reduce_max": np.max,
+           "reduce_sum": np.sum}[kind]
+    exact = f64(np.exp(xv.astype(np.float64)), axis=axes, keepdims=keepdims)
+    name = g.outputs[0]
+    err = np.abs(out[name].astype(np.float64) - exact)
+    bound = errorbound.lam(exact.size) * scales[name]
+    assert err.shape == bound.shape
+    assert np.all(err <= bound), float((err / bound).max())
+
+
+def test_a_product_with_a_zero_term_keeps_the_zero_terms_error():
+    """d prod / d x_i is the product of the other terms: a term that is zero (exp(0) - 1,
+    which carries exp's rounding) passes its error on, scaled by the others' product,
+    where r / x_i would be 0/0."""
+    g = Graph("prod")
+    x = g.input("x", (1, 4))
+    t = g.sub(g.unary("exp", x), g.constant(np.array([[1, 0, 0, 0]], np.float32)))
+    g.output(g.reduce("reduce_prod", t, (1,), True))
+    xv = np.array([[0.0, 0.5, 1.0, 1.5]], np.float32)
+    out, scales = errorbound.evaluate_with_scales(g, {"x": xv}, keep=[t.name])
+    assert out[g.outputs[0]][0, 0] == 0.0
+    others = float(np.prod(np.exp(xv[0, 1:].astype(np.float64))))
+    assert scales[g.outputs[0]][0, 0] == pytest.approx(others * scales[t.name][0, 0])

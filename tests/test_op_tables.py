@@ -1,5 +1,6 @@
 """The op tables agree: every graph op (compiler/ir/ops.py ``OPS``) has its numpy function,
-its IR operator in the IR table (gpusim/program.py ``IR_UNARY``/``IR_BINARY``), and an
+its IR operator in the IR table (gpusim/program.py ``IR_UNARY``/``IR_BINARY``), an error
+propagation rule (compiler/ir/errorbound.py ``RULES``, which ``verify`` needs), and an
 ONNX converter or a stated reason; every IR operator has an engine opcode that the
 engine evaluates and a HIP spelling that the printer uses. Adding an op and forgetting a
 part fails here (the files to touch are listed in CONTRIBUTING.md, which
@@ -11,7 +12,7 @@ import pytest
 
 from codegen_hip.emit import emit_kernel
 from compiler.ir import graph as G
-from compiler.ir import reference
+from compiler.ir import errorbound, reference
 from compiler.frontends import onnx as onnx_frontend
 from compiler.lower import lower
 from compiler.lower.emitter import BINARY_IR, UNARY_IR
@@ -54,6 +55,35 @@ def test_every_graph_op_has_its_category_rule_and_numpy_function():
     for k in G.REDUCE:
         assert reference.REDUCE_FUNCS[k] is OPS[k].numpy, k
     assert set(UNARY_IR) == set(G.UNARY) and set(BINARY_IR) == set(G.BINARY)
+
+
+def test_every_graph_op_has_an_error_propagation_rule():
+    """``verify`` propagates a rounding-error scale through every op; a missing rule
+    would crash it on the first graph using the op."""
+    assert set(errorbound.RULES) == set(OPS), (
+        f"no rule: {sorted(set(OPS) - set(errorbound.RULES))}; "
+        f"rule for no op: {sorted(set(errorbound.RULES) - set(OPS))}")
+    import numpy as np
+    x = np.linspace(0.5, 2.0, 8)
+    for k in G.UNARY:   # the unary rule's two per-op tables: own rounding and derivative
+        assert errorbound.RULES[k] == "unary", k
+        assert k in errorbound._UNARY_ROUNDING, k
+        assert np.all(np.isfinite(errorbound._derivative(k, x))), k
+    for k in G.BINARY:
+        assert errorbound.RULES[k] == "binary", k
+        assert errorbound._binary(k, x, x, x, x, x).shape == x.shape, k
+    for k in G.COMPARE + G.LOGICAL + ("not",):
+        assert errorbound.RULES[k] == "exact", k
+
+
+def test_every_reduction_has_a_combine_in_the_lowering():
+    """The reduction lowering's per-op table: how two partials of each reduce op combine
+    (an IR binary operator) and, across lanes, which wave reduction does it."""
+    from compiler.lower import reduction
+    assert set(reduction.COMBINE) == set(G.REDUCE)
+    for k, combine in reduction.COMBINE.items():
+        assert combine in P.IR_BINARY, k
+        assert combine in reduction.LANE_KIND, k
 
 
 def test_every_graph_ops_ir_operator_is_in_the_ir_table():

@@ -123,13 +123,15 @@ class Attempt:
 
 @dataclass
 class Pairing:
-    """The outcome of pairing two parallel spaces: R keeps its root and space, O joins it."""
-    R: Group
-    O: Group
-    rel_R: dict
-    o_is_prod: bool | None   # None for siblings
+    """The outcome of pairing two parallel spaces: the keeper keeps its root and space, the
+    joiner joins it. ``keeper_partners``: each parallel loop of the keeper -> the joiner's
+    loop it pairs with, "serial" or None."""
+    keeper: Group
+    joiner: Group
+    keeper_partners: dict
+    joiner_is_producer: bool | None   # None for siblings
     notes: list
-    new_loops: int           # serial iterations per root row that O adds
+    new_loops: int           # serial iterations per root row that the joiner adds
 
 
 def _meets(dg: nx.DiGraph, starts: set, ends: set, skip=None) -> bool:
@@ -173,7 +175,7 @@ class FusionState:
     conditions: tuple = ()        # rule conditions before pairing, in order
     space_conditions: tuple = ()  # rule conditions after pairing, in order
     #: rules that can pair two spaces joined by a non-projected map (a reshape splitting
-    #: or merging dims), each proving the merge exact by its own means: (st, at) ->
+    #: or merging dims), each proving the merge exact by its own means: (state, attempt) ->
     #: Pairing, a reason string, or None when the rule does not apply
     reindexers: tuple = ()
     groups: dict = field(default_factory=dict)    # id -> Group
@@ -372,60 +374,63 @@ class FusionState:
         return rel_a, rel_b
 
     def pair(self, at: Attempt, links) -> Pairing | str:
-        """Chooses the root side R and checks that every parallel loop of either side has
+        """Chooses the root side (the keeper) and checks that every parallel loop of either side has
         a partner (or may be recomputed / run serially); a reason string when not."""
         g = self.graph
         prod, cons = at.prod, at.cons
         rel = self._relation(prod, cons, links)
         if isinstance(rel, str):
             return rel
-        rel_p, rel_c = rel
+        producer_partners, consumer_partners = rel
         pr, cr = at.kinds(g)
         if pr > cr or (pr == cr and pr > RootKind.ELEMENTWISE):
-            R, O, rel_R, rel_O, o_is_prod = prod, cons, rel_p, rel_c, False
+            keeper, joiner, joiner_is_producer = prod, cons, False
+            keeper_partners, joiner_partners = producer_partners, consumer_partners
         elif pr == cr == RootKind.ELEMENTWISE and math.prod(prod.psizes) > math.prod(cons.psizes):
-            R, O, rel_R, rel_O, o_is_prod = prod, cons, rel_p, rel_c, False
+            keeper, joiner, joiner_is_producer = prod, cons, False
+            keeper_partners, joiner_partners = producer_partners, consumer_partners
         else:
-            R, O, rel_R, rel_O, o_is_prod = cons, prod, rel_c, rel_p, True
+            keeper, joiner, joiner_is_producer = cons, prod, True
+            keeper_partners, joiner_partners = consumer_partners, producer_partners
         if at.sibling:
-            o_is_prod = None
+            joiner_is_producer = None
         notes = []
-        r_kind = g.op(R.root).kind
-        for kr in range(len(R.psizes)):
-            v = rel_R.get(kr)
+        r_kind = g.op(keeper.root).kind
+        for kr in range(len(keeper.psizes)):
+            v = keeper_partners.get(kr)
             if v == "serial":
-                return (f"parallel loop {kr} of {R.root} (extent {R.psizes[kr]}) is a "
+                return (f"parallel loop {kr} of {keeper.root} (extent {keeper.psizes[kr]}) is a "
                         f"serial/reduction loop on the other side")
             if v is None:
-                if o_is_prod and self.elementwise_only(O):
-                    notes.append(f"recomputed along loop {kr} (extent {R.psizes[kr]}, "
+                if joiner_is_producer and self.elementwise_only(joiner):
+                    notes.append(f"recomputed along loop {kr} (extent {keeper.psizes[kr]}, "
                                  f"broadcast)")
                 else:
-                    return (f"{O.root}'s side does not vary along parallel loop {kr} "
-                            f"of {R.root}: it would run redundantly per point")
+                    return (f"{joiner.root}'s side does not vary along parallel loop {kr} "
+                            f"of {keeper.root}: it would run redundantly per point")
         new_loops = 1
-        for ko in range(len(O.psizes)):
-            v = rel_O.get(ko)
+        for ko in range(len(joiner.psizes)):
+            v = joiner_partners.get(ko)
             if isinstance(v, int):
                 continue
-            if o_is_prod is None or R.kind(g) == RootKind.CONTRACTION:
-                return (f"parallel spaces differ: loop {ko} (extent {O.psizes[ko]}) of "
-                        f"{O.root} has no partner in {R.root}'s parallel space")
-            if O.kind(g) == RootKind.REDUCTION:
-                return (f"the two roots {R.root} and {O.root} have different parallel "
+            if joiner_is_producer is None or keeper.kind(g) == RootKind.CONTRACTION:
+                return (f"parallel spaces differ: loop {ko} (extent {joiner.psizes[ko]}) of "
+                        f"{joiner.root} has no partner in {keeper.root}'s parallel space")
+            if joiner.kind(g) == RootKind.REDUCTION:
+                return (f"the two roots {keeper.root} and {joiner.root} have different parallel "
                         f"spaces")
             if v == "serial":
-                notes.append(f"{O.root}'s loop {ko} (extent {O.psizes[ko]}) runs as the "
-                             f"serial loop {R.root} already has")
+                notes.append(f"{joiner.root}'s loop {ko} (extent {joiner.psizes[ko]}) runs as the "
+                             f"serial loop {keeper.root} already has")
                 continue
-            if o_is_prod:
-                return f"{O.root}'s loop {ko} has no partner in {R.root}"
-            if R.kind(g) == RootKind.ELEMENTWISE:
-                return f"{O.root} iterates loop {ko} that {R.root} does not have"
-            new_loops *= O.psizes[ko]
-            notes.append(f"{O.root}'s loop {ko} (extent {O.psizes[ko]}) becomes a serial "
+            if joiner_is_producer:
+                return f"{joiner.root}'s loop {ko} has no partner in {keeper.root}"
+            if keeper.kind(g) == RootKind.ELEMENTWISE:
+                return f"{joiner.root} iterates loop {ko} that {keeper.root} does not have"
+            new_loops *= joiner.psizes[ko]
+            notes.append(f"{joiner.root}'s loop {ko} (extent {joiner.psizes[ko]}) becomes a serial "
                          f"loop per {r_kind} row (parallelism lowered)")
-        return Pairing(R, O, rel_R, o_is_prod, notes, new_loops)
+        return Pairing(keeper, joiner, keeper_partners, joiner_is_producer, notes, new_loops)
 
     # ------------------------------------------------------------------ the cycle check
     def creates_cycle(self, prod: Group, cons: Group) -> bool:
@@ -442,26 +447,26 @@ class FusionState:
         is) a graph output. Ops (views included) and inputs only when ``with_ops``: they
         cost the group's size, the outputs only the edges leaving it (a 3000-op chain
         merges 3000 times)."""
-        g, R, O = self.graph, p.R, p.O
+        g, keeper, joiner = self.graph, p.keeper, p.joiner
 
         def inside(n):
-            return n in R.ops or n in O.ops
+            return n in keeper.ops or n in joiner.ops
 
-        outs = {e.src for e in R.out + O.out if not inside(e.dst)}
+        outs = {e.src for e in keeper.out + joiner.out if not inside(e.dst)}
         views = []
         # the members matter only to a contraction's tile (its one-to-one views)
-        members = (R.ops | O.ops) if g.op(R.root).is_contraction else R.ops
+        members = (keeper.ops | joiner.ops) if g.op(keeper.root).is_contraction else keeper.ops
         for src, o, chain in self.graph_outputs:
             if not inside(src):
                 continue
             if not chain:
                 outs.add(o)
-            elif group_writes_view(g, R.root, members, list(chain)):
+            elif group_writes_view(g, keeper.root, members, list(chain)):
                 outs.add(o)
                 views.extend(chain)
         ops, inputs = [], []
         if with_ops:
-            found = set(R.ops) | set(O.ops) | set(views)
+            found = set(keeper.ops) | set(joiner.ops) | set(views)
             for n in list(found):
                 op = g.op(n)
                 if not op.is_view:
@@ -472,7 +477,7 @@ class FusionState:
                 for i in g.op(n).inputs:
                     if i not in found and i not in inputs:
                         inputs.append(i)
-        return SimpleDispatch(f"{R.root}+{O.root}", R.root, ops, inputs,
+        return SimpleDispatch(f"{keeper.root}+{joiner.root}", keeper.root, ops, inputs,
                               sorted(outs, key=self.order.__getitem__))
 
     def schedule_reason(self, p: Pairing) -> str:
@@ -481,7 +486,7 @@ class FusionState:
         ``check``; past it every space but attention's, which fusion forms only by
         ``absorb``, holds a fallback point legal on every arch). Issue 16: a dispatch
         whose outputs shared no iteration space used to be formed and fail in ``tune``."""
-        kind = max(p.R.kind(self.graph), p.O.kind(self.graph))
+        kind = max(p.keeper.kind(self.graph), p.joiner.kind(self.graph))
         if kind == RootKind.CONTRACTION:
             # what an epilogue merge can change: the outputs (the GEMM's operands stay
             # its own, fusion never reaches them); a few index maps, no tables
@@ -544,9 +549,9 @@ class FusionState:
         if why:
             return False, f"the merged dispatch would have no legal schedule: {why}"
         self._commit(p)
-        space = "x".join(map(str, p.R.psizes)) or "1"
+        space = "x".join(map(str, p.keeper.psizes)) or "1"
         head = (f"{'siblings' if sibling else 'chained roots' if at.chained else 'fused'}"
-                f" over {p.R.root}'s parallel space ({space})")
+                f" over {p.keeper.root}'s parallel space ({space})")
         reason = "; ".join([head] + p.notes)
         for e in (record_edges if record_edges is not None else edges):
             pair = (e.src, e.dst) if isinstance(e, Edge) else e
@@ -560,43 +565,45 @@ class FusionState:
         self._commit(Pairing(keep, other, {}, True, [], 0))
 
     def _commit(self, p: Pairing) -> None:
-        """O's members join R, re-expressed over R's parallel space. When the pairing is
-        the identity and O is the larger side, O's containers are kept (relabelled as R)
+        """The joiner's members join the keeper, re-expressed over its parallel space. When
+        the pairing is the identity and the joiner is the larger side, the joiner's
+        containers are kept (relabelled as the keeper)
         so a long chain costs per merge the size of the small side only."""
-        R, O = p.R, p.O
-        o_id, o_key = O.id, (self.order[O.root], O.id)
-        inv = [p.rel_R.get(kr) if isinstance(p.rel_R.get(kr), int) else None
-               for kr in range(len(R.psizes))]
-        identity = len(O.psizes) == len(R.psizes) and inv == list(range(len(R.psizes)))
-        out = sorted(R.out + O.out, key=lambda e: e.idx)
-        n_roots, n_other = R.n_roots + O.n_roots, R.n_other + O.n_other
-        n_heavy = R.n_heavy + O.n_heavy
-        if identity and len(O.ops) > len(R.ops) and isinstance(self.owner, _Owners):
-            keep, small = O, R
-            keep.pmap.update(R.pmap)
-            keep.ops |= R.ops
-            keep.id, keep.root, keep.psizes = R.id, R.root, R.psizes
+        keeper, joiner = p.keeper, p.joiner
+        o_id, o_key = joiner.id, (self.order[joiner.root], joiner.id)
+        inv = [p.keeper_partners.get(kr) if isinstance(p.keeper_partners.get(kr), int) else None
+               for kr in range(len(keeper.psizes))]
+        identity = (len(joiner.psizes) == len(keeper.psizes)
+                    and inv == list(range(len(keeper.psizes))))
+        out = sorted(keeper.out + joiner.out, key=lambda e: e.idx)
+        n_roots, n_other = keeper.n_roots + joiner.n_roots, keeper.n_other + joiner.n_other
+        n_heavy = keeper.n_heavy + joiner.n_heavy
+        if identity and len(joiner.ops) > len(keeper.ops) and isinstance(self.owner, _Owners):
+            keep, small = joiner, keeper
+            keep.pmap.update(keeper.pmap)
+            keep.ops |= keeper.ops
+            keep.id, keep.root, keep.psizes = keeper.id, keeper.root, keeper.psizes
         else:
-            keep, small = R, O
-            for o in O.ops:
-                pm = O.pmap[o]
-                R.pmap[o] = tuple(pm[i] if i is not None else None for i in inv)
-            R.ops |= O.ops
+            keep, small = keeper, joiner
+            for o in joiner.ops:
+                pm = joiner.pmap[o]
+                keeper.pmap[o] = tuple(pm[i] if i is not None else None for i in inv)
+            keeper.ops |= joiner.ops
         keep.out = [e for e in out if e.dst not in keep.ops]
         keep.n_roots, keep.n_other, keep.n_heavy = n_roots, n_other, n_heavy
         del self.groups[o_id]
-        self.groups[R.id] = keep
+        self.groups[keeper.id] = keep
         for o in small.ops:
-            self.owner[o] = R.id
+            self.owner[o] = keeper.id
         i = bisect.bisect_left(self._sorted, o_key)
         if i < len(self._sorted) and self._sorted[i] == o_key:
             del self._sorted[i]
         if self._dg is not None:
             dg = self._dg
             for u in list(dg.predecessors(o_id)):
-                if u != R.id:
-                    dg.add_edge(u, R.id)
+                if u != keeper.id:
+                    dg.add_edge(u, keeper.id)
             for v in list(dg.successors(o_id)):
-                if v != R.id:
-                    dg.add_edge(R.id, v)
+                if v != keeper.id:
+                    dg.add_edge(keeper.id, v)
             dg.remove_node(o_id)

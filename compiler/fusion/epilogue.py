@@ -89,36 +89,36 @@ def reindex(st: FusionState, at: Attempt):
     consumer's elements are the result's one-to-one; a reason when they are not; None
     when this is not such a merge."""
     g = st.graph
-    R, O = at.prod, at.cons
-    if at.sibling or R.kind(g) != C or O.kind(g) != RootKind.ELEMENTWISE or \
-            not st.elementwise_only(O):
+    keeper, joiner = at.prod, at.cons
+    if at.sibling or keeper.kind(g) != C or joiner.kind(g) != RootKind.ELEMENTWISE or \
+            not st.elementwise_only(joiner):
         return None
     for e in at.edges:
         if e.opaque and (not g.op(e.dst).is_elementwise or not e.views or
                          any(g.op(v).kind not in ("reshape", "transpose") for v in e.views)):
             return None
-    if math.prod(O.psizes) != math.prod(R.psizes):
-        return (f"{O.root} iterates {math.prod(O.psizes)} points, the contraction "
-                f"{math.prod(R.psizes)}: not one epilogue evaluation per accumulator")
-    root_t = g.op(R.root).type
-    tab = root_tables(g, R.root, set(R.ops) | set(O.ops)).get(O.root)
+    if math.prod(joiner.psizes) != math.prod(keeper.psizes):
+        return (f"{joiner.root} iterates {math.prod(joiner.psizes)} points, the contraction "
+                f"{math.prod(keeper.psizes)}: not one epilogue evaluation per accumulator")
+    root_t = g.op(keeper.root).type
+    tab = root_tables(g, keeper.root, set(keeper.ops) | set(joiner.ops)).get(joiner.root)
     if not is_permutation(tab, root_t.size):
-        return (f"{O.root} does not hold the contraction's elements one-to-one through "
+        return (f"{joiner.root} does not hold the contraction's elements one-to-one through "
                 f"the views, so the tile cannot compute it")
     coords = np.unravel_index(as_array(tab), root_t.shape)
-    o_shape = g.op(O.root).type.shape
-    rel_R = {}
-    for kr, loop in enumerate(R.pmap[R.root]):
-        dr = ix.result_map(g.op(R.root), g).index(loop)
-        for ko, lo in enumerate(O.pmap[O.root]):
+    o_shape = g.op(joiner.root).type.shape
+    keeper_partners = {}
+    for kr, loop in enumerate(keeper.pmap[keeper.root]):
+        dr = ix.result_map(g.op(keeper.root), g).index(loop)
+        for ko, lo in enumerate(joiner.pmap[joiner.root]):
             if lo is None or o_shape[lo] != root_t.shape[dr]:
                 continue
             along = np.arange(o_shape[lo]).reshape([-1 if i == lo else 1
                                                     for i in range(len(o_shape))])
             if np.array_equal(coords[dr], np.broadcast_to(along, o_shape)):
-                rel_R[kr] = ko
+                keeper_partners[kr] = ko
                 break
-    return Pairing(R, O, rel_R, False,
+    return Pairing(keeper, joiner, keeper_partners, False,
                    ["written through the reshape's re-indexing (split/merged dims)"], 1)
 
 

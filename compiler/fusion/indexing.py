@@ -141,8 +141,8 @@ def view_map(view: Op, graph: Graph) -> list:
     if view.kind == "slice":
         # a dimension read whole and in order is the same dimension; a window is not a
         # projection of the consumer's loop (it is shifted or strided)
-        return [None if s == 1 else i if (st, sp, s) == (0, 1, src[i]) else OPAQUE
-                for i, (st, sp, s) in enumerate(zip(view.attrs["starts"],
+        return [None if s == 1 else i if (start, step, s) == (0, 1, src[i]) else OPAQUE
+                for i, (start, step, s) in enumerate(zip(view.attrs["starts"],
                                                     view.attrs["steps"], out))]
     if view.kind == "reshape":
         # Same extent and same number of elements before it in row-major order means

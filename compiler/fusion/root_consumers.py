@@ -56,7 +56,7 @@ def space_condition(st: FusionState, at: Attempt, p: Pairing) -> str | None:
     """Conservative mode: consumers add no more serial iterations than the root walks."""
     if p.new_loops > 1 and not st.aggressive:
         g = st.graph
-        rext = math.prod(s for s, kind in ix.domain(g.op(p.R.root), g)
+        rext = math.prod(s for s, kind in ix.domain(g.op(p.keeper.root), g)
                          if kind == "reduction")
         if p.new_loops > rext:
             return (f"conservative mode: the consumer would add {p.new_loops} serial "

@@ -33,8 +33,8 @@ grows as the errors do.
 
 Simplifications, each conservative or stated: the first-order model drops products of
 two errors; a unary op's derivative is taken as its largest value at x and x +- lam*s
-(so relu's kink and a steep exp are covered); reduce_max takes the largest scale along
-the axis; a comparison (a bool result), a cast to i32 and every i32/bool tensor count as
+(so relu's kink and a steep exp are covered); reduce_max and reduce_min take the largest
+scale along the axis; a comparison (a bool result), a cast to i32 and every i32/bool tensor count as
 exact (a comparison whose operands lie within their errors of each other could flip:
 not modelled).
 """
@@ -151,8 +151,10 @@ def _contraction(op: Op, a, b, sa, sb, u: float) -> np.ndarray:
 def _reduce(op: Op, x, s, r, u: float) -> np.ndarray:
     axes, keep = op.attrs["axes"], op.attrs["keepdims"]
     x = np.asarray(x, np.float64)
-    if op.kind == "reduce_max":
+    if op.kind in ("reduce_max", "reduce_min"):  # the chosen element, exactly: its error
         return np.max(s, axis=axes, keepdims=keep)
+    if op.kind == "reduce_prod":
+        return _product(x, s, r, axes, u)
     n = int(np.prod([x.shape[i] for i in axes])) if axes else x.size
     var = np.sum(np.square(s), axis=axes, keepdims=keep) \
         + (n + 1) * (u * np.sum(np.abs(x), axis=axes, keepdims=keep)) ** 2
@@ -161,44 +163,83 @@ def _reduce(op: Op, x, s, r, u: float) -> np.ndarray:
     return np.sqrt(var)
 
 
+def _product(x, s, r, axes, u: float) -> np.ndarray:
+    """A product of n terms: each of its n - 1 multiplications scales the running product,
+    and so (first order) the result, by its own (1 + d), |d| <= u, in any order: the
+    result carries r * sum d, scale sqrt(n - 1) * u * |r|; an operand's error reaches
+    the result through d r / d x_i = the product of the other terms (exclusive prefix
+    times suffix products, so a zero term is handled without dividing by it)."""
+    axes = tuple(axes) if axes else tuple(range(x.ndim))
+    kept = [i for i in range(x.ndim) if i not in axes]
+    flat = np.abs(np.transpose(x, kept + list(axes))).reshape(
+        [x.shape[i] for i in kept] + [-1])
+    sf = np.transpose(np.broadcast_to(s, x.shape), kept + list(axes)).reshape(flat.shape)
+    ones = np.ones(flat.shape[:-1] + (1,))
+    before = np.cumprod(np.concatenate([ones, flat[..., :-1]], -1), -1)
+    after = np.flip(np.cumprod(np.flip(np.concatenate([flat[..., 1:], ones], -1), -1), -1), -1)
+    n = flat.shape[-1]
+    with np.errstate(all="ignore"):
+        var = np.sum(np.square(before * after * sf), -1) \
+            + (n - 1) * np.square(u * np.abs(np.asarray(r, np.float64)).reshape(flat.shape[:-1]))
+    return np.sqrt(var).reshape(np.shape(r))
+
+
+#: how each graph op's result scale is obtained (``_propagate``): one entry per op of
+#: ``compiler.ir.ops.OPS`` (tests/test_op_tables.py checks it), so a new op without one
+#: fails there instead of crashing ``verify``. ``exact``: a bool result (a comparison or
+#: a logical op: not modelled as erring, see the module's simplifications).
+RULES = {
+    **{k: "unary" for k in _UNARY_ROUNDING},
+    **{k: "binary" for k in ("add", "sub", "mul", "div", "pow", "max", "min")},
+    **{k: "exact" for k in ("eq", "lt", "gt", "le", "ge", "and", "or", "xor", "not")},
+    "cast": "cast", "select": "select",
+    **{k: "reduce" for k in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
+                             "reduce_prod")},
+    **{k: "view" for k in VIEW_FUNCS},
+    "slice": "slice", "gather": "gather", "pad": "pad", "concat": "concat",
+    "matmul": "contraction", "conv2d": "contraction",
+}
+
+
 def _propagate(op: Op, args: list, scales: list, result, k: float) -> np.ndarray:
     """The scale of one op's result from its operands' values and scales."""
     dtype = op.type.dtype
     shape = op.type.shape
-    if dtype not in UNIT_ROUNDOFF or op.kind in ("eq", "lt", "gt", "le", "ge"):
+    kind = op.kind
+    if kind not in RULES:
+        raise KeyError(f"no error propagation rule for {kind!r}")
+    rule = RULES[kind]
+    if dtype not in UNIT_ROUNDOFF or rule == "exact":
         return np.zeros(shape)
     u = UNIT_ROUNDOFF[dtype]
     own = u * np.abs(np.asarray(result, np.float64))  # rounding the result to its dtype
-    kind = op.kind
-    if kind in _UNARY_ROUNDING:
+    if rule == "unary":
         s = _unary(kind, args[0], scales[0], k)
         own = _UNARY_ROUNDING[kind] * own
-    elif kind in ("add", "sub", "mul", "div", "pow", "max", "min"):
+    elif rule == "binary":
         s = _binary(kind, args[0], args[1], scales[0], scales[1], result)
         if kind in ("max", "min"):
             own = np.zeros_like(own)
-    elif kind in ("matmul", "conv2d"):
+    elif rule == "contraction":
         return _contraction(op, args[0], args[1], scales[0], scales[1], u)
-    elif kind in ("reduce_sum", "reduce_mean", "reduce_max"):
+    elif rule == "reduce":
         return _reduce(op, args[0], scales[0], result, u)
-    elif kind == "cast":
+    elif rule == "cast":
         s = scales[0] if np.asarray(args[0]).dtype.kind == "f" else 0.0
-    elif kind == "select":
+    elif rule == "select":
         s = np.where(np.asarray(args[0], bool), scales[1], scales[2])
         own = np.zeros_like(own)
-    elif kind in VIEW_FUNCS:
+    elif rule == "view":
         return np.ascontiguousarray(VIEW_FUNCS[kind](scales[0], op.attrs).reshape(shape))
-    elif kind == "pad":
+    elif rule == "pad":
         return np.pad(scales[0], op.attrs["pads"], constant_values=0.0)
-    elif kind == "slice":
+    elif rule == "slice":
         return np.ascontiguousarray(scales[0][slice_windows(op.attrs)])
-    elif kind == "concat":
+    elif rule == "concat":
         return np.concatenate(scales, axis=op.attrs["axis"])
-    elif kind == "gather":
+    else:  # gather
         idx, n = np.asarray(args[1]), np.shape(args[0])[op.attrs["axis"]]
         return np.take(scales[0], np.where(idx < 0, idx + n, idx), axis=op.attrs["axis"])
-    else:
-        raise KeyError(f"no error propagation rule for {kind!r}")
     s = np.broadcast_to(np.asarray(s, np.float64), shape)
     return np.sqrt(np.square(s) + np.square(np.broadcast_to(own, shape)))
 

@@ -486,9 +486,9 @@ class Graph:
 def slice_windows(attrs: dict) -> tuple:
     """The Python slices a ``slice`` view's attributes select (one per dimension)."""
     out = []
-    for st, sp, n in zip(attrs["starts"], attrs["steps"], attrs["shape"]):
-        stop = st + (n - 1) * sp + (1 if sp > 0 else -1)
-        out.append(slice(st, stop if stop >= 0 else None, sp))
+    for start, step, n in zip(attrs["starts"], attrs["steps"], attrs["shape"]):
+        stop = start + (n - 1) * step + (1 if step > 0 else -1)
+        out.append(slice(start, stop if stop >= 0 else None, step))
     return tuple(out)
 
 
@@ -569,10 +569,10 @@ def infer_type(kind: str, ins: list, attrs: dict, where: str) -> TensorType:
         if not len(starts) == len(steps) == len(shape) == x.rank:
             raise ShapeError(f"{where}: starts/steps/shape need one entry per dimension of "
                              f"{x.shape}")
-        for d, (st, sp, n) in enumerate(zip(starts, steps, shape)):
-            last = st + (n - 1) * sp
-            if sp == 0 or n < 1 or not (0 <= st < x.shape[d] and 0 <= last < x.shape[d]):
-                raise ShapeError(f"{where}: window start {st}, step {sp}, {n} element(s) "
+        for d, (start, step, n) in enumerate(zip(starts, steps, shape)):
+            last = start + (n - 1) * step
+            if step == 0 or n < 1 or not (0 <= start < x.shape[d] and 0 <= last < x.shape[d]):
+                raise ShapeError(f"{where}: window start {start}, step {step}, {n} element(s) "
                                  f"leaves dimension {d} of {x.shape}")
         return TensorType(shape, x.dtype)
     if kind == "gather":

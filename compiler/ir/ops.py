@@ -10,6 +10,14 @@ entry of ``gpusim.program.IR_OPS``). Ops with a rule of their own (views, inject
 their evaluation and lowering live. The per-category tuples of ``graph`` (``UNARY``,
 ``BINARY`` ...) and the function dicts of ``reference`` (``UNARY_FUNCS`` ...) are views
 of this table.
+
+An elementwise op's formula is written once per form it must take: the numpy function
+here (whole arrays, the reference), the simulator's scalar branch in ``gpusim/engine.py``
+(numba compiles the engine: a jitted function can call neither a table of Python
+callables nor, by the layering, anything in ``compiler``, so it keys its own branches by
+opcode), and the HIP spelling of its IR operator (C text, ``gpusim.program.IR_OPS``).
+``tests/test_reference.py`` compares the first two for every op; the error bound's
+derivative of each unary op is in ``errorbound`` (``RULES`` names every op's rule).
 """
 from __future__ import annotations
 
@@ -48,7 +56,7 @@ class OpSpec:
 _VIEW = ("reference.VIEW_FUNCS (slice: reference._eval_injective); lowered as an index "
          "rewrite in lower.emitter.view_index and offset_table")
 _INJ = ("reference._eval_injective; lowered by lower.emitter's _injective, operand maps "
-        "in passes/indexing.py")
+        "in fusion/indexing.py")
 
 OPS = {
     # unary: float -> float (``ints``: i32 too); same shape

@@ -213,11 +213,11 @@ def logical_index(ttype, offsets: np.ndarray) -> np.ndarray:
 
 def memory_offsets(ttype, rows: Rows) -> np.ndarray:
     """Flat memory offsets of every element of ``rows``, in ``rows.values`` order."""
-    st = np.asarray(ttype.strides, np.int64)
+    strides = np.asarray(ttype.strides, np.int64)
     r = rows.r
-    base = _unravel(rows.ids, ttype.shape[:r]) @ st[:r]
+    base = _unravel(rows.ids, ttype.shape[:r]) @ strides[:r]
     inner = np.zeros(1, np.int64)
-    for n, s in zip(ttype.shape[r:], st[r:]):
+    for n, s in zip(ttype.shape[r:], strides[r:]):
         inner = (inner[:, None] + np.arange(n, dtype=np.int64)[None, :] * s).reshape(-1)
     return (base[:, None] + inner[None, :]).reshape(-1)
 

@@ -15,7 +15,7 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 from compiler.lower.attention import lower_attention
 from compiler.lower.common import LoweringError, dispatch_kind
 from compiler.lower.contraction import lower_contraction
-from compiler.lower.conv import lower_direct_conv
+from compiler.lower.direct_conv import lower_direct_conv
 from compiler.lower.elementwise import lower_elementwise
 from compiler.lower.reduction import lower_generic, lower_rows
 from compiler.lower.transpose import lower_transpose

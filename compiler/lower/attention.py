@@ -46,6 +46,7 @@ import math
 from gpusim import program as P
 from gpusim.hw import Arch
 
+from compiler.ir.attention_pattern import AttentionPattern, match
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
 from compiler.lower.emitter import RegisterNamer, ValueEmitter, unravel
@@ -85,8 +86,6 @@ class Attention:
     """The attention of a dispatch: roles of its ops and the extents."""
 
     def __init__(self, graph: Graph, dispatch):
-        # import cycle: passes -> schedule (the fusion rules' legal-schedule check) -> lower
-        from compiler.fusion.attention import AttentionPattern, match
         pats = [match(graph, n) for n in dispatch.ops if graph.op(n).kind == "matmul"]
         pats = [p for p in pats if isinstance(p, AttentionPattern)]
         if len(pats) != 1:
@@ -457,10 +456,10 @@ class _Builder:
         if DVP > Dv:   # V's pad columns stay zero: their accumulators are never stored
             for u in range(ceil_div(BK * (DVP - Dv), T)):
                 e = self.tid + u * T
-                st = P.LdsStore("Vs", (e // (DVP - Dv)) * DVP + Dv + e % (DVP - Dv),
-                                (P.f32(0.0),))
-                body.append(st if (u + 1) * T <= BK * (DVP - Dv) else
-                            P.If(e < BK * (DVP - Dv), (st,)))
+                zero = P.LdsStore("Vs", (e // (DVP - Dv)) * DVP + Dv + e % (DVP - Dv),
+                                  (P.f32(0.0),))
+                body.append(zero if (u + 1) * T <= BK * (DVP - Dv) else
+                            P.If(e < BK * (DVP - Dv), (zero,)))
 
         m = [self.reg("m") for _ in range(RM)]
         l_ = [self.reg("l") for _ in range(RM)]
@@ -593,12 +592,12 @@ class _Builder:
             with em.scope(stores):
                 for e in range(NV):
                     col = self.j + e * TPR
-                    st = []
-                    with em.scope(st):
+                    element = []   # the statements that store this output element
+                    with em.scope(element):
                         em.bound = {a.pat.pv: (lambda ix, x=accs[k][e], y=inv: x * y)}
                         val = em.value(a.out, bidx + (rowc[k], col))
-                        st.append(P.Store(a.out, em.offset(outt, bidx + (rows[k], col)), (val,)))
-                    stores.extend(st if DVP == Dv else [P.If(col < Dv, tuple(st))])
+                        element.append(P.Store(a.out, em.offset(outt, bidx + (rows[k], col)), (val,)))
+                    stores.extend(element if DVP == Dv else [P.If(col < Dv, tuple(element))])
             em.bound = {}
             body.extend(stores if Sq % BQ == 0 else [P.If(rows[k] < Sq, tuple(stores))])
 
@@ -683,8 +682,8 @@ class _MfmaBuilder(_Builder):
             n = nrows * w
             for u in range(ceil_div(n, T)):
                 e = self.tid + u * T
-                st = P.LdsStore(arr, (e // w) * stride + c0 + e % w, (P.f32(0.0),))
-                body.append(st if (u + 1) * T <= n else P.If(e < n, (st,)))
+                zero = P.LdsStore(arr, (e // w) * stride + c0 + e % w, (P.f32(0.0),))
+                body.append(zero if (u + 1) * T <= n else P.If(e < n, (zero,)))
 
         krows = g["lds"]["Ks"][0]
         if DP > D:

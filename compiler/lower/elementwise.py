@@ -57,28 +57,45 @@ def iteration_shape(graph: Graph, dispatch) -> tuple:
     return shape
 
 
-#: the knobs ``lower_elementwise`` assumes when a schedule leaves one out (``elems``:
-#: one vector per thread)
-DEFAULTS = {"workgroup": 256, "vector": 1, "elems": 1, "order": "output", "transpose": "none"}
+#: the knobs ``lower_elementwise`` assumes when a schedule leaves one out; ``elems`` has no
+#: fixed default: absent, it is one vector per thread (``elems = vector``, ``with_defaults``)
+DEFAULTS = {"workgroup": 256, "vector": 1, "order": "output", "transpose": "none"}
+
+
+def with_defaults(schedule: dict) -> dict:
+    """``schedule`` with every knob given: the ``DEFAULTS``, and ``elems`` = ``vector``."""
+    s = {**DEFAULTS, **schedule}
+    s.setdefault("elems", s["vector"])
+    return s
+
+
+def check_schedule(shape: tuple, inner: int, s: dict, arch: Arch) -> str:
+    """'' when the naive walk ``s`` (every knob given) of an iteration space ``shape``,
+    walked with dim ``inner`` innermost, is legal on ``arch``, else why not: the one check
+    the space (``compiler.schedule.elementwise``) and ``lower_elementwise`` share."""
+    wg, vec, elems = int(s["workgroup"]), int(s["vector"]), int(s["elems"])
+    if vec not in (1, 2, 4):
+        return f"vector={vec}: vector width must be 1, 2 or 4"
+    if shape[inner] % vec:
+        return (f"vector={vec} does not divide the innermost iterated dimension "
+                f"({shape[inner]})")
+    if elems % vec:
+        return f"elems={elems} must be a multiple of vector={vec}"
+    max_wg = arch.max_block_threads
+    if not 1 <= wg <= max_wg:
+        return f"workgroup={wg}: a workgroup holds 1 to {max_wg} threads"
+    return ""
 
 
 def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
     shape = iteration_shape(graph, dispatch)
-    s = {**DEFAULTS, **schedule}
-    wg, vec = int(s["workgroup"]), int(s["vector"])
-    elems = int(schedule.get("elems", vec))  # one vector per thread unless told
+    s = with_defaults(schedule)
+    wg, vec, elems = int(s["workgroup"]), int(s["vector"]), int(s["elems"])
     perm = iteration_order(graph, dispatch, s["order"])
     inner = perm[-1]
-    if vec not in (1, 2, 4):
-        raise LoweringError(f"vector={vec}: vector width must be 1, 2 or 4")
-    if shape[inner] % vec:
-        raise LoweringError(f"vector={vec} does not divide the innermost iterated dimension "
-                            f"({shape[inner]})")
-    if elems % vec:
-        raise LoweringError(f"elems={elems} must be a multiple of vector={vec}")
-    max_wg = arch.max_block_threads
-    if not 1 <= wg <= max_wg:
-        raise LoweringError(f"workgroup={wg}: a workgroup holds 1 to {max_wg} threads")
+    why = check_schedule(shape, inner, s, arch)
+    if why:
+        raise LoweringError(why)
 
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     perm_shape = tuple(shape[d] for d in perm)

@@ -505,6 +505,15 @@ GENERIC_DEFAULTS = {"lowering": "generic", "workgroup": 256}
 GENERIC_VECTORS = (4, 2)
 
 
+def check_generic_schedule(s: dict, arch: Arch) -> str:
+    """'' when the generic fallback's schedule ``s`` is legal on ``arch``, else why not:
+    the one check its space (``compiler.schedule.generic``) and ``lower_generic`` share."""
+    wg, max_wg = int(s["workgroup"]), arch.max_block_threads
+    if not 1 <= wg <= max_wg:
+        return f"workgroup={wg}: a workgroup holds 1 to {max_wg} threads"
+    return ""
+
+
 def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     """Thread e computes element e of every output (each output in its own row-major
     order, guarded by its size); each reduction is a serial loop over its axes. Outputs
@@ -517,7 +526,11 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
     such a loop's scalar loads into one ``global_load_dwordx4`` anyway, so the IR says
     what the hardware runs and the simulator prices the same access. The loops stay
     rolled in HIP (``#pragma unroll 1``), as the simulator runs them."""
-    wg = int({**GENERIC_DEFAULTS, **schedule}["workgroup"])
+    s = {**GENERIC_DEFAULTS, **schedule}
+    why = check_generic_schedule(s, arch)
+    if why:
+        raise LoweringError(why)
+    wg = int(s["workgroup"])
     n = max(graph.op(o).type.size for o in dispatch.outputs)
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer())
     reductions = [r for r in dispatch.ops if graph.op(r).kind in REDUCE_KINDS]

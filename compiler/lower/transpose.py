@@ -133,20 +133,34 @@ def staging_plan(graph: Graph, dispatch) -> tuple:
     return "no input is stored with another contiguous dim than the output"
 
 
+def check_schedule(s: dict, arch: Arch) -> str:
+    """'' when the tile schedule ``s`` (every knob given) is legal on ``arch``, else why
+    not: the one check the transpose space (``compiler.schedule.transpose``) and
+    ``lower_transpose`` share."""
+    T, wg, pad = int(s["tile"]), int(s["workgroup"]), int(s["lds_pad"])
+    if T not in TILES:
+        return f"tile={T}: the LDS tile is 32 or 64 elements square"
+    if pad not in PADS:
+        return f"lds_pad={pad}: pad the tile rows by 0 or 1 element"
+    if wg % T or wg > min(T * T, arch.max_block_threads):
+        return (f"workgroup={wg} must be a multiple of tile={T} and at most "
+                f"{min(T * T, arch.max_block_threads)}")
+    if T * (T + pad) * 4 > arch.lds_bytes_per_workgroup:
+        return (f"the tile does not fit in {arch.lds_bytes_per_workgroup // 1024} KiB of "
+                f"LDS")
+    return ""
+
+
 def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
         raise LoweringError(f"transpose=lds: {plan}; use transpose=none")
     staged, d_i, d_o, shape = plan
     s = {**DEFAULTS, **schedule}
+    why = check_schedule(s, arch)
+    if why:
+        raise LoweringError(why)
     T, wg, pad = int(s["tile"]), int(s["workgroup"]), int(s["lds_pad"])
-    if T not in TILES:
-        raise LoweringError(f"tile={T}: the LDS tile is 32 or 64 elements square")
-    if pad not in PADS:
-        raise LoweringError(f"lds_pad={pad}: pad the tile rows by 0 or 1 element")
-    if wg % T or wg > min(T * T, arch.max_block_threads):
-        raise LoweringError(f"workgroup={wg} must be a multiple of tile={T} and at most "
-                            f"{min(T * T, arch.max_block_threads)}")
     rows = wg // T            # tile rows covered per pass
     passes = T // rows        # elements each thread moves per phase
     others = [d for d in range(len(shape)) if d not in (d_i, d_o)]

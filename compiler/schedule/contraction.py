@@ -24,7 +24,7 @@ from gpusim.hw import Arch
 from compiler.lower.common import LoweringError
 from compiler.lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
-from compiler.lower.conv import DIRECT_WORKGROUPS, direct_applies
+from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
 from compiler.lower.layout import forward_index, output_maps
 from compiler.schedule.common import Candidate, knob
 
@@ -176,7 +176,7 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
 
 def with_direct_conv(graph, dispatch, space: list) -> list:
     """A conv with few taps per output (depthwise) also gets the direct lowering
-    (``compiler.lower.conv``), tried whatever the budget; the knob ``lowering`` (gemm |
+    (``compiler.lower.direct_conv``), tried whatever the budget; the knob ``lowering`` (gemm |
     direct) then tells them apart."""
     if direct_applies(graph, graph.op(dispatch.root)):
         return space

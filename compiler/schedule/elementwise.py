@@ -13,7 +13,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError, ceil_div
-from compiler.lower.elementwise import DEFAULTS as D, iteration_order, iteration_shape
+from compiler.lower.elementwise import DEFAULTS as D, check_schedule, iteration_order, iteration_shape
 from compiler.lower.elementwise import lower_elementwise as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule import transpose
 from compiler.schedule.common import Candidate, knob
@@ -25,7 +25,8 @@ NAME = "elementwise"
 class Knobs:
     workgroup: int = knob(D["workgroup"], "threads per workgroup (64 to 1024)")
     vector: int = knob(D["vector"], "elements per access along the innermost iterated dim (1, 2, 4)")
-    elems: int = knob(D["elems"], "elements per thread, a multiple of vector, unrolled (at most 16)")
+    elems: int = knob(D["vector"], "elements per thread, a multiple of vector, unrolled (at "
+                                   "most 16); absent: one vector (elems = vector)")
     order: str = knob(D["order"], "walk the output row-major, or input:<tensor> to walk "
                                 "that input's memory order")
     transpose: str = knob(D["transpose"], "none: this naive walk; lds: the transpose kind's tile")
@@ -34,7 +35,7 @@ class Knobs:
 def check(graph: Graph, dispatch) -> str:
     """'' when the space has a legal point (its scalar fallback lowers whenever the
     outputs share one iteration space), else why not. Needs only the dispatch's root and
-    outputs, so fusion asks it before every merge (``passes.core``)."""
+    outputs, so fusion asks it before every merge (``fusion.core``)."""
     try:
         iteration_shape(graph, dispatch)
     except LoweringError as e:
@@ -43,7 +44,10 @@ def check(graph: Graph, dispatch) -> str:
 
 
 def space(graph: Graph, dispatch, arch: Arch) -> list:
-    """Workgroup x vector x elems x order, with illegal points marked."""
+    """Workgroup x vector x elems x order, with illegal points marked: the lowering's
+    ``check_schedule``, then two rules of the space (more than 16 elements per thread, a
+    workgroup larger than the work) that leave out points it would lower but that never
+    win."""
     why = check(graph, dispatch)
     if why:
         return [Candidate({"workgroup": 256}, False, why)]
@@ -61,12 +65,10 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
             for vec in (1, 2, 4):
                 for elems in (vec, 2 * vec, 4 * vec):
                     knobs = {"workgroup": wg, "vector": vec, "elems": elems, "order": order}
-                    reason = ""
-                    if shape[inner] % vec:
-                        reason = f"vector {vec} does not divide dim {shape[inner]}"
-                    elif elems > 16:
+                    reason = check_schedule(shape, inner, knobs, arch)
+                    if not reason and elems > 16:  # lowers, never wins: the space's rules
                         reason = "more than 16 elements per thread"
-                    elif wg > 64 and ceil_div(n, elems) < wg:
+                    elif not reason and wg > 64 and ceil_div(n, elems) < wg:
                         reason = "workgroup larger than the work"
                     out.append(Candidate(knobs, not reason, reason))
     # the always-lowerable point: one scalar element per thread in output order

@@ -2,7 +2,8 @@
 
 The lowering is ``compiler.lower.reduction.lower_generic``: one thread per element of the
 root, each reduction a serial loop; correct and slow, and the search says so. Every point
-is legal; its reason says why the row lowering did not apply.
+the lowering's ``check_generic_schedule`` accepts is legal; its reason says why the row
+lowering did not apply.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
-from compiler.lower.reduction import GENERIC_DEFAULTS as D
+from compiler.lower.reduction import GENERIC_DEFAULTS as D, check_generic_schedule
 from compiler.lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule.common import Candidate, knob
 
@@ -26,5 +27,9 @@ class Knobs:
 
 def space(graph: Graph, dispatch, arch: Arch, why: str = "") -> list:
     """The fallback's points; ``why``: what kept the dispatch off the row lowering."""
-    return [Candidate({"lowering": "generic", "workgroup": wg}, True, f"generic: {why}")
-            for wg in (64, 256)]
+    out = []
+    for wg in (64, 256):
+        knobs = {"lowering": "generic", "workgroup": wg}
+        illegal = check_generic_schedule(knobs, arch)
+        out.append(Candidate(knobs, not illegal, illegal or f"generic: {why}"))
+    return out

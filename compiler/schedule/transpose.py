@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
-from compiler.lower.transpose import DEFAULTS as D, PADS, TILES, WORKGROUPS, staging_plan
+from compiler.lower.transpose import DEFAULTS as D, PADS, TILES, WORKGROUPS, check_schedule, staging_plan
 from compiler.lower.transpose import lower_transpose as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule.common import Candidate, knob
 
@@ -28,23 +28,20 @@ class Knobs:
 
 
 def space(graph: Graph, dispatch, arch: Arch) -> list:
-    """The LDS-tiled candidates of an elementwise dispatch (empty when none applies)."""
+    """The LDS-tiled candidates of an elementwise dispatch (empty when none applies),
+    marked by the lowering's ``check_schedule`` and the space's own rule (a 64 tile over
+    dims of 32 or less: lowers, never wins)."""
     plan = staging_plan(graph, dispatch)
     if isinstance(plan, str):
         return []
     _, d_i, d_o, shape = plan
-    lds_kib = arch.lds_bytes_per_workgroup // 1024
     out = []
     for tile in TILES:
         for wg in WORKGROUPS:
             for pad in PADS:
                 knobs = {"transpose": "lds", "tile": tile, "workgroup": wg, "lds_pad": pad}
-                reason = ""
-                if wg % tile or wg > tile * tile:
-                    reason = f"workgroup {wg} is not a multiple of the tile {tile} up to {tile}^2"
-                elif tile * (tile + pad) * 4 > arch.lds_bytes_per_workgroup:
-                    reason = f"the tile does not fit in {lds_kib} KiB of LDS"
-                elif tile > 32 and min(shape[d_i], shape[d_o]) <= 32:
+                reason = check_schedule(knobs, arch)
+                if not reason and tile > 32 and min(shape[d_i], shape[d_o]) <= 32:
                     reason = f"tile {tile} is larger than the permuted dims {shape[d_i]}x{shape[d_o]}"
                 out.append(Candidate(knobs, not reason, reason))
     return out

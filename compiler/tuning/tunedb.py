@@ -38,7 +38,7 @@ import numpy as np
 from gpusim.hw import Arch
 
 from compiler.ir.graph import FLOAT_DTYPES, GraphError
-from compiler.fusion.attention import is_causal_constant
+from compiler.ir.attention_pattern import is_causal_constant
 
 ENV_VAR = "WAVEFUSE_CACHE"
 FILE_NAME = "tune.sqlite3"
