@@ -252,6 +252,9 @@ def minimal_bytes(graph: Graph) -> int:
 # ----------------------------------------------------------------------------- attention
 #: the name of the aggressive plan without the attention rule (QK^T | softmax | PV)
 SPLIT_ATTENTION = "split-attention"
+#: the name of the aggressive plan without horizontal fusion of sibling GEMMs
+#: (``compiler.fusion.horizontal``): each projection its own dispatch
+SEPARATE_CONTRACTIONS = "separate-contractions"
 
 
 def _part_figures(parts: list) -> dict:
@@ -285,6 +288,23 @@ def attention_decisions(graph: Graph, fused: list, split: list) -> list:
         cost = {f"fused_{k}": v for k, v in f.items()}
         cost.update({f"split_{k}": v for k, v in u.items()})
         out.append(Decision("search", d.name, ", ".join(p.name for p in parts), win, why, cost))
+    return out
+
+
+def horizontal_decisions(plan, wide_us: float, separate_us: float) -> list:
+    """One ``search`` decision per wide GEMM the horizontal rule formed in the aggressive
+    plan: the plan with it against the same plan with separate projections (simulated
+    totals, launches included)."""
+    out = []
+    for d in plan.decisions:
+        if d.rule == "horizontal" and d.fused:
+            win = wide_us <= separate_us
+            out.append(Decision(
+                "search", d.producer, d.consumer, win,
+                f"one wide GEMM ({d.consumer}): plan {wide_us:.2f} us vs separate "
+                f"dispatches {separate_us:.2f} us (simulated) -> "
+                + ("the wide GEMM is kept" if win else "the separate GEMMs are kept"),
+                {"wide_plan_us": round(wide_us, 3), "separate_plan_us": round(separate_us, 3)}))
     return out
 
 
@@ -654,16 +674,19 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     store = tunedb.MemoryStore() if store is None else store
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
               store=store, cluster=cluster)
-    modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
+    modes = ("aggressive", SEPARATE_CONTRACTIONS, SPLIT_ATTENTION, "conservative") \
+        if mode == "auto" else (mode,)
     tried = {}
     plans = {}
     for m in modes:
-        # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another
-        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION))
+        # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another;
+        # the wide GEMM of sibling projections one, the separate projections another
+        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION),
+                    horizontal_gemms=m in ("aggressive", SPLIT_ATTENTION))
         key = tuple(tuple(d.ops) for d in plan.dispatches)
         if any(k == key for k, _ in tried.values()):
             continue  # same plan as an earlier mode: nothing to compare
-        tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{m} plan", **kw)
+        tuned = tune_dispatches(plan.graph, plan.dispatches, arch, label=f"{m} plan", **kw)
         tried[m] = (key, tuned)
         plans[m] = plan
     totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
@@ -685,6 +708,9 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
                                                                     if m != chosen),
                                        True, choice["reason"],
                                        {f"{m}_us": v for m, v in totals.items()}))
+    if "aggressive" in tried and SEPARATE_CONTRACTIONS in tried:
+        plan.decisions.extend(horizontal_decisions(plans["aggressive"], totals["aggressive"],
+                                                   totals[SEPARATE_CONTRACTIONS]))
     if "aggressive" in tried and SPLIT_ATTENTION in tried:
         plan.decisions.extend(attention_decisions(graph, tried["aggressive"][1],
                                                   tried[SPLIT_ATTENTION][1]))
@@ -694,8 +720,8 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
         base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
                                **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
         unfused_us = sum(d.best.time_us for d in base)
-    if verify:
-        verify_dispatches(graph, tuned, arch, seed, store=store, check_all=check_all)
+    if verify:  # the chosen plan's graph (horizontal fusion rewrites it)
+        verify_dispatches(plan.graph, tuned, arch, seed, store=store, check_all=check_all)
     flops = sum(d.flops for d in tuned)
     nbytes = minimal_bytes(graph)
     roof = roofline_us(nbytes, flops, arch)

@@ -39,9 +39,12 @@ def add_tune_options(p) -> None:
                    help="pin a schedule knob, e.g. --fix swizzle=before_fusion (repeatable, "
                         "once per knob)")
     p.add_argument("--mode", default="auto",
-                   choices=("auto", "aggressive", "split-attention", "conservative"),
+                   choices=("auto", "aggressive", "separate-contractions", "split-attention",
+                            "conservative"),
                    help="fusion plan: choose by predicted time (auto) or force one "
-                        "(split-attention: aggressive without the fused attention)")
+                        "(split-attention: aggressive without the fused attention; "
+                        "separate-contractions: aggressive without the wide GEMM of "
+                        "sibling projections)")
     p.add_argument("--seed", type=common.seed_value, default=0,
                    help="seed for sampling and inputs")
     p.add_argument("--no-baseline", action="store_true",
