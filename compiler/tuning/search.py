@@ -35,7 +35,7 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from compiler.tuning import cluster as runner
 from compiler.ir import numerics, partial
-from compiler.tuning import sampling, tunedb
+from compiler.tuning import fusion_guard, sampling, tunedb
 from compiler.ir.graph import Graph, GraphError
 from compiler.lower import LoweringError, dispatch_kind, lower
 from compiler.lower.common import memory_image
@@ -689,6 +689,14 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
         tuned = tune_dispatches(plan.graph, plan.dispatches, arch, label=f"{m} plan", **kw)
         tried[m] = (key, tuned)
         plans[m] = plan
+    # --- fusion guard hook (compiler/tuning/fusion_guard.py): a fused dispatch predicted
+    # slower than its conservative parts is split into them, with the numbers recorded
+    if "conservative" in tried:
+        for m in [m for m in tried if m != "conservative"]:
+            plans[m], guarded = fusion_guard.guard(plans[m], tried[m][1], plans["conservative"],
+                                                   tried["conservative"][1])
+            tried[m] = (tried[m][0], guarded)
+    # --- end of the fusion guard hook
     totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
     chosen = min(totals, key=totals.get)
     tuned = tried[chosen][1]
