@@ -85,10 +85,12 @@ def _renamed(t, dispatch, graph):
     return out
 
 
-def guard(plan, tuned: list, conservative, tuned_c: list) -> tuple:
+def guard(plan, tuned: list, conservative, tuned_c: list, launch_delta_us: float = 0.0) -> tuple:
     """(plan, tuned dispatches) with each losing merge replaced by its conservative parts,
     and the plan's decisions extended by one ``fusion_guard`` decision per fused dispatch
-    that has two or more parts."""
+    that has two or more parts. ``launch_delta_us``: what each dispatch's launch costs
+    beyond the stream launch its simulated time includes (a HIP graph's per-node cost
+    minus it), so the comparison counts launches as the plan total does."""
     dispatches, out, decisions = [], [], []
     for i, (d, t) in enumerate(zip(plan.dispatches, tuned)):
         parts = parts_of(plan, d, conservative, tuned_c)
@@ -96,10 +98,11 @@ def guard(plan, tuned: list, conservative, tuned_c: list) -> tuple:
             dispatches.append(d)
             out.append(t)
             continue
-        loses = t.best.time_us > sum(p.best.time_us for p in parts)
+        fused_raw = t.best.time_us + launch_delta_us
+        parts_raw = sum(p.best.time_us + launch_delta_us for p in parts)
+        loses = fused_raw > parts_raw
         # the figures as recorded (3 decimals), so the reason and the cost agree
-        fused_us = round(t.best.time_us, 3)
-        parts_us = round(sum(p.best.time_us for p in parts), 3)
+        fused_us, parts_us = round(fused_raw, 3), round(parts_raw, 3)
         names = ", ".join(p.name for p in parts)
         cost = {"fused_us": fused_us, "parts_us": parts_us, "parts": len(parts)}
         why = _split_is_valid(plan, i, parts) if loses else ""
