@@ -25,8 +25,8 @@ def test_a_losing_merge_is_refused_with_its_numbers():
     g = _norm_over_split_axes()
     r = tune(g, "gfx942", budget=2, baseline=False)
     (d,) = [d for d in r.plan.decisions if d.rule == "fusion_guard"]
-    assert not d.fused and d.cost["fused_us"] > d.cost["parts_us"]
-    assert f"{d.cost['fused_us']:.2f} us" in d.reason and f"{d.cost['parts_us']:.2f} us" in d.reason
+    assert not d.fused and d.cost["merged_us"] > d.cost["parts_us"]
+    assert f"{d.cost['merged_us']:.2f} us" in d.reason and f"{d.cost['parts_us']:.2f} us" in d.reason
     totals = r.plan_choice["predicted_us"]
     assert totals["aggressive"] <= totals["conservative"] + 1e-9
     assert len(r.dispatches) == d.cost["parts"] and all(t.verified for t in r.dispatches)

@@ -104,7 +104,7 @@ def guard(plan, tuned: list, conservative, tuned_c: list, launch_delta_us: float
         # the figures as recorded (3 decimals), so the reason and the cost agree
         fused_us, parts_us = round(fused_raw, 3), round(parts_raw, 3)
         names = ", ".join(p.name for p in parts)
-        cost = {"fused_us": fused_us, "parts_us": parts_us, "parts": len(parts)}
+        cost = {"merged_us": fused_us, "parts_us": parts_us, "parts": len(parts)}
         why = _split_is_valid(plan, i, parts) if loses else ""
         if loses and not why:
             decisions.append(Decision(
