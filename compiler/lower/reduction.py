@@ -7,12 +7,17 @@ product; it accumulates in its operand's register dtype from the combine's ident
 (``identity``), so i32 rows (shape arithmetic, masks, ArgMax's positions) add, compare
 and multiply as integers, wrapping at 32 bits. Each row is owned by one wave
 (``mapping=wave``, several rows per workgroup) or one workgroup (``mapping=workgroup``).
+The reduced axes may be any one consecutive block (``RowShape``): the last ones give
+contiguous rows (a pool over H and W of NCHW is a row of H*W); others give strided rows
+(a norm over the channels of NCHW), which ``mapping=columns`` reads with lanes across
+consecutive rows and the reduced axis split over the workgroup (``_lower_columns``).
 The kernel runs in *phases*: the reductions that do not depend on each other share one
 pass over the row (sibling fusion), a pass per dependency level; a final pass computes
 and stores the per-element outputs.
 
 Knobs:
-- ``mapping``: wave | workgroup; ``workgroup``: threads per workgroup.
+- ``mapping``: wave | workgroup | columns; ``workgroup``: threads per workgroup.
+- ``row_lanes`` (columns only): lanes of a wave on consecutive rows (16, 32, 64).
 - ``vector``: 1, 2, 4 elements per access along the row.
 - ``cache``: ``registers`` keeps the row's loaded values in registers across passes, so
   the input is read from memory once (legal when a thread holds at most 32 elements);
