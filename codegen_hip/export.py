@@ -48,8 +48,10 @@ def _dtype_of(arr: np.ndarray) -> str | None:
 
 
 def build_plan(kernels, launches, arrays, *, arch: Arch, title, expected, tolerances,
-               warmup=3, repeats=20) -> Plan:
+               warmup=3, repeats=20, launch: str = "stream") -> Plan:
     """Validates the inputs and fixes every name; raises ExportError on any inconsistency."""
+    if launch not in ("stream", "graph"):
+        raise ExportError(f"launch={launch!r}; use stream or graph")
     kernels = list(kernels)
     if not kernels:
         raise ExportError("nothing to export: no kernels given")
@@ -132,7 +134,7 @@ def build_plan(kernels, launches, arrays, *, arch: Arch, title, expected, tolera
         if all(k is not kk for kk, _ in kernel_list):
             kernel_list.append((k, c_names[id(k)]))
     return Plan(title=title, arch=arch, kernels=kernel_list, arrays=list(specs.values()),
-                launches=launch_specs, warmup=warmup, repeats=repeats)
+                launches=launch_specs, warmup=warmup, repeats=repeats, launch=launch)
 
 
 def _inside(root: Path, path: Path) -> Path:
@@ -265,7 +267,8 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
                   title: str = "wavefuse export", expected: dict | None = None,
                   counters: dict | None = None, tolerances: dict | None = None,
                   warmup: int = 3, repeats: int = 20, pin_occupancy: bool = False,
-                  verify_pins: bool = True, pin_compiles: dict | None = None) -> Path:
+                  verify_pins: bool = True, pin_compiles: dict | None = None,
+                  launch: str = "stream") -> Path:
     """Writes the project atomically and returns its path.
 
     ``launches``: ordered (kernel, {param name: array name or scalar value}).
@@ -285,9 +288,12 @@ def write_project(out_dir, kernels, launches, arrays, *, arch: Arch | str = DEFA
     a warning without hipcc). Off by default: the export would otherwise depend on
     whether hipcc is installed (README, "Whole models at full size", note f).
     ``pin_compiles``: hipcc results of an earlier ``pins.verify_pins`` call, reused.
+    ``launch``: ``graph`` makes the harness capture the dispatches into a HIP graph once
+    (stream capture) and check and time replays of it (``codegen_hip.harness.graph_main``).
     """
     plan = build_plan(kernels, launches, arrays, arch=get_arch(arch), title=title,
-                      expected=expected, tolerances=tolerances, warmup=warmup, repeats=repeats)
+                      expected=expected, tolerances=tolerances, warmup=warmup, repeats=repeats,
+                      launch=launch)
     if isinstance(out_dir, ExportTarget):
         target, own = out_dir, False
     else:

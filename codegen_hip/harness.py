@@ -60,6 +60,7 @@ class Plan:
     launches: list      # [LaunchSpec]
     warmup: int = 3
     repeats: int = 20
+    launch: str = "stream"   # stream: a launch per dispatch; graph: one HIP graph replay
 
 
 def _c_string(s: str) -> str:
@@ -234,8 +235,9 @@ def main_hip(plan: Plan) -> str:
     w(f"static const int kNumDispatches = {len(plan.launches)};")
     w("static const char* kDispatchNames[kNumDispatches] = {"
       + ", ".join(_c_string(ls.c_name) for ls in plan.launches) + "};\n")
-    w("// Launches dispatch d (0-based) on the default stream; dev[i] is array i's device buffer.")
-    w("static void launch(int d, void* const* dev) {")
+    w("// Launches dispatch d (0-based) on ``stream`` (default: the null stream); dev[i] is")
+    w("// array i's device buffer.")
+    w("static void launch(int d, void* const* dev, hipStream_t stream = 0) {")
     w("  switch (d) {")
     ctype = {"f32": "float", "f16": "__half", "i32": "int"}
     for d, ls in enumerate(plan.launches):
@@ -249,12 +251,13 @@ def main_hip(plan: Plan) -> str:
                 _, dt, v = a
                 args.append(f32_literal(v) if dt == "f32" else i32_literal(v))
         w(f"    case {d}:  // {k.name}: grid {k.grid} x block {k.block}")
-        w(f"      {ls.c_name}<<<dim3({int(k.grid)}), dim3({int(k.block)}), 0, 0>>>(")
+        w(f"      {ls.c_name}<<<dim3({int(k.grid)}), dim3({int(k.block)}), 0, stream>>>(")
         w("          " + ",\n          ".join(args) + ");")
         w("      break;")
     w("  }")
     w("}\n")
-    w(_MAIN.replace("@WARMUP@", str(int(plan.warmup))).replace("@REPEATS@", str(int(plan.repeats)))
+    main = _MAIN if plan.launch == "stream" else graph_main()
+    w(main.replace("@WARMUP@", str(int(plan.warmup))).replace("@REPEATS@", str(int(plan.repeats)))
       .replace("@TITLE@", _c_string(plan.title)))
     return "\n".join(L) + "\n"
 
@@ -371,6 +374,68 @@ _MAIN = r'''int main(int argc, char** argv) {
   return failed ? 1 : 0;
 }
 '''
+
+
+_CHECK_RUN = """  // Correctness: one run of the whole sequence, then compare every expected output.
+  for (int d = 0; d < kNumDispatches; ++d) {
+    launch(d, dev.data());
+    WF_CHECK(hipGetLastError());
+  }
+  WF_CHECK(hipDeviceSynchronize());
+"""
+
+_GRAPH_CHECK_RUN = """  // HIP graph: the whole sequence captured once from a stream and replayed with one
+  // hipGraphLaunch per run (the host submits the model once, not once per dispatch).
+  hipStream_t stream;
+  WF_CHECK(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking));
+  hipGraph_t graph;
+  hipGraphExec_t graph_exec;
+  WF_CHECK(hipStreamBeginCapture(stream, hipStreamCaptureModeGlobal));
+  for (int d = 0; d < kNumDispatches; ++d) launch(d, dev.data(), stream);
+  WF_CHECK(hipStreamEndCapture(stream, &graph));
+  WF_CHECK(hipGraphInstantiate(&graph_exec, graph, nullptr, nullptr, 0));
+  // Correctness: one replay of the graph, then compare every expected output.
+  WF_CHECK(hipGraphLaunch(graph_exec, stream));
+  WF_CHECK(hipStreamSynchronize(stream));
+  WF_CHECK(hipGetLastError());
+"""
+
+_GRAPH_TIMING = """  // Timing: warm-up replays, then repeats, one event pair around each replay (a replay's
+  // dispatches are one submission: there is no per-dispatch time to take).
+  hipEvent_t ev[2];
+  for (auto& e : ev) WF_CHECK(hipEventCreate(&e));
+  for (int r = 0; r < warmup; ++r) WF_CHECK(hipGraphLaunch(graph_exec, stream));
+  WF_CHECK(hipStreamSynchronize(stream));
+  double total_ms = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    WF_CHECK(hipEventRecord(ev[0], stream));
+    WF_CHECK(hipGraphLaunch(graph_exec, stream));
+    WF_CHECK(hipEventRecord(ev[1], stream));
+    WF_CHECK(hipEventSynchronize(ev[1]));
+    float ms = 0.0f;
+    WF_CHECK(hipEventElapsedTime(&ms, ev[0], ev[1]));
+    total_ms += ms;
+  }
+  WF_CHECK(hipGetLastError());
+  if (repeats > 0)
+    std::printf("time: %.4f ms per run (HIP graph replay of %d dispatches; mean of %d, after %d warm-up)\\n",
+                total_ms / repeats, kNumDispatches, repeats, warmup);
+  for (auto& e : ev) WF_CHECK(hipEventDestroy(e));
+  WF_CHECK(hipGraphExecDestroy(graph_exec));
+  WF_CHECK(hipGraphDestroy(graph));
+  WF_CHECK(hipStreamDestroy(stream));
+"""
+
+
+def graph_main() -> str:
+    """The harness's ``main`` for ``launch=graph``: the stream harness with its run and
+    its timing replaced by a captured HIP graph's replays (stream capture of the same
+    ``launch`` calls, so the graph holds exactly the dispatches the stream harness runs)."""
+    start = _MAIN.index("  // Timing:")
+    end = _MAIN.index("  for (void* p : dev)")
+    out = _MAIN[:start] + _GRAPH_TIMING + _MAIN[end:]
+    assert _CHECK_RUN in out
+    return out.replace(_CHECK_RUN, _GRAPH_CHECK_RUN)
 
 
 def cmakelists(plan: Plan, project: str, sources: list[str]) -> str:

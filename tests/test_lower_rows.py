@@ -215,3 +215,108 @@ def test_generic_fallback_vector_loads_tell_hipcc_their_alignment():
              c.knobs.get("lowering") != "generic" and c.knobs.get("vector") == 4]
     other = emit_kernel(lower(g, d, legal[0].knobs, "gfx942"))
     assert "float4" in other and "__builtin_assume_aligned" not in other
+
+
+# ------------------------------------------------------------ strided rows: mapping=columns
+def _strided_graph(kind, shape, axes):
+    """A reduction over ``axes`` that are not the last (rows are strided), with its
+    per-element consumers: layer norm or softmax over those axes, or a plain mean."""
+    from compiler.ir import builders as B
+    g = Graph(f"strided_{kind}")
+    x = g.input("x", shape)
+    if kind == "layernorm":
+        pshape = tuple(n if d in axes else 1 for d, n in enumerate(shape))
+        out = B.layer_norm(g, x, g.input("gamma", pshape), g.input("beta", pshape),
+                           axis=axes[0] if len(axes) == 1 else axes)
+    elif kind == "softmax":
+        out = B.softmax(g, x, axis=axes[0])
+    else:
+        out = g.reduce_mean(x, axes, keepdims=False)
+    g.output(out)
+    return g
+
+
+@SETTINGS
+@given(kind=st.sampled_from(["layernorm", "softmax", "mean"]),
+       shape_axes=st.sampled_from([((1, 96, 10, 10), (1,)), ((2, 24, 7, 7), (1,)),
+                                   ((1, 7, 7, 40), (1, 2)), ((3, 5, 33), (1,)),
+                                   ((2, 16, 4, 64), (1,))]),
+       pick=st.integers(0, 10_000), arch=st.sampled_from(["gfx942", "gfx1100"]))
+def test_strided_rows_read_across_lanes_compute_the_reference(kind, shape_axes, pick, arch):
+    """Rows whose elements are strided (a norm over the channels of NCHW, a pool over H
+    and W of NHWC) get ``mapping=columns`` candidates only, and every one of them (ragged
+    row counts, every split of the reduced axis) computes the numpy reference in gpusim."""
+    shape, axes = shape_axes
+    if kind == "softmax" and len(axes) > 1:
+        axes = axes[:1]
+    g = _strided_graph(kind, shape, axes)
+    d = fuse(g).dispatches[0]
+    legal = [c for c in schedule_space(g, d, get_arch(arch)) if c.legal and not c.fallback]
+    assert len(fuse(g).dispatches) == 1
+    assert legal and all(c.knobs["mapping"] == "columns" for c in legal)
+    run_dispatch(g, d, legal[pick % len(legal)].knobs, arch)
+
+
+def test_columns_loads_are_coalesced_and_the_row_thread_fallback_is_not():
+    """The point of mapping=columns: a wave's loads cover whole cache lines, where the
+    generic fallback's thread-per-row loop of a pool over H and W of NHWC does not."""
+    g = _strided_graph("mean", (1, 7, 7, 256), (1, 2))
+    d = fuse(g).dispatches[0]
+    k, res = run_dispatch(g, d, {"mapping": "columns", "workgroup": 256, "row_lanes": 64})
+    assert res.counters["coalescing_pct"] == 100
+    assert k.grid == 4 and k.meta["slices"] == 4
+
+
+def test_columns_refuses_contiguous_rows_and_strided_rows_refuse_the_others():
+    g = load_model("layernorm:rows=6,cols=64")
+    d = fuse(g).dispatches[0]
+    with pytest.raises(LoweringError, match="mapping=columns needs strided rows"):
+        lower(g, d, {"mapping": "columns"}, "gfx942")
+    g = _strided_graph("layernorm", (1, 8, 4, 4), (1,))
+    d = fuse(g).dispatches[0]
+    with pytest.raises(LoweringError, match="use mapping=columns"):
+        lower(g, d, {"mapping": "wave"}, "gfx942")
+    with pytest.raises(LoweringError, match="vector=1"):
+        lower(g, d, {"mapping": "columns", "vector": 2}, "gfx942")
+
+
+def test_a_pool_over_the_last_two_axes_is_a_contiguous_row():
+    """A global average pool of NCHW reduces H and W, the last two axes: one contiguous
+    row per channel, lowered by the row mappings instead of the serial fallback."""
+    g = _strided_graph("mean", (2, 64, 7, 7), (2, 3))
+    d = fuse(g).dispatches[0]
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.fallback]
+    # (a workgroup per row is left out: 64 threads for a row of 49)
+    assert {c.knobs["mapping"] for c in legal} == {"wave"}
+    for knobs in ({"mapping": "wave", "workgroup": 256},
+                  {"mapping": "workgroup", "workgroup": 64, "reduce": "lds_tree"}):
+        run_dispatch(g, d, knobs)
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(__import__("shutil").which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+def test_columns_kernels_compile_and_pass_check(tmp_path):
+    """mapping=columns kernels (one per row_lanes, a ragged one, the single pass) compile
+    with hipcc for gfx90a and gfx940 and agree with the simulator (``check``)."""
+    import dataclasses
+    from codegen_hip import check_dir, write_project
+    kernels, launches = [], []
+    cases = [("layernorm", (1, 96, 10, 10), (1,), {"row_lanes": 16, "workgroup": 256}),
+             ("layernorm", (1, 96, 10, 10), (1,), {"row_lanes": 64, "workgroup": 512,
+                                                    "passes": "single",
+                                                    "cache": "registers"}),
+             ("softmax", (2, 24, 7, 7), (1,), {"row_lanes": 32, "workgroup": 128}),
+             ("mean", (1, 7, 7, 40), (1, 2), {"row_lanes": 16, "workgroup": 64})]
+    for i, (kind, shape, axes, knobs) in enumerate(cases):
+        g = _strided_graph(kind, shape, axes)
+        d = fuse(g).dispatches[0]
+        k = lower(g, d, {"mapping": "columns", **knobs}, "gfx942")
+        k = dataclasses.replace(k, name=f"columns_{i}")
+        kernels.append(k)
+        launches.append((k, {p.name: f"{k.name}/{p.name}" for p in k.params}))
+    out = write_project(tmp_path / "export", kernels, launches, {})
+    report = check_dir(out, ("gfx90a", "gfx940"))
+    assert all(e["rc"] == 0 for e in report["kernels"]), report["kernels"]
+    assert len(report["kernels"]) == 2 * len(cases)
+    assert not report["disagreements"], report["disagreements"]

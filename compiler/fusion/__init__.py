@@ -9,6 +9,10 @@ merge happens: the shared mechanism (projected maps, parallel loops paired one-t
 cycle between dispatches) plus the conditions the rules state in their own files
 (``CONDITIONS``, ``SPACE_CONDITIONS``), which hold for every merge whichever rule tries it.
 
+Before the rules, when asked (the search's aggressive plan), ``horizontal`` rewrites sibling matmuls that share
+an input into one wide GEMM (a graph rewrite: concatenated weights, results as slice
+views), which the rules then fuse like any GEMM.
+
 Rules, in the order they are tried: ``elementwise`` -> ``epilogue`` -> ``multi_use`` ->
 ``reduction_producers`` -> ``sibling`` -> ``root_consumers`` -> ``attention`` (last: it
 folds the three settled dispatches of an attention into one, aggressive mode only); then
@@ -33,7 +37,7 @@ from __future__ import annotations
 from compiler.ir.graph import Graph
 from compiler.fusion.plan import FusionPlan, execute_plan, max_error
 from compiler.ir.reference import evaluate, random_inputs
-from compiler.fusion import (attention, elementwise, epilogue, multi_result, multi_use, reduction_producers, root_consumers, sibling)
+from compiler.fusion import (attention, elementwise, epilogue, horizontal, multi_result, multi_use, reduction_producers, root_consumers, sibling)
 from compiler.fusion.core import FusionState
 
 RULES = (elementwise, epilogue, multi_use, reduction_producers, sibling, root_consumers,
@@ -48,16 +52,27 @@ SPACE_CONDITIONS = (root_consumers.space_condition,)
 REINDEXERS = (epilogue.reindex,)
 
 
-def fuse(graph: Graph, aggressive: bool = True, attention: bool = True) -> FusionPlan:
+def fuse(graph: Graph, aggressive: bool = True, attention: bool = True,
+         horizontal_gemms: bool = False) -> FusionPlan:
     """Forms dispatches for ``graph``; ``aggressive=False`` is IREE's default behaviour;
     ``attention=False`` leaves the attention rule out (the 3-dispatch attention plan the
-    search compares with the fused one)."""
+    search compares with the fused one). ``horizontal_gemms`` first rewrites sibling
+    matmuls sharing an input into one wide GEMM (``compiler.fusion.horizontal``): the
+    plan's ``graph`` is then the rewritten one, its outputs and every other tensor keeping
+    their names. Off by default, so a caller pairing the plan with its own graph stays
+    right; the search turns it on for its aggressive plan and scores the plan without it
+    too."""
+    pre = []
+    if horizontal_gemms:
+        graph, pre = horizontal.rewrite(graph)
     st = FusionState.start(graph, aggressive, CONDITIONS, SPACE_CONDITIONS, REINDEXERS)
     rules = RULES if attention else tuple(r for r in RULES if r.NAME != "attention")
     while any(rule.apply(st) for rule in rules):
         pass
     multi_use.recompute(st)
-    return multi_result.build_plan(st)
+    plan = multi_result.build_plan(st)
+    plan.decisions[:0] = pre
+    return plan
 
 
 def check_plan(graph: Graph, inputs: dict | None = None) -> list[tuple[str, float]]:

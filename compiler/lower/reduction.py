@@ -7,12 +7,17 @@ product; it accumulates in its operand's register dtype from the combine's ident
 (``identity``), so i32 rows (shape arithmetic, masks, ArgMax's positions) add, compare
 and multiply as integers, wrapping at 32 bits. Each row is owned by one wave
 (``mapping=wave``, several rows per workgroup) or one workgroup (``mapping=workgroup``).
+The reduced axes may be any one consecutive block (``RowShape``): the last ones give
+contiguous rows (a pool over H and W of NCHW is a row of H*W); others give strided rows
+(a norm over the channels of NCHW), which ``mapping=columns`` reads with lanes across
+consecutive rows and the reduced axis split over the workgroup (``_lower_columns``).
 The kernel runs in *phases*: the reductions that do not depend on each other share one
 pass over the row (sibling fusion), a pass per dependency level; a final pass computes
 and stores the per-element outputs.
 
 Knobs:
-- ``mapping``: wave | workgroup; ``workgroup``: threads per workgroup.
+- ``mapping``: wave | workgroup | columns; ``workgroup``: threads per workgroup.
+- ``row_lanes`` (columns only): lanes of a wave on consecutive rows (16, 32, 64).
 - ``vector``: 1, 2, 4 elements per access along the row.
 - ``cache``: ``registers`` keeps the row's loaded values in registers across passes, so
   the input is read from memory once (legal when a thread holds at most 32 elements);
@@ -40,7 +45,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import REDUCE, Graph
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
-from compiler.lower.emitter import (REG_DTYPE, RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel)
+from compiler.lower.emitter import (REG_DTYPE, RegisterNamer, ValueEmitter, align_index, iadd, idiv, imod, imul, unravel)
 
 NEG_INF = -3.0e38
 REDUCE_KINDS = REDUCE
@@ -77,7 +82,13 @@ REGISTER_CACHE_ELEMS = 32
 
 # ------------------------------------------------------------------------- analysis
 class RowShape:
-    """The rows of a dispatch: parallel shape P, row length C, its reductions by level."""
+    """The rows of a dispatch: the reductions' input shape ``full`` split as
+    ``outer + red + inner`` around the reduced axes (one consecutive block, the same for
+    every reduction). A row is one (outer, inner) index; its ``C = prod(red)`` elements
+    are reduced. ``inner`` is empty when the reduced axes are the last ones (softmax, a
+    norm over the last axis, a global pool over H and W of NCHW): the row is contiguous.
+    Otherwise (a norm over the channels of NCHW) consecutive rows are the contiguous
+    ones and a row is strided, which only ``mapping=columns`` reads coalesced."""
 
     def __init__(self, graph: Graph, dispatch):
         ops = [graph.op(n) for n in dispatch.ops]
@@ -88,18 +99,29 @@ class RowShape:
         if len(shapes) != 1:
             raise LoweringError(f"reductions over differently shaped rows {sorted(shapes)}")
         full = shapes.pop()
+        axes = {tuple(sorted(r.attrs["axes"])) for r in reds}
+        if len(axes) != 1:
+            raise LoweringError(f"reductions over different axes {sorted(axes)}")
+        axes = axes.pop()
+        if not axes or list(axes) != list(range(axes[0], axes[-1] + 1)):
+            raise LoweringError(f"reduced axes {axes} are not one consecutive block")
         for r in reds:
-            if r.attrs["axes"] != (len(full) - 1,):
-                raise LoweringError(f"{r.name} reduces axes {r.attrs['axes']}, not the last")
             if not r.attrs["keepdims"] and any(r.name in graph.op(n).inputs
                                                for n in dispatch.ops):
-                # without its unit dim, broadcasting would align the row index with the
+                # without its unit dims, broadcasting would align the row index with the
                 # columns of a consumer: not a per-row value
                 raise LoweringError(f"{r.name} drops its reduced dim and is read inside "
                                     f"the dispatch")
         self.full = full
-        self.parallel = full[:-1]
-        self.C = full[-1]
+        self.axes = axes
+        self.outer = full[:axes[0]]
+        self.red = full[axes[0]:axes[-1] + 1]
+        self.inner = full[axes[-1] + 1:]
+        self.trailing = not self.inner
+        # the last-axis case keeps its historical names: parallel = every other dim
+        self.parallel = self.outer + self.inner
+        self.C = math.prod(self.red)
+        self.inner_size = math.prod(self.inner)
         self.R = math.prod(self.parallel)
         for o in ops:
             if o.kind in REDUCE_KINDS:
@@ -115,6 +137,19 @@ class RowShape:
             deps = _reduction_deps(graph, dispatch, r.inputs[0], {x.name for x in reds})
             level[r.name] = 1 + max((level[d] for d in deps), default=-1)
         self.level = level
+
+    def per_element(self, shape) -> bool:
+        """Whether a tensor of ``shape`` (broadcast against the rows) varies along the
+        reduced axes: stored per element, not once per row."""
+        lead = len(self.full) - len(shape)
+        return any(shape[a - lead] != 1 for a in self.axes if a - lead >= 0)
+
+    def row_index(self, outer_idx, inner_idx, out_shape) -> tuple:
+        """The index of a per-row output of ``out_shape`` (keepdims: zeros over the
+        reduced axes; without: outer and inner only)."""
+        if len(out_shape) == len(self.full):
+            return tuple(outer_idx) + (P.i32(0),) * len(self.red) + tuple(inner_idx)
+        return tuple(outer_idx) + tuple(inner_idx)
 
 
 def _row_aligned(shape, full):
@@ -152,12 +187,21 @@ def check_schedule(rows: RowShape, s: dict, arch: Arch) -> str:
     share."""
     ws, max_wg = arch.wave_size, arch.max_block_threads
     mapping, wg, vec = s["mapping"], int(s["workgroup"]), int(s["vector"])
-    if mapping not in ("wave", "workgroup"):
-        return f"mapping={mapping!r}; use wave or workgroup"
+    row_lanes = int(s["row_lanes"])
+    if mapping not in ("wave", "workgroup", "columns"):
+        return f"mapping={mapping!r}; use wave, workgroup or columns"
     if wg % ws or not ws <= wg <= max_wg:
         return f"workgroup={wg} must be a multiple of the wave size {ws}, at most {max_wg}"
-    if vec not in (1, 2, 4) or rows.C % vec:
-        return f"vector={vec} must be 1, 2 or 4 and divide the row ({rows.C})"
+    if mapping == "columns":
+        return _check_columns(rows, s, ws, wg, vec, row_lanes)
+    if row_lanes != ROW_DEFAULTS["row_lanes"]:
+        return "row_lanes is a knob of mapping=columns only"
+    if not rows.trailing:
+        return (f"mapping={mapping} reads a strided row (axes {rows.axes} of {rows.full} are "
+                f"not the last: a lane per element of a row, lanes {rows.inner_size} "
+                f"elements apart); use mapping=columns")
+    if vec not in (1, 2, 4) or rows.C % vec or rows.red[-1] % vec:
+        return f"vector={vec} must be 1, 2 or 4 and divide the row ({rows.red})"
     if s["reduce"] == "lds_tree" and (mapping != "workgroup" or wg & (wg - 1)):
         return "reduce=lds_tree needs mapping=workgroup and a power-of-two workgroup"
     chunk = (ws if mapping == "wave" else wg) * vec
@@ -168,9 +212,37 @@ def check_schedule(rows: RowShape, s: dict, arch: Arch) -> str:
     return ""
 
 
+#: lanes of a wave on consecutive rows that ``mapping=columns`` may use: at 16 f32 lanes
+#: a wave's load still covers whole 64-byte segments
+COLUMN_ROW_LANES = (16, 32, 64)
+
+
+def _check_columns(rows: RowShape, s: dict, ws: int, wg: int, vec: int, row_lanes: int) -> str:
+    """The rules of ``mapping=columns`` (see ``_lower_columns``)."""
+    if rows.trailing:
+        return (f"mapping=columns needs strided rows; the reduced axes {rows.axes} of "
+                f"{rows.full} are the last, so a row is contiguous (use wave or workgroup)")
+    if row_lanes not in COLUMN_ROW_LANES or row_lanes > ws or ws % row_lanes:
+        return (f"row_lanes={row_lanes} must be one of {COLUMN_ROW_LANES} and divide the "
+                f"wave size {ws}")
+    if vec != 1:
+        # simplification: a lane owns one row, so a vector would need one accumulator per
+        # row it holds; not built (a wave's scalar loads are already whole cache lines)
+        return "mapping=columns loads one element per lane (vector=1)"
+    if s["reduce"] != ROW_DEFAULTS["reduce"]:
+        return (f"reduce={s['reduce']} combines lanes of one row; with mapping=columns a lane "
+                f"owns a row and the slices' partials meet in LDS (leave reduce={ROW_DEFAULTS['reduce']})")
+    slices = wg // row_lanes
+    if s["cache"] == "registers" and (rows.C % slices or
+                                      rows.C // slices > REGISTER_CACHE_ELEMS):
+        return (f"cache=registers needs the reduced axis split evenly with at most "
+                f"{REGISTER_CACHE_ELEMS} elements per thread ({rows.C} over {slices} slices)")
+    return ""
+
+
 #: the knobs ``lower_rows`` assumes when a schedule leaves one out
 ROW_DEFAULTS = {"mapping": "wave", "workgroup": 256, "vector": 1, "cache": "reread",
-                "reduce": "wave", "passes": "multi"}
+                "reduce": "wave", "passes": "multi", "row_lanes": 64}
 
 
 def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
@@ -179,6 +251,8 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
     why = check_schedule(rows, s, arch)
     if why:
         raise LoweringError(why)
+    if s["mapping"] == "columns":
+        return _lower_columns(graph, dispatch, rows, s, schedule, arch)
     ws = arch.wave_size
     mapping, wg, vec = s["mapping"], int(s["workgroup"]), int(s["vector"])
     cache, reduce, passes = s["cache"], s["reduce"], s["passes"]
@@ -200,6 +274,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
         row = em.assign(P.block_id(), "row", "i32")
         tcol = P.thread_id()
     pidx = unravel(row, rows.parallel) if rows.parallel else ()
+    split_red = len(rows.red) > 1  # a trailing block of axes (a pool over H and W)
 
     red_names = {r.name for r in rows.reductions}
     for r in rows.reductions:
@@ -216,6 +291,9 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
         base = imul(iadd(imul(it, T), tcol), vec)
         if as_register:  # a named column lets the bounds check see the guard on it
             base = em.assign(base, "col", "i32")
+        if split_red:
+            return base, [tuple(pidx) + tuple(unravel(iadd(base, j), rows.red))
+                          for j in range(vec)]
         return base, [pidx + (iadd(base, j),) for j in range(vec)]
 
     def row_loop(body_fn, keep_cache):
@@ -251,7 +329,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
                         red_slot, wg)
 
     # final pass: per-element outputs, then per-row outputs once
-    row_outs = [o for o in dispatch.outputs if graph.op(o).type.shape[-1] == C
+    row_outs = [o for o in dispatch.outputs if rows.per_element(graph.op(o).type.shape)
                 and o not in red_names]
     per_row = [o for o in dispatch.outputs if o not in row_outs]
 
@@ -261,7 +339,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
             oidx = [align_index(ix, t.shape, rows.full) for ix in idxs]
             vals = em.values(o, oidx, vec)
             store = P.Store(o, em.offset(t, oidx[0]), tuple(vals) if vec > 1 else (vals[0],))
-            if math.prod(t.shape[:-1]) < rows.R:
+            if _rows_spanned(rows, t.shape) < rows.R:
                 # the same for every row (a per-column value): row 0 writes it
                 em.stmts.append(P.If(row.eq(0), (store,)))
             else:
@@ -274,8 +352,8 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
         with em.scope(st, keep_cache=True):
             for o in per_row:
                 t = graph.op(o).type
-                ix = pidx + (P.i32(0),) if len(t.shape) == len(rows.full) else pidx
-                v = em.value(o, align_index(ix, t.shape, t.shape) if ix else (P.i32(0),))
+                ix = rows.row_index(pidx, (), t.shape)
+                v = em.value(o, ix if ix else (P.i32(0),))
                 em.stmts.append(P.Store(o, em.offset(t, ix if ix else (P.i32(0),)), (v,)))
         stmts.append(P.If(tcol.eq(0), tuple(st)))
 
@@ -292,7 +370,149 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
                           "loads": sorted(set(em.loads))})
 
 
+def _rows_spanned(rows: RowShape, shape) -> int:
+    """How many rows a tensor of ``shape`` (broadcast against the rows) tells apart: the
+    product of its non-reduced dims. Fewer than ``rows.R`` means a per-column value the
+    same for every row, stored by row 0 only."""
+    lead = len(rows.full) - len(shape)
+    return math.prod(n for d, n in enumerate(shape) if d + lead not in rows.axes)
+
+
+def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: dict,
+                   arch: Arch):
+    """``mapping=columns``: rows whose elements are strided (a norm over the channels of
+    NCHW: the reduced axis is not the last) are read coalesced by putting ``row_lanes``
+    lanes on consecutive rows (the contiguous axis) and spreading the reduced axis over
+    the rest of the workgroup: thread t owns row ``t % row_lanes`` of its workgroup's
+    ``row_lanes`` rows and reduces every ``slices``-th element of it from element
+    ``t // row_lanes`` (``slices = workgroup / row_lanes``). The slices' partials meet in
+    LDS (one barrier per dependency level), every thread combines all of its row's
+    partials in the same order, and the final pass stores the per-element outputs over
+    the same split. Rows go over workgroups: ``prod(outer) * ceil(inner / row_lanes)``.
+
+    A row index past the tensor (the inner size not a multiple of ``row_lanes``) is
+    clamped to the last row for loads, so every thread reaches every barrier, and its
+    stores are skipped. One kernel: where these workgroups cannot fill the GPU, the
+    two-stage variant (partials to global memory, then a combine kernel) waits for a
+    dispatch that lowers to a sequence of kernels."""
+    ws = arch.wave_size
+    wg, row_lanes, cache = int(s["workgroup"]), int(s["row_lanes"]), s["cache"]
+    slices = wg // row_lanes
+    C, B = rows.C, rows.inner_size
+    A = math.prod(rows.outer)
+    blocks_per_outer = ceil_div(B, row_lanes)
+    n_it = ceil_div(C, slices)
+    ragged_k, ragged_b = C % slices != 0, B % row_lanes != 0
+
+    em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
+    stmts: list = []
+    em.stmts = stmts
+    if row_lanes == ws:
+        rlane, slice_ = P.lane(), P.wave_id()
+    else:
+        rlane = em.assign(imod(P.thread_id(), row_lanes), "rlane", "i32")
+        slice_ = em.assign(idiv(P.thread_id(), row_lanes), "slice", "i32")
+    blk = P.block_id()
+    if A > 1 and blocks_per_outer > 1:
+        a = em.assign(idiv(blk, blocks_per_outer), "outer", "i32")
+        bb = imod(blk, blocks_per_outer)
+    elif A > 1:
+        a, bb = blk, P.i32(0)
+    else:
+        a, bb = P.i32(0), blk
+    b = em.assign(iadd(imul(bb, row_lanes), rlane), "inner", "i32")
+    b_read = em.assign(P.minimum(b, P.i32(B - 1)), "inner_rd", "i32") if ragged_b else b
+    outer_idx = tuple(em.assign(e, "oi", "i32") for e in unravel(a, rows.outer)) \
+        if len(rows.outer) > 1 else ((a,) if rows.outer else ())
+    inner_idx = tuple(em.assign(e, "ii", "i32") for e in unravel(b_read, rows.inner)) \
+        if len(rows.inner) > 1 else (b_read,)
+
+    def idx_at(it, named):
+        k = iadd(imul(it, slices), slice_)
+        if named:  # a named index lets the bounds check see the guard on it
+            k = em.assign(k, "k", "i32")
+        red = tuple(unravel(k, rows.red)) if len(rows.red) > 1 else (k,)
+        return k, [tuple(outer_idx) + red + tuple(inner_idx)]
+
+    def row_loop(body_fn):
+        if cache == "registers":
+            for it in range(n_it):
+                body_fn(idx_at(P.i32(it), False)[1])
+            return
+        it_var = P.Var(em.regs.new("it"), "i32")
+        inner: list = []
+        with em.scope(inner):
+            em.define(it_var)
+            k, idxs = idx_at(it_var, ragged_k)
+            if ragged_k:
+                guarded: list = []
+                with em.scope(guarded):
+                    body_fn(idxs)
+                inner.append(P.If(k < C, tuple(guarded)))
+            else:
+                body_fn(idxs)
+        em.stmts.append(P.For(it_var, P.i32(0), P.i32(n_it), 1, tuple(inner)))
+
+    red_names = {r.name for r in rows.reductions}
+    lds: list = []
+    red_slot = {r.name: i for i, r in enumerate(rows.reductions)}
+    for group in _phase_groups(graph, dispatch, rows, s["passes"]):
+        accs = {item.name: item.init(em) for item in group}
+        row_loop(lambda idxs: [item.accumulate(em, idxs, accs[item.name]) for item in group])
+        for item in group:
+            # cross_lane's columns branch reads ws as the row lanes, nwaves as the slices
+            item.finish(em, accs[item.name], rows, row_lanes, wg, slices, "columns",
+                        s["reduce"], lds, red_slot, wg)
+
+    in_range = (b < B) if ragged_b else None
+    first_row = P.land(blk.eq(0), P.as_expr(rlane).eq(0))
+
+    def guarded(stmt, cond):
+        return P.If(cond, (stmt,)) if cond is not None else stmt
+
+    row_outs = [o for o in dispatch.outputs if rows.per_element(graph.op(o).type.shape)
+                and o not in red_names]
+    per_row = [o for o in dispatch.outputs if o not in row_outs]
+
+    def store_row(idxs):
+        for o in row_outs:
+            t = graph.op(o).type
+            oidx = align_index(idxs[0], t.shape, rows.full)
+            v = em.values(o, [oidx], 1)[0]
+            cond = first_row if _rows_spanned(rows, t.shape) < rows.R else in_range
+            em.stmts.append(guarded(P.Store(o, em.offset(t, oidx), (v,)), cond))
+
+    if row_outs:
+        row_loop(store_row)
+    if per_row:
+        st: list = []
+        with em.scope(st, keep_cache=True):
+            for o in per_row:
+                t = graph.op(o).type
+                ix = rows.row_index(outer_idx, inner_idx, t.shape)
+                ix = ix if ix else (P.i32(0),)
+                em.stmts.append(P.Store(o, em.offset(t, ix), (em.value(o, ix),)))
+        cond = P.as_expr(slice_).eq(0)
+        stmts.append(P.If(P.land(cond, in_range) if ragged_b else cond, tuple(st)))
+    body = em.provably_aligned(tuple(stmts), ws)
+    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), A * blocks_per_outer,
+                    wg, body, lds=tuple(lds),
+                    meta={"dispatch": dispatch.name, "kind": "row_reduction",
+                          "schedule": dict(schedule), "rows": rows.R, "cols": C,
+                          "mapping": "columns", "row_lanes": row_lanes, "slices": slices,
+                          "passes_over_row": len(_phase_groups(graph, dispatch, rows,
+                                                               s["passes"]))
+                          + (1 if row_outs else 0),
+                          "loads": sorted(set(em.loads))})
+
+
 # ------------------------------------------------------------------------- phase items
+def _reduced_count(graph, op) -> int:
+    """Elements one row of reduction ``op`` reduces (the product over its axes)."""
+    shape = graph.op(op.inputs[0]).type.shape
+    return math.prod(shape[a] for a in op.attrs["axes"])
+
+
 class _Reduce:
     """One reduction accumulated over the row (sum, mean, max, min, product), in the
     register dtype of its operand: i32 rows accumulate in i32 (wrapping, as the
@@ -304,8 +524,7 @@ class _Reduce:
         self.combine = COMBINE[op.kind]
         self.kind = LANE_KIND[self.combine]
         self.dtype = REG_DTYPE[graph.op(op.inputs[0]).type.dtype]
-        self.count = graph.op(op.inputs[0]).type.shape[-1] if op.kind == "reduce_mean" \
-            else None
+        self.count = _reduced_count(graph, op) if op.kind == "reduce_mean" else None
 
     def init(self, em):
         return em.assign(identity(self.combine, self.dtype), "acc")
@@ -333,7 +552,7 @@ class _Welford:
     def __init__(self, graph, mean_op, var_op, x):
         self.mean, self.var, self.x = mean_op, var_op, x
         self.name = var_op.name
-        self.C = graph.op(x).type.shape[-1]
+        self.C = _reduced_count(graph, var_op)
 
     def init(self, em):
         return tuple(em.assign(P.f32(0.0), h) for h in ("count", "runmean", "m2"))
@@ -438,6 +657,8 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
     ``WaveReduce``, so ``reduce=wave`` prints it as the shuffle butterfly."""
     op = {"sum": "add", "max": "max", "min": "min", "prod": "mul"}[kind]
     dt = acc.dtype
+    if mapping == "columns":
+        return _cross_slices(em, acc, op, ws, nwaves, lds, slot)
     if reduce == "wave" and kind == "prod":
         reduce = "shuffle"
     if reduce == "lds_tree":
@@ -493,6 +714,32 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
             em.stmts.append(P.Assign(comb, P.BinOp(op, comb, t)))
         return comb
     return total
+
+
+def _cross_slices(em, acc, op, row_lanes, slices, lds, slot):
+    """``mapping=columns``: thread t's partial of row ``t % row_lanes`` goes to LDS at
+    ``t`` (slice-major, so a wave's stores are consecutive words: no bank conflict);
+    after a barrier every thread reads its row's ``slices`` partials (lanes of a row
+    read the same word: a broadcast) and combines them in slice order, so every
+    thread of the row holds the same total."""
+    if slices == 1:
+        return acc
+    dt = acc.dtype
+    name = f"part{slot}"
+    lds.append(P.LdsArray(name, dt, (slices * row_lanes,)))
+    em.stmts.append(P.LdsStore(name, P.thread_id(), (acc,)))
+    em.stmts.append(P.Barrier())
+    rlane = em.assign(imod(P.thread_id(), row_lanes), "rlane", "i32", cse=True)
+    comb = None
+    for sl in range(slices):
+        v = P.Var(em.regs.new("pw"), dt)
+        em.stmts.append(P.LdsLoad((v,), name, iadd(rlane, sl * row_lanes)))
+        em.define(v)
+        if comb is None:
+            comb = em.assign(v, "comb")
+        else:
+            em.stmts.append(P.Assign(comb, P.BinOp(op, comb, v)))
+    return comb
 
 
 # ------------------------------------------------------------------------- fallback

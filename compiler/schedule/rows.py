@@ -12,7 +12,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError
-from compiler.lower.reduction import (REGISTER_CACHE_ELEMS, ROW_DEFAULTS as D, RowShape, _single_pass_pair, check_schedule)
+from compiler.lower.reduction import (COLUMN_ROW_LANES, REGISTER_CACHE_ELEMS, ROW_DEFAULTS as D, RowShape, _single_pass_pair, check_schedule)
 from compiler.lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule import generic
 from compiler.schedule.common import Candidate, knob
@@ -23,13 +23,18 @@ NAME = "rows"
 @dataclass(frozen=True)
 class Knobs:
     mapping: str = knob(D["mapping"], "wave: a wave per row (several rows per workgroup); "
-                                "workgroup: a workgroup per row")
+                                "workgroup: a workgroup per row; columns: lanes on "
+                                "consecutive rows, the reduced axis over the workgroup "
+                                "(strided rows, e.g. a norm over the channels of NCHW)")
     workgroup: int = knob(D["workgroup"], "threads per workgroup, a multiple of the wave size")
     vector: int = knob(D["vector"], "elements per access along the row (1, 2, 4)")
     cache: str = knob(D["cache"], "reread: loop over the row in every pass; registers: keep "
                                 f"the row in registers (at most {REGISTER_CACHE_ELEMS} per "
                                 "thread)")
     reduce: str = knob(D["reduce"], "wave | shuffle | lds_tree: how lanes combine partials")
+    row_lanes: int = knob(D["row_lanes"], "mapping=columns: lanes of a wave on consecutive "
+                                  "rows (16, 32, 64); the other lanes and waves split the "
+                                  "reduced axis")
     passes: str = knob(D["passes"], "multi: a pass per dependency level; single: Welford / "
                                 "online softmax for two dependent reductions")
 
@@ -38,6 +43,8 @@ def _left_out(knobs: dict, ws: int, C: int) -> str:
     """Points ``check_schedule`` accepts that the space still leaves out (never the best:
     idle lanes, or variants only worth one setting), with the reason."""
     mapping, wg = knobs["mapping"], knobs["workgroup"]
+    if mapping == "columns" and wg // knobs["row_lanes"] > 64:
+        return "more than 64 slices of the reduced axis (64 LDS reads per combine)"
     if mapping == "workgroup" and wg * knobs["vector"] > C:
         return f"workgroup of {wg} x {knobs['vector']} wider than the row"
     if mapping == "wave" and wg != ws and wg > 256:
@@ -73,10 +80,24 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
                     for reduce in ("wave", "shuffle", "lds_tree"):
                         for passes in (("multi", "single") if has_pair else ("multi",)):
                             knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
-                                     "cache": cache, "reduce": reduce, "passes": passes}
+                                     "cache": cache, "reduce": reduce, "passes": passes,
+                                     "row_lanes": D["row_lanes"]}
                             reason = (check_schedule(rows, knobs, arch)
                                       or _left_out(knobs, ws, rows.C))
                             out.append(Candidate(knobs, not reason, reason))
+    if not rows.trailing:  # strided rows: lanes across rows, the reduced axis over waves
+        for wg in (ws, 2 * ws, 4 * ws, 256, 512, 1024):
+            if wg > max_wg or wg % ws:
+                continue
+            for row_lanes in COLUMN_ROW_LANES:
+                for cache in ("reread", "registers"):
+                    for passes in (("multi", "single") if has_pair else ("multi",)):
+                        knobs = {"mapping": "columns", "workgroup": wg, "vector": 1,
+                                 "cache": cache, "reduce": D["reduce"], "passes": passes,
+                                 "row_lanes": row_lanes}
+                        reason = (check_schedule(rows, knobs, arch)
+                                  or _left_out(knobs, ws, rows.C))
+                        out.append(Candidate(knobs, not reason, reason))
     # deduplicate (256 may equal 4 * wave size)
     seen, uniq = set(), []
     for c in out:

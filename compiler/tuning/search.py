@@ -35,7 +35,7 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from compiler.tuning import cluster as runner
 from compiler.ir import numerics, partial
-from compiler.tuning import sampling, tunedb
+from compiler.tuning import fusion_guard, sampling, tunedb
 from compiler.ir.graph import Graph, GraphError
 from compiler.lower import LoweringError, dispatch_kind, lower
 from compiler.lower.common import memory_image
@@ -128,6 +128,7 @@ class TuneResult:
     launch_overhead_us: float
     plan_choice: dict = field(default_factory=dict)
     roofline_basis: str = ""  # which bandwidth the roofline divides by (roofline_basis())
+    launch: str = "stream"    # how the host launches the dispatches (plan_time_us)
 
     @property
     def mismatches(self) -> list:
@@ -149,7 +150,7 @@ class TuneResult:
                 "roofline_basis": self.roofline_basis,
                 "num_dispatches": len(self.dispatches),
                 "unfused_dispatches": self.unfused_dispatches,
-                "launch_overhead_us": self.launch_overhead_us,
+                "launch_overhead_us": self.launch_overhead_us, "launch": self.launch,
                 "gain": self.gain_split(), "plan_choice": self.plan_choice,
                 "time_unit": "simulated microseconds (gpusim model, not measured)",
                 "dispatches": [d.to_json() for d in self.dispatches]}
@@ -225,6 +226,25 @@ def dispatch_flops(graph: Graph, dispatch) -> int:
     return flops
 
 
+#: how the host may launch a plan's dispatches (``Arch.launch_cost_us``)
+LAUNCHES = ("stream", "graph")
+
+
+def plan_time_us(tuned: list, arch, launch: str = "stream") -> float:
+    """A plan's predicted time: its kernels plus the host's launches. Every simulated
+    dispatch time includes one ``launch_overhead_us`` (a stream launch); with ``graph``
+    that is taken off and the HIP graph's cost for the whole sequence added instead."""
+    if launch == "stream":
+        return sum(d.best.time_us for d in tuned)
+    kernels = sum(d.best.time_us - arch.launch_overhead_us for d in tuned)
+    return kernels + arch.launch_cost_us(len(tuned), launch)
+
+
+def launch_per_dispatch_us(arch, launch: str = "stream") -> float:
+    """What one more dispatch costs the host under ``launch``."""
+    return arch.launch_overhead_us if launch == "stream" else arch.graph_node_us
+
+
 def roofline_basis(nbytes: int, arch) -> str:
     """Names the bandwidth ``roofline_us`` uses, for the tune report."""
     level = "MALL" if arch.memory_level(nbytes) == "mall" else "HBM"
@@ -253,6 +273,9 @@ def minimal_bytes(graph: Graph) -> int:
 # ----------------------------------------------------------------------------- attention
 #: the name of the aggressive plan without the attention rule (QK^T | softmax | PV)
 SPLIT_ATTENTION = "split-attention"
+#: the name of the aggressive plan without horizontal fusion of sibling GEMMs
+#: (``compiler.fusion.horizontal``): each projection its own dispatch
+SEPARATE_CONTRACTIONS = "separate-contractions"
 
 
 def _part_figures(parts: list) -> dict:
@@ -286,6 +309,23 @@ def attention_decisions(graph: Graph, fused: list, split: list) -> list:
         cost = {f"fused_{k}": v for k, v in f.items()}
         cost.update({f"split_{k}": v for k, v in u.items()})
         out.append(Decision("search", d.name, ", ".join(p.name for p in parts), win, why, cost))
+    return out
+
+
+def horizontal_decisions(plan, wide_us: float, separate_us: float) -> list:
+    """One ``search`` decision per wide GEMM the horizontal rule formed in the aggressive
+    plan: the plan with it against the same plan with separate projections (simulated
+    totals, launches included)."""
+    out = []
+    for d in plan.decisions:
+        if d.rule == "horizontal" and d.fused:
+            win = wide_us <= separate_us
+            out.append(Decision(
+                "search", d.producer, d.consumer, win,
+                f"one wide GEMM ({d.consumer}): plan {wide_us:.2f} us vs separate "
+                f"dispatches {separate_us:.2f} us (simulated) -> "
+                + ("the wide GEMM is kept" if win else "the separate GEMMs are kept"),
+                {"wide_plan_us": round(wide_us, 3), "separate_plan_us": round(separate_us, 3)}))
     return out
 
 
@@ -641,33 +681,50 @@ def _check_whole(graph, d, arch, env, wgs):
 
 def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
-         progress=None, store=None, cluster=None, check_all: bool = False) -> TuneResult:
+         progress=None, store=None, cluster=None, check_all: bool = False,
+         launch: str = "stream") -> TuneResult:
     """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
     fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them.
 
     ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
     fresh in-memory one when None); ``cluster``: a ``compiler.tuning.cluster.Cluster``;
-    ``check_all``: check every workgroup's values, not a sample's. ``arch`` is resolved
+    ``check_all``: check every workgroup's values, not a sample's; ``launch``: ``stream``
+    (a host launch per dispatch) or ``graph`` (one HIP graph launch for the whole
+    sequence), which every plan total and the fusion guard use. ``arch`` is resolved
     here, once (a name for the Python API's convenience); everything below takes the
     ``Arch``."""
     arch = get_arch(arch)
+    if launch not in LAUNCHES:
+        raise SearchError(f"launch={launch!r}; use {' or '.join(LAUNCHES)}")
     check_pins(fixed or {})
     store = tunedb.MemoryStore() if store is None else store
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
               store=store, cluster=cluster)
-    modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
+    modes = ("aggressive", SEPARATE_CONTRACTIONS, SPLIT_ATTENTION, "conservative") \
+        if mode == "auto" else (mode,)
     tried = {}
     plans = {}
     for m in modes:
-        # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another
-        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION))
+        # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another;
+        # the wide GEMM of sibling projections one, the separate projections another
+        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION),
+                    horizontal_gemms=m in ("aggressive", SPLIT_ATTENTION))
         key = tuple(tuple(d.ops) for d in plan.dispatches)
         if any(k == key for k, _ in tried.values()):
             continue  # same plan as an earlier mode: nothing to compare
-        tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{m} plan", **kw)
+        tuned = tune_dispatches(plan.graph, plan.dispatches, arch, label=f"{m} plan", **kw)
         tried[m] = (key, tuned)
         plans[m] = plan
-    totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
+    # --- fusion guard hook (compiler/tuning/fusion_guard.py): a fused dispatch predicted
+    # slower than its conservative parts is split into them, with the numbers recorded
+    if "conservative" in tried:
+        for m in [m for m in tried if m != "conservative"]:
+            plans[m], guarded = fusion_guard.guard(
+                plans[m], tried[m][1], plans["conservative"], tried["conservative"][1],
+                launch_per_dispatch_us(arch, launch) - arch.launch_overhead_us)
+            tried[m] = (tried[m][0], guarded)
+    # --- end of the fusion guard hook
+    totals = {m: plan_time_us(t, arch, launch) for m, (_, t) in tried.items()}
     chosen = min(totals, key=totals.get)
     tuned = tried[chosen][1]
     choice = {"chosen": chosen,
@@ -686,6 +743,9 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
                                                                     if m != chosen),
                                        True, choice["reason"],
                                        {f"{m}_us": v for m, v in totals.items()}))
+    if "aggressive" in tried and SEPARATE_CONTRACTIONS in tried:
+        plan.decisions.extend(horizontal_decisions(plans["aggressive"], totals["aggressive"],
+                                                   totals[SEPARATE_CONTRACTIONS]))
     if "aggressive" in tried and SPLIT_ATTENTION in tried:
         plan.decisions.extend(attention_decisions(graph, tried["aggressive"][1],
                                                   tried[SPLIT_ATTENTION][1]))
@@ -694,12 +754,12 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     if baseline:
         base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
                                **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
-        unfused_us = sum(d.best.time_us for d in base)
-    if verify:
-        verify_dispatches(graph, tuned, arch, seed, store=store, check_all=check_all)
+        unfused_us = plan_time_us(base, arch, launch)
+    if verify:  # the chosen plan's graph (horizontal fusion rewrites it)
+        verify_dispatches(plan.graph, tuned, arch, seed, store=store, check_all=check_all)
     flops = sum(d.flops for d in tuned)
     nbytes = minimal_bytes(graph)
-    roof = roofline_us(nbytes, flops, arch)
-    return TuneResult(graph.name, arch, chosen, plan, tuned, sum(d.best.time_us for d in tuned),
-                      unfused_us, len(unfused), roof, arch.launch_overhead_us, choice,
-                      roofline_basis(nbytes, arch))
+    roof = roofline_us(nbytes, flops, arch, launches=0) + arch.launch_cost_us(1, launch)
+    return TuneResult(graph.name, arch, chosen, plan, tuned, plan_time_us(tuned, arch, launch),
+                      unfused_us, len(unfused), roof, launch_per_dispatch_us(arch, launch),
+                      choice, roofline_basis(nbytes, arch), launch)

@@ -103,12 +103,28 @@ class Arch:
     mall_read_bytes_per_s: float = 0.0
     mall_write_bytes_per_s: float = 0.0
     mall_latency_cycles: int = 0
+    #: HIP graph launch (the host submits the whole captured sequence once): a fixed cost
+    #: per ``hipGraphLaunch`` plus a cost per kernel node, in place of
+    #: ``launch_overhead_us`` per dispatch; 0 = not modelled (see ``launch_cost_us``)
+    graph_launch_us: float = 0.0
+    graph_node_us: float = 0.0
     #: MFMA shape -> passes (one pass = 4 cycles of the SIMD's matrix core); empty: no
     #: matrix cores (MFMA rejected by the validator).
     mfma_passes: dict = field(default_factory=dict, compare=False, hash=False)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     # derived quantities --------------------------------------------------------------
+    def launch_cost_us(self, kernels: int, launch: str = "stream") -> float:
+        """Host launch cost of ``kernels`` dispatches run in order: ``stream``, each
+        launched on its own (``launch_overhead_us`` each, what every simulated kernel time
+        already includes); ``graph``, captured once into a HIP graph and replayed with one
+        ``hipGraphLaunch`` (``graph_launch_us`` once plus ``graph_node_us`` per kernel)."""
+        if launch == "stream":
+            return kernels * self.launch_overhead_us
+        if launch == "graph":
+            return (self.graph_launch_us if kernels else 0.0) + kernels * self.graph_node_us
+        raise ValueError(f"launch={launch!r}; use stream or graph")
+
     @property
     def valu_cycles(self) -> int:
         """Cycles one wave's VALU op occupies its SIMD: 64 lanes / SIMD16 = 4 (S13)."""

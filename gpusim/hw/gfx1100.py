@@ -49,6 +49,8 @@ GFX1100 = Arch(
     barrier_cycles=1,
     wave_launch_cycles=32,
     launch_overhead_us=3.5,
+    graph_launch_us=11.115,
+    graph_node_us=3.865,
     peak_fp32_flops_per_clk_per_cu=128,
     hbm_read_bytes_per_s=0.85 * 960e9,
     hbm_write_bytes_per_s=0.85 * 960e9,
@@ -97,6 +99,8 @@ GFX1100 = Arch(
         "barrier_cycles": "ASSUMPTION: one cycle",
         "wave_launch_cycles": "ASSUMPTION: ~32 cycles",
         "launch_overhead_us": "HARDWARE.md: ~3.5 us per batched dispatch (community report)",
+        "graph_launch_us": "ROCm/rocm-systems issue #10834 (2026-08-27), HIP graph replay of serialized tiny kernels on gfx1100 (Radeon Pro W7900): a 1-node graph 14.98 us, 941 nodes 3.865 us per node; fixed cost = 14.98 - 3.865",
+        "graph_node_us": "ROCm/rocm-systems issue #10834 (2026-08-27): HIP graph replay, 941 serialized nodes on gfx1100 (W7900), 3.865 us per node",
         "mfma_passes": "S1, S9: RDNA3 has no MFMA matrix cores (WMMA is not modelled)",
         "peak_fp32_flops_per_clk_per_cu": "ASSUMPTION: 64 lanes x FMA, dual-issue ignored",
         "hbm_read_bytes_per_s": ("ASSUMPTION: 85% of the 960 GB/s GDDR6 peak (no stream "

@@ -47,6 +47,8 @@ GFX90A = Arch(
     barrier_cycles=4,
     wave_launch_cycles=32,
     launch_overhead_us=3.5,
+    graph_launch_us=11.115,
+    graph_node_us=3.865,
     peak_fp32_flops_per_clk_per_cu=128,
     hbm_read_bytes_per_s=1.345e12,
     hbm_write_bytes_per_s=1.526e12,
@@ -94,6 +96,8 @@ GFX90A = Arch(
         "barrier_cycles": "ASSUMPTION: one issue turn to release s_barrier",
         "wave_launch_cycles": "ASSUMPTION: ~32 cycles to launch a wave into a free slot",
         "launch_overhead_us": "HARDWARE.md: ~3.5 us per batched dispatch (community report)",
+        "graph_launch_us": "ROCm/rocm-systems issue #10834 (2026-08-27), HIP graph replay of serialized tiny kernels on gfx1100 (Radeon Pro W7900): a 1-node graph 14.98 us, 941 nodes 3.865 us per node; fixed cost = 14.98 - 3.865; ASSUMPTION: no CDNA figure is published, the cost is the HIP runtime's AQL batch submission, taken to be the same here",
+        "graph_node_us": "ROCm/rocm-systems issue #10834 (2026-08-27): HIP graph replay, 941 serialized nodes on gfx1100 (W7900), 3.865 us per node; ASSUMPTION: no CDNA figure is published, the cost is the HIP runtime's AQL batch submission, taken to be the same here",
         "mfma_passes": ("S17 (LLVM SISchedule.td, gfx90a (CDNA2)): v_mfma_f32_32x32x2f32 16 passes, "
                         "16x16x4f32 8 passes, 4 cycles per pass; cross-check S2/S3: 32*32*2*2 "
                         "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU"),

@@ -71,7 +71,7 @@ def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int =
     path = write_project(out_dir, kernels, launches, arrays, arch=arch, force=force,
                          title=f"wavefuse export of {graph.name} for {arch.name}",
                          expected=expected, counters=counters, pin_occupancy=pin_occupancy,
-                         pin_compiles=pin_compiles)
+                         pin_compiles=pin_compiles, launch=getattr(result, "launch", "stream"))
     return path, [k.name for k in kernels]
 
 

@@ -41,9 +41,18 @@ def add_tune_options(p) -> None:
                    help="pin a schedule knob, e.g. --fix swizzle=before_fusion (repeatable, "
                         "once per knob)")
     p.add_argument("--mode", default="auto",
-                   choices=("auto", "aggressive", "split-attention", "conservative"),
+                   choices=("auto", "aggressive", "separate-contractions", "split-attention",
+                            "conservative"),
                    help="fusion plan: choose by predicted time (auto) or force one "
-                        "(split-attention: aggressive without the fused attention)")
+                        "(split-attention: aggressive without the fused attention; "
+                        "separate-contractions: aggressive without the wide GEMM of "
+                        "sibling projections)")
+    p.add_argument("--launch", choices=("stream", "graph"), default="stream",
+                   help="how the host launches the dispatches: stream (one launch each, the "
+                        "default) or graph (one HIP graph launch of the whole sequence: a "
+                        "fixed cost plus a cost per kernel, cited in gpusim/hw); plan totals "
+                        "and the choice of plan use it, and export's harness replays a "
+                        "captured HIP graph")
     p.add_argument("--seed", type=common.seed_value, default=0,
                    help="seed for sampling and inputs")
     p.add_argument("--no-baseline", action="store_true",
@@ -66,7 +75,7 @@ def run_tune(args, quiet: bool):
         parse_address(args.cluster)  # a bad address fails before any work
     kw = dict(budget=args.budget, workers=cap_workers(args.workers), fixed=fixed,
               seed=args.seed, mode=args.mode, baseline=not args.no_baseline,
-              check_all=args.check_all)
+              check_all=args.check_all, launch=args.launch)
     with store_of(args) as store, \
             (Cluster(args.cluster) if args.cluster else nullcontext()) as cluster:
         kw.update(store=store, cluster=cluster)
@@ -161,9 +170,13 @@ def render_tune(result, console) -> None:
         console.print(f"  [bold]{d.name}[/] ({d.kind}, {len(d.candidates)} simulated, "
                       f"{len(d.illegal)} illegal): "
                       + " ".join(f"{k}={v}" for k, v in d.best.knobs.items()))
+    arch = result.arch
+    launched = (f"launch overhead {result.launch_overhead_us} us each"
+                if result.launch == "stream" else
+                f"one HIP graph launch: {arch.graph_launch_us} us + {arch.graph_node_us} us per "
+                f"kernel (instead of {arch.launch_overhead_us} us per stream launch)")
     console.print(f"total predicted: [bold]{result.total_time_us:.2f} us[/] in "
-                  f"{len(result.dispatches)} dispatch(es), launch overhead "
-                  f"{result.launch_overhead_us} us each")
+                  f"{len(result.dispatches)} dispatch(es), {launched}")
     if result.unfused_time_us is not None:
         g = result.gain_split()
         console.print(f"unfused baseline: {result.unfused_time_us:.2f} us in "
@@ -172,7 +185,8 @@ def render_tune(result, console) -> None:
                       f"gain {g['total_us']:.2f} us = {g['launch_us']:.2f} us launches + "
                       f"{g['kernel_us']:.2f} us kernel time (bytes, instructions)")
     console.print(f"roofline bound: {result.roofline_time_us:.2f} us "
-                  f"(min bytes / {result.roofline_basis}, or flops / peak; plus one launch); "
+                  f"(min bytes / {result.roofline_basis}, or flops / peak; plus one "
+                  f"{'launch' if result.launch == 'stream' else 'graph launch of one kernel'}); "
                   f"predicted / roofline = {result.total_time_us / result.roofline_time_us:.2f}")
     console.print(f"plan choice: {result.plan_choice.get('reason', '')}")
     console.print("[dim]times are gpusim predictions (simulated cycles at the modelled "
