@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from compiler.lower.common import LoweringError
+from compiler.lower.common import ceil_div
 from compiler.lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.conv import DIRECT_WORKGROUPS, direct_applies
@@ -50,6 +51,9 @@ class Knobs:
     lowering: str = knob("gemm", "gemm: implicit-GEMM tiles; direct: a thread per output "
                                  "(convs with few taps per output, e.g. depthwise)")
     workgroup: int = knob(64, "lowering=direct: threads per workgroup (64 or 256)")
+    split_k: int = knob(D["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
+                                      "partial sums in a workspace, then a reduction "
+                                      "kernel that applies the epilogue once)")
 
 
 TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
@@ -171,7 +175,50 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
                                      check_schedule(gemm, knobs, arch)))
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal
-    return with_direct_conv(graph, dispatch, out)
+    return with_direct_conv(graph, dispatch, with_split_k(gemm, out, arch))
+
+
+#: split_k values the space tries (``lower.contraction.SPLITS`` are the legal ones)
+SPLIT_TRIES = (2, 4, 8, 16)
+
+
+def with_split_k(gemm, space: list, arch: Arch) -> list:
+    """Split-K points for a GEMM whose tile grid does not fill the GPU: each point whose
+    tiles number fewer than the CUs (with the vector-padded LDS rows) also gets two splits
+    S of ``SPLIT_TRIES``: the largest that stays under one workgroup per CU and the first
+    that reaches it (``split_k`` = 1 stays the one-kernel GEMM; more splits only add
+    workspace traffic once every CU has a workgroup). The split point of the best-ranked tile nearest one workgroup per CU is tried
+    whatever the budget (``always``), so the search always weighs a split against the
+    sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob at all."""
+    extra, first = [], None
+    for c in space:
+        if not c.legal or c.fallback:
+            continue
+        k = c.knobs
+        grid = gemm.batch * ceil_div(gemm.M, k["BM"]) * ceil_div(gemm.N, k["BN"])
+        if k["lds_pad"] != 4:
+            continue  # the padding choice is the one-kernel space's (first tile only)
+        fills = [S for S in SPLIT_TRIES if grid * S >= arch.num_cus]
+        under = [S for S in SPLIT_TRIES if grid * S < arch.num_cus]
+        for S in under[-1:] + fills[:1]:
+            knobs = {**k, "split_k": S}
+            why = check_schedule(gemm, knobs, arch)
+            cand = Candidate(knobs, not why, why, c.opt_in)
+            extra.append(cand)
+            if not why and not c.opt_in and first is None and grid * S >= arch.num_cus:
+                first = cand
+    if not extra:
+        return space
+    if first is None:  # no split reaches a workgroup per CU: the largest legal one
+        first = max((c for c in extra if c.legal and not c.opt_in),
+                    key=lambda c: c.knobs["split_k"], default=None)
+    if first is not None:
+        first.always = True
+    for c in space:
+        c.knobs = {**c.knobs, "split_k": 1} if c.knobs else c.knobs
+    legal = [c for c in space if c.legal and not c.fallback]
+    rest = [c for c in space if not (c.legal and not c.fallback)]
+    return legal + [c for c in extra if c.legal] + rest + [c for c in extra if not c.legal]
 
 
 def with_direct_conv(graph, dispatch, space: list) -> list:
