@@ -23,7 +23,8 @@ from gpusim.hw import Arch
 
 from compiler.lower.common import LoweringError
 from compiler.lower.common import ceil_div
-from compiler.lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
+from compiler.lower.contraction import (DEFAULTS as D, LDS_PADS, SPLITS, SWIZZLES, Gemm,
+                                        check_schedule)
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.conv import DIRECT_WORKGROUPS, direct_applies
 from compiler.lower.layout import forward_index, output_maps
@@ -178,34 +179,35 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
     return with_direct_conv(graph, dispatch, with_split_k(gemm, out, arch))
 
 
-#: split_k values the space tries (``lower.contraction.SPLITS`` are the legal ones)
-SPLIT_TRIES = (2, 4, 8, 16)
-
-
 def with_split_k(gemm, space: list, arch: Arch) -> list:
     """Split-K points for a GEMM whose tile grid does not fill the GPU: each point whose
-    tiles number fewer than the CUs (with the vector-padded LDS rows) also gets two splits
-    S of ``SPLIT_TRIES``: the largest that stays under one workgroup per CU and the first
-    that reaches it (``split_k`` = 1 stays the one-kernel GEMM; more splits only add
-    workspace traffic once every CU has a workgroup). The split point of the best-ranked tile nearest one workgroup per CU is tried
-    whatever the budget (``always``), so the search always weighs a split against the
-    sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob at all."""
+    tiles number fewer than the CUs (with the vector-padded LDS rows) also gets one of
+    the legal splits S (``lower.contraction.SPLITS`` that divide its K tiles): the
+    smallest that gives every CU a workgroup, else the largest (``split_k`` = 1 stays
+    the one-kernel GEMM; more splits only add workspace traffic once every CU has a
+    workgroup, fewer leave CUs idle); a point with no legal split gets one illegal point
+    saying why. The split point of the best-ranked tile nearest one workgroup per CU is
+    tried whatever the budget (``always``), so the search always weighs a split against
+    the sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob."""
     extra, first = [], None
     for c in space:
         if not c.legal or c.fallback:
             continue
         k = c.knobs
         grid = gemm.batch * ceil_div(gemm.M, k["BM"]) * ceil_div(gemm.N, k["BN"])
-        if k["lds_pad"] != 4:
+        if grid >= arch.num_cus or k["lds_pad"] != 4:
             continue  # the padding choice is the one-kernel space's (first tile only)
-        fills = [S for S in SPLIT_TRIES if grid * S >= arch.num_cus]
-        under = [S for S in SPLIT_TRIES if grid * S < arch.num_cus]
-        for S in under[-1:] + fills[:1]:
-            knobs = {**k, "split_k": S}
-            why = check_schedule(gemm, knobs, arch)
-            cand = Candidate(knobs, not why, why, c.opt_in)
+        ok = [S for S in SPLITS[1:] if not check_schedule(gemm, {**k, "split_k": S}, arch)]
+        under = [S for S in ok if grid * S < arch.num_cus]
+        fills = [S for S in ok if grid * S >= arch.num_cus]
+        tries = fills[:1] or under[-1:]
+        if not tries:
+            knobs = {**k, "split_k": SPLITS[1]}
+            extra.append(Candidate(knobs, False, check_schedule(gemm, knobs, arch), c.opt_in))
+        for S in tries:
+            cand = Candidate({**k, "split_k": S}, True, "", c.opt_in)
             extra.append(cand)
-            if not why and not c.opt_in and first is None and grid * S >= arch.num_cus:
+            if not c.opt_in and first is None and grid * S >= arch.num_cus:
                 first = cand
     if not extra:
         return space

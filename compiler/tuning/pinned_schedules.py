@@ -19,6 +19,7 @@ from codegen_hip.emit import emit_kernel
 from codegen_hip.pins import verify_pins
 from codegen_hip.simfacts import pinned_waves
 from gpusim.hw import Arch
+from gpusim.program import KernelSequence
 
 from compiler.tuning.search import lower, verify_dispatches
 
@@ -42,6 +43,11 @@ class Rescheduled:
 
 
 def _pinned_source(kernel, arch: Arch, name: str):
+    if isinstance(kernel, KernelSequence):
+        # simplification: a split dispatch is not rescheduled for its pins; the export
+        # still pins each of its kernels where hipcc fits it (unpinned, with the reason,
+        # where not: ``codegen_hip.export``)
+        return None
     w = pinned_waves(kernel, arch)
     return None if w is None else (emit_kernel(kernel, arch, c_name=name, waves_per_eu=w), w)
 
