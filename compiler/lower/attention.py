@@ -70,7 +70,7 @@ F32_EPS = 2.0 ** -24
 #: elements each thread copies per trip of a staging loop (loads in flight at once)
 CHUNK = 8
 #: flash-decoding: the key splits a schedule may take (``key_splits``; 1 = one kernel)
-KEY_SPLITS = (1, 2, 4, 8, 16, 32)
+KEY_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 #: threads per workgroup of flash-decoding's combine kernel (one thread per output element)
 COMBINE_THREADS = 256
 
