@@ -176,7 +176,13 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
                                      check_schedule(gemm, knobs, arch)))
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal
-    return with_direct_conv(graph, dispatch, with_split_k(gemm, out, arch))
+    out = with_direct_conv(graph, dispatch, with_split_k(gemm, out, arch))
+    if any("split_k" in c.knobs for c in out):
+        # the direct conv is one kernel too: ``--fix split_k=1`` keeps it in the running
+        for c in out:
+            if c.knobs.get("lowering") == "direct":
+                c.knobs = {**c.knobs, "split_k": 1}
+    return out
 
 
 def with_split_k(gemm, space: list, arch: Arch) -> list:

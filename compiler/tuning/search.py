@@ -94,6 +94,8 @@ class DispatchTune:
                 "time_us": self.best.time_us, "roofline_us": self.roofline_us,
                 "counters": {k: c.get(k) for k in KEY_COUNTERS},
                 "occupancy_limiter": self.best.occupancy_limiter,
+                # kernels the dispatch launches (2 for split-K / flash-decoding)
+                "kernels": int(c.get("kernels", 1)),
                 "candidates": len(self.candidates), "illegal": len(self.illegal),
                 "verified": self.verified, "max_error": self.max_error, "check": self.check}
 
