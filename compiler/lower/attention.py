@@ -35,6 +35,10 @@ the sums of the reference (numpy computes S, then the softmax row by row, then P
 adds one rounding per rescale, so its error grows with the number of key blocks. The
 MFMA variant sums each block of k products exactly and rounds once (as gpusim models the
 instruction), within the same bound.
+Flash-decoding (knob ``key_splits``, default 1; FMA micro-kernels only): the keys are
+split over KS workgroups per query block and a combine kernel merges their partial
+outputs, maxima and sums (:func:`lower_flash_decoding`; docs/kernels.md).
+
 Model simplifications of the MFMA variant: its query block is one MFMA block per wave
 and RM (no split of the keys over waves or workgroups); the V operand is read from LDS
 one word per lane per step (a transposed V tile would allow wider reads).

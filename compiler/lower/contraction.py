@@ -55,6 +55,10 @@ split-K, the swizzle placements and the epilogue work on that layout unchanged i
 before_fusion: LDS round trip first). CDNA only; in the schedule space by default except
 the tiles ``compiler.schedule.contraction.MFMA_OPT_IN`` lists (``--fix mma=mfma``).
 
+Split-K across workgroups (knob ``split_k``, default 1): the dispatch lowers to two
+kernels, the partial sums of S slices of K to a workspace and a reduction kernel that
+applies the epilogue once (:func:`lower_split_k`; docs/kernels.md).
+
 Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
 LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
 or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
