@@ -222,8 +222,9 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
                     key=lambda c: c.knobs["split_k"], default=None)
     if first is not None:
         first.always = True
-    for c in space:
-        c.knobs = {**c.knobs, "split_k": 1} if c.knobs else c.knobs
+    for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
+        if c.knobs and not c.fallback:
+            c.knobs = {**c.knobs, "split_k": 1}
     legal = [c for c in space if c.legal and not c.fallback]
     rest = [c for c in space if not (c.legal and not c.fallback)]
     return legal + [c for c in extra if c.legal] + rest + [c for c in extra if not c.legal]
