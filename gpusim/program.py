@@ -543,3 +543,71 @@ def walk(stmts):
         elif isinstance(s, If):
             yield from walk(s.then)
             yield from walk(s.orelse)
+
+
+@dataclass(frozen=True)
+class KernelSequence:
+    """One dispatch as a short sequence of kernel launches on one stream, in order.
+
+    A kernel of the sequence may write a ``workspace`` buffer that a later one reads
+    (split-K partial sums, then the kernel that reduces them and applies the epilogue
+    once; flash-decoding's per-split maxima, sums and outputs, then the combine). The
+    workspaces are scratch memory of the dispatch: not graph tensors, allocated by the
+    harness, never read back. Launch order is the only synchronisation (stream order):
+    the IR still has no atomics and no grid-wide barrier.
+
+    ``buffers`` are the dispatch's own arguments (every kernel's buffers but the
+    workspaces, first appearance order), what a caller binds and checks, as for one
+    ``Kernel``; ``grid`` is the last kernel's (the one that writes the outputs).
+    """
+    name: str
+    kernels: tuple        # Kernel, in launch order
+    workspaces: tuple     # Buffer declarations (row-major f32 scratch)
+    meta: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self):
+        if len(self.kernels) < 2:
+            raise ValueError(f"sequence {self.name!r}: a one-kernel dispatch is a Kernel")
+        ws = {w.name for w in self.workspaces}
+        written = set()
+        for k in self.kernels:
+            for b in k.buffers:
+                if b.name in ws and b.intent == "in" and b.name not in written:
+                    raise ValueError(f"sequence {self.name!r}: kernel {k.name!r} reads "
+                                     f"workspace {b.name!r} before any kernel writes it")
+                if b.intent != "in":
+                    written.add(b.name)
+
+    @property
+    def buffers(self) -> tuple:
+        ws = {w.name for w in self.workspaces}
+        seen, out = {}, []
+        for k in self.kernels:
+            for b in k.buffers:
+                if b.name in ws:
+                    continue
+                if b.name in seen:
+                    if b.intent != "in" and seen[b.name].intent == "in":
+                        out[out.index(seen[b.name])] = b
+                        seen[b.name] = b
+                    continue
+                seen[b.name] = b
+                out.append(b)
+        return tuple(out)
+
+    @property
+    def grid(self) -> int:
+        return self.kernels[-1].grid
+
+    @property
+    def lds_bytes(self) -> int:
+        return max(k.lds_bytes for k in self.kernels)
+
+    @property
+    def workspace_bytes(self) -> int:
+        return sum(w.size * DTYPE_BYTES[w.dtype] for w in self.workspaces)
+
+
+def kernels_of(lowered) -> tuple:
+    """The kernels a lowered dispatch launches, in order (one ``Kernel`` or a sequence)."""
+    return lowered.kernels if isinstance(lowered, KernelSequence) else (lowered,)

@@ -58,8 +58,8 @@ from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.occupancy import occupancy
-from gpusim.program import (DTYPE_BYTES, Assign, Kernel, LdsLoad, LdsStore, Load, Mfma, Shuffle,
-                            Store, WaveReduce)
+from gpusim.program import (DTYPE_BYTES, Assign, Kernel, KernelSequence, LdsLoad, LdsStore, Load,
+                            Mfma, Shuffle, Store, WaveReduce)
 from gpusim.validate import validate
 
 TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma")
@@ -93,6 +93,8 @@ class SimResult:
     # relative error bound of ``cycles`` from a long loop timed from truncated runs
     # (``simulate(extrapolate_loops=True)``, ``gpusim.steady``); 0 when every trip ran
     loop_error_bound: float = 0.0
+    # a KernelSequence: each kernel's own result, in launch order (empty for one kernel)
+    parts: list = field(default_factory=list)
 
     @property
     def wave_insts(self) -> float:
@@ -652,8 +654,16 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     ``extrapolate_loops`` (timing mode, no trace): time the kernel's one long loop from
     runs cut to a few trips when its trips are steady (``gpusim.steady``; ``method``
     states the cuts and the error bound); outputs are then those of the longest cut.
+    A ``KernelSequence`` (one dispatch lowered to several launches) runs kernel by kernel
+    in order (``_simulate_sequence``): its time is the sum of the kernels' times, each
+    with its launch overhead.
     """
     arch = get_arch(arch)
+    if isinstance(kernel, KernelSequence):
+        return _simulate_sequence(kernel, arch, inputs, scalars, functional=functional,
+                                  trace=trace, jit=jit, launch_overhead_us=launch_overhead_us,
+                                  trace_cap=trace_cap, workgroups=workgroups,
+                                  extrapolate_loops=extrapolate_loops)
     occ = _checked(kernel, arch, scalars)
     prog = _program(kernel, arch)
     if workgroups is not None:
@@ -699,6 +709,68 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
                      workgroups_per_cu=occ.workgroups_per_cu, counters=counters, per_inst=per_inst,
                      trace=tr, bounds=dict(cu=t_cu, hbm=t_hbm, l2=t_l2),
                      loop_error_bound=loop_bound)
+
+
+#: counters that add up over the kernels of a sequence (the rest are rates, recomputed)
+_ADDITIVE = tuple(COUNTER_NAMES) + ("hbm_bytes",)
+
+
+def _simulate_sequence(seq, arch, inputs, scalars, *, workgroups, **kw) -> SimResult:
+    """Runs the kernels of ``seq`` in launch order, each as one ``simulate`` call: a
+    workspace one kernel writes is the input of the next (its values in functional mode;
+    in timing mode the partial values, which no lowering's control flow depends on).
+    ``workgroups`` restricts the last kernel only (the one that writes the dispatch's
+    outputs); the earlier ones run whole, so the sampled tiles see complete workspaces.
+
+    Simplifications: each kernel starts with cold L1 and L2 (as every simulated launch
+    does), so a workspace is read back from the memory level (HBM, or the MALL when the
+    kernel's buffers fit it) although a real L2 may still hold part of it: a pessimistic
+    bound on the reduction's reads. Kernels do not overlap (stream order; no PDL); the
+    sum of the times includes one launch overhead per kernel.
+    """
+    values = dict(inputs or {})
+    parts = []
+    for i, k in enumerate(seq.kernels):
+        last = i == len(seq.kernels) - 1
+        given = {b.name: values[b.name] for b in k.buffers if b.name in values}
+        r = simulate(k, arch, given, scalars, workgroups=workgroups if last else None,
+                     **{**kw, "trace": kw["trace"] and last})
+        for b in k.buffers:
+            if b.intent != "in":
+                values[b.name] = r.outputs[b.name]
+        parts.append(r)
+    ws = {w.name for w in seq.workspaces}
+    outputs = {b.name: values[b.name] for b in seq.buffers
+               if b.intent != "in" and b.name in values and b.name not in ws}
+    main = max(parts, key=lambda r: r.time_us_without_launch)
+    counters = {n: sum(r.counters.get(n, 0.0) for r in parts) for n in _ADDITIVE}
+    tcp = sum(r.counters["tcp_accesses"] for r in parts)
+    counters["coalescing_pct"] = (sum(r.counters["coalescing_pct"] * r.counters["tcp_accesses"]
+                                      for r in parts) / tcp) if tcp else 100.0
+    for lvl in ("l2", "l1"):
+        acc = counters[f"{lvl}_accesses"]
+        counters[f"{lvl}_hit_pct"] = 100.0 * counters[f"{lvl}_hits"] / acc if acc else 0.0
+    conf, act = counters["lds_bank_conflict_cycles"], counters["lds_idx_active_cycles"]
+    counters["lds_bank_conflict_rate_pct"] = 3.125 * conf / (act - conf) if act > conf else 0.0
+    counters["lds_bank_conflicts_per_access"] = conf / (act - conf) if act > conf else 0.0
+    counters["occupancy_waves_per_simd"] = main.occupancy_waves_per_simd
+    t_wo = sum(r.time_us_without_launch for r in parts)
+    counters["achieved_bandwidth_gbs"] = counters["hbm_bytes"] / (t_wo * 1e-6) / 1e9 \
+        if t_wo > 0 else 0.0
+    counters["kernels"] = float(len(parts))
+    method = f"{len(parts)} kernels in stream order, times summed: " + " | ".join(
+        f"{r.kernel}: {r.time_us_without_launch:.3f} us + launch; {r.method}" for r in parts)
+    return SimResult(kernel=seq.name, arch=arch.name, outputs=outputs,
+                     cycles=sum(r.cycles for r in parts), time_us=sum(r.time_us for r in parts),
+                     time_us_without_launch=t_wo,
+                     launch_overhead_us=sum(r.launch_overhead_us for r in parts),
+                     method=method, occupancy_waves_per_simd=main.occupancy_waves_per_simd,
+                     occupancy_limiter=main.occupancy_limiter, vgprs=main.vgprs,
+                     workgroups_per_cu=main.workgroups_per_cu, counters=counters,
+                     per_inst=[], trace=parts[-1].trace,
+                     bounds={k: sum(r.bounds.get(k, 0.0) for r in parts)
+                             for k in ("cu", "hbm", "l2")},
+                     loop_error_bound=max(r.loop_error_bound for r in parts), parts=parts)
 
 
 def _per_inst(prog, rec):

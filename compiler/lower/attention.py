@@ -35,6 +35,10 @@ the sums of the reference (numpy computes S, then the softmax row by row, then P
 adds one rounding per rescale, so its error grows with the number of key blocks. The
 MFMA variant sums each block of k products exactly and rounds once (as gpusim models the
 instruction), within the same bound.
+Flash-decoding (knob ``key_splits``, default 1; FMA micro-kernels only): the keys are
+split over KS workgroups per query block and a combine kernel merges their partial
+outputs, maxima and sums (:func:`lower_flash_decoding`; docs/kernels.md).
+
 Model simplifications of the MFMA variant: its query block is one MFMA block per wave
 and RM (no split of the keys over waves or workgroups); the V operand is read from LDS
 one word per lane per step (a transposed V tile would allow wider reads).
@@ -70,6 +74,10 @@ MAX_TILE_REGS = 160
 F32_EPS = 2.0 ** -24
 #: elements each thread copies per trip of a staging loop (loads in flight at once)
 CHUNK = 8
+#: flash-decoding: the key splits a schedule may take (``key_splits``; 1 = one kernel)
+KEY_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
+#: threads per workgroup of flash-decoding's combine kernel (one thread per output element)
+COMBINE_THREADS = 256
 
 
 def hoist_loads(stmts: list) -> list:
@@ -183,6 +191,9 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
     mma = s.get("mma", "fma")
     if mma not in MMAS:
         return f"mma={mma!r} not in {MMAS}"
+    why = _check_key_splits(a, s)
+    if why:
+        return why
     if mma == "mfma":
         return _check_mfma(a, s, arch)
     t = s["waves"] * wave_size
@@ -224,6 +235,26 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
                 + f") over the {arch.arch_vgprs_per_lane} VGPRs per lane FMAs can use")
     if g["lds_bytes"] > lds_limit:
         return f"LDS {g['lds_bytes']} B over the {lds_limit} B limit"
+    return ""
+
+
+def _check_key_splits(a: Attention, s: dict) -> str:
+    """flash-decoding (``key_splits`` > 1): FMA micro-kernels only, the key blocks split
+    evenly, no causal block skip (a query block's last key bounds its loop there)."""
+    ks = int(s.get("key_splits", 1))
+    if ks not in KEY_SPLITS:
+        return f"key_splits={ks} not in {KEY_SPLITS}"
+    if ks == 1:
+        return ""
+    if s.get("mma", "fma") != "fma":
+        return "key_splits > 1 (flash-decoding) is lowered for mma=fma only"
+    nkb = ceil_div(a.sk, s["BK"])
+    if nkb % ks:
+        return (f"key_splits={ks} does not divide the {nkb} key blocks of BK={s['BK']} "
+                f"(Sk={a.sk}): every split walks the same number of blocks")
+    if a.pat.causal and a.sq == a.sk:
+        return ("key_splits > 1 with a causal mask over Sq = Sk: the kernel skips each query "
+                "block's masked key blocks instead")
     return ""
 
 
@@ -290,12 +321,46 @@ def lower_attention(graph, dispatch, schedule: dict, arch: Arch) -> P.Kernel:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
     if s.get("mma", "fma") == "mfma":
         return _MfmaBuilder(a, s, arch.wave_size).build()
+    if int(s.get("key_splits", 1)) > 1:
+        return lower_flash_decoding(a, s, arch)
     return _Builder(a, s, arch.wave_size).build()
 
 
+def workspace_names(a: Attention) -> tuple[str, str]:
+    name = sanitize(a.dispatch.name)
+    return f"{name}_fd_partial_out", f"{name}_fd_partial_stats"
+
+
+def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> P.KernelSequence:
+    """Flash-decoding (knob ``key_splits`` = KS), for attentions whose query blocks alone
+    leave CUs idle (decoding: one query block per head): two kernels in stream order.
+
+    1. The split kernel: KS x (the query-block grid) workgroups; workgroup (split s,
+       query block) runs the one-kernel loop over key blocks ``s*nkb/KS ..
+       (s+1)*nkb/KS - 1`` and stores, unnormalised, its rows' accumulators and each
+       row's running maximum m_s and sum l_s (the online softmax's state) to two f32
+       workspaces: ``[KS][blocks][BQ][Dv padded]`` and ``[KS][blocks][BQ][2]``.
+    2. The combine kernel: one thread per output element: M = max_s m_s, w_s =
+       exp(m_s - M), O = sum_s w_s acc_s / sum_s w_s l_s, then PV's epilogue, once.
+       Exactly the softmax: each acc_s and l_s is scaled by exp(m_s - M), which
+       turns the split's exp(x - m_s) into exp(x - M).
+    """
+    split = _Builder(a, s, arch.wave_size, phase="split").build()
+    combine = _Builder(a, s, arch.wave_size, phase="combine").build_combine()
+    wo, wst = workspace_names(a)
+    ws = tuple(P.Buffer(b.name, b.dtype, b.shape, "out")
+               for b in split.buffers if b.name in (wo, wst))
+    meta = {**combine.meta, "key_splits": int(s["key_splits"]),
+            "workspace_bytes": sum(b.size * 4 for b in ws)}
+    return P.KernelSequence(sanitize(a.dispatch.name), (split, combine), ws, meta)
+
+
 class _Builder:
-    def __init__(self, a: Attention, s: dict, ws: int):
+    def __init__(self, a: Attention, s: dict, ws: int, phase=None):
         self.a, self.s, self.ws = a, s, ws
+        #: None: the one-kernel attention; "split"/"combine": flash-decoding's kernels
+        self.phase = phase
+        self.KS = int(s.get("key_splits", 1))
         self.g = geometry(a, s, ws)
         self.regs = RegisterNamer()
         self.em = ValueEmitter(a.graph, a.dispatch.ops, a.dispatch.inputs, self.regs)
@@ -387,6 +452,90 @@ class _Builder:
         else:
             out.append(P.For(it, P.i32(0), P.i32(trips), 1, tuple(body)))
 
+    # ------------------------------------------------------------ flash-decoding
+    def workspaces(self, intent):
+        """(partial outputs [KS][blocks][BQ][DVP], row statistics [KS][blocks][BQ][2])."""
+        a, s, g = self.a, self.s, self.g
+        nt = math.prod(a.batch) * ceil_div(a.sq, s["BQ"])
+        wo, wst = workspace_names(a)
+        return (P.Buffer(wo, "f32", (self.KS, nt, s["BQ"], g["DVP"]), intent),
+                P.Buffer(wst, "f32", (self.KS, nt, s["BQ"], 2), intent))
+
+    def store_split(self, body, bid, lrow, m, l_, accs) -> P.Kernel:
+        """The split kernel's end: each thread's unnormalised accumulators (consecutive
+        lanes on consecutive columns) and, by a row's first thread, its (m, l)."""
+        a, s, g = self.a, self.s, self.g
+        wo, wst = self.workspaces("out")
+        BQ, DVP, TPR = s["BQ"], g["DVP"], g["TPR"]
+        for k in range(len(lrow)):
+            row = self.let(body, "wrow", bid * BQ + lrow[k], "i32")
+            for e, x in enumerate(accs[k]):
+                body.append(P.Store(wo.name, row * DVP + self.j + e * TPR
+                                    if TPR > 1 or e else row * DVP, (x,)))
+            st = P.Store(wst.name, row * 2, (m[k], l_[k]))
+            body.append(st if TPR == 1 else P.If(P.as_expr(self.j).eq(0), (st,)))
+        lds = tuple(P.LdsArray(name, "f32", shp, s["lds_pad"] if name in ("Qs", "Ks", "Ps")
+                               else 0) for name, shp in g["lds"].items())
+        body = self.em.provably_aligned(tuple(body), self.ws)
+        params = tuple(b for b in buffers(a.graph, a.dispatch) if b.intent == "in")
+        return P.Kernel(sanitize(f"{a.dispatch.name}_fd_split"), _used(params, body) + (wo, wst),
+                        self.KS * g["grid"], g["T"], body, lds=lds,
+                        meta=_meta(a, s, g, threads_per_row=TPR, flash_decoding="split"))
+
+    def build_combine(self) -> P.Kernel:
+        """Flash-decoding's combine: one thread per (batch, query row, column) element."""
+        a, s, g, em = self.a, self.s, self.g, self.em
+        BQ, DVP, KS = s["BQ"], g["DVP"], self.KS
+        Sq, Dv = a.sq, a.dv
+        nqb = ceil_div(Sq, BQ)
+        nt = math.prod(a.batch) * nqb
+        total = math.prod(a.batch) * Sq * Dv
+        wo, wst = self.workspaces("in")
+        body: list = []
+        t = self.let(body, "t", P.block_id() * COMBINE_THREADS + P.thread_id(), "i32")
+        tc = self.let(body, "tc", P.minimum(t, total - 1), "i32") if total % COMBINE_THREADS \
+            else t
+        col = self.let(body, "col", tc % Dv, "i32")
+        r = self.let(body, "r", tc // Dv, "i32")
+        row = self.let(body, "row", r % Sq, "i32")
+        bh = self.let(body, "bh", r // Sq, "i32")
+        wrow = self.let(body, "wrow", (bh * nqb + row // BQ) * BQ + row % BQ, "i32")
+        stats, outs = [], []
+        for h in range(KS):
+            ml = (self.reg("m"), self.reg("l"))
+            o = self.reg("o")
+            at = wrow + h * nt * BQ if h else wrow
+            body.append(P.Load(ml, wst.name, at * 2))
+            body.append(P.Load((o,), wo.name, at * DVP + col))
+            stats.append(ml)
+            outs.append(o)
+        mx = stats[0][0]
+        for ml in stats[1:]:
+            mx = P.maximum(mx, ml[0])
+        mx = self.let(body, "mmax", mx)
+        lsum = osum = None
+        for (m_s, l_s), o in zip(stats, outs):
+            w = self.let(body, "w", P.exp(m_s - mx))
+            lsum = w * l_s if lsum is None else P.fma(w, l_s, lsum)
+            osum = w * o if osum is None else P.fma(w, o, osum)
+        val = self.let(body, "o_norm", osum / lsum)
+        bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
+        outt = a.graph.op(a.out).type
+        st: list = []
+        with em.scope(st):
+            em.bound = {a.pat.pv: (lambda ix: val)}
+            v = em.value(a.out, bidx + (row, col))
+            st.append(P.Store(a.out, em.offset(outt, bidx + (row, col)), (v,)))
+        em.bound = {}
+        st = hoist_loads(st)
+        body.extend(st if total % COMBINE_THREADS == 0 else [P.If(t < total, tuple(st))])
+        body = em.provably_aligned(tuple(body), self.ws)
+        params = buffers(a.graph, a.dispatch)
+        return P.Kernel(sanitize(f"{a.dispatch.name}_fd_combine"),
+                        _used(params, body) + (wo, wst), ceil_div(total, COMBINE_THREADS),
+                        COMBINE_THREADS, body,
+                        meta=_meta(a, s, g, flash_decoding="combine"))
+
     def row_reduce(self, out: list, value, op: str, lrow):
         """The row's combined max/sum of each thread's partial ``value``."""
         tpr = self.g["TPR"]
@@ -426,6 +575,11 @@ class _Builder:
         rg = self.let(body, "rg", self.tid // TPR if TPR > 1 else self.tid, "i32")
         self.j = self.let(body, "j", self.tid % TPR, "i32") if TPR > 1 else P.i32(0)
         bid = P.block_id()
+        if self.phase == "split":  # workgroup = (key split, query block of a head)
+            nt = math.prod(a.batch) * nqb
+            ksplit = self.let(body, "ksplit", bid // nt, "i32")
+            bid = self.let(body, "qblock", bid % nt, "i32")
+            kfirst = self.let(body, "kfirst", ksplit * (ceil_div(Sk, BK) // self.KS), "i32")
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
         qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else P.i32(0)
         # this thread's RM rows: local rg * RM + k, global row0 + k
@@ -469,7 +623,8 @@ class _Builder:
 
         kb = P.Var("kb", "i32")
         loop = [P.Barrier()]   # Q staged / the previous block's K, V, P no longer read
-        key0 = self.let(loop, "key0", kb * BK, "i32")
+        key0 = self.let(loop, "key0", (kb + kfirst) * BK if self.phase == "split" else kb * BK,
+                        "i32")
 
         def clamp_key(k):
             return P.minimum(k, Sk - 1) if Sk % BK else k
@@ -576,13 +731,15 @@ class _Builder:
         # issues every trip's P and V reads first and needs all 256 VGPRs plus AGPR spills
         # (vit_tiny, seq 17: 276 VGPRs; rolled: 85, the estimate 81)
         loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner), rolled=True))
-        nkb = P.i32(ceil_div(Sk, BK))
+        nkb = P.i32(ceil_div(Sk, BK) // self.KS)   # this split's key blocks
         if a.pat.causal and Sq == Sk:
             # keys after this query block's last row are masked to -1e4 or less: their
             # probabilities are exactly 0 in f32, so their blocks are skipped
             last = P.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
             nkb = P.minimum((last + (BK - 1)) // BK, nkb)
         body.append(P.For(kb, P.i32(0), nkb, 1, tuple(loop)))
+        if self.phase == "split":
+            return self.store_split(body, P.block_id(), lrow, m, l_, accs)
 
         # O = acc / l, through PV's epilogue
         outt = a.graph.op(a.out).type
@@ -607,6 +764,12 @@ class _Builder:
         return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
                         meta=_meta(a, s, g, threads_per_row=TPR))
+
+
+def _used(params, body) -> tuple:
+    """``params`` the body reads or writes."""
+    names = {x.buffer for x in P.walk(body) if isinstance(x, (P.Load, P.Store))}
+    return tuple(b for b in params if b.name in names)
 
 
 class _MfmaBuilder(_Builder):

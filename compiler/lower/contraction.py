@@ -55,6 +55,10 @@ split-K, the swizzle placements and the epilogue work on that layout unchanged i
 before_fusion: LDS round trip first). CDNA only; in the schedule space by default except
 the tiles ``compiler.schedule.contraction.MFMA_OPT_IN`` lists (``--fix mma=mfma``).
 
+Split-K across workgroups (knob ``split_k``, default 1): the dispatch lowers to two
+kernels, the partial sums of S slices of K to a workspace and a reduction kernel that
+applies the epilogue once (:func:`lower_split_k`; docs/kernels.md).
+
 Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
 LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
 or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
@@ -83,7 +87,9 @@ MMAS = ("fma", "mfma")
 #: an NHWC output: consecutive lanes 2 KiB apart, every lane on its own line.
 MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
-            "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma"}
+            "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1}
+#: split_k values a space may enumerate (each must divide the K tiles, see check_schedule)
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 #: mma=mfma: the wave block TM x TN picks the instruction.
 MFMA_FOR_BLOCK = {32: "32x32x2f32", 16: "16x16x4f32"}
 
@@ -321,6 +327,13 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         inner_len = tile[1] if opnd.inner == "c" else tile[0]
         if inner_len % v:
             return f"{name}={v} does not divide the tile's inner size {inner_len}"
+    S = int(s.get("split_k", 1))
+    if S not in SPLITS:
+        return f"split_k={S} not in {SPLITS}"
+    nk = ceil_div(gemm.K, BK)
+    if S > 1 and nk % S:
+        return (f"split_k={S} does not divide the {nk} K tiles of BK={BK} (K={gemm.K}): "
+                f"every split runs the same number of tiles")
     lds = lds_elems(gemm, s) * 4
     if lds > lds_limit:
         return f"LDS {lds} B > {lds_limit} B per CU"
@@ -357,8 +370,10 @@ def vgpr_estimate(s, threads) -> int:
 
 
 # ------------------------------------------------------------------ the lowering
-def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch) -> P.Kernel:
-    """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in."""
+def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch):
+    """A tiled FMA GEMM/implicit-GEMM kernel with the dispatch's epilogue fused in; with
+    ``split_k`` > 1 a ``KernelSequence``: the partial kernel (see :func:`lower_split_k`)
+    then the reduction kernel that applies the epilogue once."""
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
     why = check_schedule(gemm, s, arch)
@@ -369,7 +384,43 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch) -> P.K
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} has shape "
                                 f"{graph.op(o).type.shape}, not the root's "
                                 f"{gemm.root.type.shape} or a view of it")
+    if int(s["split_k"]) > 1:
+        return lower_split_k(graph, dispatch, gemm, s)
     return _Builder(graph, dispatch, gemm, s).build()
+
+
+def workspace_name(dispatch) -> str:
+    return sanitize(f"{dispatch.name}_splitk_partials")
+
+
+def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> P.KernelSequence:
+    """Split-K across workgroups (knob ``split_k`` = S), as hipBLASLt and rocBLAS do for
+    GEMMs with too few output tiles to fill the GPU: two kernels in stream order.
+
+    1. The partial kernel: S x (the tile grid) workgroups; workgroup (split s, tile t)
+       runs the usual K loop over K tiles ``s*nk/S .. (s+1)*nk/S - 1`` (``nk`` K tiles;
+       S must divide it) and stores its raw accumulators, no epilogue, to the f32
+       workspace ``[S][tiles][accumulator e][thread]``: consecutive threads on
+       consecutive dwords, so the stores coalesce whatever the output's layout.
+    2. The reduction kernel: the tile grid again, the same threads and accumulator layout
+       (FMA micro-tiles or MFMA blocks, ``KW`` owners); each thread loads its S partials
+       per accumulator (coalesced, all issued before the adds), sums them in split order,
+       and runs the dispatch's epilogue once, with the ``swizzle`` placement of the
+       schedule, exactly as the one-kernel GEMM does after its K loop.
+
+    The workspace costs ``2 * S * M * N * 4`` bytes of traffic (written, read back) and
+    the second launch; gpusim charges both (``gpusim.sim._simulate_sequence``). Chosen
+    over a global atomic add because the epilogue (bias, activation, residual) must run
+    after the whole sum, which atomics would need a third kernel or a grid-wide
+    counter for, and because the sum order stays fixed (deterministic results).
+    """
+    partial = _Builder(graph, dispatch, gemm, s, phase="partial").build()
+    reduce = _Builder(graph, dispatch, gemm, s, phase="reduce").build()
+    ws = partial.buffer(workspace_name(dispatch))
+    meta = {**reduce.meta, "split_k": int(s["split_k"]),
+            "workspace_bytes": ws.size * 4}
+    return P.KernelSequence(sanitize(f"{dispatch.name}_gemm"), (partial, reduce),
+                            (P.Buffer(ws.name, "f32", ws.shape, "out"),), meta)
 
 
 def _acc_row(shape, lane, r):
@@ -381,8 +432,12 @@ def _acc_row(shape, lane, r):
 
 
 class _Builder:
-    def __init__(self, graph, dispatch, gemm, s):
+    def __init__(self, graph, dispatch, gemm, s, phase=None):
         self.g, self.d, self.gemm, self.s = graph, dispatch, gemm, s
+        #: None: the one-kernel GEMM; "partial"/"reduce": the two kernels of split-K
+        self.phase = phase
+        self.S = int(s.get("split_k", 1))
+        self.k_base = P.i32(0)
         self.BM, self.BN, self.BK, self.TM, self.TN = (int(s[k]) for k in
                                                        ("BM", "BN", "BK", "TM", "TN"))
         self.KW = int(s.get("KW", 1))
@@ -503,7 +558,8 @@ class _Builder:
         xor = s["lds_pad"] == "xor" and BK // 4 > 1
         rows = []
         for name, base, cnt, first, step in (("ra", a_base, TM, tx, tm_thr),
-                                             ("rb", b_base, TN, ty, tn_thr)):
+                                             ("rb", b_base, TN, ty, tn_thr)
+                                             ) if self.phase != "reduce" else ():
             lst = []
             for i in range(cnt):
                 row = iadd(first, i * step)
@@ -513,7 +569,8 @@ class _Builder:
                 lst.append((self.let(f"{name}{i}", addr),
                             self.let(f"{name}x{i}", imod(row, BK // 4)) if xor else None))
             rows.append(lst)
-        gch = self.let("gch", imul(kg, bkw // 4)) if xor and KW > 1 else P.i32(0)
+        gch = self.let("gch", imul(kg, bkw // 4)) if xor and KW > 1 and \
+            self.phase != "reduce" else P.i32(0)
 
         def read_addr(base, rmod, kq):
             if not xor:
@@ -524,7 +581,8 @@ class _Builder:
         # K loop with register prefetch (the classic single-LDS-buffer pipeline): the
         # global loads of tile kt+1 are issued before the FMAs on tile kt, so their
         # latency hides behind the math; LDS reads run one K-vector ahead of the FMAs.
-        stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b)
+        stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b) \
+            if self.phase != "reduce" else None
         steps = list(range(0, bkw, rv))
 
         def compute():
@@ -553,9 +611,14 @@ class _Builder:
                                                                  acc[i][j])))
             return out
 
-        self.k_loop(stage_tile, compute)
-        if KW > 1:
-            self.combine_split_k(acc)
+        if self.phase == "reduce":
+            self.sum_partials(acc)
+        else:
+            self.k_loop(stage_tile, compute)
+            if KW > 1:
+                self.combine_split_k(acc)
+        if self.phase == "partial":
+            return self.write_partials(acc, tiles_m, tiles_n)
 
         mls = [iadd(tx, i * tm_thr) for i in range(TM)]
         nls = [iadd(ty, j * tn_thr) for j in range(TN)]
@@ -588,6 +651,9 @@ class _Builder:
             self.read_ctile_and_store(b, m0, n0, sv, self.epilogue_vector, self.d.outputs)
 
         lds_size = lds_elems(gm, s)
+        if self.phase == "reduce":  # no staging, no in-workgroup K partials: the C tile only
+            lds_size = 0 if swz == "none" else (BM * (BN + sv) if gm.vec_dim == "n" else
+                                                BN * (BM + sv))
         extras = {}
         out_t = self.g.op(self.d.outputs[0]).type
         for e in extra_inputs(self.g, self.d):
@@ -604,6 +670,14 @@ class _Builder:
                 "operand_inner": {"A": gm.A.inner, "B": gm.B.inner},
                 "extra_inputs": extras,
                 "epilogue_loads": list(self.em.loads)}
+        if self.phase == "reduce":
+            meta["split_k_phase"] = "reduce"
+            return P.Kernel(sanitize(f"{self.d.name}_gemm_reduce"),
+                            self.used(buffers(self.g, self.d), self.workspace("in")),
+                            grid=gm.batch * tiles_m * tiles_n, block=self.threads,
+                            body=tuple(self.body),
+                            lds=(P.LdsArray("lds", "f32", (lds_size,)),) if lds_size else (),
+                            meta=meta)
         return P.Kernel(sanitize(f"{self.d.name}_gemm"), buffers(self.g, self.d),
                         grid=gm.batch * tiles_m * tiles_n, block=self.threads,
                         body=tuple(self.body),
@@ -647,9 +721,12 @@ class _Builder:
         # k = kg * bkw + (lane // TM) * steps
         kofs = iadd(imul(kg, bkw), imul(idiv(lane, TM), steps)) if KW > 1 else \
             imul(idiv(lane, TM), steps)
-        ra = self.let("ra", iadd(a_base, iadd(imul(iadd(wm, imod(lane, TM)), self.row_len), kofs)))
-        rb = self.let("rb", iadd(b_base, iadd(imul(iadd(wn, imod(lane, TN)), self.row_len), kofs)))
-        stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b)
+        if self.phase != "reduce":
+            ra = self.let("ra", iadd(a_base, iadd(imul(iadd(wm, imod(lane, TM)),
+                                                       self.row_len), kofs)))
+            rb = self.let("rb", iadd(b_base, iadd(imul(iadd(wn, imod(lane, TN)),
+                                                       self.row_len), kofs)))
+            stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b)
 
         def compute():
             out = []
@@ -664,7 +741,8 @@ class _Builder:
                     out.append(P.Mfma(acc_regs, x, y, shape))
             return out
 
-        self.k_loop(stage_tile, compute)
+        if self.phase != "reduce":
+            self.k_loop(stage_tile, compute)
         # from here on the epilogue sees an (nacc x 1) accumulator grid per lane (lanes
         # along N), or (1 x nacc) with lanes along M
         if lanes_m:
@@ -673,8 +751,12 @@ class _Builder:
         else:
             acc = [[r] for r in acc_regs]
             self.TM, self.TN = nacc, 1
-        if KW > 1:
+        if self.phase == "reduce":
+            self.sum_partials(acc)
+        elif KW > 1:
             self.combine_split_k(acc)
+        if self.phase == "partial":
+            return self.write_partials(acc, tiles_m, tiles_n)
         if lanes_m:
             mls = [iadd(wm, imod(lane, TM))]
             nls = [iadd(wn, _acc_row(shape, lane, r)) for r in range(nacc)]
@@ -690,6 +772,16 @@ class _Builder:
         gm, BM, BN = self.gemm, self.BM, self.BN
         tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
         bid = P.block_id()
+        if self.phase == "partial":
+            # workgroup = (split, tile): the splits of one tile are tiles apart, so the
+            # workgroups running at once cover all of K for a band of tiles
+            ntiles = gm.batch * tiles_m * tiles_n
+            ks = self.let("ks", idiv(bid, ntiles))
+            bid = self.let("tile", imod(bid, ntiles))
+            self.k_base = self.let("kbase", imul(ks, ceil_div(gm.K, self.BK) // self.S
+                                                 * self.BK))
+            self.ks = ks
+        self.tile = bid
         per_batch = tiles_m * tiles_n
         b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else P.i32(0)
         rest = imod(bid, per_batch) if gm.batch > 1 else bid
@@ -708,7 +800,7 @@ class _Builder:
             self.stage(gm.B, vb, (BK, BN), b_base, kstart, n0, b, lo, st, "r")
             return lo, st
 
-        lo, st = stage_tile(P.i32(0))
+        lo, st = stage_tile(self.k_base)
         self.body += lo + st + [P.Barrier()]
         return stage_tile
 
@@ -718,11 +810,14 @@ class _Builder:
         latency hides behind it. Tiles 0 .. nk-2 prefetch their successor; the last tile
         is peeled (no prefetch, so every global index stays provably in bounds)."""
         BK = self.BK
-        nk = ceil_div(self.gemm.K, BK)
+        nk = ceil_div(self.gemm.K, BK) // self.S   # this split's K tiles
         kt = self.var("kt")
         k0 = self.var("k0")
         if nk > 1:
-            kbody: list = [P.Assign(k0, imul(iadd(kt, 1), BK))]
+            k_next = imul(iadd(kt, 1), BK)
+            if self.phase == "partial":
+                k_next = iadd(self.k_base, k_next)
+            kbody: list = [P.Assign(k0, k_next)]
             lo, st = stage_tile(k0)
             kbody += lo + compute() + [P.Barrier()] + st + [P.Barrier()]
             self.body.append(P.For(kt, P.i32(0), P.i32(nk - 1), 1, tuple(kbody)))
@@ -762,6 +857,69 @@ class _Builder:
                 stmts.append(P.Assign(acc[i][j], total))
                 self.body += self.owned(i, j, stmts)
         self.body.append(P.Barrier())
+
+    # ---------------------------------------------------------------- split-K across workgroups
+    def workspace(self, intent):
+        """The workspace buffer: S x tiles x accumulators x threads of one K group."""
+        gm = self.gemm
+        ntiles = gm.batch * ceil_div(gm.M, self.BM) * ceil_div(gm.N, self.BN)
+        return P.Buffer(workspace_name(self.d), "f32",
+                        (self.S, ntiles, self.TM * self.TN, self.group), intent)
+
+    def partial_offset(self, split, e):
+        """Workspace element of accumulator ``e`` of this thread for ``split``."""
+        ntiles = self.workspace("in").shape[1]
+        TT, G = self.TM * self.TN, self.group
+        row = iadd(imul(split, ntiles), self.tile) if not isinstance(split, int) else \
+            iadd(self.tile, split * ntiles)
+        return iadd(imul(iadd(imul(row, TT), e), G), self.tig)
+
+    def write_partials(self, acc, tiles_m, tiles_n) -> P.Kernel:
+        """The partial kernel's end: every accumulator (its owner group's, KW > 1) to the
+        workspace, consecutive threads on consecutive dwords."""
+        ws = self.workspace("out")
+        for i in range(self.TM):
+            for j in range(self.TN):
+                e = i * self.TN + j
+                self.body += self.owned(i, j, [P.Store(ws.name, self.partial_offset(self.ks, e),
+                                                       (acc[i][j],))])
+        gm = self.gemm
+        meta = {"dispatch": self.d.name, "root": self.d.root, "kind": "contraction",
+                "schedule": dict(self.s), "split_k_phase": "partial",
+                "gemm": {"batch": gm.batch, "M": gm.M, "N": gm.N, "K": gm.K},
+                "threads": self.threads, "mma": self.mma,
+                "mfma_shape": self.shape if self.mma == "mfma" else None,
+                "operand_inner": {"A": gm.A.inner, "B": gm.B.inner}}
+        params = tuple(b for b in buffers(self.g, self.d) if b.intent == "in")
+        return P.Kernel(sanitize(f"{self.d.name}_gemm_partial"), self.used(params, ws),
+                        grid=self.S * gm.batch * tiles_m * tiles_n, block=self.threads,
+                        body=tuple(self.body),
+                        lds=(P.LdsArray("lds", "f32", (lds_elems(gm, self.s),)),), meta=meta)
+
+    def sum_partials(self, acc):
+        """The reduction kernel's start: each accumulator (by its owner group) is the sum
+        of its S partials, every load issued before the first add."""
+        ws = self.workspace("in")
+        loads, adds = [], []
+        for i in range(self.TM):
+            for j in range(self.TN):
+                e = i * self.TN + j
+                parts = [self.var("part", "f32") for _ in range(self.S)]
+                ld = [P.Load((parts[h],), ws.name, self.partial_offset(h, e))
+                      for h in range(self.S)]
+                total = parts[0]
+                for h in range(1, self.S):
+                    total = total + parts[h]
+                loads += self.owned(i, j, ld)
+                adds += self.owned(i, j, [P.Assign(acc[i][j], total)])
+                if self.KW > 1:  # defined in every group for the validator
+                    self.body += [P.Assign(x, P.f32(0.0)) for x in parts]
+        self.body += loads + adds
+
+    def used(self, params, extra):
+        """``params`` the body reads or writes, then ``extra`` (the workspace)."""
+        names = {x.buffer for x in P.walk(self.body) if isinstance(x, (P.Load, P.Store))}
+        return tuple(b for b in params if b.name in names) + (extra,)
 
     # ---------------------------------------------------------------- epilogues
     def _guard(self, m, n, width=1):

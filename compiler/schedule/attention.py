@@ -13,15 +13,16 @@ waves x RM x block edge x where Q lives (a few dozen points, in the search like 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from gpusim import program as P
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
-from compiler.lower.attention import (BKS, BQS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS, WAVES, Attention, check_schedule)
+from compiler.lower.attention import (BKS, BQS, KEY_SPLITS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS, WAVES, Attention, check_schedule)
 from compiler.lower.attention import lower_attention as lower  # noqa: F401  (the kind's lowering)
-from compiler.lower.common import LoweringError
+from compiler.lower.common import LoweringError, ceil_div
 from compiler.schedule.common import Candidate, knob
 
 NAME = "attention"
@@ -43,6 +44,9 @@ class Knobs:
                                        "partials (a row may span waves)")
     lds_pad: int = knob(4, "words of padding per LDS row of Q, K and P: 0 or 4 allow "
                            "16-byte reads, 1 an odd stride with scalar reads")
+    key_splits: int = knob(1, "flash-decoding: workgroups splitting the keys of a query "
+                              "block (1: one kernel; KS > 1: partial outputs, maxima and "
+                              "sums in a workspace, then a combine kernel)")
 
 
 def _prior(k: dict) -> tuple:
@@ -90,7 +94,44 @@ def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
             knobs = {**first, "lds_pad": pad}
             why = check_schedule(a, knobs, arch)
             (illegal if why else legal).append(Candidate(knobs, not why, why))
-    return legal + [c for c in mfma if c.legal] + illegal + [c for c in mfma if not c.legal]
+    out = legal + [c for c in mfma if c.legal] + illegal + [c for c in mfma if not c.legal]
+    return with_key_splits(a, out, arch)
+
+
+def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
+    """Flash-decoding points for an attention whose query blocks do not fill the GPU
+    (decoding: one query row per head): each legal FMA point with the smallest query
+    block and fewer workgroups than CUs also gets one legal key split KS (``KEY_SPLITS`` that divide its key blocks): the
+    smallest that gives every CU a workgroup, else the largest. The split point of the
+    prior's best tile is tried whatever the budget (``always``). An attention whose query
+    blocks fill the GPU gets no ``key_splits`` knob."""
+    extra, first = [], None
+    fma = [c for c in space if c.legal and c.knobs.get("mma") == "fma"]
+    bq = min((c.knobs["BQ"] for c in fma), default=0)
+    for c in fma:
+        k = c.knobs
+        if k["BQ"] != bq:
+            continue  # a larger query block only computes more padding rows
+        grid = math.prod(a.batch) * ceil_div(a.sq, k["BQ"])
+        if grid >= arch.num_cus:
+            continue
+        ok = [n for n in KEY_SPLITS[1:]
+              if not check_schedule(a, {**k, "key_splits": n}, arch)]
+        tries = [n for n in ok if grid * n >= arch.num_cus][:1] or ok[-1:]
+        for n in tries:
+            cand = Candidate({**k, "key_splits": n}, True, "", c.opt_in)
+            extra.append(cand)
+            if first is None and not c.opt_in:
+                first = cand
+    if not extra:
+        return space
+    if first is not None:
+        first.always = True
+    for c in space:
+        if c.knobs:
+            c.knobs = {**c.knobs, "key_splits": 1}
+    legal = [c for c in space if c.legal]
+    return legal + extra + [c for c in space if not c.legal]
 
 
 def _mfma_prior(k: dict) -> tuple:

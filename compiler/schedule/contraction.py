@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from compiler.lower.common import LoweringError
-from compiler.lower.contraction import DEFAULTS as D, LDS_PADS, SWIZZLES, Gemm, check_schedule
+from compiler.lower.common import ceil_div
+from compiler.lower.contraction import (DEFAULTS as D, LDS_PADS, SPLITS, SWIZZLES, Gemm,
+                                        check_schedule)
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
 from compiler.lower.layout import forward_index, output_maps
@@ -50,6 +52,9 @@ class Knobs:
     lowering: str = knob("gemm", "gemm: implicit-GEMM tiles; direct: a thread per output "
                                  "(convs with few taps per output, e.g. depthwise)")
     workgroup: int = knob(64, "lowering=direct: threads per workgroup (64 or 256)")
+    split_k: int = knob(D["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
+                                      "partial sums in a workspace, then a reduction "
+                                      "kernel that applies the epilogue once)")
 
 
 TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
@@ -171,7 +176,58 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
                                      check_schedule(gemm, knobs, arch)))
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal
-    return with_direct_conv(graph, dispatch, out)
+    out = with_direct_conv(graph, dispatch, with_split_k(gemm, out, arch))
+    if any("split_k" in c.knobs for c in out):
+        # the direct conv is one kernel too: ``--fix split_k=1`` keeps it in the running
+        for c in out:
+            if c.knobs.get("lowering") == "direct":
+                c.knobs = {**c.knobs, "split_k": 1}
+    return out
+
+
+def with_split_k(gemm, space: list, arch: Arch) -> list:
+    """Split-K points for a GEMM whose tile grid does not fill the GPU: each point whose
+    tiles number fewer than the CUs (with the vector-padded LDS rows) also gets one of
+    the legal splits S (``lower.contraction.SPLITS`` that divide its K tiles): the
+    smallest that gives every CU a workgroup, else the largest (``split_k`` = 1 stays
+    the one-kernel GEMM; more splits only add workspace traffic once every CU has a
+    workgroup, fewer leave CUs idle); a point with no legal split gets one illegal point
+    saying why. The split point of the best-ranked tile nearest one workgroup per CU is
+    tried whatever the budget (``always``), so the search always weighs a split against
+    the sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob."""
+    extra, first = [], None
+    for c in space:
+        if not c.legal or c.fallback:
+            continue
+        k = c.knobs
+        grid = gemm.batch * ceil_div(gemm.M, k["BM"]) * ceil_div(gemm.N, k["BN"])
+        if grid >= arch.num_cus or k["lds_pad"] != 4:
+            continue  # the padding choice is the one-kernel space's (first tile only)
+        ok = [S for S in SPLITS[1:] if not check_schedule(gemm, {**k, "split_k": S}, arch)]
+        under = [S for S in ok if grid * S < arch.num_cus]
+        fills = [S for S in ok if grid * S >= arch.num_cus]
+        tries = fills[:1] or under[-1:]
+        if not tries:
+            knobs = {**k, "split_k": SPLITS[1]}
+            extra.append(Candidate(knobs, False, check_schedule(gemm, knobs, arch), c.opt_in))
+        for S in tries:
+            cand = Candidate({**k, "split_k": S}, True, "", c.opt_in)
+            extra.append(cand)
+            if not c.opt_in and first is None and grid * S >= arch.num_cus:
+                first = cand
+    if not extra:
+        return space
+    if first is None:  # no split reaches a workgroup per CU: the largest legal one
+        first = max((c for c in extra if c.legal and not c.opt_in),
+                    key=lambda c: c.knobs["split_k"], default=None)
+    if first is not None:
+        first.always = True
+    for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
+        if c.knobs and not c.fallback:
+            c.knobs = {**c.knobs, "split_k": 1}
+    legal = [c for c in space if c.legal and not c.fallback]
+    rest = [c for c in space if not (c.legal and not c.fallback)]
+    return legal + [c for c in extra if c.legal] + rest + [c for c in extra if not c.legal]
 
 
 def with_direct_conv(graph, dispatch, space: list) -> list:

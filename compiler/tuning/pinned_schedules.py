@@ -19,6 +19,7 @@ from codegen_hip.emit import emit_kernel
 from codegen_hip.pins import verify_pins
 from codegen_hip.simfacts import pinned_waves
 from gpusim.hw import Arch
+from gpusim.program import kernels_of
 
 from compiler.tuning.search import lower, verify_dispatches
 
@@ -41,9 +42,17 @@ class Rescheduled:
                 "from_us": self.old_us, "to_us": self.new_us, "why": self.reason}
 
 
-def _pinned_source(kernel, arch: Arch, name: str):
-    w = pinned_waves(kernel, arch)
-    return None if w is None else (emit_kernel(kernel, arch, c_name=name, waves_per_eu=w), w)
+def _pinned_sources(lowered, arch: Arch, name: str) -> dict:
+    """{compile name: (pinned source, waves)} of each kernel of a lowered dispatch that
+    carries a pin: ``name`` for its first kernel, ``name`` + ``s<j>`` for kernel j of a
+    sequence (split-K, flash-decoding); a dispatch fits when all of them do."""
+    out = {}
+    for j, k in enumerate(kernels_of(lowered)):
+        w = pinned_waves(k, arch)
+        if w is not None:
+            n = name if j == 0 else f"{name}s{j}"
+            out[n] = (emit_kernel(k, arch, c_name=n, waves_per_eu=w), w)
+    return out
 
 
 def honour_pins(graph, result, arch: Arch, seed: int = 0,
@@ -56,13 +65,14 @@ def honour_pins(graph, result, arch: Arch, seed: int = 0,
     names = {}
     winners = {}
     for i, d in enumerate(result.dispatches):
-        src = _pinned_source(d.kernel, arch, f"k{i}")
-        if src is not None:
-            winners[f"k{i}"] = src
-            names[f"k{i}"] = i
+        srcs = _pinned_sources(d.kernel, arch, f"k{i}")
+        winners.update(srcs)
+        names.update({c: i for c in srcs})
     verdicts = verify_pins(winners, arch, compiled=compiled)
-    dropped = {names[c]: v.reason for c, v in verdicts.items()
-               if not v.kept and not v.unverified}
+    dropped = {}
+    for c, v in verdicts.items():
+        if not v.kept and not v.unverified:
+            dropped.setdefault(names[c], v.reason)
     if not dropped:
         return []
     trials, kernels = {}, {}
@@ -75,19 +85,19 @@ def honour_pins(graph, result, arch: Arch, seed: int = 0,
                 k = lower(graph, d.dispatch, s.knobs, arch)
             except Exception:  # noqa: BLE001 - it was lowered once to be scored; skip it
                 continue
-            src = _pinned_source(k, arch, f"k{i}_{j}")
-            if src is not None:
-                trials[f"k{i}_{j}"] = src
-                kernels[f"k{i}_{j}"] = (i, s, k)
+            srcs = _pinned_sources(k, arch, f"k{i}_{j}")
+            if srcs:
+                trials.update(srcs)
+                kernels[f"k{i}_{j}"] = (i, s, k, tuple(srcs))
     fits = verify_pins(trials, arch, compiled=compiled)
     swaps = []
     for i, reason in sorted(dropped.items()):
         d = result.dispatches[i]
         for c in sorted((c for c in kernels if kernels[c][0] == i),
                         key=lambda c: kernels[c][1].time_us):
-            if not fits[c].kept:
+            if not all(fits[n].kept for n in kernels[c][3]):
                 continue
-            _, s, k = kernels[c]
+            _, s, k, _ = kernels[c]
             old = (d.best, d.__dict__.get("_kernel"), d.verified, d.max_error, d.check)
             d.best, d.__dict__["_kernel"] = s, k   # the lowering of s's knobs: cacheable
             d.verified = None

@@ -13,6 +13,7 @@ from typing import Callable
 import gpusim
 from codegen_hip import emit_kernel
 from gpusim.hw import DEFAULT_ARCH, get_arch
+from gpusim.program import kernels_of
 
 from compiler.fusion import fuse
 from compiler.fusion.plan import render_plan
@@ -86,7 +87,8 @@ def step_candidates(state: dict, con) -> dict:
 def step_timeline(state: dict, con) -> dict:
     """What the winner's waves do over simulated cycles on one CU."""
     d = state["tune"].dispatches[0]
-    res = gpusim.simulate(d.kernel, DEMO_ARCH, functional=False, trace=True)
+    # a split dispatch (several kernels): its first kernel, where the K loop runs
+    res = gpusim.simulate(kernels_of(d.kernel)[0], DEMO_ARCH, functional=False, trace=True)
     state["winner_sim"] = res
     if con is not None:
         con.print(timeline_view(res, max_rows=16))
@@ -98,11 +100,12 @@ def step_timeline(state: dict, con) -> dict:
 def step_source(state: dict, con) -> dict:
     """The winner as HIP, with the simulator's per-line counters in the margin."""
     d = state["tune"].dispatches[0]
+    k = kernels_of(d.kernel)[0]  # a split dispatch: the kernel the timeline showed
     if con is not None:
-        con.print(source_view(d.kernel, state.get("winner_sim"), DEMO_ARCH))
+        con.print(source_view(k, state.get("winner_sim"), DEMO_ARCH))
         con.print(f"export it: wavefuse export {state['model']} -o out/ ; then "
                   f"wavefuse check out/ (hipcc for gfx90a and gfx940)")
-    return {"kernel": d.kernel.name, "hip_lines": emit_kernel(d.kernel, DEMO_ARCH).count("\n")}
+    return {"kernel": k.name, "hip_lines": emit_kernel(k, DEMO_ARCH).count("\n")}
 
 
 DEMO_ARCH = get_arch(DEFAULT_ARCH)  # the demo command's arch, resolved once

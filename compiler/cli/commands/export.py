@@ -16,6 +16,7 @@ from codegen_hip import write_project
 from codegen_hip.export import ExportTarget
 from codegen_hip.pins import pin_summary
 from gpusim.hw import Arch
+from gpusim.program import kernels_of
 
 from compiler.lower.common import memory_image
 from compiler.tuning.pinned_schedules import honour_pins
@@ -58,15 +59,21 @@ def export_model(graph, result, out_dir, *, arch: Arch, force: bool, seed: int =
     kernels, launches, arrays, counters = [], [], {}, {}
     produced = set()
     for d in result.dispatches:
-        k = d.kernel
-        kernels.append(k)
-        launches.append((k, {b.name: b.name for b in k.buffers}))
-        counters[k.name] = dict(d.best.counters, predicted_time_us=d.best.time_us)
-        for b in k.buffers:
-            if b.intent == "in" and b.name not in produced:
-                arrays[b.name] = memory_image(graph, b.name, env[b.name])
-            else:
-                produced.add(b.name)
+        # a dispatch lowered to a sequence (split-K): each kernel, launched in order; its
+        # workspaces are arrays with no data, which the harness allocates
+        ws = {w.name for w in getattr(d.kernel, "workspaces", ())}
+        for k in kernels_of(d.kernel):
+            kernels.append(k)
+            launches.append((k, {b.name: b.name for b in k.buffers}))
+            counters[k.name] = dict(d.best.counters, predicted_time_us=d.best.time_us,
+                                    kernels_in_dispatch=len(kernels_of(d.kernel)))
+            for b in k.buffers:
+                if b.name in ws:
+                    continue
+                if b.intent == "in" and b.name not in produced:
+                    arrays[b.name] = memory_image(graph, b.name, env[b.name])
+                else:
+                    produced.add(b.name)
     expected = {o: memory_image(graph, o, env[o]) for o in graph.outputs}
     path = write_project(out_dir, kernels, launches, arrays, arch=arch, force=force,
                          title=f"wavefuse export of {graph.name} for {arch.name}",

@@ -13,10 +13,11 @@ import argparse
 import os
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 
 import gpusim
 from gpusim.hw import DEFAULT_ARCH
+from gpusim.program import KernelSequence, kernels_of
 
 from compiler.cli import views
 from compiler.ir.graph import GraphError
@@ -115,7 +116,7 @@ def build(args, store=None):
         tuned = None
         for d in order:   # the first dispatch whose winning kernel uses LDS
             t = tuned_of(d)
-            if views.memory_insts(t.kernel, "lds"):
+            if any(views.memory_insts(k, "lds") for k in kernels_of(t.kernel)):
                 tuned = t
                 break
         if tuned is None:
@@ -127,6 +128,18 @@ def build(args, store=None):
     k = tuned.kernel
     if args.kind == "candidates":
         return views.candidates_view(tuned, args.sort), title
+    if isinstance(k, KernelSequence):
+        if args.kind == "source":  # every kernel of the sequence, in launch order
+            res = gpusim.simulate(k, args.arch, functional=False)
+            return Group(*(views.source_view(kk, r, args.arch)
+                           for kk, r in zip(k.kernels, res.parts))), \
+                title + f" ({len(k.kernels)} kernels in launch order)"
+        # the other views look at one kernel: the first (split-K: the partial kernel,
+        # where the K loop runs; the one with LDS when asked for banks)
+        first = next((kk for kk in k.kernels if args.kind != "banks" or
+                      views.memory_insts(kk, "lds")), k.kernels[0])
+        title += f" (kernel {first.name}, 1 of the dispatch's {len(k.kernels)})"
+        k = first
     if args.kind == "timeline":
         res = gpusim.simulate(k, args.arch, functional=False, trace=True)
         return views.timeline_view(res, args.start, args.end), title

@@ -1,0 +1,157 @@
+"""Kernels that fill the GPU: per dispatch, the predicted time and its multiple of the
+dispatch's roofline before and after split-K / flash-decoding (simulated predictions,
+gpusim's model of the arch, not measurements).
+
+"before" is the search with the splits pinned off (``split_k=1``, ``key_splits=1``: the
+one-kernel lowerings of before this change) over a seeded sample of ``--budget``
+candidates; "after" the best of that and of up to ``--budget`` split candidates of the
+same space (the one the search always tries first, then a seeded sample), each scored
+as the search scores a candidate: what the search finds when the split points join the
+same sample, without a second draw of the one-kernel points muddying the comparison. The roofline of a dispatch is the search's
+(``compiler.tuning.search.roofline_us``: max(bytes across its boundary / achievable
+bandwidth, flops / FP32 vector peak) plus one launch)::
+
+    python tools/fill_bench.py                       # the built-in cases, budget 8
+    python tools/fill_bench.py --budget 16 --cases conv14,conv7
+    python tools/fill_bench.py --onnx tests/data/resnet_bottleneck.onnx
+
+Cases: ResNet-50's 3x3 convolutions (NCHW, batch 1, bias and relu fused) at 28x28,
+14x14 and 7x7; BERT-base's FFN GEMMs (128 tokens, 768 <-> 3072, bias + gelu); attention
+as decoding (one query row, 12 heads of 64, 1024-4096 keys) and at 1024 queries and keys
+with 4 heads.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+from compiler.ir import builders as B  # noqa: E402
+from compiler.ir.graph import Graph  # noqa: E402
+from gpusim.hw import get_arch  # noqa: E402
+
+
+def conv3x3(hw: int, c: int) -> Graph:
+    g = Graph(f"resnet50_conv3x3_{hw}x{hw}_{c}")
+    x, w = g.input("x", (1, c, hw, hw)), g.input("w", (c, c, 3, 3))
+    bias = g.input("bias", (1, c, 1, 1))
+    g.output(g.relu(g.add(g.conv2d(x, w, padding=(1, 1, 1, 1)), bias)))
+    return g
+
+
+def ffn(tokens: int, d_in: int, d_out: int, act: bool) -> Graph:
+    g = Graph(f"bert_ffn_{tokens}x{d_in}x{d_out}")
+    x, w = g.input("x", (tokens, d_in)), g.input("w", (d_in, d_out))
+    y = B.bias_add(g, g.matmul(x, w), g.input("b", (d_out,)))
+    g.output(B.gelu(g, y) if act else y)
+    return g
+
+
+def attention(heads: int, sq: int, sk: int, d: int = 64) -> Graph:
+    g = Graph(f"attention_h{heads}_q{sq}_k{sk}")
+    q, k, v = (g.input(n, (heads, s, d)) for n, s in (("q", sq), ("k", sk), ("v", sk)))
+    s = g.mul(g.matmul(q, g.transpose(k, (0, 2, 1))), 1.0 / math.sqrt(d))
+    g.output(g.matmul(B.softmax(g, s), v))
+    return g
+
+
+CASES = {
+    "conv28": lambda: conv3x3(28, 128), "conv14": lambda: conv3x3(14, 256),
+    "conv7": lambda: conv3x3(7, 512),
+    "ffn_up": lambda: ffn(128, 768, 3072, True), "ffn_down": lambda: ffn(128, 3072, 768, False),
+    "decode1k": lambda: attention(12, 1, 1024), "decode4k": lambda: attention(12, 1, 4096),
+    "attn1k": lambda: attention(4, 1024, 1024),
+}
+SPLIT_KNOBS = ("split_k", "key_splits")
+
+
+def _tune(graph, dispatches, arch, budget, fixed):
+    from compiler.tuning.search import tune_dispatches
+    return tune_dispatches(graph, dispatches, arch, budget=budget, seed=0, fixed=fixed)
+
+
+def bench(graph, arch, budget: int, kinds=("contraction", "attention")) -> list[dict]:
+    """One row per contraction/attention dispatch of the aggressive plan."""
+    import random
+
+    from compiler.fusion import fuse
+    from compiler.lower import dispatch_kind
+    from compiler.schedule import schedule_space
+    from compiler.tuning.search import dispatch_bytes, dispatch_flops, roofline_us, score
+    rows = []
+    for d in fuse(graph).dispatches:
+        if dispatch_kind(graph, d) not in kinds:
+            continue
+        space = schedule_space(graph, d, arch)
+        knobs = {k for c in space for k in c.knobs}
+        off = {k: 1 for k in SPLIT_KNOBS if k in knobs}
+        roof = roofline_us(dispatch_bytes(graph, d), dispatch_flops(graph, d), arch)
+        t0 = time.perf_counter()
+        before = _tune(graph, [d], arch, budget, off)[0]
+        best, split = before.best, "n/a (its tiles fill the GPU)"
+        if off:
+            splits = [c for c in space if c.legal and not c.opt_in and
+                      any(c.knobs.get(k, 1) > 1 for k in SPLIT_KNOBS)]
+            first = [c for c in splits if c.always]
+            rest = [c for c in splits if not c.always]
+            random.Random(0).shuffle(rest)
+            split = "1 (one kernel)"
+            for c in (first + rest)[:budget]:
+                sc = score(graph, d, c.knobs, arch)
+                if sc.ok and sc.time_us < best.time_us:
+                    best = sc
+                    split = {k: c.knobs[k] for k in SPLIT_KNOBS if k in c.knobs}
+        rows.append({"graph": graph.name, "dispatch": d.name, "kind": before.kind,
+                     "roofline_us": roof, "before_us": before.best.time_us,
+                     "after_us": best.time_us, "split": split,
+                     "wall_s": time.perf_counter() - t0})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--budget", type=int, default=8, help="candidates per dispatch (default 8)")
+    p.add_argument("--arch", default="gfx942")
+    p.add_argument("--cases", default=",".join(CASES),
+                   help=f"comma-separated, from {', '.join(CASES)}")
+    p.add_argument("--onnx", help="every contraction/attention dispatch of this model instead")
+    args = p.parse_args(argv)
+    arch = get_arch(args.arch)
+    if args.onnx:
+        from compiler.frontends.onnx import load_onnx
+        graphs = [load_onnx(args.onnx)]
+    else:
+        bad = [c for c in args.cases.split(",") if c not in CASES]
+        if bad:
+            print(f"fill_bench: no case {bad[0]!r}; cases: {', '.join(CASES)}", file=sys.stderr)
+            return 2
+        graphs = [CASES[c]() for c in args.cases.split(",")]
+    rows = []
+    print(f"{'dispatch':44} {'roof us':>8} {'before us':>10} {'x':>6} {'after us':>9} {'x':>6} "
+          f"{'gain':>6}  split chosen   (simulated predictions, {arch.name}, budget "
+          f"{args.budget})")
+    for g in graphs:
+        for r in bench(g, arch, args.budget):
+            rows.append(r)
+            xb, xa = r["before_us"] / r["roofline_us"], r["after_us"] / r["roofline_us"]
+            print(f"{(r['graph'] + '/' + r['dispatch'])[-44:]:44} {r['roofline_us']:8.2f} "
+                  f"{r['before_us']:10.2f} {xb:6.1f} {r['after_us']:9.2f} {xa:6.1f} "
+                  f"{r['before_us'] / r['after_us']:5.2f}x  {r['split']}", flush=True)
+    if rows:
+        gains = [r["before_us"] / r["after_us"] for r in rows]
+        print(f"median gain {statistics.median(gains):.2f}x over {len(rows)} dispatches; "
+              f"worst x-roofline before {max(r['before_us'] / r['roofline_us'] for r in rows):.1f}"
+              f", after {max(r['after_us'] / r['roofline_us'] for r in rows):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
