@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -264,6 +265,17 @@ def _estimate_one(k, arch) -> Estimate:
              "wg_rounds": float(wg_rounds), "cu_fill": cu_fill, "issue_us": issue_us,
              "memory_us": memory_us, "latency_us": latency_us}
     return Estimate(us, feats)
+
+
+def version() -> str:
+    """A hash of this file: estimates remembered in the tuning database are keyed by it."""
+    if "v" not in _VERSION:
+        import hashlib
+        _VERSION["v"] = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return _VERSION["v"]
+
+
+_VERSION: dict = {}
 
 
 def rank_candidates(graph, dispatch, candidates: list, arch, lower) -> list:

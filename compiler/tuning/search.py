@@ -447,9 +447,11 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
 
 def _estimates(graph, dispatch, fp, legal, arch, store, version) -> list:
     """The analytic estimate of every legal point (``compiler.tuning.rank``), read from
-    and written to the tuning database (the ``scores`` table, keys prefixed ``rank|``):
+    and written to the tuning database (the ``scores`` table, keys prefixed ``rank|`` and
+    the estimator's own version, so a changed estimator ranks afresh):
     a warm run lowers nothing to rank."""
-    keys = ["rank|" + tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
+    keys = [f"rank|{rank.version()}|" + tunedb.score_key(fp, arch, c.knobs, version)
+            for c in legal]
     known = store.get_many("scores", keys)
     todo = [i for i, k in enumerate(keys) if k not in known]
     if todo:
