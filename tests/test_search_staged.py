@@ -32,15 +32,16 @@ def test_same_seed_same_answer_and_workers_agree():
 
 
 def test_budget_at_least_the_space_simulates_every_point():
-    g, ds = _one("transpose_add:rows=256,cols=256")
-    legal, _ = legal_candidates(schedule_space(g, ds[0], GFX942), {}, "d")
-    t = tune_dispatches(g, ds, GFX942, budget=len(legal) + 5)[0]
+    g, ds = _one("transpose_add:rows=64,cols=64")
+    pins = {"workgroup": 256}
+    legal, _ = legal_candidates(schedule_space(g, ds[0], GFX942), pins, "d")
+    t = tune_dispatches(g, ds, GFX942, budget=len(legal) + 5, fixed=pins)[0]
     assert t.search["every_point"] and t.search["simulated"] == len(legal)
     assert t.search["strategy"] == "every point"
 
 
 def test_staged_finds_the_best_of_a_small_space_with_a_quarter_of_it():
-    g, ds = _one("transpose_add:rows=256,cols=256")
+    g, ds = _one("transpose_add:rows=64,cols=64")
     store = tunedb.MemoryStore()
     every = tune_dispatches(g, ds, GFX942, budget=None, store=store)[0]
     found = tune_dispatches(g, ds, GFX942, budget=DEFAULT, store=store)[0]
@@ -133,6 +134,7 @@ def test_pin_leaving_no_point_names_the_values(capsys):
 
 
 def test_tune_says_every_point_when_the_budget_exceeds_the_space(capsys):
-    assert main(["tune", "transpose_add:rows=128,cols=128", "--budget", "100000",
-                 "--no-cache", "--no-baseline"]) == 0
+    assert main(["tune", "transpose_add:rows=64,cols=64", "--budget", "100000",
+                 "--fix", "workgroup=256", "--fix", "transpose=lds", "--no-cache",
+                 "--no-baseline"]) == 0
     assert "every point" in capsys.readouterr().out
