@@ -275,6 +275,17 @@ def minimal_bytes(graph: Graph) -> int:
         sum(graph.op(n).type.nbytes for n in graph.outputs)
 
 
+def plan_lower_bound(graph: Graph, dispatches: list, arch) -> float:
+    """A time no tuning of these dispatches can beat: per dispatch, its boundary bytes at
+    L2's read bandwidth (the fastest level a kernel streams from) or its flops at the FP32
+    peak, whichever is longer, plus its launch overhead (simulated-model figures, so a
+    bound on the simulator's predictions, not on hardware)."""
+    peak = arch.peak_fp32_flops_per_clk_per_cu * arch.num_cus * arch.clock_ghz * 1e9
+    return sum(max(dispatch_bytes(graph, d) / arch.l2_read_bytes_per_s,
+                   dispatch_flops(graph, d) / peak) * 1e6 + arch.launch_overhead_us
+               for d in dispatches)
+
+
 # ----------------------------------------------------------------------------- attention
 #: the name of the aggressive plan without the attention rule (QK^T | softmax | PV)
 SPLIT_ATTENTION = "split-attention"
@@ -710,13 +721,16 @@ def _check_whole(graph, d, arch, env, wgs):
 def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None, store=None, cluster=None, check_all: bool = False,
-         strategy: str = "staged") -> TuneResult:
+         strategy: str = "staged", prune: bool = True) -> TuneResult:
     """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
     fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them.
 
     ``store``: a ``tunedb`` store shared by every plan, the baseline and the check (a
     fresh in-memory one when None); ``cluster``: a ``compiler.tuning.cluster.Cluster``;
-    ``check_all``: check every workgroup's values, not a sample's. ``arch`` is resolved
+    ``check_all``: check every workgroup's values, not a sample's; ``strategy``: the
+    schedule search (``tune_dispatches``); ``prune``: skip a plan whose lower bound
+    (``plan_lower_bound``) cannot beat a plan already tuned (plans are tuned in order of
+    their bounds). ``arch`` is resolved
     here, once (a name for the Python API's convenience); everything below takes the
     ``Arch``."""
     arch = get_arch(arch)
@@ -727,25 +741,48 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     modes = ("aggressive", SPLIT_ATTENTION, "conservative") if mode == "auto" else (mode,)
     tried = {}
     plans = {}
+    bounds = {}
     for m in modes:
         # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another
         plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION))
         key = tuple(tuple(d.ops) for d in plan.dispatches)
-        if any(k == key for k, _ in tried.values()):
+        if any(p_key == key for p_key, _ in plans.values()):
             continue  # same plan as an earlier mode: nothing to compare
-        tuned = tune_dispatches(graph, plan.dispatches, arch, label=f"{m} plan", **kw)
-        tried[m] = (key, tuned)
-        plans[m] = plan
+        plans[m] = (key, plan)
+        bounds[m] = plan_lower_bound(graph, plan.dispatches, arch)
+    pruned = {}
+    # plans in order of their lower bounds: one whose bound cannot beat the best total
+    # found so far is not tuned (its decision says so)
+    for m in sorted(plans, key=lambda m: (bounds[m], modes.index(m))):
+        totals_so_far = [sum(d.best.time_us for d in t) for _, t in tried.values()]
+        if prune and totals_so_far and bounds[m] >= min(totals_so_far):
+            pruned[m] = (f"{m} plan not tuned further: its lower bound {bounds[m]:.2f} us "
+                         f"({len(plans[m][1].dispatches)} dispatches at the bandwidth of L2 "
+                         f"and the FP32 peak, plus their launches) cannot beat "
+                         f"{min(totals_so_far):.2f} us predicted for a plan already tuned")
+            continue
+        tuned = tune_dispatches(graph, plans[m][1].dispatches, arch, label=f"{m} plan", **kw)
+        tried[m] = (plans[m][0], tuned)
+    plans = {m: p for m, (_, p) in plans.items()}
     totals = {m: sum(d.best.time_us for d in t) for m, (_, t) in tried.items()}
     chosen = min(totals, key=totals.get)
     tuned = tried[chosen][1]
+    reason = (f"{chosen} plan predicted fastest "
+              + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
+    if pruned:
+        reason += "; " + "; ".join(pruned.values())
     choice = {"chosen": chosen,
               "predicted_us": {m: round(v, 3) for m, v in totals.items()},
-              "dispatches": {m: len(t) for m, (_, t) in tried.items()},
-              "reason": (f"{chosen} plan predicted fastest "
-                         + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
-              if len(totals) > 1 else f"{chosen} plan (the other mode gives the same plan)"}
+              "lower_bound_us": {m: round(v, 3) for m, v in bounds.items()},
+              "pruned": pruned,
+              "dispatches": {m: len(p.dispatches) for m, p in plans.items()},
+              "reason": reason if len(plans) > 1 else
+              f"{chosen} plan (the other mode gives the same plan)"}
     plan = plans[chosen]
+    for m, why in pruned.items():
+        plan.decisions.append(Decision("search", chosen, m, True, why,
+                                       {f"{m}_lower_bound_us": bounds[m],
+                                        f"{chosen}_us": totals[chosen]}))
     if "conservative" in totals and "aggressive" in totals:
         plan.decisions.append(Decision("search", "aggressive", "conservative",
                                        chosen == "aggressive", choice["reason"],
