@@ -138,3 +138,25 @@ def test_tune_says_every_point_when_the_budget_exceeds_the_space(capsys):
                  "--fix", "workgroup=256", "--fix", "transpose=lds", "--no-cache",
                  "--no-baseline"]) == 0
     assert "every point" in capsys.readouterr().out
+
+
+def test_search_view_draws_convergence_and_ranking():
+    from compiler.cli.views import search_data, search_view
+    from rich.console import Console
+    g, ds = _one("layernorm")
+    t = tune_dispatches(g, ds, GFX942, budget=8)[0]
+    d = search_data(t)
+    assert len(d.rows) == t.search["simulated"] <= 8
+    assert [r.best_us for r in d.rows] == sorted((r.best_us for r in d.rows), reverse=True)
+    assert d.rows[0].stage == "rank" and d.rows[0].analytic_rank == 1
+    con = Console(width=100, record=True)
+    con.print(search_view(t))
+    text = con.export_text()
+    assert "convergence" in text and "Spearman" in text and "winner" in text
+
+
+def test_cli_view_search(capsys):
+    assert main(["view", "search", "layernorm", "--budget", "6", "--no-cache",
+                 "--width", "90"]) == 0
+    out = capsys.readouterr().out
+    assert "analytic rank" in out and "6 simulated" in out

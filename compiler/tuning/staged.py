@@ -168,10 +168,13 @@ class DispatchSearch:
             if self.knobs[i] == winner_knobs:
                 stage = s
         curve, best = [], None
+        position = ({i: r for r, i in enumerate(self._order())}
+                    if self.estimates is not None else {})
         for s, i, t in self.history:
             if t is not None and (best is None or t < best):
                 best = t
-            curve.append({"stage": s, "time_us": t, "best_us": best,
+            curve.append({"stage": s, "time_us": t, "best_us": best, "knobs": self.knobs[i],
+                          "analytic_rank": position.get(i),
                           "estimate_us": (self.estimates[i].us if self.estimates and
                                           math.isfinite(self.estimates[i].us) else None)})
         return {"strategy": "every point" if self.every_point else self.strategy,
