@@ -160,3 +160,28 @@ def test_cli_view_search(capsys):
                  "--width", "90"]) == 0
     out = capsys.readouterr().out
     assert "analytic rank" in out and "6 simulated" in out
+
+
+def test_search_exercise_rejects_unmeasured_and_over_budget_answers():
+    from compiler.lessons.search_exercise import check_search
+    store = tunedb.MemoryStore()
+    model = "transpose_add:rows=64,cols=64"
+
+    def trusting(points, estimates, simulate, budget):
+        return min(range(len(points)), key=lambda i: estimates[i])
+
+    def greedy(points, estimates, simulate, budget):
+        times = {i: simulate(i) for i in range(len(points))}
+        return min(times, key=times.get)
+
+    def top(points, estimates, simulate, budget):
+        order = sorted(range(len(points)), key=lambda i: estimates[i])
+        times = {i: simulate(i) for i in order[:budget]}
+        return min(times, key=times.get)
+
+    v = check_search(trusting, model, store=store)
+    assert not v and "never simulated" in str(v)
+    v = check_search(greedy, model, store=store)
+    assert not v and "budget" in str(v)
+    v = check_search(top, model, budget=100, store=store)
+    assert v and v.found_over_best == 1.0

@@ -285,6 +285,32 @@ def benchmark(arch, store, strategies, budgets, seeds, only=None) -> dict:
             "time_unit": "simulated microseconds (gpusim predictions, not measurements)"}
 
 
+def score_exercise(choose, arch, store, only=None) -> int:
+    """The lesson-12 exercise scored on every benchmark dispatch whose every point is
+    known (their scores are in the database), at the default budget."""
+    from compiler.lessons.search_exercise import run_choose
+    best = load_best()
+    found, sims, n = [], 0, 0
+    for it in items(arch, only):
+        e = best["dispatches"].get(it.id)
+        if not e or e["method"] != "every point":
+            continue
+        v = run_choose(choose, it.graph, it.dispatch, arch, default_budget(len(it.legal)),
+                       store)
+        found.append(v.found_over_best)
+        sims += v.simulations
+        n += len(it.legal)
+        print(f"{it.id}: {v}")
+    if not found:
+        print("no dispatch with every point known; run --generate first", file=sys.stderr)
+        return 2
+    ok = [f for f in found if not math.isnan(f)]
+    print(f"exercise: found/best median {np.median(ok):.3f}, worst {max(ok):.3f}, "
+          f"{sum(f <= 1.05 for f in ok)}/{len(found)} within 1.05x, {sims} simulations "
+          f"({sims / n:.1%} of every point); simulated times")
+    return 0
+
+
 def render(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -336,6 +362,10 @@ def main(argv=None) -> int:
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--budgets", default=",".join(BUDGETS))
     p.add_argument("--seeds", default="0")
+    p.add_argument("--exercise", metavar="MODULE:FUNCTION", default=None,
+                   help="score a learner's choose(points, estimates, simulate, budget) "
+                        "(lesson 12) on the dispatches whose every point is known, at the "
+                        "default budget, instead of the built-in strategies")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -350,8 +380,19 @@ def main(argv=None) -> int:
     except (ValueError, KeyError) as e:
         print(f"bench_search: {e}", file=sys.stderr)
         return 2
+    choose = None
+    if args.exercise:
+        import importlib
+        mod, _, fn = args.exercise.partition(":")
+        try:
+            choose = getattr(importlib.import_module(mod), fn or "choose")
+        except (ImportError, AttributeError, ValueError) as e:
+            print(f"bench_search: --exercise {args.exercise}: {e}", file=sys.stderr)
+            return 2
     store = tunedb.open_store(args.cache)
     try:
+        if choose is not None:
+            return score_exercise(choose, arch, store, args.only)
         if args.generate:
             generate(arch, store, args.every_limit, args.long_budget, args.time_box,
                      BEST_FILE, args.only, 0)

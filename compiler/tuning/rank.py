@@ -244,7 +244,7 @@ def _estimate_one(k, arch) -> Estimate:
     footprint = sum(b.size * DTYPE_BYTES.get(b.dtype, 4) for b in k.buffers)
     hbm_us = footprint / arch.stream_bytes_per_s(footprint) * 1e6
     l2_total = c.l2_bytes * wpw * k.grid
-    l2_us = l2_total / arch.l2_read_bytes_per_s * 1e6
+    l2_us = l2_total / (arch.l2_read_bytes_per_clk * arch.clock_ghz * 1e9) * 1e6
     memory_us = max(hbm_us, l2_us)
     # latency: each round of dependent loads waits the memory latency; the waves resident
     # on a SIMD overlap theirs

@@ -277,11 +277,12 @@ def minimal_bytes(graph: Graph) -> int:
 
 def plan_lower_bound(graph: Graph, dispatches: list, arch) -> float:
     """A time no tuning of these dispatches can beat: per dispatch, its boundary bytes at
-    L2's read bandwidth (the fastest level a kernel streams from) or its flops at the FP32
+    L2's peak bandwidth (the fastest level a kernel streams from) or its flops at the FP32
     peak, whichever is longer, plus its launch overhead (simulated-model figures, so a
     bound on the simulator's predictions, not on hardware)."""
     peak = arch.peak_fp32_flops_per_clk_per_cu * arch.num_cus * arch.clock_ghz * 1e9
-    return sum(max(dispatch_bytes(graph, d) / arch.l2_read_bytes_per_s,
+    l2 = max(arch.l2_bytes_per_clk, arch.l2_read_bytes_per_clk) * arch.clock_ghz * 1e9
+    return sum(max(dispatch_bytes(graph, d) / l2,
                    dispatch_flops(graph, d) / peak) * 1e6 + arch.launch_overhead_us
                for d in dispatches)
 
@@ -757,7 +758,7 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
         totals_so_far = [sum(d.best.time_us for d in t) for _, t in tried.values()]
         if prune and totals_so_far and bounds[m] >= min(totals_so_far):
             pruned[m] = (f"{m} plan not tuned further: its lower bound {bounds[m]:.2f} us "
-                         f"({len(plans[m][1].dispatches)} dispatches at the bandwidth of L2 "
+                         f"({len(plans[m][1].dispatches)} dispatches at L2's peak bandwidth "
                          f"and the FP32 peak, plus their launches) cannot beat "
                          f"{min(totals_so_far):.2f} us predicted for a plan already tuned")
             continue

@@ -6,7 +6,8 @@ the number of simulations per dispatch) in stages:
 
 1. ``rank``: every legal point is lowered and estimated analytically
    (``compiler.tuning.rank``); the top half of the budget goes to the best estimates;
-2. ``explore``: an eighth of the budget to seeded random points outside the top, so a
+2. ``explore``: an eighth of the budget (at least one point from a budget of 4) to
+   seeded random points outside the top, so a
    ranking blind spot can still be found (and the seed still means something);
 3. ``refine``/``evolve``: rounds of the best point's neighbours (one or two knobs moved
    one step, ``compiler.tuning.refine``) and the crosses of the two best points, ranked by
@@ -96,7 +97,7 @@ class DispatchSearch:
         if self.strategy == "ranked":
             top, explore = order[:max(0, self.budget - len(always))], []
         else:
-            n_explore = self.budget // 8
+            n_explore = max(1, self.budget // 8) if self.budget >= 4 else 0
             n_top = max(1, math.ceil(self.budget / 2)) - len(always)
             top = order[:max(0, n_top)]
             rest = sorted(set(order) - set(top))
