@@ -243,6 +243,28 @@ def correlation(its: list, best: dict, arch, store) -> list:
     return out
 
 
+def costmodel_quality(its: list, best: dict, arch, store) -> list:
+    """(id, analytic rho, learned rho) on the every-point dispatches: the learned model
+    (``compiler.tuning.costmodel``) fitted on the top 12 estimates, tested on the rest."""
+    from compiler.tuning import costmodel
+    version = tunedb.model_version()
+    out = []
+    for it in its:
+        e = best["dispatches"].get(it.id)
+        if not e or e["method"] != "every point":
+            continue
+        est = _estimates(it.graph, it.dispatch, it.fingerprint, it.legal, arch, store, version)
+        keys = [tunedb.score_key(it.fingerprint, arch, c.knobs, version) for c in it.legal]
+        rows = store.get_many("scores", keys)
+        idx = [i for i, k in enumerate(keys) if k in rows and rows[k]["time_us"]
+               and math.isfinite(est[i].us)]
+        a, l = costmodel.online_quality([est[i] for i in idx],
+                                        [rows[keys[i]]["time_us"] for i in idx])
+        if not math.isnan(a):
+            out.append((it.id, a, l))
+    return out
+
+
 def benchmark(arch, store, strategies, budgets, seeds, only=None) -> dict:
     best = load_best()
     its = [it for it in items(arch, only) if it.id in best["dispatches"]]
@@ -339,6 +361,9 @@ def render(result: dict) -> None:
                   f"{np.median(rhos):.2f}, worst {min(rhos):.2f} on {len(rhos)} dispatches")
         for s in result["spearman"]:
             con.print(f"  {s['dispatch']}: {s['rho']:.2f} ({s['points']} points)")
+    for c in result.get("costmodel", []):
+        con.print(f"  cost model, {c['dispatch']}: held-out Spearman analytic "
+                  f"{c['analytic_rho']:.2f}, learned {c['learned_rho']:.2f}")
     if result["missing"]:
         con.print(f"[yellow]{len(result['missing'])} dispatch(es) without a best-known time "
                   f"(not generated yet): {', '.join(result['missing'])}[/]")
@@ -366,6 +391,9 @@ def main(argv=None) -> int:
                    help="score a learner's choose(points, estimates, simulate, budget) "
                         "(lesson 12) on the dispatches whose every point is known, at the "
                         "default budget, instead of the built-in strategies")
+    p.add_argument("--costmodel", action="store_true",
+                   help="also print the learned cost model's ranking quality against the "
+                        "analytic ranking's (compiler.tuning.costmodel)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -397,6 +425,11 @@ def main(argv=None) -> int:
             generate(arch, store, args.every_limit, args.long_budget, args.time_box,
                      BEST_FILE, args.only, 0)
         result = benchmark(arch, store, strategies, budgets, seeds, args.only)
+        if args.costmodel:
+            its = items(arch, args.only)
+            result["costmodel"] = [{"dispatch": i, "analytic_rho": a, "learned_rho": l}
+                                   for i, a, l in costmodel_quality(its, load_best(), arch,
+                                                                    store)]
     finally:
         store.close()
     if args.json:
