@@ -329,4 +329,4 @@ def test_cli_explain_tune_shows_search_costs(capsys):
     assert code == 0, err
     # the conservative plan tuned, or pruned by its lower bound (the decision says which)
     assert "aggressive_us=" in out and ("conservative_us=" in out or
-                                        "conservative_lower_bound_us=" in out)
+                                        "conservative_bound_us=" in out)

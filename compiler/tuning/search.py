@@ -782,7 +782,7 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     plan = plans[chosen]
     for m, why in pruned.items():
         plan.decisions.append(Decision("search", chosen, m, True, why,
-                                       {f"{m}_lower_bound_us": bounds[m],
+                                       {f"{m}_bound_us": bounds[m],
                                         f"{chosen}_us": totals[chosen]}))
     if "conservative" in totals and "aggressive" in totals:
         plan.decisions.append(Decision("search", "aggressive", "conservative",
