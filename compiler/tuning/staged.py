@@ -11,8 +11,8 @@ the number of simulations per dispatch) in stages:
    ranking blind spot can still be found (and the seed still means something);
 3. ``refine``/``evolve``: rounds of the best point's neighbours (one or two knobs moved
    one step, ``compiler.tuning.refine``) and the crosses of the two best points, ranked by
-   their estimates, until the budget is spent, no neighbour is left, or two rounds in a
-   row brought no improvement.
+   their estimates (when no neighbour is left, the next points of the ranking), until the
+   budget is spent or two rounds in a row brought no improvement.
 
 A budget of at least the number of legal points simulates every point (``every point``);
 ``strategy="random"`` is the former uniform sample, kept for the benchmark's comparison.
@@ -29,6 +29,8 @@ import random
 from compiler.tuning import refine
 
 STRATEGIES = ("staged", "random", "ranked")
+#: refinement stops after this many rounds in a row without an improvement
+STALE_ROUNDS = 2
 
 
 class DispatchSearch:
@@ -113,7 +115,7 @@ class DispatchSearch:
 
     def _refine(self) -> list:
         ok = sorted((t, i) for i, t in self.times.items() if t is not None)
-        if not ok or self._stale >= 2:
+        if not ok or self._stale >= STALE_ROUNDS:
             return []
         tried = set(self.times)
         by_estimate = lambda i: (self.estimates[i].us, i)  # noqa: E731
@@ -138,6 +140,11 @@ class DispatchSearch:
         picks += sorted(two, key=by_estimate)[:max(0, batch - len(picks))]
         for i in picks:
             self.stage_of[i] = "evolve" if i in crosses else "refine"
+        if not picks:  # the neighbourhood is spent: the next points of the ranking
+            picks = [i for i in self._order() if i not in tried and self.estimates[i].ok]
+            picks = picks[:batch]
+            for i in picks:
+                self.stage_of[i] = "rank"
         return picks
 
     # ------------------------------------------------------------------ results
