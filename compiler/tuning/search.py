@@ -36,7 +36,7 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from compiler.tuning import cluster as runner
 from compiler.ir import numerics, partial
-from compiler.tuning import fusion_guard, sampling, tunedb
+from compiler.tuning import fusion_guard, rank, sampling, staged, tunedb
 from compiler.ir.graph import Graph, GraphError
 from compiler.lower import LoweringError, dispatch_kind, lower
 from compiler.lower.common import memory_image
@@ -84,6 +84,8 @@ class DispatchTune:
     verified: bool | None = None
     check: str = ""             # which workgroups the value check ran (verify_dispatches)
 
+    search: dict = field(default_factory=dict)  # staged.DispatchSearch.summary()
+
     # the winner's kernel is lowered when first asked for (a cached run that only
     # reports times never lowers); ``_lower`` holds (graph, arch) until then
     _lower = None
@@ -98,7 +100,8 @@ class DispatchTune:
                 # kernels the dispatch launches (2 for split-K / flash-decoding)
                 "kernels": int(c.get("kernels", 1)),
                 "candidates": len(self.candidates), "illegal": len(self.illegal),
-                "verified": self.verified, "max_error": self.max_error, "check": self.check}
+                "verified": self.verified, "max_error": self.max_error, "check": self.check,
+                "search": {k: v for k, v in self.search.items() if k != "convergence"}}
 
 
 def _kernel_get(self):
@@ -179,9 +182,23 @@ def _score_job(graph, job):
     return score(graph, dispatch, knobs, arch)
 
 
-def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
-                      where: str) -> tuple[list, list]:
-    """(legal candidates to simulate, illegal ones) after pins and the budget."""
+#: ``budget=DEFAULT``: the staged search's default number of simulations per dispatch
+DEFAULT = "default"
+#: the default budget: a quarter of the legal points, at least 4 and at most 24
+DEFAULT_MIN, DEFAULT_MAX, DEFAULT_SHARE = 4, 24, 4
+
+
+def default_budget(legal: int) -> int:
+    """Simulations per dispatch at the default setting: a quarter of the legal points
+    (issue 26's target), at least ``DEFAULT_MIN`` (small spaces) and at most
+    ``DEFAULT_MAX`` (the analytic ranking and refinement find the best of large spaces
+    well within it; ``compiler.tuning.bench_search`` measures that)."""
+    return max(DEFAULT_MIN, min(DEFAULT_MAX, legal // DEFAULT_SHARE))
+
+
+def legal_candidates(space: list, fixed: dict, where: str) -> tuple[list, list]:
+    """(legal candidates after the pins, illegal ones); a pin no point has, or whose
+    points are all illegal, is a ``SearchError`` naming the knob's values."""
     relevant = {k: v for k, v in fixed.items() if any(k in c.knobs for c in space)}
     if relevant:
         matching = [c for c in space if all(c.knobs.get(k) == v for k, v in relevant.items())]
@@ -199,6 +216,15 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
     if any(not c.fallback for c in legal):  # the fallback is the last resort only
         legal = [c for c in legal if not c.fallback]
     illegal = [c for c in space if not c.legal]
+    return legal, illegal
+
+
+def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
+                      where: str) -> tuple[list, list]:
+    """(legal candidates to simulate, illegal ones) after pins and a uniform random sample
+    of ``budget`` (the ``random`` strategy; the staged search is ``tune_dispatches``'s
+    default)."""
+    legal, illegal = legal_candidates(space, fixed, where)
     if budget is not None and len(legal) > budget:
         always = [c for c in legal if c.always]
         legal = [c for c in legal if not c.always]
@@ -271,6 +297,22 @@ def minimal_bytes(graph: Graph) -> int:
               and graph.op(n).type.size > 1]
     return sum(graph.op(n).type.nbytes for n in leaves) + \
         sum(graph.op(n).type.nbytes for n in graph.outputs)
+
+
+def plan_lower_bound(graph: Graph, dispatches: list, arch) -> float:
+    """A time no tuning of these dispatches can beat: per dispatch, its boundary bytes at
+    L2's peak bandwidth (the fastest level a kernel streams from) or its flops at the FP32
+    peak, whichever is longer, plus its launch overhead (simulated-model figures, so a
+    bound on the simulator's predictions, not on hardware)."""
+    # the faster of the vector FMA peak and the matrix cores' f32 peak (gfx90a's MFMA runs
+    # twice its vector rate): a bound must hold for every candidate, MFMA ones included
+    mfma = max((2 * math.prod(int(x) for x in shape[:-3].split("x")) * arch.simds_per_cu
+                / arch.mfma_cycles(shape) for shape in arch.mfma_passes), default=0)
+    peak = max(arch.peak_fp32_flops_per_clk_per_cu, mfma) * arch.num_cus * arch.clock_ghz * 1e9
+    l2 = max(arch.l2_bytes_per_clk, arch.l2_read_bytes_per_clk) * arch.clock_ghz * 1e9
+    return sum(max(dispatch_bytes(graph, d) / l2,
+                   dispatch_flops(graph, d) / peak) * 1e6 + arch.launch_overhead_us
+               for d in dispatches)
 
 
 # ----------------------------------------------------------------------------- attention
@@ -362,19 +404,29 @@ def _score_fallbacks(graph, dispatch, space, scored, arch, illegal, fixed) -> li
 
 def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, fixed=None,
                     seed=0, workers=1, progress=None, label="", store=None,
-                    cluster=None) -> list:
+                    cluster=None, strategy: str = "staged") -> list:
     """Scores candidates of every dispatch; returns DispatchTune per dispatch.
 
-    Candidates are looked up in ``store`` (a ``tunedb`` store; a fresh in-memory one when
-    None) by dispatch fingerprint, arch, knobs and model version; only the misses are
-    simulated, each distinct one once, so identical dispatches of a model cost one
-    tuning. The misses run serially, in ``workers`` processes or on a Dask ``cluster``
-    (``compiler.tuning.cluster``); results come back in job order, so the choice is the same.
+    ``budget``: simulations per dispatch (None: every legal point; ``DEFAULT``:
+    ``default_budget``); a budget of at least the legal points simulates every point and
+    the result says so. ``strategy``: ``staged`` (analytic ranking, exploration,
+    refinement: ``compiler.tuning.staged``), ``ranked`` (the top of the ranking only) or
+    ``random`` (a seeded uniform sample).
+
+    Scores and analytic estimates are looked up in ``store`` (a ``tunedb`` store; a fresh
+    in-memory one when None) by dispatch fingerprint, arch, knobs and model version; only
+    the misses are computed, each distinct one once, so identical dispatches of a model
+    cost one tuning. The search runs in rounds: each round gathers every dispatch's
+    proposals, and the misses run serially, in ``workers`` processes or on a Dask
+    ``cluster`` (``compiler.tuning.cluster``); results come back in job order, so the
+    choice is the same.
     """
+    if strategy not in staged.STRATEGIES:
+        raise SearchError(f"unknown search strategy {strategy!r}; one of "
+                          f"{', '.join(staged.STRATEGIES)}")
     fixed = fixed or {}
     store = tunedb.MemoryStore() if store is None else store
     version = tunedb.model_version()
-    plans = []
     fps = [tunedb.dispatch_fingerprint(graph, d) for d in dispatches]
     spaces = list(zip(dispatches, _spaces(graph, dispatches, fps, arch, store, version)))
     known = {k for _, space in spaces for c in space for k in c.knobs}
@@ -383,40 +435,52 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
     space_of = {d.name: space for d, space in spaces}
+    plans = []
     for (d, space), fp in zip(spaces, fps):
-        legal, illegal = select_candidates(space, fixed, budget, seed, f"dispatch {d.name}")
-        keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
-        plans.append((d, legal, illegal, keys))
-    cached = store.get_many("scores", [k for *_, keys in plans for k in keys])
-    jobs, job_keys, owners = [], [], {}   # owners: dispatch index -> its distinct misses
-    for i, (d, legal, _, keys) in enumerate(plans):
-        for c, k in zip(legal, keys):
-            if k not in cached and k not in job_keys:
-                job_keys.append(k)
-                jobs.append((d, c.knobs, arch))
-                owners.setdefault(i, set()).add(len(jobs) - 1)
-    left = {i: set(js) for i, js in owners.items()}
+        legal, illegal = legal_candidates(space, fixed, f"dispatch {d.name}")
+        b = default_budget(len(legal)) if budget == DEFAULT else budget
+        every = b is None or b >= len(legal)
+        est = None
+        if strategy != "random" and not every:
+            est = _estimates(graph, d, fp, legal, arch, store, version)
+        plans.append((d, legal, illegal, fp,
+                      staged.DispatchSearch(legal, est, b, seed, strategy)))
     task = None
     if progress:
-        task = progress.add_task(f"{label or 'scoring'} ({len(owners)} distinct of "
-                                 f"{len(dispatches)} dispatches to simulate)",
-                                 total=len(owners))
-
-    def done(j):
-        for i, js in left.items():
-            if j in js:
-                js.discard(j)
-                if not js and progress:
-                    progress.advance(task)
-
-    results = runner.run_jobs(_score_job, jobs, shared=graph, workers=workers,
-                              cluster=cluster, on_done=done)
-    fresh = {k: _scored_dict(r) for k, r in zip(job_keys, results)}
-    store.put_many("scores", fresh, version)
-    cached.update(fresh)
+        total = sum(s.budget for *_, s in plans)
+        task = progress.add_task(f"{label or 'scoring'} ({len(plans)} dispatches, "
+                                 f"{len({fp for *_, fp, _ in plans})} distinct)", total=total)
+    results: dict = {}  # score key -> row, this run's and the store's
+    while True:
+        round_ = [(i, p[4].propose()) for i, p in enumerate(plans)]
+        if not any(picks for _, picks in round_):
+            break
+        keys = {i: [tunedb.score_key(plans[i][3], arch, plans[i][1][j].knobs, version)
+                    for j in picks] for i, picks in round_}
+        want = [k for ks in keys.values() for k in ks if k not in results]
+        results.update(store.get_many("scores", want))
+        jobs, job_keys = [], []
+        for i, picks in round_:
+            for j, k in zip(picks, keys[i]):
+                if k not in results and k not in job_keys:
+                    job_keys.append(k)
+                    jobs.append((plans[i][0], plans[i][1][j].knobs, arch))
+        hits = sum(len(p) for _, p in round_) - len(jobs)
+        if progress and hits:
+            progress.advance(task, hits)
+        done = (lambda j: progress.advance(task)) if progress else None
+        scored = runner.run_jobs(_score_job, jobs, shared=graph, workers=workers,
+                                 cluster=cluster, on_done=done)
+        fresh = {k: _scored_dict(r) for k, r in zip(job_keys, scored)}
+        store.put_many("scores", fresh, version)
+        results.update(fresh)
+        for i, picks in round_:
+            plans[i][4].observe([results[k]["time_us"] for k in keys[i]])
     out = []
-    for d, legal, illegal, keys in plans:
-        scored = [_scored_of(cached[k], c.knobs) for c, k in zip(legal, keys)]
+    for d, legal, illegal, fp, search in plans:
+        simulated = search.simulated()
+        scored = [_scored_of(results[tunedb.score_key(fp, arch, legal[j].knobs, version)],
+                             legal[j].knobs) for j in simulated]
         for s in scored:
             if not s.ok:
                 illegal.append(Candidate(s.knobs, False, s.error))
@@ -435,9 +499,30 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
         t = DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal, None,
                          nbytes, flops, roofline_us(nbytes, flops, arch))
+        t.search = search.summary(ok[0].knobs)
         t._lower = (graph, arch)
         out.append(t)
     return out
+
+
+def _estimates(graph, dispatch, fp, legal, arch, store, version) -> list:
+    """The analytic estimate of every legal point (``compiler.tuning.rank``), read from
+    and written to the tuning database (the ``scores`` table, keys prefixed ``rank|`` and
+    the estimator's own version, so a changed estimator ranks afresh):
+    a warm run lowers nothing to rank."""
+    keys = [f"rank|{rank.version()}|" + tunedb.score_key(fp, arch, c.knobs, version)
+            for c in legal]
+    known = store.get_many("scores", keys)
+    todo = [i for i, k in enumerate(keys) if k not in known]
+    if todo:
+        fresh = rank.rank_candidates(graph, dispatch, [legal[i] for i in todo], arch, lower)
+        rows = {keys[i]: {"us": e.us if math.isfinite(e.us) else None,
+                          "features": e.features, "error": e.error}
+                for i, e in zip(todo, fresh)}
+        store.put_many("scores", rows, version)
+        known.update(rows)
+    return [rank.Estimate(math.inf if known[k]["us"] is None else known[k]["us"],
+                          known[k]["features"], known[k]["error"]) for k in keys]
 
 
 def _spaces(graph, dispatches, fps, arch, store, version) -> list:
@@ -687,7 +772,7 @@ def _check_whole(graph, d, arch, env, wgs):
 def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=1, fixed=None, seed=0,
          mode: str = "auto", baseline: bool = True, verify: bool = True,
          progress=None, store=None, cluster=None, check_all: bool = False,
-         launch: str = "stream") -> TuneResult:
+         launch: str = "stream", strategy: str = "staged", prune: bool = True) -> TuneResult:
     """Tunes a model: plan choice (aggressive, aggressive without the attention rule's
     fused dispatch, conservative), schedules, baseline. ``mode`` pins one of them.
 
@@ -695,7 +780,10 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     fresh in-memory one when None); ``cluster``: a ``compiler.tuning.cluster.Cluster``;
     ``check_all``: check every workgroup's values, not a sample's; ``launch``: ``stream``
     (a host launch per dispatch) or ``graph`` (one HIP graph launch for the whole
-    sequence), which every plan total and the fusion guard use. ``arch`` is resolved
+    sequence), which every plan total and the fusion guard use; ``strategy``: the
+    schedule search (``tune_dispatches``); ``prune``: skip a plan whose lower bound
+    (``plan_lower_bound``) cannot beat a plan already tuned (plans are tuned in order of
+    their bounds). ``arch`` is resolved
     here, once (a name for the Python API's convenience); everything below takes the
     ``Arch``."""
     arch = get_arch(arch)
@@ -704,24 +792,43 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     check_pins(fixed or {})
     store = tunedb.MemoryStore() if store is None else store
     kw = dict(budget=budget, fixed=fixed, seed=seed, workers=workers, progress=progress,
-              store=store, cluster=cluster)
+              store=store, cluster=cluster, strategy=strategy)
     modes = ("aggressive", SEPARATE_CONTRACTIONS, SPLIT_ATTENTION, "conservative") \
         if mode == "auto" else (mode,)
     tried = {}
     plans = {}
+    bounds = {}
     for m in modes:
         # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another;
         # the wide GEMM of sibling projections one, the separate projections another
         plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION),
                     horizontal_gemms=m in ("aggressive", SPLIT_ATTENTION))
         key = tuple(tuple(d.ops) for d in plan.dispatches)
-        if any(k == key for k, _ in tried.values()):
+        if any(p_key == key for p_key, _ in plans.values()):
             continue  # same plan as an earlier mode: nothing to compare
-        tuned = tune_dispatches(plan.graph, plan.dispatches, arch, label=f"{m} plan", **kw)
-        tried[m] = (key, tuned)
-        plans[m] = plan
+        plans[m] = (key, plan)
+        bounds[m] = plan_lower_bound(plan.graph, plan.dispatches, arch)
+    pruned = {}
+    # plans in order of their lower bounds: one whose bound cannot beat the best total
+    # found so far is not tuned (its decision says so). The conservative plan is always
+    # tuned when there are others: its dispatches are the parts the fusion guard weighs
+    # each merge against (a fused plan can beat the conservative bound in total and still
+    # hold a merge slower than its parts)
+    for m in sorted(plans, key=lambda m: (bounds[m], modes.index(m))):
+        totals_so_far = [plan_time_us(t, arch, launch) for _, t in tried.values()]
+        if prune and m != "conservative" and totals_so_far and bounds[m] >= min(totals_so_far):
+            pruned[m] = (f"{m} plan not tuned further: its lower bound {bounds[m]:.2f} us "
+                         f"({len(plans[m][1].dispatches)} dispatches at L2's peak bandwidth "
+                         f"and the FP32 peak, plus their launches) cannot beat "
+                         f"{min(totals_so_far):.2f} us predicted for a plan already tuned")
+            continue
+        tuned = tune_dispatches(plans[m][1].graph, plans[m][1].dispatches, arch,
+                                label=f"{m} plan", **kw)
+        tried[m] = (plans[m][0], tuned)
+    plans = {m: p for m, (_, p) in plans.items()}
     # --- fusion guard hook (compiler/tuning/fusion_guard.py): a fused dispatch predicted
     # slower than its conservative parts is split into them, with the numbers recorded
+    # (only where the conservative plan was tuned: a pruned one cannot beat the best plan)
     if "conservative" in tried:
         for m in [m for m in tried if m != "conservative"]:
             plans[m], guarded = fusion_guard.guard(
@@ -732,13 +839,22 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     totals = {m: plan_time_us(t, arch, launch) for m, (_, t) in tried.items()}
     chosen = min(totals, key=totals.get)
     tuned = tried[chosen][1]
+    reason = (f"{chosen} plan predicted fastest "
+              + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
+    if pruned:
+        reason += "; " + "; ".join(pruned.values())
     choice = {"chosen": chosen,
               "predicted_us": {m: round(v, 3) for m, v in totals.items()},
-              "dispatches": {m: len(t) for m, (_, t) in tried.items()},
-              "reason": (f"{chosen} plan predicted fastest "
-                         + ", ".join(f"{m} {v:.2f} us" for m, v in totals.items()))
-              if len(totals) > 1 else f"{chosen} plan (the other mode gives the same plan)"}
+              "lower_bound_us": {m: round(v, 3) for m, v in bounds.items()},
+              "pruned": pruned,
+              "dispatches": {m: len(p.dispatches) for m, p in plans.items()},
+              "reason": reason if len(plans) > 1 else
+              f"{chosen} plan (the other mode gives the same plan)"}
     plan = plans[chosen]
+    for m, why in pruned.items():
+        plan.decisions.append(Decision("search", chosen, m, True, why,
+                                       {f"{m}_bound_us": bounds[m],
+                                        f"{chosen}_us": totals[chosen]}))
     if "conservative" in totals and "aggressive" in totals:
         plan.decisions.append(Decision("search", "aggressive", "conservative",
                                        chosen == "aggressive", choice["reason"],
@@ -758,7 +874,8 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     unfused = unfused_dispatches(graph)
     if baseline:
         base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
-                               **{**kw, "fixed": {}, "budget": min(budget or 24, 24)})
+                               **{**kw, "fixed": {}, "budget": DEFAULT if budget in (None, DEFAULT)
+                                  else min(budget, 24)})
         unfused_us = plan_time_us(base, arch, launch)
     if verify:  # the chosen plan's graph (horizontal fusion rewrites it)
         verify_dispatches(plan.graph, tuned, arch, seed, store=store, check_all=check_all)

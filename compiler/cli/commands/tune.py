@@ -10,7 +10,7 @@ from rich.table import Table
 from gpusim.hw import DEFAULT_ARCH
 
 from compiler.tuning.cluster import Cluster, cap_workers, parse_address
-from compiler.tuning.search import tune
+from compiler.tuning.search import DEFAULT, tune
 from compiler.cli.seed import (PUBLISHED, ROCMLIR_TILE, SEED_MODELS, epilogue_share, gains, published_gains)
 from compiler.cli.seed import seed_rows as rows_of
 from compiler.cli.commands import common
@@ -33,7 +33,10 @@ def add_tune_options(p) -> None:
     p.add_argument("--arch", type=common.arch_value, default=DEFAULT_ARCH,
                    help="gfx90a, gfx942 or gfx1100 (default gfx942)")
     p.add_argument("--budget", type=common.count_value, default=None, metavar="N",
-                   help="simulate at most N candidates per dispatch (seeded sample)")
+                   help="simulate at most N candidates per dispatch (default: a quarter of "
+                        "its legal points, 4 to 24): the best analytic estimates, a few "
+                        "seeded random ones, then the best one's neighbours; N at least the "
+                        "legal points simulates every point")
     p.add_argument("--workers", type=common.workers_value, default=1, metavar="N",
                    help=f"score candidates in N processes (1 to {common.MAX_WORKERS})")
     p.add_argument("--fix", type=common.fix_value, action="append", default=[],
@@ -73,7 +76,7 @@ def run_tune(args, quiet: bool):
     graph = common.load(args, whole=args.check_all)
     if args.cluster:
         parse_address(args.cluster)  # a bad address fails before any work
-    kw = dict(budget=args.budget, workers=cap_workers(args.workers), fixed=fixed,
+    kw = dict(budget=DEFAULT if args.budget is None else args.budget, workers=cap_workers(args.workers), fixed=fixed,
               seed=args.seed, mode=args.mode, baseline=not args.no_baseline,
               check_all=args.check_all, launch=args.launch)
     with store_of(args) as store, \
@@ -147,6 +150,18 @@ def render_seed(rows, tail: float, console) -> None:
                   f"gain; see compiler/cli/seed.py[/]")
 
 
+def search_line(d) -> str:
+    """How the dispatch's winner was found: points ranked and simulated, the stage."""
+    s = d.search
+    if not s:
+        return f"{len(d.candidates)} simulated"
+    if s.get("every_point"):
+        return f"every point: {s['simulated']} of {s['legal']} legal simulated"
+    ranked = f"{s['ranked']} ranked, " if s.get("ranked") else ""
+    return (f"{ranked}{s['simulated']} of {s['legal']} simulated ({s['strategy']}), "
+            f"winner from {s['winner_stage'] or '-'}")
+
+
 def render_tune(result, console) -> None:
     # short headers and a light box: one line per dispatch at 80-100 columns
     t = Table(title=f"{result.model} on {result.arch.name}: best schedule per dispatch "
@@ -167,7 +182,7 @@ def render_tune(result, console) -> None:
                   f"{c.get('hbm_bytes', 0) / 1024:,.0f}", check)
     console.print(t)
     for d in result.dispatches:
-        console.print(f"  [bold]{d.name}[/] ({d.kind}, {len(d.candidates)} simulated, "
+        console.print(f"  [bold]{d.name}[/] ({d.kind}, {search_line(d)}, "
                       f"{len(d.illegal)} illegal): "
                       + " ".join(f"{k}={v}" for k, v in d.best.knobs.items()))
     arch = result.arch

@@ -4,7 +4,8 @@ Kinds: plan (dispatch tree, boundary tensors, traffic), explain (every fusion de
 with --tune also the search's cost numbers), candidates (scored schedules of a dispatch),
 timeline (per-wave Gantt of the winner on CU 0), coalescing (lanes x cache lines of a
 global access), banks (lanes x LDS banks of an LDS access), source (emitted HIP with
-per-line simulator counters). Views of a kernel tune the chosen dispatch first with a
+per-line simulator counters), search (how the staged search found the winner:
+convergence with its stages, analytic rank against simulated time). Views of a kernel tune the chosen dispatch first with a
 small seeded budget (--budget) and show its fastest schedule. Times are simulated.
 """
 from __future__ import annotations
@@ -22,11 +23,12 @@ from gpusim.program import KernelSequence, kernels_of
 from compiler.cli import views
 from compiler.ir.graph import GraphError
 from compiler.fusion import fuse
-from compiler.tuning.search import tune, tune_dispatches
+from compiler.tuning.search import DEFAULT, tune, tune_dispatches
 from compiler.cli.commands import common
 from compiler.cli.commands.cache import add_cache_options, store_of
 
-KINDS = ("plan", "explain", "candidates", "timeline", "coalescing", "banks", "source")
+KINDS = ("plan", "explain", "candidates", "timeline", "coalescing", "banks", "source",
+         "search")
 
 
 def register(sub) -> None:
@@ -41,8 +43,9 @@ def register(sub) -> None:
                    help="gfx90a, gfx942 or gfx1100 (default gfx942)")
     p.add_argument("--mode", choices=("aggressive", "conservative"), default="aggressive",
                    help="fusion plan to view (default aggressive)")
-    p.add_argument("--budget", type=common.count_value, default=8, metavar="N",
-                   help="candidates simulated per dispatch (seeded sample; default 8)")
+    p.add_argument("--budget", type=common.count_value, default=None, metavar="N",
+                   help="candidates simulated per dispatch (default 8; search: tune's "
+                        "default, a quarter of the legal points, 4 to 24)")
     p.add_argument("--seed", type=common.seed_value, default=0, help="seed of the candidate sample")
     p.add_argument("--sort", default="time",
                    help="candidates: time | roofline | coalescing | conflicts | occupancy | bytes")
@@ -89,6 +92,8 @@ def build(args, store=None):
     """(renderable, title) for the requested view; tuning and simulation happen here."""
 
 
+    if args.budget is None:
+        args.budget = DEFAULT if args.kind == "search" else 8
     graph = common.load(args, compute=args.kind not in ("plan", "explain") or args.tune)
     plan = fuse(graph, aggressive=args.mode == "aggressive")
     title = f"wavefuse view {args.kind} {args.model}"
@@ -128,6 +133,8 @@ def build(args, store=None):
     k = tuned.kernel
     if args.kind == "candidates":
         return views.candidates_view(tuned, args.sort), title
+    if args.kind == "search":
+        return views.search_view(tuned), title
     if isinstance(k, KernelSequence):
         if args.kind == "source":  # every kernel of the sequence, in launch order
             res = gpusim.simulate(k, args.arch, functional=False)

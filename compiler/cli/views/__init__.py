@@ -16,6 +16,7 @@ from compiler.cli.views.candidates import (SORT_KEYS, CandidatesData, CandidateR
 from compiler.cli.views.common import ViewError
 from compiler.cli.views.memory import (BanksData, CoalescingData, banks_data, banks_view, coalescing_data, coalescing_view, memory_insts, most_conflicted, pattern_for, worst_coalesced)
 from compiler.cli.views.plan import (ExplainRow, PlanData, explain_data, explain_rows_view, explain_view, plan_data, plan_view)
+from compiler.cli.views.search import SearchData, search_data, search_view
 from compiler.cli.views.source import SourceData, source_data, source_view, statement_lines
 from compiler.cli.views.timeline import KINDS, TimelineData, timeline_data, timeline_view
 
@@ -25,4 +26,4 @@ __all__ = ["ViewError", "SORT_KEYS", "CandidatesData", "CandidateRow", "candidat
            "pattern_for", "worst_coalesced", "ExplainRow", "PlanData", "explain_data",
            "explain_rows_view", "explain_view", "plan_data", "plan_view", "SourceData", "source_data",
            "source_view", "statement_lines", "KINDS", "TimelineData", "timeline_data",
-           "timeline_view"]
+           "timeline_view", "SearchData", "search_data", "search_view"]

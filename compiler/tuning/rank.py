@@ -1,0 +1,314 @@
+"""Analytic ranking: an estimate of every candidate's time from its lowered kernel, without
+simulating it.
+
+Why: the simulator costs tens of milliseconds to seconds per candidate; lowering costs a few
+milliseconds. A search that simulates a uniform random sample of the space finds the best
+point only by luck (issue 26: attention's fused MFMA kernel was missed at budget 8). This
+module reads the lowered kernel once, statically, and estimates
+
+- instructions per unit, per wave: VALU (transcendentals at the arch's rate divisor), VMEM,
+  LDS, MFMA passes, barriers, every loop's body counted its trip count;
+- the lanes' addresses of wave 0 of workgroup 0 at every memory instruction, evaluated from
+  the index expressions (registers replaced by their last definition): cache lines a global
+  access touches (coalescing) and the LDS bank conflict degree of an LDS access;
+- bytes per memory level: the buffers' footprint once through HBM (or the MALL when it
+  fits), every wave's requested lines through L2;
+- occupancy (``gpusim.occupancy``: VGPRs, LDS, wave slots), workgroups against CUs, and the
+  memory latency the waves in flight hide;
+
+and combines them as max(issue time, memory time, exposed latency) per CU. The estimate is
+for *ranking* the points of one dispatch, not a prediction: absolute numbers are off, the
+order is what the search uses (the benchmark ``compiler.tuning.bench_search`` prints its
+Spearman correlation with the simulated time).
+
+Simplifications, written here: every wave runs workgroup 0's wave-0 addresses pattern; an
+``If`` counts both arms (a guard is almost always taken); a loop whose bounds are not
+constants runs once; a register defined in more than one place takes its last definition
+in program order; a value loaded from memory used in an address is taken as zero; cache
+reuse between workgroups beyond the footprint is not modelled (L2 carries every request).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpusim import steady
+from gpusim.compile import TRANSCENDENTAL
+from gpusim.errors import KernelError
+from gpusim.occupancy import occupancy
+from gpusim.program import (Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad,
+                            LdsStore, Load, Mfma, ScalarRef, Select, Shuffle, Special, Store,
+                            UnOp, Var, WaveReduce, DTYPE_BYTES)
+
+#: the features the learned cost model (``compiler.tuning.costmodel``) reads, in order
+FEATURES = ("valu", "vmem", "lds", "lds_conflict", "mfma_cycles", "barriers", "load_rounds",
+            "l2_bytes", "hbm_bytes", "waves_per_simd", "grid", "wg_rounds", "cu_fill",
+            "issue_us", "memory_us", "latency_us")
+
+
+@dataclass
+class Estimate:
+    """A candidate's analytic figures; ``us`` is the ranking key (smaller first)."""
+    us: float
+    features: dict
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+class _Counts:
+    def __init__(self):
+        self.valu = self.vmem = self.lds = self.lds_cycles = 0.0
+        self.mfma_cycles = self.barriers = self.load_rounds = 0.0
+        self.l2_bytes = 0.0  # per wave, lines touched x line size
+
+
+def _ops(e) -> float:
+    """VALU instructions of an expression (a transcendental counts its rate divisor)."""
+    if isinstance(e, (Const, Var, Special, ScalarRef)):
+        return 0.0
+    if isinstance(e, BinOp):
+        return (4.0 if e.op in TRANSCENDENTAL else 1.0) + _ops(e.a) + _ops(e.b)
+    if isinstance(e, UnOp):
+        return (4.0 if e.op in TRANSCENDENTAL else 1.0) + _ops(e.a)
+    if isinstance(e, Cast):
+        return 1.0 + _ops(e.a)
+    if isinstance(e, Fma):
+        return 1.0 + _ops(e.a) + _ops(e.b) + _ops(e.c)
+    if isinstance(e, Select):
+        return 1.0 + _ops(e.cond) + _ops(e.a) + _ops(e.b)
+    return 1.0
+
+
+_NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
+       "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+       "shl": np.left_shift, "shr": np.right_shift}
+
+
+class _Lanes:
+    """Evaluates integer index expressions for the lanes of wave 0 of workgroup 0."""
+
+    def __init__(self, wave: int):
+        self.lane = np.arange(wave, dtype=np.int64)
+        self.wave = wave
+        self.defs: dict = {}
+
+    def value(self, e, depth: int = 0):
+        if depth > 40:
+            return np.zeros_like(self.lane)
+        if isinstance(e, Const):
+            return np.full_like(self.lane, int(e.value) if isinstance(e.value, (int, bool))
+                                else 0)
+        if isinstance(e, Special):
+            if e.name in ("thread_id", "lane"):
+                return self.lane.copy()
+            if e.name == "wave_size":
+                return np.full_like(self.lane, self.wave)
+            return np.zeros_like(self.lane)  # block 0, wave 0
+        if isinstance(e, Var):
+            d = self.defs.get(e.name)
+            return np.zeros_like(self.lane) if d is None else self.value(d, depth + 1)
+        if isinstance(e, BinOp) and e.dtype == "i32":
+            a, b = self.value(e.a, depth + 1), self.value(e.b, depth + 1)
+            with np.errstate(all="ignore"):
+                if e.op in _NP:
+                    try:
+                        return _NP[e.op](a, np.clip(b, 0, 62) if e.op in ("shl", "shr") else b)
+                    except TypeError:
+                        return np.zeros_like(self.lane)
+                if e.op in ("div", "floordiv"):
+                    return np.where(b != 0, a // np.where(b == 0, 1, b), 0)
+                if e.op in ("mod", "rem"):
+                    return np.where(b != 0, a % np.where(b == 0, 1, b), 0)
+                cmp = {"lt": np.less, "le": np.less_equal, "gt": np.greater,
+                       "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
+                if e.op in cmp:
+                    return cmp[e.op](a, b).astype(np.int64)
+            return np.zeros_like(self.lane)
+        if isinstance(e, Select):
+            c = self.value(e.cond, depth + 1)
+            return np.where(c != 0, self.value(e.a, depth + 1), self.value(e.b, depth + 1))
+        if isinstance(e, Cast):
+            return self.value(e.a, depth + 1)
+        return np.zeros_like(self.lane)
+
+
+def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
+    loads_here = False
+    for s in body:
+        if isinstance(s, Assign):
+            c.valu += mult * max(1.0, _ops(s.value))
+            lanes.defs[s.dst.name] = s.value
+        elif isinstance(s, For):
+            lanes.defs[s.var.name] = s.start
+            trips = steady.trips(s)
+            c.valu += mult * 2  # loop control, once per entry (the per-trip part below)
+            n = float(trips) if trips is not None else 1.0
+            if not s.unroll:
+                c.valu += mult * n
+            _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel)
+        elif isinstance(s, If):
+            c.valu += mult * (1.0 + _ops(s.cond))
+            _walk(s.then, mult, c, lanes, arch, kernel)
+            _walk(s.orelse, mult, c, lanes, arch, kernel)
+        elif isinstance(s, (Load, Store)):
+            n = len(s.dsts) if isinstance(s, Load) else len(s.values)
+            c.vmem += mult
+            c.valu += mult * _ops(s.index)
+            try:
+                nbytes = DTYPE_BYTES[kernel.buffer(s.buffer).dtype]
+            except KeyError:
+                nbytes = 4
+            addr = lanes.value(s.index) * nbytes
+            line = arch.l1_line_bytes
+            lines = len(set((addr // line).tolist()) | set(((addr + n * nbytes - 1) // line)
+                                                           .tolist()))
+            c.l2_bytes += mult * lines * line
+            if isinstance(s, Load):
+                loads_here = True
+                for d in s.dsts:
+                    lanes.defs.pop(d.name, None)
+        elif isinstance(s, (LdsLoad, LdsStore)):
+            n = len(s.dsts) if isinstance(s, LdsLoad) else len(s.values)
+            c.lds += mult
+            c.valu += mult * _ops(s.index)
+            words = lanes.value(s.index)
+            banks = arch.lds_banks
+            # lanes of one phase (half a wave64 per 32 banks) that hit one bank: the degree
+            phase = lanes.lane // banks
+            degree = 1
+            for p in np.unique(phase):
+                w = np.unique(words[phase == p])  # one word read by many lanes: broadcast
+                degree = max(degree, int(np.bincount(w % banks, minlength=banks).max()))
+            c.lds_cycles += mult * degree * max(1, n * 4 // arch.lds_bank_bytes // 1)
+            if isinstance(s, LdsLoad):
+                for d in s.dsts:
+                    lanes.defs.pop(d.name, None)
+        elif isinstance(s, Mfma):
+            c.mfma_cycles += mult * arch.mfma_cycles(s.shape)
+        elif isinstance(s, Barrier):
+            c.barriers += mult
+        elif isinstance(s, Shuffle):
+            c.valu += mult * (1.0 + _ops(s.value))
+            lanes.defs.pop(s.dst.name, None)
+        elif isinstance(s, WaveReduce):
+            c.valu += mult * (math.log2(arch.wave_size) * 2 + _ops(s.value))
+            lanes.defs.pop(s.dst.name, None)
+    if loads_here:
+        c.load_rounds += mult
+
+
+def _kernels(k) -> list:
+    return list(k) if isinstance(k, (list, tuple)) else [k]
+
+
+def estimate(kernel, arch) -> Estimate:
+    """The analytic estimate of one lowered kernel (or a sequence of them, summed)."""
+    total, feats = 0.0, {}
+    for k in _kernels(kernel):
+        e = _estimate_one(k, arch)
+        if not e.ok:
+            return e
+        total += e.us
+        for f, v in e.features.items():
+            feats[f] = feats.get(f, 0.0) + v
+    return Estimate(total, feats)
+
+
+def _estimate_one(k, arch) -> Estimate:
+    try:
+        occ = occupancy(k, arch)
+    except KernelError as e:
+        return Estimate(math.inf, {}, str(e))
+    c = _Counts()
+    _walk(k.body, 1.0, c, _Lanes(arch.wave_size), arch, k)
+    clk = arch.clock_ghz * 1e3  # cycles per microsecond
+    wpw = occ.waves_per_workgroup
+    per_cu_wgs = max(1, occ.workgroups_per_cu)
+    wg_rounds = math.ceil(k.grid / (arch.num_cus * per_cu_wgs))
+    busy_cus = min(arch.num_cus, k.grid)
+    cu_fill = busy_cus / arch.num_cus
+    # issue: every wave's instructions on the SIMDs of the CUs that have work
+    wave_cycles = (c.valu * arch.issue_period_cycles + c.vmem * arch.issue_period_cycles
+                   + c.lds_cycles * arch.issue_period_cycles + c.mfma_cycles
+                   + c.barriers * arch.barrier_cycles)
+    wgs_per_cu = math.ceil(k.grid / busy_cus)
+    simds = min(arch.simds_per_cu, wpw * min(per_cu_wgs, wgs_per_cu))
+    issue_cycles = wgs_per_cu * wpw * wave_cycles / simds
+    # memory: footprint through HBM/MALL once, every requested line through L2
+    footprint = sum(b.size * DTYPE_BYTES.get(b.dtype, 4) for b in k.buffers)
+    hbm_us = footprint / arch.stream_bytes_per_s(footprint) * 1e6
+    l2_total = c.l2_bytes * wpw * k.grid
+    l2_us = l2_total / (arch.l2_read_bytes_per_clk * arch.clock_ghz * 1e9) * 1e6
+    memory_us = max(hbm_us, l2_us)
+    # latency: each round of dependent loads waits the memory latency; the waves resident
+    # on a SIMD overlap theirs
+    level = arch.memory_level(footprint)
+    latency = arch.memory_latency_cycles(level) + arch.lds_latency_cycles * (c.lds > 0)
+    waves_in_flight = max(1.0, occ.waves_per_simd)
+    latency_cycles = wg_rounds * (c.load_rounds * latency / min(waves_in_flight, 4.0)
+                                  + wave_cycles)
+    issue_us = issue_cycles / clk
+    latency_us = latency_cycles / clk
+    launch_us = (wg_rounds * arch.wave_launch_cycles) / clk
+    us = max(issue_us, memory_us, latency_us) + launch_us
+    feats = {"valu": c.valu, "vmem": c.vmem, "lds": c.lds,
+             "lds_conflict": c.lds_cycles / c.lds if c.lds else 1.0,
+             "mfma_cycles": c.mfma_cycles, "barriers": c.barriers,
+             "load_rounds": c.load_rounds, "l2_bytes": l2_total, "hbm_bytes": float(footprint),
+             "waves_per_simd": occ.waves_per_simd, "grid": float(k.grid),
+             "wg_rounds": float(wg_rounds), "cu_fill": cu_fill, "issue_us": issue_us,
+             "memory_us": memory_us, "latency_us": latency_us}
+    return Estimate(us, feats)
+
+
+def version() -> str:
+    """A hash of this file: estimates remembered in the tuning database are keyed by it."""
+    if "v" not in _VERSION:
+        import hashlib
+        _VERSION["v"] = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return _VERSION["v"]
+
+
+_VERSION: dict = {}
+
+
+def rank_candidates(graph, dispatch, candidates: list, arch, lower) -> list:
+    """Estimate per candidate (same order); a candidate that fails to lower gets an
+    infinite estimate and its reason (it is never simulated)."""
+    out = []
+    for cand in candidates:
+        knobs = cand.knobs if hasattr(cand, "knobs") else cand
+        try:
+            k = lower(graph, dispatch, knobs, arch)
+        except Exception as e:  # noqa: BLE001 - a lowering failure is a ranking fact
+            out.append(Estimate(math.inf, {}, f"{type(e).__name__}: {e}"))
+            continue
+        out.append(estimate(k, arch))
+    return out
+
+
+def spearman(xs, ys) -> float:
+    """Spearman's rank correlation (average ranks for ties); nan under 3 points."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    if len(xs) < 3:
+        return float("nan")
+
+    def ranks(v):
+        order = np.argsort(v, kind="mergesort")
+        r = np.empty(len(v))
+        r[order] = np.arange(len(v))
+        for u in np.unique(v):  # ties: the mean rank
+            m = v == u
+            if m.sum() > 1:
+                r[m] = r[m].mean()
+        return r
+    rx, ry = ranks(xs), ranks(ys)
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])

@@ -1,0 +1,192 @@
+"""The staged search of one dispatch: which points to simulate, round by round.
+
+Why: a uniform random sample of ``budget`` points finds the best only by luck, and more
+knobs thin it (issue 26). The staged search spends the same budget (``--budget`` is still
+the number of simulations per dispatch) in stages:
+
+1. ``rank``: every legal point is lowered and estimated analytically
+   (``compiler.tuning.rank``); the top half of the budget goes to the best estimates;
+2. ``explore``: an eighth of the budget (at least one point from a budget of 4) to
+   seeded random points outside the top, so a
+   ranking blind spot can still be found (and the seed still means something);
+3. ``refine``/``evolve``: rounds of the best point's neighbours (one or two knobs moved
+   one step, ``compiler.tuning.refine``) and the crosses of the two best points, ranked by
+   their estimates (when no neighbour is left, the next points of the ranking), until the
+   budget is spent or two rounds in a row brought no improvement.
+
+A budget of at least the number of legal points simulates every point (``every point``);
+``strategy="random"`` is the former uniform sample, kept for the benchmark's comparison.
+The state machine proposes points and is told their simulated times; the caller batches
+the proposals of every dispatch of a plan into one round of jobs (serial, a process pool
+or a Dask cluster give the same answer: proposals depend only on the results, which come
+back in job order).
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from compiler.tuning import refine
+
+STRATEGIES = ("staged", "random", "ranked")
+#: refinement stops after this many rounds in a row without an improvement
+STALE_ROUNDS = 2
+
+
+class DispatchSearch:
+    """Proposes the points of one dispatch to simulate and records what each stage found.
+
+    ``legal``: Candidates (pins applied); ``estimates``: one ``rank.Estimate`` per legal
+    point, or None for the random strategy; ``budget``: simulations, None for every point.
+    ``ranked`` strategy: the top ``budget`` of the ranking only (the benchmark's middle
+    column)."""
+
+    def __init__(self, legal: list, estimates, budget: int | None, seed: int,
+                 strategy: str = "staged"):
+        self.legal = legal
+        self.knobs = [c.knobs for c in legal]
+        self.estimates = estimates
+        self.seed = seed
+        self.strategy = strategy
+        self.every_point = budget is None or budget >= len(legal)
+        self.budget = len(legal) if self.every_point else budget
+        self.times: dict = {}       # index -> simulated us (None: failed)
+        self.stage_of: dict = {}    # index -> the stage that proposed it
+        self.history: list = []     # (stage, index, time_us) in simulation order
+        self.pending: list = []
+        self._round = 0
+        self._stale = 0
+        self._orders = refine.knob_orders(self.knobs) if strategy == "staged" else {}
+
+    # ------------------------------------------------------------------ proposals
+    def _order(self) -> list:
+        """Legal indices by analytic estimate (ties by space order); lowering failures
+        last."""
+        return sorted(range(len(self.legal)), key=lambda i: (self.estimates[i].us, i))
+
+    def _left(self) -> int:
+        return self.budget - len(self.times) - len(self.pending)
+
+    def propose(self) -> list:
+        """The next round's points (indices into ``legal``); [] when the search is done."""
+        if self.pending:
+            raise RuntimeError("observe() the previous round first")
+        picks: list = []
+        if self._round == 0:
+            picks = self._first()
+        elif self.strategy == "staged" and self._left() > 0:
+            picks = self._refine()
+        self._round += 1
+        self.pending = picks
+        return list(picks)
+
+    def _first(self) -> list:
+        n = len(self.legal)
+        always = [i for i, c in enumerate(self.legal) if getattr(c, "always", False)]
+        if self.every_point:
+            for i in range(n):
+                self.stage_of[i] = "every point"
+            return list(range(n))
+        if self.strategy == "random":
+            rest = [i for i in range(n) if i not in always]
+            rng = random.Random(self.seed)
+            keep = sorted(rng.sample(range(len(rest)), max(0, self.budget - len(always))))
+            picks = always + [rest[i] for i in keep]
+            for i in picks:
+                self.stage_of[i] = "random"
+            return picks
+        order = [i for i in self._order() if i not in always]
+        if self.strategy == "ranked":
+            top, explore = order[:max(0, self.budget - len(always))], []
+        else:
+            n_explore = max(1, self.budget // 8) if self.budget >= 4 else 0
+            n_top = max(1, math.ceil(self.budget / 2)) - len(always)
+            top = order[:max(0, n_top)]
+            rest = sorted(set(order) - set(top))
+            rng = random.Random(self.seed)
+            explore = sorted(rng.sample(rest, min(n_explore, len(rest))))
+        for i in always:
+            self.stage_of[i] = "always"
+        for i in top:
+            self.stage_of[i] = "rank"
+        for i in explore:
+            self.stage_of[i] = "explore"
+        return always + top + explore
+
+    def _refine(self) -> list:
+        ok = sorted((t, i) for i, t in self.times.items() if t is not None)
+        if not ok or self._stale >= STALE_ROUNDS:
+            return []
+        tried = set(self.times)
+        by_estimate = lambda i: (self.estimates[i].us, i)  # noqa: E731
+        best = ok[0][1]
+        near = [i for i in refine.neighbours(self.knobs[best], self.knobs, self._orders)
+                if i not in tried and self.estimates[i].ok]
+        cross = []
+        if len(ok) > 1:
+            cross = [i for i in refine.crosses(self.knobs[best], self.knobs[ok[1][1]],
+                                               self.knobs)
+                     if i not in tried and i not in near and self.estimates[i].ok]
+        batch = max(1, math.ceil(self.budget / 4))
+        batch = min(batch, self._left())
+        one = [i for i in near if refine.distance(self.knobs[best], self.knobs[i],
+                                                  self._orders) == 1]
+        two = [i for i in near if i not in one]
+        picks = sorted(one, key=by_estimate)[:batch]
+        room = batch - len(picks)
+        crosses = sorted(cross, key=by_estimate)[:min(room, max(1, batch // 4))] \
+            if room > 0 else []
+        picks += crosses
+        picks += sorted(two, key=by_estimate)[:max(0, batch - len(picks))]
+        for i in picks:
+            self.stage_of[i] = "evolve" if i in crosses else "refine"
+        if not picks:  # the neighbourhood is spent: the next points of the ranking
+            picks = [i for i in self._order() if i not in tried and self.estimates[i].ok]
+            picks = picks[:batch]
+            for i in picks:
+                self.stage_of[i] = "rank"
+        return picks
+
+    # ------------------------------------------------------------------ results
+    def observe(self, times: list) -> None:
+        """The simulated times of the last proposals, in their order (None: failed)."""
+        before = self.best_time()
+        for i, t in zip(self.pending, times):
+            self.times[i] = t
+            self.history.append((self.stage_of[i], i, t))
+        self.pending = []
+        after = self.best_time()
+        if self._round > 1:
+            self._stale = 0 if (after is not None and (before is None or after < before)) \
+                else self._stale + 1
+
+    def best_time(self):
+        ok = [t for t in self.times.values() if t is not None]
+        return min(ok) if ok else None
+
+    def simulated(self) -> list:
+        """Indices simulated, in simulation order."""
+        return [i for _, i, _ in self.history]
+
+    def summary(self, winner_knobs: dict | None) -> dict:
+        """What ``tune`` reports: points ranked and simulated, the winner's stage, the
+        convergence (best so far after each simulation, with its stage)."""
+        stage = ""
+        for s, i, _ in self.history:
+            if self.knobs[i] == winner_knobs:
+                stage = s
+        curve, best = [], None
+        position = ({i: r for r, i in enumerate(self._order())}
+                    if self.estimates is not None else {})
+        for s, i, t in self.history:
+            if t is not None and (best is None or t < best):
+                best = t
+            curve.append({"stage": s, "time_us": t, "best_us": best, "knobs": self.knobs[i],
+                          "analytic_rank": position.get(i),
+                          "estimate_us": (self.estimates[i].us if self.estimates and
+                                          math.isfinite(self.estimates[i].us) else None)})
+        return {"strategy": "every point" if self.every_point else self.strategy,
+                "budget": self.budget, "legal": len(self.legal),
+                "ranked": len(self.legal) if self.estimates is not None else 0,
+                "simulated": len(self.history), "winner_stage": stage, "every_point":
+                self.every_point, "convergence": curve}

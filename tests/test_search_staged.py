@@ -1,0 +1,187 @@
+"""The staged search: analytic ranking, exploration, refinement; budgets, determinism, the
+tuning database, and the search's bad input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpusim.hw import GFX942
+from compiler.cli import main
+from compiler.fusion import fuse
+from compiler.ir.models import load_model
+from compiler.lower import lower
+from compiler.schedule import schedule_space
+from compiler.tuning import rank, refine, staged, tunedb
+from compiler.tuning.search import (DEFAULT, default_budget, legal_candidates,
+                                    tune_dispatches)
+
+
+def _one(model):
+    g = load_model(model)
+    return g, fuse(g).dispatches
+
+
+def test_same_seed_same_answer_and_workers_agree():
+    g, ds = _one("softmax:rows=256,cols=512")
+    a = tune_dispatches(g, ds, GFX942, budget=7, seed=4)
+    b = tune_dispatches(g, ds, GFX942, budget=7, seed=4, workers=2)
+    assert a[0].best.knobs == b[0].best.knobs
+    assert a[0].search["convergence"] == b[0].search["convergence"]
+    assert a[0].search["simulated"] <= 7
+
+
+def test_budget_at_least_the_space_simulates_every_point():
+    g, ds = _one("transpose_add:rows=64,cols=64")
+    pins = {"workgroup": 256}
+    legal, _ = legal_candidates(schedule_space(g, ds[0], GFX942), pins, "d")
+    t = tune_dispatches(g, ds, GFX942, budget=len(legal) + 5, fixed=pins)[0]
+    assert t.search["every_point"] and t.search["simulated"] == len(legal)
+    assert t.search["strategy"] == "every point"
+
+
+def test_staged_finds_the_best_of_a_small_space_with_a_quarter_of_it():
+    g, ds = _one("transpose_add:rows=64,cols=64")
+    store = tunedb.MemoryStore()
+    every = tune_dispatches(g, ds, GFX942, budget=None, store=store)[0]
+    found = tune_dispatches(g, ds, GFX942, budget=DEFAULT, store=store)[0]
+    legal = every.search["legal"]
+    assert found.search["simulated"] <= max(default_budget(legal), legal // 4)
+    assert found.best.time_us <= 1.05 * every.best.time_us
+    # every stage read and wrote the database: the estimates are there, keyed by version
+    assert sum(k.startswith(f"rank|{rank.version()}|")
+               for k in store._rows["scores"]) == legal
+
+
+def test_a_warm_store_lowers_nothing_to_rank(monkeypatch):
+    g, ds = _one("layernorm")
+    store = tunedb.MemoryStore()
+    a = tune_dispatches(g, ds, GFX942, budget=6, store=store)
+    monkeypatch.setattr(rank, "rank_candidates",
+                        lambda *a, **k: pytest.fail("ranked again with a warm store"))
+    b = tune_dispatches(g, ds, GFX942, budget=6, store=store)
+    assert a[0].best.knobs == b[0].best.knobs
+
+
+def test_random_strategy_is_the_seeded_sample_and_ranked_is_the_top():
+    g, ds = _one("layernorm")
+    r1 = tune_dispatches(g, ds, GFX942, budget=5, seed=1, strategy="random")[0]
+    r2 = tune_dispatches(g, ds, GFX942, budget=5, seed=2, strategy="random")[0]
+    assert {str(c.knobs) for c in r1.candidates} != {str(c.knobs) for c in r2.candidates}
+    top = tune_dispatches(g, ds, GFX942, budget=5, strategy="ranked")[0]
+    assert {s["stage"] for s in top.search["convergence"]} <= {"rank", "always"}
+
+
+def test_estimates_rank_every_legal_point_and_follow_the_simulator():
+    g, ds = _one("transpose_add:rows=512,cols=512")
+    legal, _ = legal_candidates(schedule_space(g, ds[0], GFX942), {}, "d")
+    est = rank.rank_candidates(g, ds[0], legal, GFX942, lower)
+    assert all(e.ok and math.isfinite(e.us) and e.us > 0 for e in est)
+    assert set(rank.FEATURES) <= set(est[0].features)
+
+
+def test_spearman():
+    assert rank.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert rank.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(rank.spearman([1, 2], [1, 2]))
+
+
+def test_refinement_is_generic_over_knobs():
+    # a knob no schedule has today: ordered numbers step to the next value, a category
+    # to any other; two steps are neighbours at distance 2
+    pool = [{"split_k": s, "order": o} for s in (1, 2, 4, 8) for o in ("mn", "nm", "zig")]
+    orders = refine.knob_orders(pool)
+    best = {"split_k": 2, "order": "mn"}
+    near = [pool[i] for i in refine.neighbours(best, pool, orders, max_steps=1)]
+    assert {"split_k": 1, "order": "mn"} in near and {"split_k": 4, "order": "mn"} in near
+    assert {"split_k": 2, "order": "zig"} in near
+    assert {"split_k": 8, "order": "mn"} not in near
+    assert refine.distance(best, {"split_k": 4, "order": "nm"}, orders) == 2
+    kids = [pool[i] for i in refine.crosses(best, {"split_k": 8, "order": "zig"}, pool)]
+    assert sorted(map(str, kids)) == sorted(map(str, [{"split_k": 2, "order": "zig"},
+                                                       {"split_k": 8, "order": "mn"}]))
+
+
+def test_search_state_spends_at_most_its_budget():
+    class C:
+        def __init__(self, k):
+            self.knobs, self.always = k, False
+    legal = [C({"a": i, "b": j}) for i in range(6) for j in range(6)]
+    est = [rank.Estimate(float((k.knobs["a"] - 3) ** 2 + k.knobs["b"]), {}) for k in legal]
+    s = staged.DispatchSearch(legal, est, 10, seed=0)
+    while True:
+        picks = s.propose()
+        if not picks:
+            break
+        s.observe([float((legal[i].knobs["a"] - 4) ** 2 + legal[i].knobs["b"])
+                   for i in picks])
+    assert len(s.history) <= 10
+    assert s.best_time() == 0.0  # a=4, b=0: the ranking's second, refinement's first
+
+
+@pytest.mark.parametrize("budget", ["0", "-3", "many", "2.5"])
+def test_bad_budget_is_one_line_exit_2(budget, capsys):
+    assert main(["tune", "softmax", "--budget", budget, "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "budget" in err[0]
+
+
+def test_pin_leaving_no_point_names_the_values(capsys):
+    assert main(["tune", "layernorm", "--fix", "vector=3", "--no-cache",
+                 "--no-baseline"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "vector" in err[0] and "1" in err[0]
+
+
+def test_tune_says_every_point_when_the_budget_exceeds_the_space(capsys):
+    assert main(["tune", "transpose_add:rows=64,cols=64", "--budget", "100000",
+                 "--fix", "workgroup=256", "--fix", "transpose=lds", "--no-cache",
+                 "--no-baseline"]) == 0
+    assert "every point" in capsys.readouterr().out
+
+
+def test_search_view_draws_convergence_and_ranking():
+    from compiler.cli.views import search_data, search_view
+    from rich.console import Console
+    g, ds = _one("layernorm")
+    t = tune_dispatches(g, ds, GFX942, budget=8)[0]
+    d = search_data(t)
+    assert len(d.rows) == t.search["simulated"] <= 8
+    assert [r.best_us for r in d.rows] == sorted((r.best_us for r in d.rows), reverse=True)
+    assert d.rows[0].stage == "rank" and d.rows[0].analytic_rank == 1
+    con = Console(width=100, record=True)
+    con.print(search_view(t))
+    text = con.export_text()
+    assert "convergence" in text and "Spearman" in text and "winner" in text
+
+
+def test_cli_view_search(capsys):
+    assert main(["view", "search", "layernorm", "--budget", "6", "--no-cache",
+                 "--width", "90"]) == 0
+    out = capsys.readouterr().out
+    assert "analytic rank" in out and "6 simulated" in out
+
+
+def test_search_exercise_rejects_unmeasured_and_over_budget_answers():
+    from compiler.lessons.search_exercise import check_search
+    store = tunedb.MemoryStore()
+    model = "transpose_add:rows=64,cols=64"
+
+    def trusting(points, estimates, simulate, budget):
+        return min(range(len(points)), key=lambda i: estimates[i])
+
+    def greedy(points, estimates, simulate, budget):
+        times = {i: simulate(i) for i in range(len(points))}
+        return min(times, key=times.get)
+
+    def top(points, estimates, simulate, budget):
+        order = sorted(range(len(points)), key=lambda i: estimates[i])
+        times = {i: simulate(i) for i in order[:budget]}
+        return min(times, key=times.get)
+
+    v = check_search(trusting, model, store=store)
+    assert not v and "never simulated" in str(v)
+    v = check_search(greedy, model, store=store)
+    assert not v and "budget" in str(v)
+    v = check_search(top, model, budget=100, store=store)
+    assert v and v.found_over_best == 1.0
