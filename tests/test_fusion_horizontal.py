@@ -47,7 +47,8 @@ def sibling_graphs(draw):
             b = g.constant(rng.standard_normal((n,)).astype(np.float32), f"b{i}")
             y2 = g.add(y, b) if draw(st.booleans()) else g.add(b, y)
             if draw(st.integers(0, 4)) == 0:
-                outs.append(g.relu(y))  # the bare product has a second reader
+                # the bare product has a second reader (reduced, so every output joins)
+                outs.append(g.reduce_sum(g.relu(y), -1, keepdims=True))
             y = y2
         outs.append(g.reduce_sum(g.tanh(y), -1, keepdims=True))
     total = outs[0]

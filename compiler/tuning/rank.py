@@ -39,8 +39,8 @@ from gpusim import steady
 from gpusim.compile import TRANSCENDENTAL
 from gpusim.errors import KernelError
 from gpusim.occupancy import occupancy
-from gpusim.program import (Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad,
-                            LdsStore, Load, Mfma, ScalarRef, Select, Shuffle, Special, Store,
+from gpusim.program import (Assign, Barrier, BinOp, Cast, Const, Fma, For, If, KernelSequence,
+                            LdsLoad, LdsStore, Load, Mfma, ScalarRef, Select, Shuffle, Special, Store,
                             UnOp, Var, WaveReduce, DTYPE_BYTES)
 
 #: the features the learned cost model (``compiler.tuning.costmodel``) reads, in order
@@ -204,13 +204,17 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
 
 
 def _kernels(k) -> list:
+    if isinstance(k, KernelSequence):
+        return list(k.kernels)
     return list(k) if isinstance(k, (list, tuple)) else [k]
 
 
 def estimate(kernel, arch) -> Estimate:
-    """The analytic estimate of one lowered kernel (or a sequence of them, summed)."""
-    total, feats = 0.0, {}
-    for k in _kernels(kernel):
+    """The analytic estimate of one lowered kernel (or a sequence of them, summed, each
+    kernel after the first paying its own launch, as the simulator charges it)."""
+    kernels = _kernels(kernel)
+    total, feats = (len(kernels) - 1) * arch.launch_overhead_us, {}
+    for k in kernels:
         e = _estimate_one(k, arch)
         if not e.ok:
             return e
