@@ -114,6 +114,9 @@ class _Importer:
         self.env: dict[str, Value | _Static] = {}
         self.used_names: set[str] = set()
         self.index_bounds: dict[str, int] = {}
+        #: graph constants made from statics, by (ONNX name, dtype): the static itself
+        #: stays in ``env``, so that later rules (and folds) still see a known value
+        self.constants: dict[tuple[str, str], Value] = {}
 
     # ---------------------------------------------------------------- values
     def where(self, node) -> str:
@@ -140,11 +143,12 @@ class _Importer:
             raise ShapeError(f"{at}: tensor {name!r} is empty (shape {arr.shape}); wavefuse "
                              f"needs every dimension of a computed tensor to be at least 1")
         target = want or own
+        if (name, target) in self.constants:
+            return self.constants[(name, target)]
         arr = _as_dtype(arr, target, at)
         # The IR has no rank-0 tensors: a scalar becomes shape (1,), which broadcasts alike.
         const = self.g.constant(arr, name=self.fresh(name), dtype=target)
-        if target == own:
-            self.env[name] = const
+        self.constants[(name, target)] = const
         return const
 
     def static(self, name: str, node, what: str) -> np.ndarray:
