@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -187,17 +188,39 @@ def _prepare_target(out_dir, force: bool) -> tuple[Path, Path]:
 
 @contextlib.contextmanager
 def _signals_held():
-    """Delays SIGINT/SIGTERM/SIGHUP (in this thread) until the block is done."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
-        yield
+    """Delays SIGINT/SIGTERM/SIGHUP until the block is done, then delivers the first one
+    that arrived.
+
+    In the main thread the signals' Python handlers are swapped for one that only records
+    the signal: blocking them with ``pthread_sigmask`` is not enough, because the mask is
+    per thread and the kernel hands a process-directed signal to any thread that does not
+    block it (a hipcc worker, numba's pool), after which Python runs the handler in the
+    main thread inside the block anyway. Elsewhere (no handlers can be set off the main
+    thread) the signals are blocked in this thread.
+    """
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    if threading.current_thread() is not threading.main_thread():
+        try:
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        except (AttributeError, OSError, ValueError):  # no pthread_sigmask here
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return
+    pending: list[int] = []
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, lambda signum, frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        if pending:  # delivered now, to the handler the caller had
+            signal.raise_signal(pending[0])
 
 
 class ExportTarget:
