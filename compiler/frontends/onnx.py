@@ -1523,7 +1523,8 @@ OP_VERSIONS = {
     ("CastLike", 19): "saturate attribute: only for float8 targets, which are refused",
     ("CastLike", 24): "round_mode: float8e8m0 targets only, refused",
     ("Gelu", 20): "new op (_gelu)",
-    ("GroupNormalization", 18): "new op (_group_norm): scale and bias per group",
+    ("GroupNormalization", 18): "new op (_group_norm): scale and bias per group "
+                                "(deprecated: onnx's checker refuses a model using it)",
     ("GroupNormalization", 21): "scale and bias per channel, stash_type: read (_group_norm)",
     ("HardSwish", 14): "new op (_hard_swish)",
     ("LayerNormalization", 17): "new op (_layer_norm, optional Mean/InvStdDev outputs)",
