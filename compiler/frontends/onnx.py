@@ -61,6 +61,40 @@ _NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
 _I32 = np.iinfo(np.int32)
 
 
+_QUANT = "int8/uint8 quantized models (issue 28, item 2)"
+#: ops still refused, with the model family that needs them: the refusal names it, so a
+#: user sees what the model waits on (and the coverage work of issue 28 what to add next)
+NEEDED_BY = {
+    "QuantizeLinear": _QUANT, "DequantizeLinear": _QUANT, "DynamicQuantizeLinear": _QUANT,
+    "MatMulInteger": _QUANT, "ConvInteger": _QUANT, "QLinearConv": _QUANT,
+    "QLinearMatMul": _QUANT,
+    "ConvTranspose": "VAE decoders, segmentation decoders and GAN generators",
+    "LSTM": "recurrent speech and sequence models", "GRU": "recurrent speech models",
+    "RNN": "recurrent sequence models",
+    "NonMaxSuppression": "detection post-processing (YOLO, SSD, Faster R-CNN)",
+    "RoiAlign": "two-stage detectors (Faster/Mask R-CNN)",
+    "TopK": "detection post-processing and sampling decoders",
+    "ScatterND": "decoders that write a KV cache in place",
+    "ScatterElements": "decoders that write a KV cache in place",
+    "CumSum": "position ids computed from an attention mask (RoBERTa, OPT)",
+    "DepthToSpace": "super-resolution (pixel shuffle)", "SpaceToDepth": "YOLO stems (focus)",
+    "GridSample": "deformable attention and spatial-transformer vision models",
+    "STFT": "speech front ends that compute their spectrogram", "DFT": "speech front ends",
+    "Attention": "transformers exported with the fused opset-23 Attention op",
+    "RotaryEmbedding": "decoders exported with the opset-23 RotaryEmbedding op",
+    "RMSNormalization": "Llama-family decoders exported with opset-23 RMSNormalization",
+}
+#: element types still refused, with the models that produce them
+DTYPE_NEEDED_BY = {"BFLOAT16": "bfloat16 LLM exports (issue 28, item 2)",
+                   "INT8": _QUANT, "UINT8": _QUANT, "DOUBLE": "float64 exports",
+                   "FLOAT8E4M3FN": "float8 LLM exports", "FLOAT8E5M2": "float8 LLM exports"}
+
+
+def _needed_by(what: str, table: dict) -> str:
+    fam = table.get(what)
+    return f" (needed by {fam})" if fam else ""
+
+
 class _Static:
     """A tensor known at import time (initializer, Constant, folded result): its value."""
 
@@ -189,9 +223,10 @@ class _Importer:
                 raise ModelError(f"{self.source}: initializer {init.name!r} is malformed "
                                  f"({type(exc).__name__})") from None
             if arr.dtype.kind == "f" and arr.dtype not in (np.float32, np.float16):
+                name = _type_name(init.data_type)
                 raise UnsupportedError(f"{self.source}: initializer {init.name!r} has dtype "
-                                       f"{_type_name(init.data_type)}; wavefuse supports "
-                                       f"FLOAT and FLOAT16 floats")
+                                       f"{name}{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse "
+                                       f"supports FLOAT and FLOAT16 floats")
             # an empty initializer is legal (e.g. an empty `axes`); it is refused only if
             # it would have to become a graph value (see ``value``)
             self.env[init.name] = _Static(arr)
@@ -347,9 +382,10 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
         raise UnsupportedError(f"{source}: {what} {vi.name!r} is not a tensor")
     tt = t.tensor_type
     if tt.elem_type not in _VALUE_TYPES:
+        name = _type_name(tt.elem_type)
         raise UnsupportedError(f"{source}: {what} {vi.name!r} has dtype "
-                               f"{_type_name(tt.elem_type)}; wavefuse supports FLOAT, "
-                               f"FLOAT16, INT32, INT64 and BOOL")
+                               f"{name}{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports "
+                               f"FLOAT, FLOAT16, INT32, INT64 and BOOL")
     if not tt.HasField("shape"):
         raise ShapeError(f"{source}: {what} {vi.name!r} has an unknown shape; wavefuse needs "
                          f"static shapes")
@@ -1110,8 +1146,10 @@ def _squeeze(im: _Importer, node):
 
 def _cast_target(im: _Importer, node, to: int) -> str:
     if to not in _VALUE_TYPES:
-        raise UnsupportedError(f"{im.where(node)}: Cast to {_type_name(to)}; wavefuse "
-                               f"supports FLOAT, FLOAT16, INT32, INT64 and BOOL")
+        name = _type_name(to)
+        raise UnsupportedError(f"{im.where(node)}: Cast to {name}"
+                               f"{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports FLOAT, "
+                               f"FLOAT16, INT32, INT64 and BOOL")
     return _VALUE_TYPES[to]
 
 
@@ -1627,7 +1665,8 @@ def from_model(model, source: str = "<onnx model>", dims: dict | None = None,
                          f"of that name (it has: {', '.join(sorted(declared)) or 'none'})")
     bad = _unsupported_ops(model, values or {})
     if bad:
-        raise UnsupportedError(f"{source}: unsupported ONNX op(s): {', '.join(bad)} "
+        named = [b + _needed_by(b, NEEDED_BY) for b in bad]
+        raise UnsupportedError(f"{source}: unsupported ONNX op(s): {', '.join(named)} "
                                f"(supported: {', '.join(SUPPORTED_OPS)})")
     _default_opset(model, source)
     if dims:
