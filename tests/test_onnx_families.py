@@ -138,6 +138,9 @@ def test_manifest_lists_every_family_file():
 
 @pytest.mark.parametrize("name", sorted(MANIFEST["fixtures"]))
 def test_family_block_imports_matches_onnx_and_fuses(name):
+    """float16 blocks (NAME_f16) round at every op, in both evaluators, in their own
+    order: compared at float16's tolerance."""
+    tol = 2e-2 if name.endswith("_f16") else 1e-4
     g = load_onnx(FAMILIES / f"{name}.onnx")
     inputs = random_inputs(g, seed=1)
     ours = evaluate(g, inputs)
@@ -145,14 +148,14 @@ def test_family_block_imports_matches_onnx_and_fuses(name):
     feeds = {k: inputs[v] for k, v in meta["onnx_inputs"].items()}
     theirs = ReferenceEvaluator(meta["onnx_model"]).run(list(meta["onnx_outputs"]), feeds)
     for onnx_name, want in zip(meta["onnx_outputs"], theirs):
-        ok, err = numerics.compare(ours[meta["onnx_outputs"][onnx_name]], want, 1e-4)
+        ok, err = numerics.compare(ours[meta["onnx_outputs"][onnx_name]], want, tol)
         assert ok, (onnx_name, err)
     counts = []
     for aggressive in (True, False):
         plan = fuse(g, aggressive=aggressive)
         got = execute_plan(plan, inputs)
         for o, want in ours.items():
-            assert numerics.compare(got[o], want, 1e-4)[0], (plan.mode, o)
+            assert numerics.compare(got[o], want, tol)[0], (plan.mode, o)
         counts.append(plan.num_dispatches)
     assert counts[0] <= counts[1]
 

@@ -389,22 +389,32 @@ FAMILIES = {f.__name__: f for f in (
     convnext_block, segmentation_head, yolo_neck, unet_down_up, t5_layer)}
 
 
+#: blocks also exported in float16 (``NAME_f16.onnx``: the module and its inputs
+#: ``.half()``), for the float16 path of import, reference and simulation
+HALF = ("clip_encoder_layer", "convnext_block", "unet_resblock")
+
+
 def export(name: str, dest: str = DATA) -> dict:
     import onnx
     import torch
-    module, args, names = FAMILIES[name]()
+    half = name.endswith("_f16")
+    base = name[:-4] if half else name
+    module, args, names = FAMILIES[base]()
     module.eval()
     for m in module.modules():  # fresh BatchNorm statistics would hide a wrong folding
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 1.5)
+    if half:
+        module, args = module.half(), tuple(a.half() for a in args)
     path = os.path.join(dest, f"{name}.onnx")
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, path, input_names=names, opset_version=OPSET,
                           dynamo=True, external_data=False)
     model = onnx.load(path)
-    return {"file": f"{name}.onnx", "doc": (FAMILIES[name].__doc__ or "").split("\n")[0],
+    return {"file": f"{name}.onnx", "doc": (FAMILIES[base].__doc__ or "").split("\n")[0],
+            "dtype": "float16" if half else "float32",
             "exporter": "torch.onnx.export(dynamo=True)", "opset": OPSET,
             "ops": sorted({n.op_type for n in model.graph.node}),
             "bytes": os.path.getsize(path)}
@@ -414,7 +424,7 @@ def main(argv: list[str]) -> int:
     import onnx
     import torch
     os.makedirs(DATA, exist_ok=True)
-    names = argv or list(FAMILIES)
+    names = argv or list(FAMILIES) + [f"{n}_f16" for n in HALF]
     manifest_path = os.path.join(DATA, "MANIFEST.json")
     manifest = json.load(open(manifest_path)) if os.path.exists(manifest_path) else {}
     fixtures = manifest.get("fixtures", {})
