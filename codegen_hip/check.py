@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import ExportError
+from .signals import signals_held as _signals_held
 from .names import c_identifier
 from gpusim.errors import KernelError
 from gpusim.occupancy import residency
@@ -355,7 +356,8 @@ def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None
                     f"{CHECK_AS[a]}, which shares the CDNA3 ISA (clang 15 does not know {a})")
             if note not in notes:
                 notes.append(note)
-    tmp = tempfile.TemporaryDirectory(prefix="wavefuse-check-") if asm_dir is None else None
+    tmp = tempfile.TemporaryDirectory(prefix="wavefuse-check-",
+                                      ignore_cleanup_errors=True) if asm_dir is None else None
     out_dir = Path(asm_dir) if asm_dir is not None else Path(tmp.name)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -372,12 +374,19 @@ def check_dir(directory, archs=("gfx90a", "gfx940"), *, hipcc: str | None = None
     rep = _distinct_sources(files)
     jobs_list = [(f, t) for f in files if rep[f[0].stem] == f[0].stem for t in targets]
     t0 = time.perf_counter()
+    pool = ThreadPoolExecutor(max_workers=jobs or min(32, (os.cpu_count() or 4)))
     try:
-        with ThreadPoolExecutor(max_workers=jobs or min(32, (os.cpu_count() or 4))) as pool:
-            compiled = list(pool.map(one, jobs_list))
+        compiled = list(pool.map(one, jobs_list))
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        # interrupted: the queued compiles are dropped, the running ones finish (their
+        # hipcc writes into the folder), and only then is it removed, with a second
+        # Ctrl-C held until it is gone
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            if tmp is not None:
+                with _signals_held():
+                    tmp.cleanup()
     by_job = {(e["kernel"], e["arch"]): e for e in compiled}
     entries = []
     for src, info in files:

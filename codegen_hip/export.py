@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import tempfile
 import warnings
 from pathlib import Path
@@ -35,6 +34,7 @@ from .harness import (DEFAULT_TOLERANCE, ArraySpec, LaunchSpec, Plan, cmakelists
                       main_hip, readme)
 from .names import Namer
 from .pins import verify_pins
+from .signals import signals_held as _signals_held
 from .simfacts import sim_info
 
 NP_DTYPE = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
@@ -183,21 +183,6 @@ def _prepare_target(out_dir, force: bool) -> tuple[Path, Path]:
                 raise ExportError(f"refusing to replace {out_dir}: it is not a wavefuse export (no "
                                   f"{MARKER} file); remove it yourself or choose another folder")
     return out_dir, parent
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Delays SIGINT/SIGTERM/SIGHUP (in this thread) until the block is done."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class ExportTarget:

@@ -277,7 +277,8 @@ def test_every_supported_op_has_a_test_here():
     import pathlib
     here = pathlib.Path(__file__)
     text = here.read_text() + "".join((here.parent / f).read_text()
-                                      for f in ("test_onnx_ops.py", "test_onnx_gaps.py"))
+                                      for f in ("test_onnx_ops.py", "test_onnx_gaps.py",
+                                                "test_onnx_families.py"))
     missing = [op for op in SUPPORTED_OPS if f'"{op}"' not in text]
     assert not missing
 

@@ -61,6 +61,40 @@ _NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
 _I32 = np.iinfo(np.int32)
 
 
+_QUANT = "int8/uint8 quantized models (issue 28, item 2)"
+#: ops still refused, with the model family that needs them: the refusal names it, so a
+#: user sees what the model waits on (and the coverage work of issue 28 what to add next)
+NEEDED_BY = {
+    "QuantizeLinear": _QUANT, "DequantizeLinear": _QUANT, "DynamicQuantizeLinear": _QUANT,
+    "MatMulInteger": _QUANT, "ConvInteger": _QUANT, "QLinearConv": _QUANT,
+    "QLinearMatMul": _QUANT,
+    "ConvTranspose": "VAE decoders, segmentation decoders and GAN generators",
+    "LSTM": "recurrent speech and sequence models", "GRU": "recurrent speech models",
+    "RNN": "recurrent sequence models",
+    "NonMaxSuppression": "detection post-processing (YOLO, SSD, Faster R-CNN)",
+    "RoiAlign": "two-stage detectors (Faster/Mask R-CNN)",
+    "TopK": "detection post-processing and sampling decoders",
+    "ScatterND": "decoders that write a KV cache in place",
+    "ScatterElements": "decoders that write a KV cache in place",
+    "CumSum": "position ids computed from an attention mask (RoBERTa, OPT)",
+    "DepthToSpace": "super-resolution (pixel shuffle)", "SpaceToDepth": "YOLO stems (focus)",
+    "GridSample": "deformable attention and spatial-transformer vision models",
+    "STFT": "speech front ends that compute their spectrogram", "DFT": "speech front ends",
+    "Attention": "transformers exported with the fused opset-23 Attention op",
+    "RotaryEmbedding": "decoders exported with the opset-23 RotaryEmbedding op",
+    "RMSNormalization": "Llama-family decoders exported with opset-23 RMSNormalization",
+}
+#: element types still refused, with the models that produce them
+DTYPE_NEEDED_BY = {"BFLOAT16": "bfloat16 LLM exports (issue 28, item 2)",
+                   "INT8": _QUANT, "UINT8": _QUANT, "DOUBLE": "float64 exports",
+                   "FLOAT8E4M3FN": "float8 LLM exports", "FLOAT8E5M2": "float8 LLM exports"}
+
+
+def _needed_by(what: str, table: dict) -> str:
+    fam = table.get(what)
+    return f" (needed by {fam})" if fam else ""
+
+
 class _Static:
     """A tensor known at import time (initializer, Constant, folded result): its value."""
 
@@ -114,6 +148,9 @@ class _Importer:
         self.env: dict[str, Value | _Static] = {}
         self.used_names: set[str] = set()
         self.index_bounds: dict[str, int] = {}
+        #: graph constants made from statics, by (ONNX name, dtype): the static itself
+        #: stays in ``env``, so that later rules (and folds) still see a known value
+        self.constants: dict[tuple[str, str], Value] = {}
 
     # ---------------------------------------------------------------- values
     def where(self, node) -> str:
@@ -140,11 +177,12 @@ class _Importer:
             raise ShapeError(f"{at}: tensor {name!r} is empty (shape {arr.shape}); wavefuse "
                              f"needs every dimension of a computed tensor to be at least 1")
         target = want or own
+        if (name, target) in self.constants:
+            return self.constants[(name, target)]
         arr = _as_dtype(arr, target, at)
         # The IR has no rank-0 tensors: a scalar becomes shape (1,), which broadcasts alike.
         const = self.g.constant(arr, name=self.fresh(name), dtype=target)
-        if target == own:
-            self.env[name] = const
+        self.constants[(name, target)] = const
         return const
 
     def static(self, name: str, node, what: str) -> np.ndarray:
@@ -185,9 +223,10 @@ class _Importer:
                 raise ModelError(f"{self.source}: initializer {init.name!r} is malformed "
                                  f"({type(exc).__name__})") from None
             if arr.dtype.kind == "f" and arr.dtype not in (np.float32, np.float16):
+                name = _type_name(init.data_type)
                 raise UnsupportedError(f"{self.source}: initializer {init.name!r} has dtype "
-                                       f"{_type_name(init.data_type)}; wavefuse supports "
-                                       f"FLOAT and FLOAT16 floats")
+                                       f"{name}{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse "
+                                       f"supports FLOAT and FLOAT16 floats")
             # an empty initializer is legal (e.g. an empty `axes`); it is refused only if
             # it would have to become a graph value (see ``value``)
             self.env[init.name] = _Static(arr)
@@ -343,9 +382,10 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
         raise UnsupportedError(f"{source}: {what} {vi.name!r} is not a tensor")
     tt = t.tensor_type
     if tt.elem_type not in _VALUE_TYPES:
+        name = _type_name(tt.elem_type)
         raise UnsupportedError(f"{source}: {what} {vi.name!r} has dtype "
-                               f"{_type_name(tt.elem_type)}; wavefuse supports FLOAT, "
-                               f"FLOAT16, INT32, INT64 and BOOL")
+                               f"{name}{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports "
+                               f"FLOAT, FLOAT16, INT32, INT64 and BOOL")
     if not tt.HasField("shape"):
         raise ShapeError(f"{source}: {what} {vi.name!r} has an unknown shape; wavefuse needs "
                          f"static shapes")
@@ -625,6 +665,174 @@ def _layer_norm(im: _Importer, node):
     if bias is not None:
         y = g.add(y, bias)
     return [y, mean, inv]
+
+
+
+def _channel_param(im: _Importer, node, i: int, x: Value, channels: int, what: str) -> Value:
+    """A per-channel (C,) scale or bias as a (C, 1, ..., 1) value that broadcasts over the
+    spatial dimensions of an (N, C, ...) tensor."""
+    v = im.value(node.input[i], node, like=x)
+    if v.shape not in ((channels,), (1,)):
+        raise ShapeError(f"{im.where(node)}: {what} has shape {v.shape}; expected "
+                         f"({channels},) for {channels} channels")
+    return im.g.reshape(v, (v.shape[0],) + (1,) * (x.type.rank - 2))
+
+
+def _instance_norm(im: _Importer, node):
+    """InstanceNormalization: each (sample, channel) plane normalised over its spatial
+    dimensions, then the per-channel scale and bias: builders.layer_norm over axes 2.."""
+    x = im.value(node.input[0], node)
+    if x.type.rank < 3:
+        raise ShapeError(f"{im.where(node)}: input has shape {x.shape}; InstanceNormalization "
+                         f"needs (N, C, D1, ...)")
+    c = x.shape[1]
+    scale = _channel_param(im, node, 1, x, c, "scale")
+    bias = _channel_param(im, node, 2, x, c, "B")
+    eps = float(im.attr(node, "epsilon", 1e-5))
+    return B.layer_norm(im.g, x, scale, bias, eps=eps, axis=tuple(range(2, x.type.rank)))
+
+
+def _group_norm(im: _Importer, node):
+    """GroupNormalization: the channels split into ``num_groups`` groups, each (sample,
+    group) normalised over its channels and spatial dimensions (a reshape to (N, G, -1),
+    builders.layer_norm over the last axis, the reshape back), then the scale and bias:
+    per group from opset 18's (G,) scale and bias, per channel from opset 21's (C,).
+    opset 21's ``stash_type`` (the precision of the statistics, float32 by default) casts
+    a float16 input to f32 for the normalisation and back."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    if x.type.rank < 3:
+        raise ShapeError(f"{im.where(node)}: input has shape {x.shape}; GroupNormalization "
+                         f"needs (N, C, D1, ...)")
+    groups = int(im.attr(node, "num_groups", 0))
+    n, c = x.shape[0], x.shape[1]
+    if groups < 1 or c % groups:
+        raise ShapeError(f"{im.where(node)}: num_groups {groups} does not divide the "
+                         f"{c} channels")
+    eps = float(im.attr(node, "epsilon", 1e-5))
+    stash = int(im.attr(node, "stash_type", 1))
+    work = g.cast(x, "f32") if (x.dtype == "f16" and stash == 1 and im.opset >= 21) else x
+    flat = g.reshape(work, (n, groups, math.prod(x.shape[1:]) // groups))
+    y = g.reshape(B.layer_norm(g, flat, eps=eps, axis=-1), x.shape)
+    if work is not x:
+        y = g.cast(y, x.dtype)
+    per = groups if im.opset < 21 else c
+    scale = im.value(node.input[1], node, like=x)
+    bias = im.value(node.input[2], node, like=x)
+    for v, what in ((scale, "scale"), (bias, "bias")):
+        if v.shape not in ((per,), (1,)):
+            raise ShapeError(f"{im.where(node)}: {what} has shape {v.shape}; opset "
+                             f"{im.opset} expects ({per},)")
+    if per == groups and groups != c and scale.shape != (1,):
+        # a group's parameter applies to each of its channels: repeat it c/groups times
+        rep = lambda v: g.reshape(g.broadcast(g.reshape(v, (groups, 1)),
+                                              (groups, c // groups)), (c,))
+        scale, bias = rep(scale), rep(bias)
+    tail = (1,) * (x.type.rank - 2)
+    return g.add(g.mul(y, g.reshape(scale, (scale.shape[0],) + tail)),
+                 g.reshape(bias, (bias.shape[0],) + tail))
+
+
+def _resize_axis_weights(im: _Importer, node, n_in: int, scale, size) -> np.ndarray:
+    """The (n_out, n_in) interpolation matrix of one axis, computed by onnx's own
+    ReferenceEvaluator: the node's attributes on an (n_in, n_in) identity resized along
+    its first axis only. Every mode ONNX defines (nearest with each rounding, linear,
+    cubic, antialias) interpolates one axis after another, so the axes' matrices give
+    the whole resize, and its coordinate rules are onnx's, not a copy of them."""
+    from onnx import helper, TensorProto  # lazy: start-up time (see the imports)
+    from onnx.reference import ReferenceEvaluator  # lazy: start-up time (see the imports)
+
+    attrs = [a for a in node.attribute if a.name not in ("axes", "keep_aspect_ratio_policy")]
+    if scale is not None:
+        ins, extra = ["x", "", "scales"], [helper.make_tensor(
+            "scales", TensorProto.FLOAT, [2], [float(scale), 1.0])]
+    else:
+        ins, extra = ["x", "", "", "sizes"], [helper.make_tensor(
+            "sizes", TensorProto.INT64, [2], [int(size), n_in])]
+    n = helper.make_node("Resize", ins, ["y"])
+    n.attribute.extend(attrs)
+    gr = helper.make_graph([n], "axis", [helper.make_tensor_value_info(
+        "x", TensorProto.DOUBLE, [n_in, n_in])], [helper.make_empty_tensor_value_info("y")],
+        initializer=extra)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", max(im.opset, 18))])
+    with np.errstate(all="ignore"):
+        return np.asarray(ReferenceEvaluator(m).run(None, {"x": np.eye(n_in)})[0])
+
+
+def _resize(im: _Importer, node):
+    """Resize as, per resized axis, ``taps`` gathers of that axis (constant indices) each
+    scaled by a constant weight column and summed: nearest is one gather, linear two taps,
+    cubic four. The weights are the axis's interpolation matrix (``_resize_axis_weights``),
+    so the values are onnx's own. ``tf_crop_and_resize`` (extrapolated values outside the
+    region) and ``keep_aspect_ratio_policy`` other than ``stretch`` are refused: no
+    exporter in the families of issue 28 emits them. A padding tap (a row with fewer
+    non-zero weights than the axis's widest) reads the row's first tap with weight 0, so
+    an infinite input there gives NaN where onnx gives the infinity."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    rank = x.type.rank
+    mode = im.attr(node, "mode", b"nearest")
+    ctm = im.attr(node, "coordinate_transformation_mode", b"half_pixel")
+    mode, ctm = [v.decode() if isinstance(v, bytes) else v for v in (mode, ctm)]
+    if ctm == "tf_crop_and_resize":
+        raise UnsupportedError(f"{im.where(node)}: coordinate_transformation_mode "
+                               f"'tf_crop_and_resize' is not supported (no exporter of the "
+                               f"supported families emits it)")
+    policy = im.attr(node, "keep_aspect_ratio_policy", b"stretch")
+    policy = policy.decode() if isinstance(policy, bytes) else policy
+    scales_name, sizes_name = im.optional_input(node, 2), im.optional_input(node, 3)
+    scales = (im.static(scales_name, node, "scales").astype(np.float64)
+              if scales_name else None)
+    sizes = im.static(sizes_name, node, "sizes").astype(np.int64) if sizes_name else None
+    if scales is not None and scales.size == 0:
+        scales = None
+    if sizes is not None and sizes.size == 0:
+        sizes = None
+    if (scales is None) == (sizes is None):
+        raise ModelError(f"{im.where(node)}: give exactly one of scales and sizes")
+    if sizes is not None and policy != "stretch":
+        raise UnsupportedError(f"{im.where(node)}: keep_aspect_ratio_policy {policy!r} is not "
+                               f"supported (only 'stretch')")
+    axes = im.attr(node, "axes")
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    given = scales if scales is not None else sizes
+    if len(given) != len(axes):
+        raise ShapeError(f"{im.where(node)}: {len(given)} {'scales' if scales is not None else 'sizes'} "
+                         f"for {len(axes)} axes of shape {x.shape}")
+    y = x
+    for a, v in zip(axes, given):
+        n_in = x.shape[a]
+        if scales is not None:
+            if v <= 0:
+                raise ShapeError(f"{im.where(node)}: scale {v} on axis {a} is not positive")
+            n_out = int(math.floor(n_in * v))
+        else:
+            n_out = int(v)
+        if n_out < 1:
+            raise ShapeError(f"{im.where(node)}: axis {a} of {x.shape} resizes to {n_out}; "
+                             f"wavefuse needs every dimension to be at least 1")
+        if n_out == n_in and (scales is None or v == 1.0):
+            continue
+        w = _resize_axis_weights(im, node, n_in, v if scales is not None else None,
+                                 None if scales is not None else v)
+        taps = max(1, int((w != 0).sum(axis=1).max()))
+        idx = np.zeros((n_out, taps), np.int32)
+        wt = np.zeros((n_out, taps), np.float64)
+        for r in range(n_out):
+            nz = np.flatnonzero(w[r])
+            idx[r, :] = nz[0] if nz.size else 0
+            idx[r, :nz.size], wt[r, :nz.size] = nz, w[r, nz]
+        if taps == 1 and np.all(wt[:, 0] == 1.0):  # a selection: nearest, or scale 1 rows
+            y = g.gather(y, g.constant(idx[:, 0], dtype="i32"), a)
+            continue
+        acc = None
+        col = (n_out,) + (1,) * (rank - a - 1)
+        for t in range(taps):
+            term = g.mul(g.gather(y, g.constant(idx[:, t], dtype="i32"), a),
+                         g.constant(wt[:, t].reshape(col).astype(_NP[y.dtype]), dtype=y.dtype))
+            acc = term if acc is None else g.add(acc, term)
+        y = acc
+    return y if y is not x else im.g.reshape(x, x.shape)
 
 
 def _matmul(im: _Importer, node):
@@ -938,8 +1146,10 @@ def _squeeze(im: _Importer, node):
 
 def _cast_target(im: _Importer, node, to: int) -> str:
     if to not in _VALUE_TYPES:
-        raise UnsupportedError(f"{im.where(node)}: Cast to {_type_name(to)}; wavefuse "
-                               f"supports FLOAT, FLOAT16, INT32, INT64 and BOOL")
+        name = _type_name(to)
+        raise UnsupportedError(f"{im.where(node)}: Cast to {name}"
+                               f"{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports FLOAT, "
+                               f"FLOAT16, INT32, INT64 and BOOL")
     return _VALUE_TYPES[to]
 
 
@@ -1334,7 +1544,8 @@ CONVERTERS = {
     "Concat": _concat, "Gather": _gather, "Expand": _expand, "Tile": _tile, "Pad": _pad,
     "Clip": _clip, "LeakyRelu": _leaky_relu, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Gelu": _gelu, "Softplus": _softplus, "Trilu": _trilu,
-    "Einsum": _einsum,
+    "Einsum": _einsum, "InstanceNormalization": _instance_norm,
+    "GroupNormalization": _group_norm, "Resize": _resize,
 }
 #: every version of a supported op newer than opset 13 (as the installed onnx defines
 #: them), with its semantic change and how the rule handles it; a version that only adds
@@ -1350,6 +1561,9 @@ OP_VERSIONS = {
     ("CastLike", 19): "saturate attribute: only for float8 targets, which are refused",
     ("CastLike", 24): "round_mode: float8e8m0 targets only, refused",
     ("Gelu", 20): "new op (_gelu)",
+    ("GroupNormalization", 18): "new op (_group_norm): scale and bias per group "
+                                "(deprecated: onnx's checker refuses a model using it)",
+    ("GroupNormalization", 21): "scale and bias per channel, stash_type: read (_group_norm)",
     ("HardSwish", 14): "new op (_hard_swish)",
     ("LayerNormalization", 17): "new op (_layer_norm, optional Mean/InvStdDev outputs)",
     ("Pad", 18): "axes input: read (_pad)",
@@ -1364,6 +1578,9 @@ OP_VERSIONS = {
     ("ReduceProd", 18): "axes as an input, noop_with_empty_axes: read (_axes)",
     ("ReduceSumSquare", 18): "axes as an input, noop_with_empty_axes: read (_axes)",
     ("Reshape", 14): "allowzero attribute: read (_reshape)",
+    ("Resize", 18): "antialias, axes, keep_aspect_ratio_policy: read (_resize; policies "
+                    "other than stretch refused)",
+    ("Resize", 19): "half_pixel_symmetric mode: computed by onnx's evaluator (_resize)",
     ("Shape", 15): "start/end attributes: read (fold)",
     ("Split", 18): "num_outputs attribute: read (_split)",
     ("Trilu", 14): "new op (_trilu)",
@@ -1376,7 +1593,7 @@ TYPES_ONLY = frozenset({
     ("ConstantOfShape", 23), ("ConstantOfShape", 24), ("ConstantOfShape", 25), ("Conv", 22),
     ("Div", 14), ("Einsum", 28), ("Equal", 19), ("Flatten", 21), ("Flatten", 23),
     ("Flatten", 24), ("Flatten", 25), ("GlobalAveragePool", 22), ("GlobalMaxPool", 22),
-    ("GreaterOrEqual", 16), ("HardSigmoid", 22), ("HardSwish", 22), ("Identity", 14),
+    ("GreaterOrEqual", 16), ("HardSigmoid", 22), ("InstanceNormalization", 22), ("HardSwish", 22), ("Identity", 14),
     ("Identity", 16), ("Identity", 19), ("Identity", 21), ("Identity", 23),
     ("Identity", 24), ("Identity", 25), ("LeakyRelu", 16), ("LessOrEqual", 16),
     ("MaxPool", 22), ("Mul", 14), ("Pad", 21), ("Pad", 23), ("Pad", 24), ("Pad", 25),
@@ -1448,7 +1665,8 @@ def from_model(model, source: str = "<onnx model>", dims: dict | None = None,
                          f"of that name (it has: {', '.join(sorted(declared)) or 'none'})")
     bad = _unsupported_ops(model, values or {})
     if bad:
-        raise UnsupportedError(f"{source}: unsupported ONNX op(s): {', '.join(bad)} "
+        named = [b + _needed_by(b, NEEDED_BY) for b in bad]
+        raise UnsupportedError(f"{source}: unsupported ONNX op(s): {', '.join(named)} "
                                f"(supported: {', '.join(SUPPORTED_OPS)})")
     _default_opset(model, source)
     if dims:

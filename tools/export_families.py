@@ -1,0 +1,444 @@
+"""Writes ``tests/data/families/``: one small, random-weight block per model family of
+issue 28 that the fixtures of ``tools/export_models.py`` do not cover, exported as a new
+user would (``torch.onnx.export(dynamo=True)``, opset 18, static shapes, eval mode).
+
+The blocks are written here in plain torch, after the reference implementations they
+name (diffusers' ResnetBlock2D/Upsample2D, Llama/Mistral's grouped-query attention with
+rotary embeddings, Swin's windowed attention, CLIP's quick-GELU encoder layer, Whisper's
+conv front end and cross-attention decoder layer, MobileNetV3, EfficientNet, ConvNeXt,
+an FPN/DeepLab-style segmentation head, a YOLO-style neck, UNet/VAE blocks, T5's
+RMS-norm layer), so that torch alone regenerates them (transformers, diffusers and timm
+are not needed). Sizes are small so the files stay under ~200 kB.
+
+Needs torch and onnxscript (NOT dependencies of wavefuse)::
+
+    python3 -m venv --system-site-packages /tmp/venv && /tmp/venv/bin/pip install torch onnxscript
+    /tmp/venv/bin/python tools/export_families.py            # every family
+    /tmp/venv/bin/python tools/export_families.py swin_window  # some of them
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(os.path.dirname(HERE), "tests", "data", "families")
+OPSET = 18
+SEED = 0
+
+
+def _nn():
+    import torch
+    torch.manual_seed(SEED)
+    return torch, torch.nn, torch.nn.functional
+
+
+# ------------------------------------------------------------------ the blocks
+def unet_resblock():
+    """diffusers ResnetBlock2D + Upsample2D: GroupNorm, SiLU, conv, time embedding,
+    nearest 2x upsampling (GroupNorm exports as InstanceNormalization between reshapes,
+    or GroupNormalization; upsampling as Resize nearest)."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32, t=16):
+            super().__init__()
+            self.n1, self.c1 = nn.GroupNorm(8, c), nn.Conv2d(c, c, 3, padding=1)
+            self.temb = nn.Linear(t, c)
+            self.n2, self.c2 = nn.GroupNorm(8, c), nn.Conv2d(c, c, 3, padding=1)
+            self.up = nn.Conv2d(c, c, 3, padding=1)
+
+        def forward(self, x, temb):
+            h = self.c1(F.silu(self.n1(x)))
+            h = h + self.temb(F.silu(temb))[:, :, None, None]
+            h = self.c2(F.silu(self.n2(h)))
+            y = x + h
+            return self.up(F.interpolate(y, scale_factor=2.0, mode="nearest"))
+    return Block(), (torch.randn(1, 32, 8, 8), torch.randn(1, 16)), ["x", "temb"]
+
+
+def vae_decoder_block():
+    """diffusers' VAE mid-block attention: GroupNorm, single-head spatial self-attention
+    over the H*W positions, residual, then a bilinear upsample."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32):
+            super().__init__()
+            self.norm = nn.GroupNorm(8, c)
+            self.q, self.k, self.v, self.o = (nn.Linear(c, c) for _ in range(4))
+
+        def forward(self, x):
+            b, c, h, w = x.shape
+            t = self.norm(x).reshape(b, c, h * w).transpose(1, 2)
+            a = torch.softmax(self.q(t) @ self.k(t).transpose(1, 2) / math.sqrt(c), -1)
+            y = x + self.o(a @ self.v(t)).transpose(1, 2).reshape(b, c, h, w)
+            return F.interpolate(y, scale_factor=2.0, mode="bilinear", align_corners=False)
+    return Block(), (torch.randn(1, 32, 8, 8),), ["x"]
+
+
+def _rope(x, cos, sin):
+    import torch
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
+
+
+def gqa_rope_decoder():
+    """Llama/Mistral decoder attention with grouped-query attention (8 query heads, 2
+    key/value heads repeated with repeat_interleave), rotary embeddings, causal mask,
+    RMSNorm and a SwiGLU MLP."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, d=64, hq=8, hkv=2, s=16):
+            super().__init__()
+            self.hq, self.hkv, self.hd = hq, hkv, d // hq
+            self.q = nn.Linear(d, d, bias=False)
+            self.k = nn.Linear(d, hkv * self.hd, bias=False)
+            self.v = nn.Linear(d, hkv * self.hd, bias=False)
+            self.o = nn.Linear(d, d, bias=False)
+            self.g, self.u, self.dn = (nn.Linear(d, 128, bias=False),
+                                       nn.Linear(d, 128, bias=False),
+                                       nn.Linear(128, d, bias=False))
+            self.w1, self.w2 = nn.Parameter(torch.rand(d) + 0.5), nn.Parameter(torch.rand(d) + 0.5)
+            inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+            ang = torch.outer(torch.arange(s).float(), inv)
+            self.register_buffer("cos", torch.cat([ang, ang], -1).cos())
+            self.register_buffer("sin", torch.cat([ang, ang], -1).sin())
+            self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
+
+        def rms(self, x, w):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+        def forward(self, x):
+            b, s, d = x.shape
+            h = self.rms(x, self.w1)
+            q = self.q(h).view(b, s, self.hq, self.hd).transpose(1, 2)
+            k = self.k(h).view(b, s, self.hkv, self.hd).transpose(1, 2)
+            v = self.v(h).view(b, s, self.hkv, self.hd).transpose(1, 2)
+            q, k = _rope(q, self.cos, self.sin), _rope(k, self.cos, self.sin)
+            k = k.repeat_interleave(self.hq // self.hkv, 1)
+            v = v.repeat_interleave(self.hq // self.hkv, 1)
+            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.hd) + self.mask, -1)
+            x = x + self.o((a @ v).transpose(1, 2).reshape(b, s, d))
+            h = self.rms(x, self.w2)
+            return x + self.dn(F.silu(self.g(h)) * self.u(h))
+    return Block(), (torch.randn(1, 16, 64),), ["x"]
+
+
+def swin_window():
+    """Swin's shifted-window attention block: LayerNorm, cyclic shift (roll), window
+    partition, attention with a relative-position bias, window reverse, MLP."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32, heads=2, win=4, hw=8):
+            super().__init__()
+            self.c, self.h, self.win, self.hw = c, heads, win, hw
+            self.n1, self.n2 = nn.LayerNorm(c), nn.LayerNorm(c)
+            self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+            self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+            self.bias = nn.Parameter(torch.randn(heads, win * win, win * win) * 0.1)
+
+        def forward(self, x):
+            b, l, c = x.shape
+            w, hw = self.win, self.hw
+            h = self.n1(x).view(b, hw, hw, c)
+            h = torch.roll(h, shifts=(-w // 2, -w // 2), dims=(1, 2))
+            h = h.view(b, hw // w, w, hw // w, w, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, w * w, c)
+            n = h.shape[0]
+            qkv = self.qkv(h).reshape(n, w * w, 3, self.h, c // self.h).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            a = torch.softmax(q @ k.transpose(-2, -1) * (c // self.h) ** -0.5 + self.bias, -1)
+            h = self.proj((a @ v).transpose(1, 2).reshape(n, w * w, c))
+            h = h.view(b, hw // w, hw // w, w, w, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hw, hw, c)
+            h = torch.roll(h, shifts=(w // 2, w // 2), dims=(1, 2)).reshape(b, l, c)
+            x = x + h
+            return x + self.fc2(F.gelu(self.fc1(self.n2(x))))
+    return Block(), (torch.randn(1, 64, 32),), ["x"]
+
+
+def clip_encoder_layer():
+    """CLIP's encoder layer: pre-LayerNorm attention and quick-GELU (x * sigmoid(1.702 x))
+    MLP, with the text tower's causal mask."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, d=64, heads=4, s=16):
+            super().__init__()
+            self.h = heads
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.n1(x)).view(b, s, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // self.h) + self.mask, -1)
+            x = x + self.o((a @ v).transpose(1, 2).reshape(b, s, d))
+            h = self.fc1(self.n2(x))
+            return x + self.fc2(h * torch.sigmoid(1.702 * h))
+    return Block(), (torch.randn(1, 16, 64),), ["x"]
+
+
+def whisper_encoder_front():
+    """Whisper's encoder front end: two Conv1d + GELU over the mel frames (the second
+    with stride 2), the sinusoidal positions added, one pre-LN attention layer."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, mels=16, d=64, frames=32):
+            super().__init__()
+            self.c1 = nn.Conv1d(mels, d, 3, padding=1)
+            self.c2 = nn.Conv1d(d, d, 3, stride=2, padding=1)
+            self.register_buffer("pos", torch.randn(frames // 2, d))
+            self.att = nn.MultiheadAttention(d, 4, batch_first=True)
+            self.n = nn.LayerNorm(d)
+
+        def forward(self, x):
+            h = F.gelu(self.c2(F.gelu(self.c1(x)))).permute(0, 2, 1) + self.pos
+            n = self.n(h)
+            return h + self.att(n, n, n, need_weights=False)[0]
+    return Block(), (torch.randn(1, 16, 32),), ["mel"]
+
+
+def whisper_decoder_layer():
+    """An encoder-decoder speech model's decoder layer: causal self-attention, then
+    cross-attention over the encoder states, then a GELU MLP, each pre-LayerNorm."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, d=64, s=8):
+            super().__init__()
+            self.sa = nn.MultiheadAttention(d, 4, batch_first=True)
+            self.ca = nn.MultiheadAttention(d, 4, batch_first=True)
+            self.n1, self.n2, self.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
+
+        def forward(self, x, enc):
+            n = self.n1(x)
+            x = x + self.sa(n, n, n, attn_mask=self.mask, need_weights=False)[0]
+            x = x + self.ca(self.n2(x), enc, enc, need_weights=False)[0]
+            return x + self.fc2(F.gelu(self.fc1(self.n3(x))))
+    return Block(), (torch.randn(1, 8, 64), torch.randn(1, 16, 64)), ["tokens", "encoder"]
+
+
+def mobilenet_v3_block():
+    """MobileNetV3's inverted residual: 1x1 expand, hard-swish, depthwise 3x3,
+    squeeze-and-excite (hard-sigmoid gate), 1x1 project, residual."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=16, e=48):
+            super().__init__()
+            self.ex, self.bn1 = nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e)
+            self.dw, self.bn2 = nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e)
+            self.se1, self.se2 = nn.Conv2d(e, 12, 1), nn.Conv2d(12, e, 1)
+            self.pr, self.bn3 = nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            h = F.hardswish(self.bn1(self.ex(x)))
+            h = F.hardswish(self.bn2(self.dw(h)))
+            s = F.hardsigmoid(self.se2(F.relu(self.se1(F.adaptive_avg_pool2d(h, 1)))))
+            return x + self.bn3(self.pr(h * s))
+    return Block(), (torch.randn(1, 16, 16, 16),), ["x"]
+
+
+def efficientnet_mbconv():
+    """EfficientNet's MBConv: SiLU, depthwise 5x5 with stride 2, sigmoid SE gate."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=16, e=64, o=24):
+            super().__init__()
+            self.ex, self.bn1 = nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e)
+            self.dw, self.bn2 = nn.Conv2d(e, e, 5, 2, 2, groups=e, bias=False), nn.BatchNorm2d(e)
+            self.se1, self.se2 = nn.Conv2d(e, 4, 1), nn.Conv2d(4, e, 1)
+            self.pr, self.bn3 = nn.Conv2d(e, o, 1, bias=False), nn.BatchNorm2d(o)
+
+        def forward(self, x):
+            h = F.silu(self.bn1(self.ex(x)))
+            h = F.silu(self.bn2(self.dw(h)))
+            s = torch.sigmoid(self.se2(F.silu(self.se1(h.mean((2, 3), keepdim=True)))))
+            return self.bn3(self.pr(h * s))
+    return Block(), (torch.randn(1, 16, 16, 16),), ["x"]
+
+
+def convnext_block():
+    """ConvNeXt's block: depthwise 7x7, channels-last LayerNorm (permute), 4x MLP with
+    GELU, layer scale, residual."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32):
+            super().__init__()
+            self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+            self.n = nn.LayerNorm(c, eps=1e-6)
+            self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+            self.gamma = nn.Parameter(torch.rand(c))
+
+        def forward(self, x):
+            h = self.dw(x).permute(0, 2, 3, 1)
+            h = self.gamma * self.fc2(F.gelu(self.fc1(self.n(h))))
+            return x + h.permute(0, 3, 1, 2)
+    return Block(), (torch.randn(1, 32, 14, 14),), ["x"]
+
+
+def segmentation_head():
+    """An FPN / DeepLab-style segmentation head: a lateral 1x1 conv on the fine feature,
+    the coarse feature upsampled bilinearly and added, a 3x3 conv, class logits
+    upsampled to the input size (align_corners=False)."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=16, k=5):
+            super().__init__()
+            self.lat, self.top = nn.Conv2d(c, c, 1), nn.Conv2d(2 * c, c, 1)
+            self.smooth, self.cls = nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, k, 1)
+
+        def forward(self, fine, coarse):
+            h = self.lat(fine) + F.interpolate(self.top(coarse), size=fine.shape[-2:],
+                                               mode="bilinear", align_corners=False)
+            y = self.cls(F.relu(self.smooth(h)))
+            return F.interpolate(y, scale_factor=4.0, mode="bilinear", align_corners=False)
+    return Block(), (torch.randn(1, 16, 8, 8), torch.randn(1, 32, 4, 4)), ["fine", "coarse"]
+
+
+def yolo_neck():
+    """A YOLO-style (v5/v8) neck step: conv + BN + SiLU, nearest 2x upsample, concat
+    with the skip feature, a C2f-like split / bottleneck / concat, and a detection conv."""
+    torch, nn, F = _nn()
+
+    def cbs(i, o, k=1):
+        return nn.Sequential(nn.Conv2d(i, o, k, padding=k // 2, bias=False),
+                             nn.BatchNorm2d(o), nn.SiLU())
+
+    class Block(nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            self.reduce, self.c1 = cbs(2 * c, c), cbs(2 * c, 2 * c)
+            self.b1, self.b2 = cbs(c, c, 3), cbs(c, c, 3)
+            self.c2, self.det = cbs(3 * c, c), nn.Conv2d(c, 3 * 8, 1)
+
+        def forward(self, deep, skip):
+            u = F.interpolate(self.reduce(deep), scale_factor=2.0, mode="nearest")
+            a, b = self.c1(torch.cat([u, skip], 1)).chunk(2, 1)
+            b2 = b + self.b2(self.b1(b))
+            return self.det(self.c2(torch.cat([a, b, b2], 1)))
+    return Block(), (torch.randn(1, 32, 4, 4), torch.randn(1, 16, 8, 8)), ["deep", "skip"]
+
+
+def unet_down_up():
+    """A small UNet: conv + InstanceNorm + LeakyReLU down path with max pooling, a
+    transposed-conv-free up path (bilinear upsample + conv), skip concatenation."""
+    torch, nn, F = _nn()
+
+    def blk(i, o):
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.InstanceNorm2d(o, affine=True),
+                             nn.LeakyReLU(0.01))
+
+    class Net(nn.Module):
+        def __init__(self, c=8):
+            super().__init__()
+            self.d1, self.d2 = blk(3, c), blk(c, 2 * c)
+            self.u1, self.out = blk(3 * c, c), nn.Conv2d(c, 2, 1)
+
+        def forward(self, x):
+            a = self.d1(x)
+            b = self.d2(F.max_pool2d(a, 2))
+            u = F.interpolate(b, scale_factor=2.0, mode="bilinear", align_corners=True)
+            return self.out(self.u1(torch.cat([u, a], 1)))
+    return Net(), (torch.randn(1, 3, 16, 16),), ["x"]
+
+
+def t5_layer():
+    """T5's encoder layer: RMS norm without mean subtraction, attention with a learned
+    relative-position bias added to the scores and no scaling, ReLU feed-forward."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, d=64, heads=4, s=16):
+            super().__init__()
+            self.h = heads
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
+            self.wi, self.wo = nn.Linear(d, 128, bias=False), nn.Linear(128, d, bias=False)
+            self.w1, self.w2 = nn.Parameter(torch.rand(d) + 0.5), nn.Parameter(torch.rand(d) + 0.5)
+            self.bias = nn.Parameter(torch.randn(1, heads, s, s) * 0.1)
+
+        def rms(self, x, w):
+            return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+        def forward(self, x):
+            b, s, d = x.shape
+            h = self.rms(x, self.w1)
+            sp = lambda t: t.view(b, s, self.h, d // self.h).transpose(1, 2)
+            a = torch.softmax(sp(self.q(h)) @ sp(self.k(h)).transpose(-1, -2) + self.bias, -1)
+            x = x + self.o((a @ sp(self.v(h))).transpose(1, 2).reshape(b, s, d))
+            return x + self.wo(F.relu(self.wi(self.rms(x, self.w2))))
+    return Block(), (torch.randn(1, 16, 64),), ["x"]
+
+
+FAMILIES = {f.__name__: f for f in (
+    unet_resblock, vae_decoder_block, gqa_rope_decoder, swin_window, clip_encoder_layer,
+    whisper_encoder_front, whisper_decoder_layer, mobilenet_v3_block, efficientnet_mbconv,
+    convnext_block, segmentation_head, yolo_neck, unet_down_up, t5_layer)}
+
+
+#: blocks also exported in float16 (``NAME_f16.onnx``: the module and its inputs
+#: ``.half()``), for the float16 path of import, reference and simulation
+HALF = ("clip_encoder_layer", "convnext_block", "unet_resblock")
+
+
+def export(name: str, dest: str = DATA) -> dict:
+    import onnx
+    import torch
+    half = name.endswith("_f16")
+    base = name[:-4] if half else name
+    module, args, names = FAMILIES[base]()
+    module.eval()
+    for m in module.modules():  # fresh BatchNorm statistics would hide a wrong folding
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    if half:
+        module, args = module.half(), tuple(a.half() for a in args)
+    path = os.path.join(dest, f"{name}.onnx")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, path, input_names=names, opset_version=OPSET,
+                          dynamo=True, external_data=False)
+    model = onnx.load(path)
+    return {"file": f"{name}.onnx", "doc": (FAMILIES[base].__doc__ or "").split("\n")[0],
+            "dtype": "float16" if half else "float32",
+            "exporter": "torch.onnx.export(dynamo=True)", "opset": OPSET,
+            "ops": sorted({n.op_type for n in model.graph.node}),
+            "bytes": os.path.getsize(path)}
+
+
+def main(argv: list[str]) -> int:
+    import onnx
+    import torch
+    os.makedirs(DATA, exist_ok=True)
+    names = argv or list(FAMILIES) + [f"{n}_f16" for n in HALF]
+    manifest_path = os.path.join(DATA, "MANIFEST.json")
+    manifest = json.load(open(manifest_path)) if os.path.exists(manifest_path) else {}
+    fixtures = manifest.get("fixtures", {})
+    for n in names:
+        fixtures[n] = export(n)
+        print(f"{n}: {fixtures[n]['bytes']} bytes, ops {', '.join(fixtures[n]['ops'])}")
+    manifest = {"script": "tools/export_families.py", "opset_requested": OPSET,
+                "versions": {"torch": torch.__version__, "onnx": onnx.__version__},
+                "fixtures": dict(sorted(fixtures.items()))}
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
