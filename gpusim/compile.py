@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpusim import engine as E
+from gpusim import engine
 from gpusim.analysis import Uniformity, expr_vars, stmt_defs
 from gpusim.program import (
     Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, MFMA_SHAPES,
@@ -44,7 +44,7 @@ UN = {k: o.engine for k, o in IR_UNARY.items()}
 TRANSCENDENTAL = tuple(k for k, o in {**IR_BINARY, **IR_UNARY}.items() if o.transcendental)
 SPECIAL_REG = {"thread_id": 0, "lane": 1, "wave_id": 2, "block_id": 3, "wave_size": 4}
 MEM_KIND = {"f32": 0, "f16": 1, "i32": 2}
-REDUCE = {"sum": E.R_SUM, "max": E.R_MAX, "min": E.R_MIN}
+REDUCE = {"sum": engine.R_SUM, "max": engine.R_MAX, "min": engine.R_MIN}
 
 
 @dataclass
@@ -123,15 +123,15 @@ class _Compiler:
         return r if isf else -(r + 1)  # resolved to unified ids at the end
 
     # emission ------------------------------------------------------------------------
-    def emit(self, op, dst=0, a=0, b=0, c=0, aux=0, width=0, cat=E.CAT_NONE, jump=0,
+    def emit(self, op, dst=0, a=0, b=0, c=0, aux=0, width=0, cat=engine.CAT_NONE, jump=0,
              vec=(), mult=1, nvalu=0, nsalu=0, nbranch=0, isf=0, reads=()):
-        row = [0] * E.NCOL
-        row[E.K_OP], row[E.K_DST], row[E.K_A], row[E.K_B], row[E.K_C] = op, dst, a, b, c
-        row[E.K_AUX], row[E.K_WIDTH], row[E.K_CAT], row[E.K_JUMP] = aux, width, cat, jump
+        row = [0] * engine.NCOL
+        row[engine.K_OP], row[engine.K_DST], row[engine.K_A], row[engine.K_B], row[engine.K_C] = op, dst, a, b, c
+        row[engine.K_AUX], row[engine.K_WIDTH], row[engine.K_CAT], row[engine.K_JUMP] = aux, width, cat, jump
         for i, r in enumerate(vec):
-            row[E.K_V0 + i] = r
-        row[E.K_MULT], row[E.K_NVALU], row[E.K_NSALU], row[E.K_NBRANCH] = mult, nvalu, nsalu, nbranch
-        row[E.K_ISF] = isf
+            row[engine.K_V0 + i] = r
+        row[engine.K_MULT], row[engine.K_NVALU], row[engine.K_NSALU], row[engine.K_NBRANCH] = mult, nvalu, nsalu, nbranch
+        row[engine.K_ISF] = isf
         self.rows.append(row)
         self.row_srcs.append(list(reads))
         self.row_stmt.append(self.cur_stmt)
@@ -139,8 +139,8 @@ class _Compiler:
 
     def alu(self, op, isf_dst, dst, a, b=0, c=0, aux=0, uniform=False, mult=1, reads=()):
         if uniform and not isf_dst:
-            return self.emit(op, dst, a, b, c, aux, cat=E.CAT_SALU, nsalu=1, reads=reads)
-        return self.emit(op, dst, a, b, c, aux, cat=E.CAT_VALU, nvalu=1, mult=mult, reads=reads)
+            return self.emit(op, dst, a, b, c, aux, cat=engine.CAT_SALU, nsalu=1, reads=reads)
+        return self.emit(op, dst, a, b, c, aux, cat=engine.CAT_VALU, nvalu=1, mult=mult, reads=reads)
 
     def expr(self, e, dst=None):
         """Evaluates ``e``; returns (isf, reg). Writes into ``dst`` (isf, reg) if given."""
@@ -166,7 +166,7 @@ class _Compiler:
         if leaf is not None:
             if dst is None:
                 return leaf
-            op = E.OP_FMOV if isf else E.OP_IMOV
+            op = engine.OP_FMOV if isf else engine.OP_IMOV
             self.alu(op, isf, dst[1], leaf[1], uniform=self.uni.is_uniform(e),
                      reads=[self.uid(*leaf)])
             return dst
@@ -179,15 +179,15 @@ class _Compiler:
             if e.op in CMP:
                 if a[0] != b[0]:
                     raise TypeError(f"comparison of {e.a.dtype} with {e.b.dtype}")
-                op = E.OP_FCMP if a[0] else E.OP_ICMP
+                op = engine.OP_FCMP if a[0] else engine.OP_ICMP
                 self.alu(op, 0, out[1], a[1], b[1], aux=CMP[e.op], uniform=uniform and not a[0],
                          reads=reads)
             elif isf:
-                self.alu(E.OP_FBIN, 1, out[1], a[1], b[1], aux=FBIN[e.op],
+                self.alu(engine.OP_FBIN, 1, out[1], a[1], b[1], aux=FBIN[e.op],
                          mult=self.arch.transcendental_rate_divisor if e.op in TRANSCENDENTAL else 1,
                          reads=reads)
             else:
-                self.alu(E.OP_IBIN, 0, out[1], a[1], b[1], aux=IBIN[e.op], uniform=uniform,
+                self.alu(engine.OP_IBIN, 0, out[1], a[1], b[1], aux=IBIN[e.op], uniform=uniform,
                          reads=reads)
             return out
         if isinstance(e, UnOp):
@@ -196,26 +196,26 @@ class _Compiler:
             if a[0]:
                 if e.op == "not":
                     z = self.expr(Const(0.0, "f32"))
-                    self.alu(E.OP_FCMP, 0, out[1], a[1], z[1], aux=E.C_EQ,
+                    self.alu(engine.OP_FCMP, 0, out[1], a[1], z[1], aux=engine.C_EQ,
                              reads=[self.uid(*a), self.uid(*z)])
                 else:
                     mult = self.arch.transcendental_rate_divisor if e.op in TRANSCENDENTAL else 1
-                    self.alu(E.OP_FUN, 1, out[1], a[1], aux=UN[e.op], mult=mult,
+                    self.alu(engine.OP_FUN, 1, out[1], a[1], aux=UN[e.op], mult=mult,
                              reads=[self.uid(*a)])
             else:
-                self.alu(E.OP_IUN, 0, out[1], a[1], aux=UN[e.op], uniform=uniform,
+                self.alu(engine.OP_IUN, 0, out[1], a[1], aux=UN[e.op], uniform=uniform,
                          reads=[self.uid(*a)])
             return out
         if isinstance(e, Fma):
             a, b, c = self.expr(e.a), self.expr(e.b), self.expr(e.c)
             out = dst or (1, self.temp(1))
-            self.alu(E.OP_FFMA, 1, out[1], a[1], b[1], c[1],
+            self.alu(engine.OP_FFMA, 1, out[1], a[1], b[1], c[1],
                      reads=[self.uid(*a), self.uid(*b), self.uid(*c)])
             return out
         if isinstance(e, Select):
             cnd, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
             out = dst or (isf, self.temp(isf))
-            self.alu(E.OP_FSEL if isf else E.OP_ISEL, isf, out[1], cnd[1], a[1], b[1],
+            self.alu(engine.OP_FSEL if isf else engine.OP_ISEL, isf, out[1], cnd[1], a[1], b[1],
                      uniform=uniform, reads=[self.uid(*cnd), self.uid(*a), self.uid(*b)])
             return out
         if isinstance(e, Cast):
@@ -224,11 +224,11 @@ class _Compiler:
             if src_f == isf:
                 if dst is None:
                     return a
-                self.alu(E.OP_FMOV if isf else E.OP_IMOV, isf, dst[1], a[1], uniform=uniform,
+                self.alu(engine.OP_FMOV if isf else engine.OP_IMOV, isf, dst[1], a[1], uniform=uniform,
                          reads=[self.uid(*a)])
                 return dst
             out = dst or (isf, self.temp(isf))
-            self.alu(E.OP_CVT_IF if isf else E.OP_CVT_FI, isf, out[1], a[1],
+            self.alu(engine.OP_CVT_IF if isf else engine.OP_CVT_FI, isf, out[1], a[1],
                      reads=[self.uid(*a)])
             return out
         raise TypeError(f"cannot compile expression {type(e).__name__}")
@@ -250,7 +250,7 @@ class _Compiler:
         elif isinstance(s, (Load, Store, LdsLoad, LdsStore)):
             self.stmt_main[si] = self._memory(s)
         elif isinstance(s, Barrier):
-            self.stmt_main[si] = self.emit(E.OP_BARRIER, cat=E.CAT_BARRIER)
+            self.stmt_main[si] = self.emit(engine.OP_BARRIER, cat=engine.CAT_BARRIER)
         elif isinstance(s, Shuffle):
             self.stmt_main[si] = self._shuffle(s)
         elif isinstance(s, WaveReduce):
@@ -283,12 +283,12 @@ class _Compiler:
         wc = 0 if nbytes <= 4 else (1 if nbytes <= 8 else 2)
         reads = [self.uid(*idx)] + ([] if load else [self.uid(*r) for r in regs])
         if glob:
-            op = E.OP_GLOAD if load else E.OP_GSTORE
-            pc = self.emit(op, 0, idx[1], 0, 0, aux, width, E.CAT_VMEM, vec=[r[1] for r in regs],
+            op = engine.OP_GLOAD if load else engine.OP_GSTORE
+            pc = self.emit(op, 0, idx[1], 0, 0, aux, width, engine.CAT_VMEM, vec=[r[1] for r in regs],
                            reads=reads)
         else:
-            op = E.OP_LLOAD if load else E.OP_LSTORE
-            pc = self.emit(op, 0, idx[1], 0, wc, aux, width, E.CAT_LDS, vec=[r[1] for r in regs],
+            op = engine.OP_LLOAD if load else engine.OP_LSTORE
+            pc = self.emit(op, 0, idx[1], 0, wc, aux, width, engine.CAT_LDS, vec=[r[1] for r in regs],
                            reads=reads)
         return pc
 
@@ -296,16 +296,16 @@ class _Compiler:
         v = self.expr(s.value)
         d = self.var(s.dst)
         mode = 0 if s.mode == "xor" else 1
-        return self.emit(E.OP_SHFL, d[1], v[1], int(s.offset), 0, mode,
-                         cat=E.CAT_LDS, isf=d[0], reads=[self.uid(*v)])
+        return self.emit(engine.OP_SHFL, d[1], v[1], int(s.offset), 0, mode,
+                         cat=engine.CAT_LDS, isf=d[0], reads=[self.uid(*v)])
 
     def _wave_reduce(self, s) -> int:
         """The xor butterfly over the wave: one instruction counting its steps as VALU."""
         v = self.expr(s.value)
         d = self.var(s.dst)
         steps = max(1, (self.arch.wave_size - 1).bit_length())
-        return self.emit(E.OP_WRED, d[1], v[1], 0, 0, REDUCE[s.op],
-                         cat=E.CAT_LDS, isf=d[0], nvalu=steps, reads=[self.uid(*v)])
+        return self.emit(engine.OP_WRED, d[1], v[1], 0, 0, REDUCE[s.op],
+                         cat=engine.CAT_LDS, isf=d[0], nvalu=steps, reads=[self.uid(*v)])
 
     def _mfma(self, s) -> int:
         """A matrix-core op; its accumulator registers go in the MFMA register table."""
@@ -316,7 +316,7 @@ class _Compiler:
         self.mfma_rows.append(accs + [0] * (16 - len(accs)))
         shape_code = list(MFMA_SHAPES).index(s.shape)
         return self.emit(
-            E.OP_MFMA, 0, a[1], b[1], row, width=shape_code, cat=E.CAT_MFMA,
+            engine.OP_MFMA, 0, a[1], b[1], row, width=shape_code, cat=engine.CAT_MFMA,
             mult=self.arch.mfma_cycles(s.shape), isf=1,
             reads=[self.uid(*a), self.uid(*b)] + [self.uid(1, r) for r in accs])
 
@@ -325,22 +325,22 @@ class _Compiler:
         are patched once the bodies are laid out."""
         c = self.expr(s.cond)
         uniform = self.uni.is_uniform(s.cond)
-        pc_if = self.emit(E.OP_IF, a=c[1], cat=E.CAT_BRANCH, nbranch=1,
+        pc_if = self.emit(engine.OP_IF, a=c[1], cat=engine.CAT_BRANCH, nbranch=1,
                           nsalu=0 if uniform else 1, reads=[self.uid(*c)])
         self.stmt_main[si] = pc_if
         self.body(s.then, depth + 1)
         self.cur_stmt = si
         pc_else = None
         if s.orelse:
-            pc_else = self.emit(E.OP_ELSE, cat=E.CAT_BRANCH, nbranch=1,
+            pc_else = self.emit(engine.OP_ELSE, cat=engine.CAT_BRANCH, nbranch=1,
                                 nsalu=0 if uniform else 1)
             self.body(s.orelse, depth + 1)
             self.cur_stmt = si
-        pc_end = self.emit(E.OP_ENDIF, cat=E.CAT_NONE if uniform else E.CAT_SALU,
+        pc_end = self.emit(engine.OP_ENDIF, cat=engine.CAT_NONE if uniform else engine.CAT_SALU,
                            nsalu=0 if uniform else 1)
-        self.rows[pc_if][E.K_JUMP] = pc_else if pc_else is not None else pc_end
+        self.rows[pc_if][engine.K_JUMP] = pc_else if pc_else is not None else pc_end
         if pc_else is not None:
-            self.rows[pc_else][E.K_JUMP] = pc_end
+            self.rows[pc_else][engine.K_JUMP] = pc_end
 
     def _for(self, s, si, depth) -> None:
         """Counter start, the stop value (once before the loop when the body does not
@@ -356,28 +356,28 @@ class _Compiler:
         stop_reg = self._new_i()
         if invariant:
             self.expr(s.stop, dst=(0, stop_reg))
-        self.emit(E.OP_LOOP_BEGIN)
+        self.emit(engine.OP_LOOP_BEGIN)
         pc_test_start = len(self.rows)
         if not invariant:
             self.ftemp_used = self.itemp_used = 0
             self.expr(s.stop, dst=(0, stop_reg))
         if s.unroll:
-            counts = dict(cat=E.CAT_NONE)
-            step_counts = dict(cat=E.CAT_NONE)
+            counts = dict(cat=engine.CAT_NONE)
+            step_counts = dict(cat=engine.CAT_NONE)
         elif uniform:
-            counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
-            step_counts = dict(cat=E.CAT_BRANCH, nsalu=1, nbranch=1)
+            counts = dict(cat=engine.CAT_BRANCH, nsalu=1, nbranch=1)
+            step_counts = dict(cat=engine.CAT_BRANCH, nsalu=1, nbranch=1)
         else:
-            counts = dict(cat=E.CAT_BRANCH, nvalu=1, nsalu=1, nbranch=1)
-            step_counts = dict(cat=E.CAT_BRANCH, nvalu=1, nbranch=1)
-        pc_test = self.emit(E.OP_LOOP_TEST, a=v[1], b=stop_reg,
+            counts = dict(cat=engine.CAT_BRANCH, nvalu=1, nsalu=1, nbranch=1)
+            step_counts = dict(cat=engine.CAT_BRANCH, nvalu=1, nbranch=1)
+        pc_test = self.emit(engine.OP_LOOP_TEST, a=v[1], b=stop_reg,
                             reads=[self.uid(*v), self.uid(0, stop_reg)], **counts)
         self.stmt_main[si] = pc_test
         self.body(s.body, depth + 1)
         self.cur_stmt = si
-        self.emit(E.OP_LOOP_STEP, a=v[1], aux=int(s.step), jump=pc_test_start,
+        self.emit(engine.OP_LOOP_STEP, a=v[1], aux=int(s.step), jump=pc_test_start,
                   reads=[self.uid(*v)], **step_counts)
-        self.rows[pc_test][E.K_JUMP] = len(self.rows)
+        self.rows[pc_test][engine.K_JUMP] = len(self.rows)
 
 
 def compile_kernel(kernel, arch) -> Program:
@@ -385,9 +385,9 @@ def compile_kernel(kernel, arch) -> Program:
     c = _Compiler(kernel, arch)
     c.body(kernel.body, 1)
     c.cur_stmt = -1
-    c.emit(E.OP_END, cat=E.CAT_SALU, nsalu=1)  # s_endpgm
+    c.emit(engine.OP_END, cat=engine.CAT_SALU, nsalu=1)  # s_endpgm
     n = len(c.rows)
-    code = np.array(c.rows, dtype=np.int32).reshape(n, E.NCOL)
+    code = np.array(c.rows, dtype=np.int32).reshape(n, engine.NCOL)
     nsrc = max(1, max(len(r) for r in c.row_srcs))
     srcs = np.full((n, nsrc), -1, dtype=np.int32)
     nf = max(c.nf, 1)

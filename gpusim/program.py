@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from gpusim import engine as E
+from gpusim import engine as sim_engine
 
 DTYPES = ("f32", "f16", "i32")
 REG_DTYPES = ("f32", "i32")
@@ -60,44 +60,44 @@ class IROp:
 
 #: the IR's binary operators; adding one is an entry here and its engine branch.
 IR_BINARY = {
-    "add": IROp("arith", E.B_ADD, "({a} + {b})"),
-    "sub": IROp("arith", E.B_SUB, "({a} - {b})"),
-    "mul": IROp("arith", E.B_MUL, "({a} * {b})"),
-    "div": IROp("arith", E.B_DIV, "({a} / {b})", transcendental=True),
-    "floordiv": IROp("int", E.B_DIV, "({a} / {b})"),  # operands are non-negative here
-    "mod": IROp("int", E.B_MOD, "({a} % {b})"),
-    "min": IROp("arith", E.B_MIN, "fminf({a}, {b})", hip_int="min({a}, {b})"),
-    "max": IROp("arith", E.B_MAX, "fmaxf({a}, {b})", hip_int="max({a}, {b})"),
-    "pow": IROp("float", E.B_POW, "powf({a}, {b})", transcendental=True),
-    "shl": IROp("int", E.B_SHL, "({a} << {b})"),
-    "shr": IROp("int", E.B_SHR, "({a} >> {b})"),
-    "and": IROp("int", E.B_AND, "({a} & {b})"),
-    "or": IROp("int", E.B_OR, "({a} | {b})"),
-    "xor": IROp("int", E.B_XOR, "({a} ^ {b})"),
-    "lt": IROp("cmp", E.C_LT, "(int)({a} < {b})"),
-    "le": IROp("cmp", E.C_LE, "(int)({a} <= {b})"),
-    "gt": IROp("cmp", E.C_GT, "(int)({a} > {b})"),
-    "ge": IROp("cmp", E.C_GE, "(int)({a} >= {b})"),
-    "eq": IROp("cmp", E.C_EQ, "(int)({a} == {b})"),
-    "ne": IROp("cmp", E.C_NE, "(int)({a} != {b})"),
-    "land": IROp("cmp", E.C_LAND, "(int)({a} && {b})"),
-    "lor": IROp("cmp", E.C_LOR, "(int)({a} || {b})"),
+    "add": IROp("arith", sim_engine.B_ADD, "({a} + {b})"),
+    "sub": IROp("arith", sim_engine.B_SUB, "({a} - {b})"),
+    "mul": IROp("arith", sim_engine.B_MUL, "({a} * {b})"),
+    "div": IROp("arith", sim_engine.B_DIV, "({a} / {b})", transcendental=True),
+    "floordiv": IROp("int", sim_engine.B_DIV, "({a} / {b})"),  # operands are non-negative here
+    "mod": IROp("int", sim_engine.B_MOD, "({a} % {b})"),
+    "min": IROp("arith", sim_engine.B_MIN, "fminf({a}, {b})", hip_int="min({a}, {b})"),
+    "max": IROp("arith", sim_engine.B_MAX, "fmaxf({a}, {b})", hip_int="max({a}, {b})"),
+    "pow": IROp("float", sim_engine.B_POW, "powf({a}, {b})", transcendental=True),
+    "shl": IROp("int", sim_engine.B_SHL, "({a} << {b})"),
+    "shr": IROp("int", sim_engine.B_SHR, "({a} >> {b})"),
+    "and": IROp("int", sim_engine.B_AND, "({a} & {b})"),
+    "or": IROp("int", sim_engine.B_OR, "({a} | {b})"),
+    "xor": IROp("int", sim_engine.B_XOR, "({a} ^ {b})"),
+    "lt": IROp("cmp", sim_engine.C_LT, "(int)({a} < {b})"),
+    "le": IROp("cmp", sim_engine.C_LE, "(int)({a} <= {b})"),
+    "gt": IROp("cmp", sim_engine.C_GT, "(int)({a} > {b})"),
+    "ge": IROp("cmp", sim_engine.C_GE, "(int)({a} >= {b})"),
+    "eq": IROp("cmp", sim_engine.C_EQ, "(int)({a} == {b})"),
+    "ne": IROp("cmp", sim_engine.C_NE, "(int)({a} != {b})"),
+    "land": IROp("cmp", sim_engine.C_LAND, "(int)({a} && {b})"),
+    "lor": IROp("cmp", sim_engine.C_LOR, "(int)({a} || {b})"),
 }
 #: the IR's unary operators; adding one is an entry here and its engine branch.
 IR_UNARY = {
-    "neg": IROp("any", E.U_NEG, "(-{a})"),
-    "exp": IROp("float", E.U_EXP, "expf({a})", transcendental=True),
-    "log": IROp("float", E.U_LOG, "logf({a})", transcendental=True),
-    "sqrt": IROp("float", E.U_SQRT, "sqrtf({a})", transcendental=True),
-    "rsqrt": IROp("float", E.U_RSQRT, "rsqrtf({a})", transcendental=True),
-    "tanh": IROp("float", E.U_TANH, "tanhf({a})", transcendental=True),
-    "erf": IROp("float", E.U_ERF, "erff({a})", transcendental=True),
-    "abs": IROp("any", E.U_ABS, "fabsf({a})", hip_int="abs({a})"),
-    "recip": IROp("float", E.U_RECIP, "(1.0f / {a})", transcendental=True),
-    "sigmoid": IROp("float", E.U_SIGMOID, "(1.0f / (1.0f + expf(-{a})))",
+    "neg": IROp("any", sim_engine.U_NEG, "(-{a})"),
+    "exp": IROp("float", sim_engine.U_EXP, "expf({a})", transcendental=True),
+    "log": IROp("float", sim_engine.U_LOG, "logf({a})", transcendental=True),
+    "sqrt": IROp("float", sim_engine.U_SQRT, "sqrtf({a})", transcendental=True),
+    "rsqrt": IROp("float", sim_engine.U_RSQRT, "rsqrtf({a})", transcendental=True),
+    "tanh": IROp("float", sim_engine.U_TANH, "tanhf({a})", transcendental=True),
+    "erf": IROp("float", sim_engine.U_ERF, "erff({a})", transcendental=True),
+    "abs": IROp("any", sim_engine.U_ABS, "fabsf({a})", hip_int="abs({a})"),
+    "recip": IROp("float", sim_engine.U_RECIP, "(1.0f / {a})", transcendental=True),
+    "sigmoid": IROp("float", sim_engine.U_SIGMOID, "(1.0f / (1.0f + expf(-{a})))",
                     transcendental=True),
-    "relu": IROp("any", E.U_RELU, "fmaxf({a}, 0.0f)", hip_int="max({a}, 0)"),
-    "not": IROp("truth", E.U_NOT, "(int)(!{a})"),
+    "relu": IROp("any", sim_engine.U_RELU, "fmaxf({a}, 0.0f)", hip_int="max({a}, 0)"),
+    "not": IROp("truth", sim_engine.U_NOT, "(int)(!{a})"),
 }
 #: derived views of the two tables
 BINARY_OPS = tuple(IR_BINARY)

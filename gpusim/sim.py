@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpusim import engine as E
+from gpusim import engine
 from gpusim import steady
 from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
@@ -147,7 +147,7 @@ def _engine(jit: bool):
     if jit:
         from gpusim import engine_jit  # lazy: numba takes ~1 s to import; jit=False never needs it
         return engine_jit.run
-    return E.run
+    return engine.run
 
 
 def _memory_table(arrays, align: int, start: int = 0, gap: int = 0):
@@ -217,7 +217,7 @@ def _zeros(n: int, dtype) -> np.ndarray:
 _CACHE_POOL: dict = {}  # cache-model arrays by shape, kept for the next launch
 
 
-def _cold_cache(shape) -> "E.Cache":
+def _cold_cache(shape) -> "engine.Cache":
     """Empty (cold) tag, LRU, ready and sector arrays of one cache level. The L2 arrays
     are 6.5 MB on gfx942; filling a kept set costs a tenth of what allocating and
     page-faulting new ones did on every simulate call (issue 14). Taken from and given
@@ -226,7 +226,7 @@ def _cold_cache(shape) -> "E.Cache":
     try:
         c = free.pop()
     except IndexError:
-        return E.Cache(np.full(shape, -1, np.int64), np.zeros(shape, np.int64),
+        return engine.Cache(np.full(shape, -1, np.int64), np.zeros(shape, np.int64),
                        np.zeros(shape, np.float64), np.zeros(shape, np.uint8))
     del free[1:]  # keep at most two of a shape (threads) in the pool
     c.tag.fill(-1)
@@ -254,7 +254,7 @@ class _Launch:
         lds_tab, nlf, nli = _memory_table(kernel.lds, LDS_ALIGN)
         self.lds_tab = lds_tab
         self.group_of, self.n_groups, self.group_lanes = _group_tables(arch)
-        self.tables = E.Prog(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
+        self.tables = engine.Prog(prog.code, prog.srcs, prog.mfma_regs, self.fconst_reg, self.fconst_val,
                              self.iconst_reg, self.iconst_val, self.buf_tab, lds_tab, self.group_of,
                              self.n_groups, self.group_lanes)
         self.params = self._params(occ, nlf, nli)
@@ -332,7 +332,7 @@ class _Launch:
                 self.gmem_f[off:off + b.size] = flat
         self.buf_tab = buf_tab
 
-    def _params(self, occ, nlf: int, nli: int) -> "E.Params":
+    def _params(self, occ, nlf: int, nli: int) -> "engine.Params":
         """The engine's parameter record: the arch's timing figures, this launch's sizes,
         and each CU's share of the bandwidths of the memory level the footprint lands in."""
         kernel, arch, prog = self.kernel, self.arch, self.prog
@@ -356,7 +356,7 @@ class _Launch:
                          arch.l1_bytes_per_clk_per_cu)
         hbmw_bpc_cu = min(arch.memory_bytes_per_s(self.level, True) / clk / active_cus,
                           arch.l1_bytes_per_clk_per_cu)
-        return E.Params(
+        return engine.Params(
             W=int(arch.wave_size), block=int(kernel.block), grid=int(kernel.grid), nsimd=int(arch.simds_per_cu),
             period=int(arch.issue_period_cycles), valu=int(arch.valu_cycles), nf=int(prog.nf),
             ni=int(prog.ni), depth=int(prog.depth), nlf=int(nlf), nli=int(nli),
@@ -413,8 +413,8 @@ class _Launch:
             n0 = k = 1
         else:
             wgs, off, cus, n0, k = self.sessions(functional, sample, only)
-        counters = np.zeros(E.NCNT, np.float64)
-        per_inst = np.zeros((prog.code.shape[0], E.NREC), np.float64)
+        counters = np.zeros(engine.NCNT, np.float64)
+        per_inst = np.zeros((prog.code.shape[0], engine.NREC), np.float64)
         sess_cycles = np.zeros(len(cus), np.float64)
         wg_done = np.zeros(k, np.float64)
         trace = np.zeros((max(trace_cap, 1), 6), np.float64)
@@ -427,14 +427,14 @@ class _Launch:
         l2 = _cold_cache(l2_shape)
         gmem_f = self.gmem_f  # one launch per _Launch: run in place
         gmem_i = self.gmem_i
-        out = E.Out(counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err)
+        out = engine.Out(counters, per_inst, sess_cycles, wg_done, trace, trace_n, probe_arr, err)
         try:
-            _engine(jit)(params, self.tables, E.Sessions(wgs, off, cus), gmem_f, gmem_i,
-                         *E.new_state(params, prog.code.shape[0]), l1, l2, out)
+            _engine(jit)(params, self.tables, engine.Sessions(wgs, off, cus), gmem_f, gmem_i,
+                         *engine.new_state(params, prog.code.shape[0]), l1, l2, out)
         finally:
             _CACHE_POOL[l1_shape].append(l1)
             _CACHE_POOL[l2_shape].append(l2)
-        if err[0] != E.E_OK:
+        if err[0] != engine.E_OK:
             self._raise(err)
         return dict(gmem_f=gmem_f, gmem_i=gmem_i, counters=counters, per_inst=per_inst,
                     sess_cycles=sess_cycles, wg_done=wg_done, trace=trace[:min(trace_n[0], trace_cap)],
@@ -443,11 +443,11 @@ class _Launch:
     def _raise(self, err):
         code, pc, idx, which = (int(x) for x in err)
         si = int(self.prog.inst_stmt[pc])
-        if code == E.E_OOB_GLOBAL:
+        if code == engine.E_OOB_GLOBAL:
             b = self.kernel.buffers[which]
             raise KernelError(f"{self.kernel.name}: statement {si} reads/writes buffer {b.name!r} at element "
                               f"{idx}, outside its {b.size} elements; guard or fix the index")
-        if code == E.E_OOB_LDS:
+        if code == engine.E_OOB_LDS:
             a = self.kernel.lds[which]
             raise KernelError(f"{self.kernel.name}: statement {si} accesses LDS array {a.name!r} at element "
                               f"{idx}, outside its {a.size} elements; fix the index or the array shape")
@@ -465,24 +465,24 @@ class _Launch:
 
 
 COUNTER_NAMES = {
-    "valu_insts": E.N_VALU, "vmem_insts": E.N_VMEM, "lds_insts": E.N_LDS, "salu_insts": E.N_SALU,
-    "branch_insts": E.N_BRANCH, "global_load_requests": E.N_GLD_REQ,
-    "global_store_requests": E.N_GST_REQ, "global_load_lines": E.N_GLD_LINES,
-    "global_store_lines": E.N_GST_LINES, "tcp_accesses": E.N_TCP, "hbm_bytes_read": E.N_HBM_RD,
-    "hbm_bytes_written": E.N_HBM_WR, "l2_hits": E.N_L2_HIT, "l2_accesses": E.N_L2_ACC,
-    "l1_hits": E.N_L1_HIT, "l1_accesses": E.N_L1_ACC,
-    "lds_bank_conflict_cycles": E.N_LDS_CONF, "lds_idx_active_cycles": E.N_LDS_IDX,
-    "barriers": E.N_BARRIERS, "global_load_bytes": E.N_GLD_BYTES,
-    "global_store_bytes": E.N_GST_BYTES, "waves": E.N_WAVES, "stall_cycles": E.N_STALL,
-    "mfma_insts": E.N_MFMA, "mfma_flops": E.N_MFMA_FLOPS,
+    "valu_insts": engine.N_VALU, "vmem_insts": engine.N_VMEM, "lds_insts": engine.N_LDS, "salu_insts": engine.N_SALU,
+    "branch_insts": engine.N_BRANCH, "global_load_requests": engine.N_GLD_REQ,
+    "global_store_requests": engine.N_GST_REQ, "global_load_lines": engine.N_GLD_LINES,
+    "global_store_lines": engine.N_GST_LINES, "tcp_accesses": engine.N_TCP, "hbm_bytes_read": engine.N_HBM_RD,
+    "hbm_bytes_written": engine.N_HBM_WR, "l2_hits": engine.N_L2_HIT, "l2_accesses": engine.N_L2_ACC,
+    "l1_hits": engine.N_L1_HIT, "l1_accesses": engine.N_L1_ACC,
+    "lds_bank_conflict_cycles": engine.N_LDS_CONF, "lds_idx_active_cycles": engine.N_LDS_IDX,
+    "barriers": engine.N_BARRIERS, "global_load_bytes": engine.N_GLD_BYTES,
+    "global_store_bytes": engine.N_GST_BYTES, "waves": engine.N_WAVES, "stall_cycles": engine.N_STALL,
+    "mfma_insts": engine.N_MFMA, "mfma_flops": engine.N_MFMA_FLOPS,
 }
 
 
 def _counters(c, arch, occ, time_s):
     """The named counters from the engine's (scaled) counter array."""
     out = {name: float(c[i]) for name, i in COUNTER_NAMES.items()}
-    quads = c[E.N_QUADS]
-    tcp = c[E.N_TCP]
+    quads = c[engine.N_QUADS]
+    tcp = c[engine.N_TCP]
     out["coalescing_pct"] = (min(100.0, max(25.0, 100.0 * quads / tcp)) if tcp > 0 else 100.0)
     out["hbm_bytes"] = out["hbm_bytes_read"] + out["hbm_bytes_written"]
     out["l2_hit_pct"] = 100.0 * out["l2_hits"] / out["l2_accesses"] if out["l2_accesses"] else 0.0
@@ -580,10 +580,10 @@ def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, 
 def _memory_times(c, arch, level) -> tuple[float, float]:
     """(T_mem, T_l2) in cycles from the launch's (scaled) counters."""
     clk = arch.clock_ghz * 1e9
-    t_hbm = (c[E.N_HBM_RD] / (arch.memory_bytes_per_s(level) / clk)
-             + c[E.N_HBM_WR] / (arch.memory_bytes_per_s(level, True) / clk))
-    l2_writes = c[E.N_GST_LINES]  # stores write through to the L2, one request per line
-    l2_reads = max(c[E.N_L2_ACC] - l2_writes, 0.0)
+    t_hbm = (c[engine.N_HBM_RD] / (arch.memory_bytes_per_s(level) / clk)
+             + c[engine.N_HBM_WR] / (arch.memory_bytes_per_s(level, True) / clk))
+    l2_writes = c[engine.N_GST_LINES]  # stores write through to the L2, one request per line
+    l2_reads = max(c[engine.N_L2_ACC] - l2_writes, 0.0)
     t_l2 = (l2_reads / arch.l2_read_bytes_per_clk
             + l2_writes / arch.l2_write_bytes_per_clk) * arch.l1_line_bytes
     return t_hbm, t_l2
@@ -610,8 +610,8 @@ def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
         tried = ns[-1]
         ts = [runs[n] for n in ns]
         per_trip = (ts[2].counters - ts[1].counters) / (ns[2] - ns[1])
-        lines = per_trip[E.N_GLD_LINES]
-        if lines > 0 and per_trip[E.N_GLD_BYTES] / lines < arch.l1_line_bytes / steady.MAX_PERIOD:
+        lines = per_trip[engine.N_GLD_LINES]
+        if lines > 0 and per_trip[engine.N_GLD_BYTES] / lines < arch.l1_line_bytes / steady.MAX_PERIOD:
             continue  # trips share cache lines over a period the cuts may not span
         level = ts[-1].launch.level
         times = [np.array([t.t_cu, *_memory_times(t.counters, arch, level)]) for t in ts]
@@ -780,7 +780,7 @@ def _per_inst(prog, rec):
     for pc in range(rec.shape[0]):
         si = prog.inst_stmt[pc]
         if si >= 0:
-            stall[si] += rec[pc, E.I_STALL]
+            stall[si] += rec[pc, engine.I_STALL]
     out = []
     for si, s in enumerate(prog.statements):
         if not isinstance(s, (Assign, Load, Store, LdsLoad, LdsStore, Shuffle, WaveReduce, Mfma)):
@@ -791,10 +791,10 @@ def _per_inst(prog, rec):
         kind = {Load: "global_load", Store: "global_store", LdsLoad: "lds_load",
                 LdsStore: "lds_store", Shuffle: "shuffle", WaveReduce: "wave_reduce",
                 Assign: "alu", Mfma: "mfma"}[type(s)]
-        out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, E.I_EXEC]),
-                        cache_lines=float(rec[pc, E.I_LINES]),
-                        tcp_accesses=float(rec[pc, E.I_TCP]),
-                        conflict_cycles=float(rec[pc, E.I_CONF]),
-                        lds_idx_cycles=float(rec[pc, E.I_IDX]),
+        out.append(dict(index=si, kind=kind, stmt=s, executions=float(rec[pc, engine.I_EXEC]),
+                        cache_lines=float(rec[pc, engine.I_LINES]),
+                        tcp_accesses=float(rec[pc, engine.I_TCP]),
+                        conflict_cycles=float(rec[pc, engine.I_CONF]),
+                        lds_idx_cycles=float(rec[pc, engine.I_IDX]),
                         stall_cycles=float(stall[si])))
     return out

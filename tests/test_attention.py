@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpusim
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import get_arch
-from compiler.ir import builders as B
+from compiler.ir import builders
 from compiler.ir.graph import Graph
 from compiler.lower import lower
 from compiler.lower.attention import Attention, check_schedule, tolerance
@@ -45,7 +45,7 @@ def attention_graph(heads=2, sq=20, sk=20, dk=16, dv=16, mask="none", computed_m
     elif mask == "causal":
         tri = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -1e4, 0.0)
         s = g.add(s, g.constant(tri.astype(np.float32), "causal"))
-    g.output(g.matmul(B.softmax(g, s), v))
+    g.output(g.matmul(builders.softmax(g, s), v))
     return g
 
 
@@ -100,7 +100,7 @@ def test_mfma_attention_equals_numpy(heads, sq, sk, dk, dv, mask, pick, arch):
              if c.legal and c.knobs["mma"] == "mfma"]
     assert legal
     k, _, _, _ = run(g, legal[pick % len(legal)].knobs, arch)
-    assert k.meta["mfma_shape"] and any(isinstance(s, P.Mfma) for s in P.walk(k.body))
+    assert k.meta["mfma_shape"] and any(isinstance(s, program.Mfma) for s in program.walk(k.body))
 
 
 @pytest.mark.parametrize("mask,knobs", [
@@ -191,7 +191,7 @@ def test_scores_needed_elsewhere_keep_the_split_plan():
     g = Graph("attn_out")
     q, k, v = (g.input(n, (1, 16, 16)) for n in "qkv")
     s = g.matmul(q, g.transpose(k, (0, 2, 1)))
-    p = B.softmax(g, s)
+    p = builders.softmax(g, s)
     g.output(g.matmul(p, v), p)
     plan = fuse(g)
     assert not any(d.kind == "attention" for d in plan.dispatches)
@@ -246,6 +246,6 @@ def test_k_given_transposed_in_memory():
     q = g.input("q", (2, 24, 16))
     kt = g.input("kt", (2, 16, 24))
     v = g.input("v", (2, 24, 16))
-    g.output(g.matmul(B.softmax(g, g.mul(g.matmul(q, kt), 0.25)), v))
+    g.output(g.matmul(builders.softmax(g, g.mul(g.matmul(q, kt), 0.25)), v))
     run(g, {"BQ": 16, "BK": 16, "waves": 1, "RM": 1, "q_in": "lds", "row_stats": "lds",
             "lds_pad": 0})

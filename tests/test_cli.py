@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from onnx import TensorProto as T
+from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper
 
@@ -21,8 +21,8 @@ def run(capsys, *argv):
 
 def softmax_onnx(tmp_path, name="sm.onnx"):
     g = h.make_graph([h.make_node("Softmax", ["x"], ["y"])], "sm",
-                     [h.make_tensor_value_info("x", T.FLOAT, [4, 16])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [4, 16])])
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])])
     path = tmp_path / name
     path.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
     return path
@@ -165,14 +165,14 @@ def bad_inputs(tmp_path):
     bad.write_bytes(b"garbage\x00\x01")
     unsupported = tmp_path / "abs.onnx"
     g = h.make_graph([h.make_node("Abs", ["x"], ["a"]), h.make_node("Floor", ["a"], ["y"])],
-                     "u", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [2])])
+                     "u", [h.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     unsupported.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
                             .SerializeToString())
     shape = tmp_path / "shape.onnx"
     g = h.make_graph([h.make_node("Reshape", ["x", "s"], ["y"])], "r",
-                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [5, 2])],
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [5, 2])],
                      [numpy_helper.from_array(np.array([5, -1], np.int64), "s")])
     shape.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
     return {"unknown model": (["show", "nosuch"], "unknown model"),
@@ -245,8 +245,8 @@ def nan_weights_onnx(tmp_path):
     compare equal to themselves (issue 16: tune reported a mismatch, export refused)."""
     w = np.array([np.nan, np.inf, -np.inf, 1, 2, 3, 4, 5], np.float32)
     g = h.make_graph([h.make_node("Add", ["x", "w"], ["y"])], "nanw",
-                     [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [4, 8])],
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
                      [numpy_helper.from_array(w, "w")])
     path = tmp_path / "nan_weights.onnx"
     path.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from numba.core import config as numba_config
 
-from gpusim import engine_jit as J
+from gpusim import engine_jit
 from gpusim import microbench as mb
 from gpusim import simulate
 
@@ -63,7 +63,7 @@ def test_second_process_loads_the_cached_engine_with_the_same_results(tmp_path):
 def _cache_path(monkeypatch, home, numba_dir=""):
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     monkeypatch.setattr(numba_config, "CACHE_DIR", str(numba_dir))
-    cache = J._make_cache(J.run.py_func)
+    cache = engine_jit._make_cache(engine_jit.run.py_func)
     return None if cache is None else cache._cache_path
 
 

@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
-from compiler.ir import builders as B
+from compiler.ir import builders
 from compiler.ir import errorbound, numerics
 from compiler.cli.commands import verify
 from compiler.frontends.onnx import load_onnx
 from compiler.ir.graph import Graph
 from compiler.ir.ops import OPS
 from gpusim import engine
-from gpusim import program as P
+from gpusim import program
 from compiler.ir.reference import evaluate, random_inputs
 
 DATA = "tests/data"
@@ -60,7 +60,7 @@ def _chain(rng, depth, k, act, conv):
             h64 = h64 @ w.astype(np.float64)
         h = g.unary(act, g.add(h, g.constant(b)))
         h64 = ACTS[act](h64 + b)
-    h = B.layer_norm(g, B.softmax(g, h))
+    h = builders.layer_norm(g, builders.softmax(g, h))
     e = np.exp(h64 - h64.max(-1, keepdims=True))
     s = e / e.sum(-1, keepdims=True)
     d = s - s.mean(-1, keepdims=True)
@@ -172,7 +172,7 @@ def test_every_unary_rule_bounds_a_perturbed_input(kind):
     x = rng.uniform(0.2, 3.0, 200)
     s = np.full_like(x, 1e-4)
     dx = rng.choice([-1.0, 1.0], x.shape) * 1e-4
-    code = P.IR_UNARY[OPS[kind].ir].engine  # the op's formula in float64 (the simulator's)
+    code = program.IR_UNARY[OPS[kind].ir].engine  # the op's formula in float64 (the simulator's)
     f = np.vectorize(lambda v: engine.fun(code, float(v)), otypes=[np.float64])
     moved = np.abs(f(x + dx) - f(x))
     assert np.all(moved <= errorbound._unary(kind, x, s, 1.0) * (1 + 1e-9))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import GFX90A, GFX942
 
 from compiler.fusion import fuse
@@ -44,7 +44,7 @@ def test_flash_decoding_equals_numpy(heads, sq, blocks, tail, dk, dv, mask, knob
         assert f"divide the {blocks} key blocks" in why or "causal" in why
         return
     k, _, err, bound = run(g, kn)
-    assert isinstance(k, P.KernelSequence) and len(k.kernels) == 2
+    assert isinstance(k, program.KernelSequence) and len(k.kernels) == 2
     split, combine = k.kernels
     assert split.grid == ks * heads * -(-sq // 16)
     assert {w.name for w in k.workspaces} <= {b.name for b in combine.buffers}
@@ -86,7 +86,7 @@ def test_search_picks_and_checks_flash_decoding(arch):
     g = attention_graph(2, 1, 512, 16, 16, "additive")
     d = _dispatch(g)
     t = tune_dispatches(g, [d], arch, budget=1)[0]   # the always-tried split point
-    assert t.best.knobs["key_splits"] > 1 and isinstance(t.kernel, P.KernelSequence)
+    assert t.best.knobs["key_splits"] > 1 and isinstance(t.kernel, program.KernelSequence)
     for check_all in (True, False):
         t.verified = None
         verify_dispatches(g, [t], arch, check_all=check_all)

@@ -5,7 +5,7 @@ from gpusim.hw import GFX942
 
 from compiler.fusion import fuse
 from compiler.fusion.plan import execute_plan, max_error
-from compiler.ir import builders as B
+from compiler.ir import builders
 from compiler.ir.graph import Graph
 from compiler.ir.reference import evaluate, random_inputs
 from compiler.tuning import fusion_guard
@@ -17,7 +17,7 @@ def _norm_over_split_axes():
     single dispatch has only the serial fallback (a thread per element, each reducing
     again), while the conservative plan's reduction and elementwise dispatches do not."""
     g = Graph("norm_split_axes")
-    g.output(B.layer_norm(g, g.input("x", (8, 32, 8)), axis=(0, 2)))
+    g.output(builders.layer_norm(g, g.input("x", (8, 32, 8)), axis=(0, 2)))
     return g
 
 
@@ -37,7 +37,7 @@ def test_a_losing_merge_is_refused_with_its_numbers():
 
 def test_a_winning_merge_is_kept_with_its_numbers():
     g = Graph("ln")
-    g.output(B.layer_norm(g, g.input("x", (16, 128))))
+    g.output(builders.layer_norm(g, g.input("x", (16, 128))))
     agg, con = fuse(g, aggressive=True), fuse(g, aggressive=False)
     ta = tune_dispatches(g, agg.dispatches, GFX942, budget=2)
     tc = tune_dispatches(g, con.dispatches, GFX942, budget=2)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpusim import KernelError, access_pattern, estimate_vgprs, occupancy, simulate
-from gpusim import engine as E
+from gpusim import engine
 from gpusim.hw import get_arch
 from gpusim.sim import _group_tables
 from gpusim import microbench as mb
@@ -266,7 +266,7 @@ def test_lds_conflicts_depend_only_on_the_relative_pattern(data, es, width, wc_s
     active = idx >= 0  # -1: an inactive lane
 
     def count(offset):
-        return E.lds_conflicts(np.where(active, idx + offset, -1), 64, es, width * es, arch.lds_banks,
+        return engine.lds_conflicts(np.where(active, idx + offset, -1), 64, es, width * es, arch.lds_banks,
                                ng, W // ng, group_lanes[rw, wc], np.zeros(4 * W, np.int64),
                                np.zeros(arch.lds_banks, np.int64))
 
@@ -297,7 +297,7 @@ def test_coalescing_memo_equals_the_direct_count(data, line, nbytes, shift):
             if hi[l] != lo[l]:
                 lines[n] = hi[l]
                 n += 1
-        nu, tcp, quads = E.coalesce(lo, hi, W, lines, n, np.zeros(8, np.int64))
+        nu, tcp, quads = engine.coalesce(lo, hi, W, lines, n, np.zeros(8, np.int64))
         return nu, tcp, quads, lines[:nu]
 
     base = 200

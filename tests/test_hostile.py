@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as T
+from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper
 
@@ -34,7 +34,7 @@ OPSET = [h.make_opsetid("", 17)]
 
 
 # ------------------------------------------------------------------ ONNX files, good and bad
-def _vi(name, shape, elem=T.FLOAT):
+def _vi(name, shape, elem=TensorProto.FLOAT):
     return h.make_tensor_value_info(name, elem, shape)
 
 
@@ -53,7 +53,7 @@ def build_onnx_files(d: Path) -> dict[str, Path]:
     from onnx.external_data_helper import convert_model_to_external_data
     d.mkdir()
     f = {}
-    relu = lambda shape, elem=T.FLOAT: _model(  # noqa: E731
+    relu = lambda shape, elem=TensorProto.FLOAT: _model(  # noqa: E731
         [h.make_node("Relu", ["x"], ["y"])], [_vi("x", shape, elem)], [_vi("y", shape, elem)])
     f["garbage"] = d / "garbage.onnx"
     f["garbage"].write_bytes(b"\x08\x07garbage\xff\x00\x01")
@@ -72,7 +72,7 @@ def build_onnx_files(d: Path) -> dict[str, Path]:
         [_vi("y", [2, 4])], [numpy_helper.from_array(np.array([0, -1, 0, 1]), "p")],
         opset=[h.make_opsetid("", 18)]))
     f["dynamic"] = _save(d / "dynamic.onnx", relu(["batch", 4]))
-    f["int_input"] = _save(d / "int_input.onnx", relu([2, 4], T.UINT8))
+    f["int_input"] = _save(d / "int_input.onnx", relu([2, 4], TensorProto.UINT8))
     f["huge"] = _save(d / "huge.onnx", relu([2**20, 2**20]))
     f["no_ops"] = _save(d / "no_ops.onnx", _model([], [_vi("x", [4, 4])], [_vi("x", [4, 4])]))
     f["unsupported"] = _save(d / "unsupported.onnx", _model(
@@ -106,7 +106,7 @@ def build_onnx_files(d: Path) -> dict[str, Path]:
     f["no_producer"] = _save(d / "no_producer.onnx", _model(
         [h.make_node("Relu", ["x"], ["a"])], [_vi("x", [4])], [_vi("y", [4])]))
     f["shape_input"] = _save(d / "shape_input.onnx", _model(
-        [h.make_node("Reshape", ["x", "s"], ["y"])], [_vi("x", [2, 3]), _vi("s", [2], T.INT64)],
+        [h.make_node("Reshape", ["x", "s"], ["y"])], [_vi("x", [2, 3]), _vi("s", [2], TensorProto.INT64)],
         [_vi("y", [3, 2])]))
     f["repeated_perm"] = _save(d / "repeated_perm.onnx", _model(
         [h.make_node("Transpose", ["x"], ["y"], perm=[0, 0])], [_vi("x", [2, 3])],

@@ -49,12 +49,12 @@ def test_a_graph_launch_replaces_the_per_dispatch_launches_in_the_total():
 
 def _project(tmp_path, launch):
     """Two dispatches of one kernel (y = 2x, then z = 2y), checked against 4x."""
-    from gpusim import program as P
-    i, v = P.Var("i", "i32"), P.Var("v", "f32")
-    body = (P.Assign(i, P.block_id() * 64 + P.thread_id()), P.Load((v,), "x", i),
-            P.Store("y", i, (v * 2.0,)))
-    k = P.Kernel("twice", (P.Buffer("x", "f32", (256,), "in"),
-                           P.Buffer("y", "f32", (256,), "out")), 4, 64, body)
+    from gpusim import program
+    i, v = program.Var("i", "i32"), program.Var("v", "f32")
+    body = (program.Assign(i, program.block_id() * 64 + program.thread_id()), program.Load((v,), "x", i),
+            program.Store("y", i, (v * 2.0,)))
+    k = program.Kernel("twice", (program.Buffer("x", "f32", (256,), "in"),
+                           program.Buffer("y", "f32", (256,), "out")), 4, 64, body)
     xs = np.arange(256, dtype=np.float32)
     return write_project(tmp_path / launch, [k], [(k, {"x": "x", "y": "y"}),
                                                   (k, {"x": "y", "y": "z"})],

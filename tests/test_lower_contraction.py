@@ -7,7 +7,7 @@ import pytest
 
 from gpusim.hw import GFX1100, GFX942
 import gpusim
-from gpusim import program as P
+from gpusim import program
 from gpusim.validate import validate
 
 from compiler.ir import models
@@ -43,10 +43,10 @@ TILE = dict(BM=32, BN=32, BK=16, TM=4, TN=4, KW=1, lds_pad=1, vec_a=4, vec_b=4)
 def global_accesses(kernel, buffer):
     """(kind, width) of every global access to ``buffer``, in program order."""
     out = []
-    for s in P.walk(kernel.body):
-        if isinstance(s, P.Load) and s.buffer == buffer:
+    for s in program.walk(kernel.body):
+        if isinstance(s, program.Load) and s.buffer == buffer:
             out.append(("load", len(s.dsts)))
-        elif isinstance(s, P.Store) and s.buffer == buffer:
+        elif isinstance(s, program.Store) and s.buffer == buffer:
             out.append(("store", len(s.values)))
     return out
 
@@ -206,7 +206,7 @@ def test_mfma_conv_kernels_match_numpy(model, swizzle, tile, lanes):
     g = model(**SMALL)
     k = lower_contraction(g, whole(g), {**TILE, **tile, "lds_pad": 4, "swizzle": swizzle,
                                         "mma": "mfma", "mfma_lanes": lanes}, GFX942)
-    assert any(isinstance(s, P.Mfma) for s in P.walk(k.body))
+    assert any(isinstance(s, program.Mfma) for s in program.walk(k.body))
     res, ref = run_functional(g, k)
     np.testing.assert_allclose(res.outputs[g.outputs[0]], ref[g.outputs[0]], rtol=1e-4, atol=1e-4)
     assert res.counters["mfma_insts"] > 0

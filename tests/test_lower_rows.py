@@ -160,14 +160,14 @@ def test_integer_row_reductions_are_exact(kind, rows, cols, pick, arch, epilogue
 
 def _load_widths(stmts) -> list:
     """Widths of every global Load in a kernel body (For/If bodies included)."""
-    import gpusim.program as P
+    import gpusim.program as program
     out = []
     for s in stmts:
-        if isinstance(s, P.Load):
+        if isinstance(s, program.Load):
             out.append(len(s.dsts))
-        elif isinstance(s, P.For):
+        elif isinstance(s, program.For):
             out += _load_widths(s.body)
-        elif isinstance(s, P.If):
+        elif isinstance(s, program.If):
             out += _load_widths(s.then) + _load_widths(s.orelse)
     return out
 
@@ -221,15 +221,15 @@ def test_generic_fallback_vector_loads_tell_hipcc_their_alignment():
 def _strided_graph(kind, shape, axes):
     """A reduction over ``axes`` that are not the last (rows are strided), with its
     per-element consumers: layer norm or softmax over those axes, or a plain mean."""
-    from compiler.ir import builders as B
+    from compiler.ir import builders
     g = Graph(f"strided_{kind}")
     x = g.input("x", shape)
     if kind == "layernorm":
         pshape = tuple(n if d in axes else 1 for d, n in enumerate(shape))
-        out = B.layer_norm(g, x, g.input("gamma", pshape), g.input("beta", pshape),
+        out = builders.layer_norm(g, x, g.input("gamma", pshape), g.input("beta", pshape),
                            axis=axes[0] if len(axes) == 1 else axes)
     elif kind == "softmax":
-        out = B.softmax(g, x, axis=axes[0])
+        out = builders.softmax(g, x, axis=axes[0])
     else:
         out = g.reduce_mean(x, axes, keepdims=False)
     g.output(out)

@@ -1,7 +1,7 @@
 """ONNX import, checked differentially against onnx.reference.ReferenceEvaluator."""
 import numpy as np
 import pytest
-from onnx import TensorProto as T
+from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -11,7 +11,7 @@ from compiler.ir.graph import GraphError, ShapeError, UnsupportedError
 from compiler.ir.models import ModelError, load_model
 from compiler.ir.reference import evaluate
 
-F32, F16 = T.FLOAT, T.FLOAT16
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 NP = {F32: np.float32, F16: np.float16}
 
 
@@ -287,8 +287,8 @@ def test_every_supported_op_has_a_test_here():
     (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", 4])],
                    [vi("y", ["batch", 4])]), ShapeError,
      "symbolic dimension 0 .'batch'.*--dim batch=VALUE"),
-    (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [2], T.DOUBLE)],
-                   [vi("y", [2], T.DOUBLE)]), UnsupportedError, "DOUBLE"),
+    (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [2], TensorProto.DOUBLE)],
+                   [vi("y", [2], TensorProto.DOUBLE)]), UnsupportedError, "DOUBLE"),
     (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [2])],
                    opset=11), UnsupportedError, "opset 11"),
     (lambda: model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [2])], [vi("y", [3])]),
@@ -298,7 +298,7 @@ def test_every_supported_op_has_a_test_here():
     (lambda: model([h.make_node("MatMul", ["x", "x"], ["y"])], [vi("x", [2, 3])],
                    [vi("y", [2, 3])]), ShapeError, "shape inference fails.*MatMul"),
     (lambda: model([h.make_node("Reshape", ["x", "s"], ["y"], name="reshape_dyn")],
-                   [vi("x", [2, 3]), h.make_tensor_value_info("s", T.INT64, [2])],
+                   [vi("x", [2, 3]), h.make_tensor_value_info("s", TensorProto.INT64, [2])],
                    [vi("y", [3, 2])]), UnsupportedError,
      "reshape_dyn.*the target shape must be a constant.*'s' is computed"),
     (lambda: model([h.make_node("Conv", ["x", "w"], ["y"], name="conv3d")],

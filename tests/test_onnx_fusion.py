@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as T
+from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper
 
@@ -25,7 +25,7 @@ def model(nodes, inputs, outputs, inits=()):
 
 
 def vi(name, shape):
-    return h.make_tensor_value_info(name, T.FLOAT, shape)
+    return h.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
 def onnx_softmax(rows, cols):

@@ -99,11 +99,11 @@ def test_verify_transformers_end_to_end(name, capsys):
 
 
 def test_dim_option_pins_symbolic_dimensions(tmp_path, capsys):
-    from onnx import TensorProto as T
+    from onnx import TensorProto
     from onnx import helper as h
     g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "dyn",
-                     [h.make_tensor_value_info("x", T.FLOAT, ["batch", 4])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["batch", 4])])
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
     path = tmp_path / "dyn.onnx"
     path.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 18)]).SerializeToString())
     assert cli.main(["show", str(path)]) == 2
@@ -120,15 +120,15 @@ def test_dim_option_pins_symbolic_dimensions(tmp_path, capsys):
 
 def test_verify_with_bool_and_int64_outputs(tmp_path, capsys):
     """Bool and int64 graph outputs go through every verify check (exact comparisons)."""
-    from onnx import TensorProto as T
+    from onnx import TensorProto
     from onnx import helper as h
     from onnx import numpy_helper
     nodes = [h.make_node("Greater", ["x", "z"], ["m"]),
-             h.make_node("Cast", ["m"], ["mi"], to=T.INT64),
+             h.make_node("Cast", ["m"], ["mi"], to=TensorProto.INT64),
              h.make_node("Add", ["mi", "k"], ["y"])]
-    g = h.make_graph(nodes, "b", [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
-                     [h.make_tensor_value_info("m", T.BOOL, [4, 8]),
-                      h.make_tensor_value_info("y", T.INT64, [4, 8])],
+    g = h.make_graph(nodes, "b", [h.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                     [h.make_tensor_value_info("m", TensorProto.BOOL, [4, 8]),
+                      h.make_tensor_value_info("y", TensorProto.INT64, [4, 8])],
                      initializer=[numpy_helper.from_array(np.array(0.0, np.float32), "z"),
                                   numpy_helper.from_array(np.array(3, np.int64), "k")])
     path = tmp_path / "b.onnx"

@@ -3,7 +3,7 @@ onnx.reference.ReferenceEvaluator: integer/bool values, views, injective ops, po
 activations, constant folding, op-version differences."""
 import numpy as np
 import pytest
-from onnx import TensorProto as T
+from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -16,7 +16,7 @@ from compiler.ir.reference import evaluate
 
 from test_onnx import init, vi  # noqa: E402  (the ONNX tests' tensor helpers)
 
-F32, F16, I64, I32, BOOL = T.FLOAT, T.FLOAT16, T.INT64, T.INT32, T.BOOL
+F32, F16, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 NP = {F32: np.float32, F16: np.float16, I64: np.int64, I32: np.int32, BOOL: np.bool_}
 
 

@@ -11,7 +11,7 @@ import inspect
 import pytest
 
 from codegen_hip.emit import emit_kernel
-from compiler.ir import graph as G
+from compiler.ir import graph as graph_ir
 from compiler.ir import errorbound, reference
 from compiler.frontends import onnx as onnx_frontend
 from compiler.lower import lower
@@ -19,8 +19,8 @@ from compiler.lower.emitter import BINARY_IR, UNARY_IR
 from compiler.ir.ops import CATEGORIES, OPS
 from compiler.fusion import fuse
 from gpusim import compile as gcompile
-from gpusim import engine as E
-from gpusim import program as P
+from gpusim import engine
+from gpusim import program
 
 #: graph ops an ONNX model cannot produce, with the reason (the exception list is short
 #: on purpose: a new op either gets a converter or a line here).
@@ -48,13 +48,13 @@ def test_every_graph_op_has_its_category_rule_and_numpy_function():
             assert callable(spec.numpy), k
         elif spec.numpy is None:
             assert spec.note, f"{k}: no numpy function and no note saying where it is evaluated"
-    for k in G.UNARY:
+    for k in graph_ir.UNARY:
         assert reference.UNARY_FUNCS[k] is OPS[k].numpy, k
-    for k in G.BINARY:
+    for k in graph_ir.BINARY:
         assert reference.BINARY_FUNCS[k] is OPS[k].numpy, k
-    for k in G.REDUCE:
+    for k in graph_ir.REDUCE:
         assert reference.REDUCE_FUNCS[k] is OPS[k].numpy, k
-    assert set(UNARY_IR) == set(G.UNARY) and set(BINARY_IR) == set(G.BINARY)
+    assert set(UNARY_IR) == set(graph_ir.UNARY) and set(BINARY_IR) == set(graph_ir.BINARY)
 
 
 def test_every_graph_op_has_an_error_propagation_rule():
@@ -65,14 +65,14 @@ def test_every_graph_op_has_an_error_propagation_rule():
         f"rule for no op: {sorted(set(errorbound.RULES) - set(OPS))}")
     import numpy as np
     x = np.linspace(0.5, 2.0, 8)
-    for k in G.UNARY:   # the unary rule's two per-op tables: own rounding and derivative
+    for k in graph_ir.UNARY:   # the unary rule's two per-op tables: own rounding and derivative
         assert errorbound.RULES[k] == "unary", k
         assert k in errorbound._UNARY_ROUNDING, k
         assert np.all(np.isfinite(errorbound._derivative(k, x))), k
-    for k in G.BINARY:
+    for k in graph_ir.BINARY:
         assert errorbound.RULES[k] == "binary", k
         assert errorbound._binary(k, x, x, x, x, x).shape == x.shape, k
-    for k in G.COMPARE + G.LOGICAL + ("not",):
+    for k in graph_ir.COMPARE + graph_ir.LOGICAL + ("not",):
         assert errorbound.RULES[k] == "exact", k
 
 
@@ -80,9 +80,9 @@ def test_every_reduction_has_a_combine_in_the_lowering():
     """The reduction lowering's per-op table: how two partials of each reduce op combine
     (an IR binary operator) and, across lanes, which wave reduction does it."""
     from compiler.lower import reduction
-    assert set(reduction.COMBINE) == set(G.REDUCE)
+    assert set(reduction.COMBINE) == set(graph_ir.REDUCE)
     for k, combine in reduction.COMBINE.items():
-        assert combine in P.IR_BINARY, k
+        assert combine in program.IR_BINARY, k
         assert combine in reduction.LANE_KIND, k
 
 
@@ -90,9 +90,9 @@ def test_every_graph_ops_ir_operator_is_in_the_ir_table():
     for k, spec in OPS.items():
         if spec.ir is None:
             continue
-        table = P.IR_UNARY if spec.arity == 1 else P.IR_BINARY
+        table = program.IR_UNARY if spec.arity == 1 else program.IR_BINARY
         assert spec.ir in table, f"{k} lowers to {spec.ir!r}, which the IR does not have"
-    for k in G.UNARY + G.BINARY + G.COMPARE + G.LOGICAL + ("not",):
+    for k in graph_ir.UNARY + graph_ir.BINARY + graph_ir.COMPARE + graph_ir.LOGICAL + ("not",):
         assert OPS[k].ir is not None, f"{k} has no IR operator"
 
 
@@ -112,7 +112,7 @@ def _engine_branches(fn) -> tuple:
 def _evaluated(fn, prefix: str, code: int) -> bool:
     """Whether the engine function ``fn`` has a branch for opcode ``code``: a test of its
     constant, or the one fall-through of a function with no default."""
-    consts = {v: k for k, v in vars(E).items() if k.startswith(prefix) and isinstance(v, int)}
+    consts = {v: k for k, v in vars(engine).items() if k.startswith(prefix) and isinstance(v, int)}
     names, falls_through = _engine_branches(fn)
     if consts[code] in names:
         return True
@@ -120,21 +120,21 @@ def _evaluated(fn, prefix: str, code: int) -> bool:
     return falls_through and untested == [consts[code]]
 
 
-@pytest.mark.parametrize("name", list(P.IR_BINARY) + list(P.IR_UNARY))
+@pytest.mark.parametrize("name", list(program.IR_BINARY) + list(program.IR_UNARY))
 def test_every_ir_operator_has_an_engine_branch_and_a_hip_spelling(name):
-    if name in P.IR_BINARY:
-        o = P.IR_BINARY[name]
-        fns = {"arith": [(E.fbin, "B_"), (E.ibin, "B_")], "float": [(E.fbin, "B_")],
-               "int": [(E.ibin, "B_")], "cmp": [(E.fcmp, "C_")]}[o.kind]
+    if name in program.IR_BINARY:
+        o = program.IR_BINARY[name]
+        fns = {"arith": [(engine.fbin, "B_"), (engine.ibin, "B_")], "float": [(engine.fbin, "B_")],
+               "int": [(engine.ibin, "B_")], "cmp": [(engine.fcmp, "C_")]}[o.kind]
         assert "{a}" in o.hip and "{b}" in o.hip, name
     else:
-        o = P.IR_UNARY[name]
-        fns = {"float": [(E.fun, "U_")], "any": [(E.fun, "U_"), (E.iun, "U_")],
-               "truth": [(E.iun, "U_")]}[o.kind]
+        o = program.IR_UNARY[name]
+        fns = {"float": [(engine.fun, "U_")], "any": [(engine.fun, "U_"), (engine.iun, "U_")],
+               "truth": [(engine.iun, "U_")]}[o.kind]
         assert "{a}" in o.hip, name
     for fn, prefix in fns:
         assert _evaluated(fn, prefix, o.engine), f"engine.{fn.__name__} has no branch for {name}"
-    if name in P.IR_UNARY:
+    if name in program.IR_UNARY:
         assert gcompile.UN[name] == o.engine
     else:
         assert gcompile.FBIN.get(name) == (o.engine if o.kind in ("arith", "float") else None)
@@ -143,8 +143,8 @@ def test_every_ir_operator_has_an_engine_branch_and_a_hip_spelling(name):
 
 
 def test_engine_opcodes_are_distinct_per_family():
-    for fam in ({k: o for k, o in P.IR_BINARY.items() if o.kind != "cmp"},
-                {k: o for k, o in P.IR_BINARY.items() if o.kind == "cmp"}, P.IR_UNARY):
+    for fam in ({k: o for k, o in program.IR_BINARY.items() if o.kind != "cmp"},
+                {k: o for k, o in program.IR_BINARY.items() if o.kind == "cmp"}, program.IR_UNARY):
         codes = {}
         for k, o in fam.items():
             codes.setdefault(o.engine, []).append(k)
@@ -154,23 +154,23 @@ def test_engine_opcodes_are_distinct_per_family():
 
 
 def test_every_op_has_an_onnx_converter_or_a_stated_reason():
-    ops = (set(G.ELEMENTWISE) | set(G.REDUCE) | set(G.VIEWS) | set(G.INJECTIVE)
+    ops = (set(graph_ir.ELEMENTWISE) | set(graph_ir.REDUCE) | set(graph_ir.VIEWS) | set(graph_ir.INJECTIVE)
            | {"matmul", "conv2d"})
     missing = ops - onnx_produced() - set(NOT_FROM_ONNX)
     assert not missing, f"no ONNX converter and no reason given for {sorted(missing)}"
     assert not set(NOT_FROM_ONNX) & onnx_produced(), "a listed exception now has a converter"
 
 
-@pytest.mark.parametrize("kind", G.UNARY + G.BINARY)
+@pytest.mark.parametrize("kind", graph_ir.UNARY + graph_ir.BINARY)
 def test_every_elementwise_op_prints_as_hip(kind):
-    g = G.Graph(kind)
+    g = graph_ir.Graph(kind)
     x = g.input("x", (4, 64))
-    y = g.unary(kind, x) if kind in G.UNARY else g.binary(kind, x, g.input("y", (4, 64)))
+    y = g.unary(kind, x) if kind in graph_ir.UNARY else g.binary(kind, x, g.input("y", (4, 64)))
     g.output(y)
     d = fuse(g).dispatches[0]
     src = emit_kernel(lower(g, d, {"workgroup": 64, "vector": 1, "elems": 1,
                                    "order": "output"}))
-    o = P.IR_UNARY[UNARY_IR[kind]] if kind in G.UNARY else P.IR_BINARY[BINARY_IR[kind]]
+    o = program.IR_UNARY[UNARY_IR[kind]] if kind in graph_ir.UNARY else program.IR_BINARY[BINARY_IR[kind]]
     assert all(p in src for p in _pieces(o, "f32")), (kind, src)
 
 
@@ -185,33 +185,33 @@ def _int_bool_and_injective_graphs():
     slice, gather, pad, concat) and the HIP spelling its kernel must contain."""
     import numpy as np
     out = []
-    for kind in G.COMPARE:
-        g = G.Graph(kind)
+    for kind in graph_ir.COMPARE:
+        g = graph_ir.Graph(kind)
         g.output(g.compare(kind, g.input("x", (4, 64)), g.input("y", (4, 64))))
-        out.append((kind, g, _pieces(P.IR_BINARY[OPS[kind].ir], "i32")[1]))
-    for kind in G.LOGICAL:
-        g = G.Graph(kind)
+        out.append((kind, g, _pieces(program.IR_BINARY[OPS[kind].ir], "i32")[1]))
+    for kind in graph_ir.LOGICAL:
+        g = graph_ir.Graph(kind)
         g.output(g.binary(kind, g.input("x", (4, 64), "bool"), g.input("y", (4, 64), "bool")))
-        out.append((kind, g, _pieces(P.IR_BINARY[OPS[kind].ir], "i32")[1]))
-    g = G.Graph("not")
+        out.append((kind, g, _pieces(program.IR_BINARY[OPS[kind].ir], "i32")[1]))
+    g = graph_ir.Graph("not")
     g.output(g.logical_not(g.input("x", (4, 64), "bool")))
     out.append(("not", g, "!"))
-    g = G.Graph("select")
+    g = graph_ir.Graph("select")
     g.output(g.select(g.input("c", (4, 64), "bool"), g.input("x", (4, 64)), g.input("y", (64,))))
     out.append(("select", g, " ? "))
-    g = G.Graph("cast")
+    g = graph_ir.Graph("cast")
     g.output(g.cast(g.cast(g.input("x", (4, 64)), "i32"), "f32"))
     out.append(("cast", g, "(int)"))
-    g = G.Graph("slice")
+    g = graph_ir.Graph("slice")
     g.output(g.relu(g.slice(g.input("x", (4, 64)), (1, 0), (1, 2), (3, 32))))
     out.append(("slice", g, "x["))
-    g = G.Graph("gather")
+    g = graph_ir.Graph("gather")
     g.output(g.gather(g.constant(np.ones((10, 64), np.float32)), g.input("i", (4,), "i32")))
     out.append(("gather", g, "ld_i"))
-    g = G.Graph("pad")
+    g = graph_ir.Graph("pad")
     g.output(g.pad(g.input("x", (4, 60)), ((0, 0), (2, 2)), -1.0))
     out.append(("pad", g, " ? "))
-    g = G.Graph("concat")
+    g = graph_ir.Graph("concat")
     g.output(g.concat([g.input("x", (4, 32)), g.input("y", (4, 32))], 1))
     out.append(("concat", g, " ? "))
     return out

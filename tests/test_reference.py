@@ -4,12 +4,12 @@ import math
 import numpy as np
 import pytest
 
-from compiler.ir import builders as B
+from compiler.ir import builders
 from compiler.ir.graph import BINARY, UNARY, Graph, GraphError
 from compiler.ir.ops import OPS
 from compiler.ir.reference import evaluate, random_inputs
 from gpusim import engine
-from gpusim import program as P
+from gpusim import program
 
 RNG = np.random.default_rng(0)
 X = RNG.uniform(0.1, 2.0, (3, 5)).astype(np.float32)
@@ -26,9 +26,9 @@ def simulator_formula(kind: str):
     copy of each formula."""
     spec = OPS[kind]
     if spec.arity == 1:
-        code = P.IR_UNARY[spec.ir].engine
+        code = program.IR_UNARY[spec.ir].engine
         return np.vectorize(lambda x: engine.fun(code, float(x)), otypes=[np.float64])
-    code = P.IR_BINARY[spec.ir].engine
+    code = program.IR_BINARY[spec.ir].engine
     return np.vectorize(lambda x, y: engine.fbin(code, float(x), float(y)), otypes=[np.float64])
 
 
@@ -42,7 +42,7 @@ def run1(build, **inputs):
 
 def test_every_float_primitive_has_a_simulator_formula():
     for kind in UNARY + BINARY:
-        assert OPS[kind].ir in (P.IR_UNARY if OPS[kind].arity == 1 else P.IR_BINARY), kind
+        assert OPS[kind].ir in (program.IR_UNARY if OPS[kind].arity == 1 else program.IR_BINARY), kind
 
 
 @pytest.mark.parametrize("kind", UNARY)
@@ -136,7 +136,7 @@ def softmax_np(x, axis):
 
 @pytest.mark.parametrize("axis", [-1, 0])
 def test_softmax_builder(axis):
-    got = run1(lambda g, x: B.softmax(g, x, axis), x=V)
+    got = run1(lambda g, x: builders.softmax(g, x, axis), x=V)
     np.testing.assert_allclose(got, softmax_np(V.astype(np.float64), axis), rtol=1e-5)
 
 
@@ -152,14 +152,14 @@ def test_layer_norm_builder(affine, residual):
     def build(g, v, x_):
         gm = g.constant(gamma) if affine else None
         bt = g.constant(beta) if affine else None
-        return B.layer_norm(g, v, gm, bt, residual=x_ if residual else None)
+        return builders.layer_norm(g, v, gm, bt, residual=x_ if residual else None)
     got = run1(build, v=V, x_=X)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_rms_norm_builder():
     gamma = RNG.standard_normal(5).astype(np.float32)
-    got = run1(lambda g, v: B.rms_norm(g, v, g.constant(gamma)), v=V)
+    got = run1(lambda g, v: builders.rms_norm(g, v, g.constant(gamma)), v=V)
     want = V / np.sqrt((V.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * gamma
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
@@ -171,16 +171,16 @@ def test_gelu_builder(approx):
         want = 0.5 * v * (1 + ERF(v / math.sqrt(2)))
     else:
         want = 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
-    got = run1(lambda g, v: B.gelu(g, v, approx), v=V)
+    got = run1(lambda g, v: builders.gelu(g, v, approx), v=V)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError):
-        run1(lambda g, v: B.gelu(g, v, "fast"), v=V)
+        run1(lambda g, v: builders.gelu(g, v, "fast"), v=V)
 
 
 def test_bias_add_and_composites_are_primitive_only():
     g = Graph()
     x = g.input("x", (4, 6))
-    g.output(B.bias_add(g, B.softmax(g, x), g.constant(np.ones(6, np.float32))))
+    g.output(builders.bias_add(g, builders.softmax(g, x), g.constant(np.ones(6, np.float32))))
     assert {op.kind for op in g.ops} <= set(UNARY + BINARY) | {"input", "constant", "reduce_max",
                                                                  "reduce_sum"}
 

@@ -13,7 +13,7 @@ from compiler.ir.graph import Graph
 from compiler.ir.models import load_model
 from compiler.fusion import fuse
 from compiler.tuning.search import (SearchError, tune, tune_dispatches, unfused_dispatches, verify_dispatches)
-from gpusim import program as P
+from gpusim import program
 
 ARCHES = ("gfx90a", "gfx942", "gfx1100")
 
@@ -91,11 +91,11 @@ def test_fix_pins_a_knob_and_rejects_unknown_values():
 def _zero_stores(stmts):
     out = []
     for s in stmts:
-        if isinstance(s, P.Store):
-            s = P.Store(s.buffer, s.index, tuple(P.f32(0.0) for _ in s.values))
-        elif isinstance(s, P.For):
+        if isinstance(s, program.Store):
+            s = program.Store(s.buffer, s.index, tuple(program.f32(0.0) for _ in s.values))
+        elif isinstance(s, program.For):
             s = dataclasses.replace(s, body=_zero_stores(s.body))
-        elif isinstance(s, P.If):
+        elif isinstance(s, program.If):
             s = dataclasses.replace(s, then=_zero_stores(s.then), orelse=_zero_stores(s.orelse))
         out.append(s)
     return tuple(out)

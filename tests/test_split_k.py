@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpusim
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import GFX90A, GFX942
 
 from compiler.fusion import fuse
@@ -57,7 +57,7 @@ def test_split_k_equals_numpy(gi, swizzle, kw):
     g = graphs()[gi]
     k = lower_contraction(g, whole(g), {**SPLIT_TILE, "KW": kw, "swizzle": swizzle,
                                         "split_k": 2}, GFX942)
-    assert isinstance(k, P.KernelSequence) and len(k.kernels) == 2
+    assert isinstance(k, program.KernelSequence) and len(k.kernels) == 2
     partial, reduce = k.kernels
     ws = k.workspaces[0].name
     assert partial.buffer(ws).intent == "out" and reduce.buffer(ws).intent == "in"
@@ -92,8 +92,8 @@ def test_split_k_mfma_equals_numpy(swizzle, lanes):
     k = lower_contraction(g, whole(g), {**TILE, **MFMA_TILES[0], "lds_pad": 4, "mma": "mfma",
                                         "swizzle": swizzle, "mfma_lanes": lanes,
                                         "split_k": 4}, GFX942)
-    assert any(isinstance(s, P.Mfma) for s in P.walk(k.kernels[0].body))
-    assert not any(isinstance(s, P.Mfma) for s in P.walk(k.kernels[1].body))
+    assert any(isinstance(s, program.Mfma) for s in program.walk(k.kernels[0].body))
+    assert not any(isinstance(s, program.Mfma) for s in program.walk(k.kernels[1].body))
     _assert_matches(g, k)
 
 
@@ -101,8 +101,8 @@ def test_split_k_1_is_the_one_kernel_gemm():
     g = graphs()[5]
     k1 = lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 1}, GFX942)
     k0 = lower_contraction(g, whole(g), SPLIT_TILE, GFX942)
-    assert isinstance(k1, P.Kernel)
-    assert len(list(P.walk(k1.body))) == len(list(P.walk(k0.body)))
+    assert isinstance(k1, program.Kernel)
+    assert len(list(program.walk(k1.body))) == len(list(program.walk(k0.body)))
     with pytest.raises(LoweringError, match="split_k=5 not in"):
         lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 5}, GFX942)
 
@@ -157,16 +157,16 @@ def test_search_chooses_and_checks_a_split(arch):
     g = conv3x3(hw=7, c=32)
     d = fuse(g).dispatches[0]
     t = tune_dispatches(g, [d], arch, budget=2, fixed={"split_k": 6})[0]
-    assert t.best.knobs["split_k"] == 6 and isinstance(t.kernel, P.KernelSequence)
+    assert t.best.knobs["split_k"] == 6 and isinstance(t.kernel, program.KernelSequence)
     for check_all in (True, False):
         t.verified = None
         verify_dispatches(g, [t], arch, check_all=check_all)
         assert t.verified, t.max_error
-    assert isinstance(lower(g, d, t.best.knobs, arch), P.KernelSequence)
+    assert isinstance(lower(g, d, t.best.knobs, arch), program.KernelSequence)
 
 
 def test_sequence_refuses_a_workspace_read_before_it_is_written():
     g = graphs()[5]
     k = lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 2}, GFX942)
     with pytest.raises(ValueError, match="before any kernel writes it"):
-        P.KernelSequence("bad", tuple(reversed(k.kernels)), k.workspaces)
+        program.KernelSequence("bad", tuple(reversed(k.kernels)), k.workspaces)

@@ -211,9 +211,9 @@ def test_layer_norm_check_rejects_missing_residual_and_wrong_axis():
 
 
 def test_layer_norm_check_accepts_the_builder():
-    from compiler.ir import builders as B
+    from compiler.ir import builders
     v = ex.check_layer_norm(lambda g, x, res, gamma, beta:
-                            B.layer_norm(g, x, gamma, beta, residual=res))
+                            builders.layer_norm(g, x, gamma, beta, residual=res))
     assert v.ok and v.time_us > 0
 
 

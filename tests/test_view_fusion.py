@@ -13,13 +13,13 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto as T
+from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from gpusim.hw import GFX942
 import gpusim
-from gpusim import program as P
+from gpusim import program
 from compiler.frontends.onnx import from_model, load_onnx
 from compiler.lower import lower
 from compiler.lower.common import memory_image
@@ -33,7 +33,7 @@ RNG = np.random.default_rng(0)
 
 
 def vi(name, shape):
-    return h.make_tensor_value_info(name, T.FLOAT, shape)
+    return h.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
 def init(name, arr):
@@ -91,12 +91,12 @@ def run_kernel(g, d, knobs, arch="gfx942"):
 
 
 def stores(k, buffer):
-    return {len(s.values) for s in P.walk(k.body) if isinstance(s, P.Store)
+    return {len(s.values) for s in program.walk(k.body) if isinstance(s, program.Store)
             and s.buffer == buffer}
 
 
 def loads(k, buffer):
-    return {len(s.dsts) for s in P.walk(k.body) if isinstance(s, P.Load)
+    return {len(s.dsts) for s in program.walk(k.body) if isinstance(s, program.Load)
             and s.buffer == buffer}
 
 

@@ -20,7 +20,7 @@ import argparse
 import sys
 import time
 
-from compiler.ir import builders as B
+from compiler.ir import builders
 from compiler.ir.graph import Graph
 from compiler.ir.models import load_model
 from compiler.tuning.search import tune
@@ -32,7 +32,7 @@ def layernorm_nchw(n=1, c=96, h=56, w=56) -> Graph:
     """ConvNeXt's channels-first LayerNorm: a norm over C of NCHW (strided rows)."""
     g = Graph("layernorm_nchw")
     x = g.input("x", (n, c, h, w))
-    g.output(B.layer_norm(g, x, g.input("gamma", (1, c, 1, 1)), g.input("beta", (1, c, 1, 1)),
+    g.output(builders.layer_norm(g, x, g.input("gamma", (1, c, 1, 1)), g.input("beta", (1, c, 1, 1)),
                           axis=1))
     return g
 
@@ -54,7 +54,7 @@ def pool_nhwc(n=1, h=7, w=7, c=2048) -> Graph:
 def softmax_channels(n=1, c=64, h=32, w=32) -> Graph:
     """A softmax over the channels of NCHW (strided rows)."""
     g = Graph("softmax_channels")
-    g.output(B.softmax(g, g.input("x", (n, c, h, w)), axis=1))
+    g.output(builders.softmax(g, g.input("x", (n, c, h, w)), axis=1))
     return g
 
 

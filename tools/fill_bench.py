@@ -34,7 +34,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from compiler.ir import builders as B  # noqa: E402
+from compiler.ir import builders  # noqa: E402
 from compiler.ir.graph import Graph  # noqa: E402
 from gpusim.hw import get_arch  # noqa: E402
 
@@ -50,8 +50,8 @@ def conv3x3(hw: int, c: int) -> Graph:
 def ffn(tokens: int, d_in: int, d_out: int, act: bool) -> Graph:
     g = Graph(f"bert_ffn_{tokens}x{d_in}x{d_out}")
     x, w = g.input("x", (tokens, d_in)), g.input("w", (d_in, d_out))
-    y = B.bias_add(g, g.matmul(x, w), g.input("b", (d_out,)))
-    g.output(B.gelu(g, y) if act else y)
+    y = builders.bias_add(g, g.matmul(x, w), g.input("b", (d_out,)))
+    g.output(builders.gelu(g, y) if act else y)
     return g
 
 
@@ -59,7 +59,7 @@ def attention(heads: int, sq: int, sk: int, d: int = 64) -> Graph:
     g = Graph(f"attention_h{heads}_q{sq}_k{sk}")
     q, k, v = (g.input(n, (heads, s, d)) for n, s in (("q", sq), ("k", sk), ("v", sk)))
     s = g.mul(g.matmul(q, g.transpose(k, (0, 2, 1))), 1.0 / math.sqrt(d))
-    g.output(g.matmul(B.softmax(g, s), v))
+    g.output(g.matmul(builders.softmax(g, s), v))
     return g
 
 

@@ -44,7 +44,7 @@ import numpy as np
 # onnx itself is imported inside the functions that use it: every wavefuse command loads
 # this module (through compiler.ir.models) and `import onnx` takes ~0.7 s, onnx.reference
 # ~0.5 s more, so only a command that reads, folds or writes ONNX pays for them.
-from compiler.ir import builders as B
+from compiler.ir import builders
 from compiler.ir.graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
 
 MIN_OPSET = 13
@@ -639,7 +639,7 @@ def _reduce_squares(root: bool):
 
 def _softmax(im: _Importer, node):
     x = im.value(node.input[0], node)
-    return B.softmax(im.g, x, int(im.attr(node, "axis", -1)))
+    return builders.softmax(im.g, x, int(im.attr(node, "axis", -1)))
 
 
 def _layer_norm(im: _Importer, node):
@@ -656,7 +656,7 @@ def _layer_norm(im: _Importer, node):
     bias = im.value(bias_name, node, like=x) if bias_name else None
     eps = float(im.attr(node, "epsilon", 1e-5))
     if len([o for o in node.output if o]) == 1 and len(node.output) == 1:
-        return B.layer_norm(g, x, scale, bias, eps=eps, axis=axes)
+        return builders.layer_norm(g, x, scale, bias, eps=eps, axis=axes)
     # Mean and InvStdDev requested: the same primitives as builders.layer_norm, named
     mean = g.reduce_mean(x, axes, keepdims=True)
     d = g.sub(x, mean)
@@ -689,7 +689,7 @@ def _instance_norm(im: _Importer, node):
     scale = _channel_param(im, node, 1, x, c, "scale")
     bias = _channel_param(im, node, 2, x, c, "B")
     eps = float(im.attr(node, "epsilon", 1e-5))
-    return B.layer_norm(im.g, x, scale, bias, eps=eps, axis=tuple(range(2, x.type.rank)))
+    return builders.layer_norm(im.g, x, scale, bias, eps=eps, axis=tuple(range(2, x.type.rank)))
 
 
 def _group_norm(im: _Importer, node):
@@ -713,7 +713,7 @@ def _group_norm(im: _Importer, node):
     stash = int(im.attr(node, "stash_type", 1))
     work = g.cast(x, "f32") if (x.dtype == "f16" and stash == 1 and im.opset >= 21) else x
     flat = g.reshape(work, (n, groups, math.prod(x.shape[1:]) // groups))
-    y = g.reshape(B.layer_norm(g, flat, eps=eps, axis=-1), x.shape)
+    y = g.reshape(builders.layer_norm(g, flat, eps=eps, axis=-1), x.shape)
     if work is not x:
         y = g.cast(y, x.dtype)
     per = groups if im.opset < 21 else c
@@ -1426,7 +1426,7 @@ def _gelu(im: _Importer, node):
     approx = approx.decode() if isinstance(approx, bytes) else approx
     if approx not in ("none", "tanh"):
         raise UnsupportedError(f"{im.where(node)}: approximate={approx!r}")
-    return B.gelu(im.g, im.value(node.input[0], node), approx)
+    return builders.gelu(im.g, im.value(node.input[0], node), approx)
 
 
 def _softplus(im: _Importer, node):

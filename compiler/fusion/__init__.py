@@ -65,12 +65,12 @@ def fuse(graph: Graph, aggressive: bool = True, attention: bool = True,
     pre = []
     if horizontal_gemms:
         graph, pre = horizontal.rewrite(graph)
-    st = FusionState.start(graph, aggressive, CONDITIONS, SPACE_CONDITIONS, REINDEXERS)
+    state = FusionState.start(graph, aggressive, CONDITIONS, SPACE_CONDITIONS, REINDEXERS)
     rules = RULES if attention else tuple(r for r in RULES if r.NAME != "attention")
-    while any(rule.apply(st) for rule in rules):
+    while any(rule.apply(state) for rule in rules):
         pass
-    multi_use.recompute(st)
-    plan = multi_result.build_plan(st)
+    multi_use.recompute(state)
+    plan = multi_result.build_plan(state)
     plan.decisions[:0] = pre
     return plan
 

@@ -42,10 +42,10 @@ from compiler.ir.attention_pattern import AttentionPattern, match, visible
 
 NAME = "attention"
 
-def apply(st: FusionState) -> bool:
+def apply(state: FusionState) -> bool:
     """Merges the three (or, conservative, four) groups of one attention into one."""
-    g = st.graph
-    for grp in st.sorted_groups():
+    g = state.graph
+    for grp in state.sorted_groups():
         if grp.closed or g.op(grp.root).kind != "matmul":
             continue
         pat = match(g, grp.root)
@@ -53,22 +53,22 @@ def apply(st: FusionState) -> bool:
             continue
         prob = g.op(grp.root).inputs[0]
         if isinstance(pat, str):
-            st.record(NAME, prob, grp.root, False, pat)
+            state.record(NAME, prob, grp.root, False, pat)
             continue
-        if not st.aggressive:
-            st.record(NAME, prob, pat.pv, False,
+        if not state.aggressive:
+            state.record(NAME, prob, pat.pv, False,
                       "conservative mode keeps one root per dispatch: QK^T, the softmax and "
                       "PV stay apart (aggressive fusion forms one attention dispatch)")
             continue
-        groups = {st.owner[n] for n in pat.ops if n in st.owner}
+        groups = {state.owner[n] for n in pat.ops if n in state.owner}
         allowed = set(pat.ops)
         for gid in groups:
-            for n in st.groups[gid].ops:
+            for n in state.groups[gid].ops:
                 if n in allowed:
                     continue
                 if gid == grp.id or (g.op(n).is_elementwise and not visible(g, n)):
                     continue   # PV's epilogue, or a visible mask chain fused into QK^T
-                st.record(NAME, prob, pat.pv, False,
+                state.record(NAME, prob, pat.pv, False,
                           f"{n} shares a dispatch with part of the attention but is not "
                           f"part of it")
                 break
@@ -76,29 +76,29 @@ def apply(st: FusionState) -> bool:
                 continue
             break
         else:
-            _merge(st, grp, [st.groups[i] for i in groups if i != grp.id], pat)
+            _merge(state, grp, [state.groups[i] for i in groups if i != grp.id], pat)
             return True
     return False
 
 
-def condition(st: FusionState, at: Attempt) -> str | None:
+def condition(state: FusionState, attempt: Attempt) -> str | None:
     """An attention dispatch takes no further ops (checked on every merge)."""
-    if at.prod.closed == NAME or at.cons.closed == NAME:
+    if attempt.prod.closed == NAME or attempt.cons.closed == NAME:
         return ("an attention dispatch is closed: its lowering streams keys through LDS "
                 "and takes no further ops")
     return None
 
 
-def _merge(st: FusionState, pv_group: Group, others: list, pat: AttentionPattern) -> None:
+def _merge(state: FusionState, pv_group: Group, others: list, pat: AttentionPattern) -> None:
     """Folds the QK^T and softmax groups into PV's: one dispatch, kind ``attention``.
     No cycle can appear: none of the folded ops has a reader outside the attention."""
     for o in others:
-        st.absorb(pv_group, o)
+        state.absorb(pv_group, o)
     pv_group.closed = NAME
     space = "x".join(map(str, pat.batch + (pat.sq,)))
     reason = (f"one attention dispatch over (batch, heads, query rows) {space}: QK^T, the "
               f"row softmax over {pat.sk} keys and PV line up; S and P stay in registers/LDS "
               f"(online softmax, keys streamed in blocks)")
-    prob = st.graph.op(pat.pv).inputs[0]
-    st.record(NAME, pat.qk, pat.row_max, True, reason)
-    st.record(NAME, prob, pat.pv, True, reason)
+    prob = state.graph.op(pat.pv).inputs[0]
+    state.record(NAME, pat.qk, pat.row_max, True, reason)
+    state.record(NAME, prob, pat.pv, True, reason)

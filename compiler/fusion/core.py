@@ -84,8 +84,8 @@ class _Owners(MutableMapping):
     """op -> id of the group holding it, stored as the group object so a merge that keeps
     the larger side's containers relabels only the smaller side's ops."""
 
-    def __init__(self, st: "FusionState"):
-        self._st, self._grp = st, {}
+    def __init__(self, state: "FusionState"):
+        self._st, self._grp = state, {}
 
     def __getitem__(self, op):
         return self._grp[op].id
@@ -195,11 +195,11 @@ class FusionState:
     def start(cls, graph: Graph, aggressive: bool, conditions=(),
               space_conditions=(), reindexers=()) -> "FusionState":
         """Every compute op in its own group: the unfused plan."""
-        st = cls(graph, aggressive, tuple(conditions), tuple(space_conditions),
+        state = cls(graph, aggressive, tuple(conditions), tuple(space_conditions),
                  tuple(reindexers))
-        st.owner = _Owners(st)
+        state.owner = _Owners(state)
         order = graph.topo_order()
-        st.order = {n: i for i, n in enumerate(order)}
+        state.order = {n: i for i, n in enumerate(order)}
         live = live_ops(graph)
         for n in order:
             op = graph.op(n)
@@ -207,32 +207,32 @@ class FusionState:
                 continue
             loops = ix.parallel_loops(op, graph)
             dom = ix.domain(op, graph)
-            gid = len(st.groups)
+            gid = len(state.groups)
             kind = RootKind.of(op)
-            st.groups[gid] = Group(gid, n, {n}, {n: tuple(loops)},
+            state.groups[gid] = Group(gid, n, {n}, {n: tuple(loops)},
                                    tuple(dom[l][0] for l in loops),
                                    n_roots=int(kind > RootKind.ELEMENTWISE),
                                    n_other=int(not op.is_elementwise),
                                    n_heavy=int(not (op.is_elementwise or op.is_injective)))
-            st.owner[n] = gid
+            state.owner[n] = gid
             for k in range(len(op.inputs)):
                 src, views, tlinks, opaque = ix.trace_operand(graph, n, k)
                 if ix.is_compute(graph.op(src)):
-                    st.edges.append(Edge(src, n, k, tuple(views),
+                    state.edges.append(Edge(src, n, k, tuple(views),
                                          ix.loop_links(graph, src, tlinks), opaque,
-                                         len(st.edges)))
-        for e in st.edges:
-            st.group_of(e.src).out.append(e)
-        st._sorted = sorted((st.order[g.root], g.id) for g in st.groups.values())
-        st._dg = st._build_condensed()
+                                         len(state.edges)))
+        for e in state.edges:
+            state.group_of(e.src).out.append(e)
+        state._sorted = sorted((state.order[g.root], g.id) for g in state.groups.values())
+        state._dg = state._build_condensed()
         for o in dict.fromkeys(graph.outputs):
             chain, n = [], o
             while graph.op(n).is_view:
                 chain.append(n)
                 n = graph.op(n).inputs[0]
             if ix.is_compute(graph.op(n)):
-                st.graph_outputs.append((n, o, tuple(chain)))
-        return st
+                state.graph_outputs.append((n, o, tuple(chain)))
+        return state
 
     # ------------------------------------------------------------------ queries
     def group_of(self, op: str) -> Group:
@@ -373,16 +373,16 @@ class FusionState:
                 return "the parallel loops of the two sides do not pair one-to-one"
         return rel_a, rel_b
 
-    def pair(self, at: Attempt, links) -> Pairing | str:
+    def pair(self, attempt: Attempt, links) -> Pairing | str:
         """Chooses the root side (the keeper) and checks that every parallel loop of either side has
         a partner (or may be recomputed / run serially); a reason string when not."""
         g = self.graph
-        prod, cons = at.prod, at.cons
+        prod, cons = attempt.prod, attempt.cons
         rel = self._relation(prod, cons, links)
         if isinstance(rel, str):
             return rel
         producer_partners, consumer_partners = rel
-        pr, cr = at.kinds(g)
+        pr, cr = attempt.kinds(g)
         if pr > cr or (pr == cr and pr > RootKind.ELEMENTWISE):
             keeper, joiner, joiner_is_producer = prod, cons, False
             keeper_partners, joiner_partners = producer_partners, consumer_partners
@@ -392,7 +392,7 @@ class FusionState:
         else:
             keeper, joiner, joiner_is_producer = cons, prod, True
             keeper_partners, joiner_partners = consumer_partners, producer_partners
-        if at.sibling:
+        if attempt.sibling:
             joiner_is_producer = None
         notes = []
         r_kind = g.op(keeper.root).kind
@@ -512,7 +512,7 @@ class FusionState:
         if sibling and (edges or self.between(cons, prod)):
             return False, ("one reads the other's result: they are producer and consumer, "
                            "not siblings")
-        at = Attempt(rule, prod, cons, edges, sibling, other_uses_ok)
+        attempt = Attempt(rule, prod, cons, edges, sibling, other_uses_ok)
         p = None
         for e in edges:
             if e.opaque:
@@ -521,7 +521,7 @@ class FusionState:
                        f"projection of its loops (a reshape that splits/merges "
                        f"dims, or a convolution window)")
                 for rx in self.reindexers:
-                    p = rx(self, at)
+                    p = rx(self, attempt)
                     if p is not None:
                         break
                 if p is None:
@@ -530,16 +530,16 @@ class FusionState:
                     return False, f"{why}; {p}"
                 break
         for cond in self.conditions:
-            reason = cond(self, at)
+            reason = cond(self, attempt)
             if reason:
                 return False, reason
         links = sibling_links if sibling else [(e.src, e.dst, e.links) for e in edges]
         if p is None:
-            p = self.pair(at, links)
+            p = self.pair(attempt, links)
         if isinstance(p, str):
             return False, p
         for cond in self.space_conditions:
-            reason = cond(self, at, p)
+            reason = cond(self, attempt, p)
             if reason:
                 return False, reason
         if self.creates_cycle(prod, cons):
@@ -550,7 +550,7 @@ class FusionState:
             return False, f"the merged dispatch would have no legal schedule: {why}"
         self._commit(p)
         space = "x".join(map(str, p.keeper.psizes)) or "1"
-        head = (f"{'siblings' if sibling else 'chained roots' if at.chained else 'fused'}"
+        head = (f"{'siblings' if sibling else 'chained roots' if attempt.chained else 'fused'}"
                 f" over {p.keeper.root}'s parallel space ({space})")
         reason = "; ".join([head] + p.notes)
         for e in (record_edges if record_edges is not None else edges):

@@ -25,25 +25,25 @@ from compiler.fusion.core import FusionState
 NAME = "elementwise"
 
 
-def apply(st: FusionState) -> bool:
-    g = st.graph
-    for grp in st.sorted_groups():
-        if not st.injective_only(grp):
+def apply(state: FusionState) -> bool:
+    g = state.graph
+    for grp in state.sorted_groups():
+        if not state.injective_only(grp):
             continue
-        u = st.sole_user(grp)
+        u = state.sole_user(grp)
         if u is None:
             continue
         if g.op(u).is_reduction:
             continue  # the reduction-producer rule's
-        if st.merge_or_record(NAME, grp, st.group_of(u)):
+        if state.merge_or_record(NAME, grp, state.group_of(u)):
             return True
     return False
 
 
-def place_views(st: FusionState, members: dict) -> dict:
+def place_views(state: FusionState, members: dict) -> dict:
     """Adds every view to each dispatch that reads through it; returns {view output that
     is a graph output: (writer group id or None for a copy, chain)}."""
-    g = st.graph
+    g = state.graph
     for gid, ops in members.items():
         for n in list(ops):
             op = g.op(n)
@@ -60,6 +60,6 @@ def place_views(st: FusionState, members: dict) -> dict:
         while g.op(n).is_view:
             chain.append(n)
             n = g.op(n).inputs[0]
-        writer = st.owner.get(n) if ix.is_compute(g.op(n)) else None
+        writer = state.owner.get(n) if ix.is_compute(g.op(n)) else None
         materialise[o] = (writer, chain)
     return materialise

@@ -44,56 +44,56 @@ NAME = "epilogue"
 C = RootKind.CONTRACTION
 
 
-def apply(st: FusionState) -> bool:
-    g = st.graph
-    for grp in st.sorted_groups():
-        if grp.kind(g) == C and st.fuse_into_consumers(NAME, grp):
+def apply(state: FusionState) -> bool:
+    g = state.graph
+    for grp in state.sorted_groups():
+        if grp.kind(g) == C and state.fuse_into_consumers(NAME, grp):
             return True
     return False
 
 
-def condition(st: FusionState, at: Attempt) -> str | None:
+def condition(state: FusionState, attempt: Attempt) -> str | None:
     """Why a merge touching a contraction is refused, or None."""
-    g = st.graph
-    for e in at.edges:
+    g = state.graph
+    for e in attempt.edges:
         if g.op(e.dst).is_contraction:
             return (f"{e.src} is an operand of the contraction {e.dst}: "
                     f"contractions read their operands from memory (producer "
                     f"fusion into a GEMM/conv tile is not done, as in IREE)")
-    pr, cr = at.kinds(g)
+    pr, cr = attempt.kinds(g)
     if pr == C and cr == C:
         return "two contractions never share a dispatch"
     if C in (pr, cr) and RootKind.REDUCTION in (pr, cr):
         return ("a reduction and a contraction do not share a dispatch: the "
                 "epilogue runs once per output element of the contraction tile")
-    if pr == C and not st.elementwise_only(at.cons):
+    if pr == C and not state.elementwise_only(attempt.cons):
         return "only elementwise ops join a contraction epilogue"
     if C in (pr, cr):
         # the GEMM writes tile by tile: every tensor of the epilogue that leaves the
         # dispatch holds the result's elements in its shape or one-to-one through a view
         # (then the tile writes in the view's order: layout propagation)
-        gemm, other = (at.prod, at.cons) if pr == C else (at.cons, at.prod)
+        gemm, other = (attempt.prod, attempt.cons) if pr == C else (attempt.cons, attempt.prod)
         key = (NAME, gemm.root, frozenset(gemm.ops), frozenset(other.ops))
-        why = st.memo.get(key)
+        why = state.memo.get(key)
         if why is None:   # the tables are as large as the result: ask once per pair
-            why = st.memo[key] = epilogue_shape_reason(g, gemm.root, gemm.ops, other.ops,
-                                                       st.order.__getitem__)
+            why = state.memo[key] = epilogue_shape_reason(g, gemm.root, gemm.ops, other.ops,
+                                                       state.order.__getitem__)
         if why:
             return why
     return None
 
 
-def reindex(st: FusionState, at: Attempt):
+def reindex(state: FusionState, attempt: Attempt):
     """A Pairing for a contraction and an elementwise consumer that reads it through
     reshape/transpose views the loops cannot project (a split or merged dim), when the
     consumer's elements are the result's one-to-one; a reason when they are not; None
     when this is not such a merge."""
-    g = st.graph
-    keeper, joiner = at.prod, at.cons
-    if at.sibling or keeper.kind(g) != C or joiner.kind(g) != RootKind.ELEMENTWISE or \
-            not st.elementwise_only(joiner):
+    g = state.graph
+    keeper, joiner = attempt.prod, attempt.cons
+    if attempt.sibling or keeper.kind(g) != C or joiner.kind(g) != RootKind.ELEMENTWISE or \
+            not state.elementwise_only(joiner):
         return None
-    for e in at.edges:
+    for e in attempt.edges:
         if e.opaque and (not g.op(e.dst).is_elementwise or not e.views or
                          any(g.op(v).kind not in ("reshape", "transpose") for v in e.views)):
             return None
@@ -122,19 +122,19 @@ def reindex(st: FusionState, at: Attempt):
                    ["written through the reshape's re-indexing (split/merged dims)"], 1)
 
 
-def layout_facts(st: FusionState, grp, ops: set) -> list[tuple]:
+def layout_facts(state: FusionState, grp, ops: set) -> list[tuple]:
     """(tensor, reader, memory order, matches output) for each tensor the epilogue
     reads from global memory."""
-    g = st.graph
+    g = state.graph
     root = g.op(grp.root)
     ploops = ix.parallel_loops(root, g)
     # compared with the tensor the tile writes (a transposed view of the result is
     # written in its own order: layout propagation, see passes.layout)
-    written = written_dims(g, grp.root, ops, st.order.__getitem__)
+    written = written_dims(g, grp.root, ops, state.order.__getitem__)
     out_dim_of_loop = {l: written[d] for d, l in enumerate(ix.result_map(root, g))
                        if l is not None}
     facts, seen = [], set()
-    for o in sorted(ops, key=st.order.__getitem__):
+    for o in sorted(ops, key=state.order.__getitem__):
         op = g.op(o)
         if o == grp.root or not ix.is_compute(op):
             continue

@@ -35,12 +35,12 @@ def _iteration(g: Graph, root: str) -> IterationSpace:
                           tuple(s for s, k in dom if k == "reduction"))
 
 
-def build_plan(st: FusionState) -> FusionPlan:
-    g = st.graph
-    order = st.order
-    members = {gid: set(grp.ops) for gid, grp in st.groups.items()}
-    roots = {gid: grp.root for gid, grp in st.groups.items()}
-    materialise = place_views(st, members)
+def build_plan(state: FusionState) -> FusionPlan:
+    g = state.graph
+    order = state.order
+    members = {gid: set(grp.ops) for gid, grp in state.groups.items()}
+    roots = {gid: grp.root for gid, grp in state.groups.items()}
+    materialise = place_views(state, members)
     writer = {}
     copies = []
     copy_of = {}   # (tensor behind the views, output shape) -> the copy dispatch
@@ -62,7 +62,7 @@ def build_plan(st: FusionState) -> FusionPlan:
                 copies.append(gid)
         members[gid].update(chain)
         writer[out] = gid
-    for n, gid in st.owner.items():
+    for n, gid in state.owner.items():
         writer.setdefault(n, gid)
 
     inputs = {}
@@ -105,14 +105,14 @@ def build_plan(st: FusionState) -> FusionPlan:
         rop = g.op(root)
         if gid in copies:
             kind = "transpose" if any(g.op(n).kind == "transpose" for n in ops) else "copy"
-        elif gid in st.groups and st.groups[gid].closed == "attention":
+        elif gid in state.groups and state.groups[gid].closed == "attention":
             kind = "attention"
         else:
             kind = ("contraction" if rop.is_contraction else
                     "reduction" if rop.is_reduction else "elementwise")
         epi = []
         if kind == "contraction":
-            for t, by, lay, ok in epilogue.layout_facts(st, st.groups[gid], members[gid]):
+            for t, by, lay, ok in epilogue.layout_facts(state, state.groups[gid], members[gid]):
                 epi.append(EpilogueInput(t, by, tuple(lay), ok))
         for e in epi:
             decisions.append(Decision(
@@ -123,7 +123,7 @@ def build_plan(st: FusionState) -> FusionPlan:
                  e.layout_matches_output else
                  "does not match the output's layout: an output swizzle before the "
                  "epilogue leaves this read uncoalesced and may regress")))
-        rec = [n for n in ops if gid in st.recomputed.get(n, ())]
+        rec = [n for n in ops if gid in state.recomputed.get(n, ())]
         it = _iteration(g, root)
         if kind == "attention":   # parallel over (batch, heads, query rows), keys serial
             it = IterationSpace(g.op(root).type.shape[:-1],
@@ -154,8 +154,8 @@ def build_plan(st: FusionState) -> FusionPlan:
                 decisions.append(Decision("elementwise", n, ", ".join(where), True,
                                           "view duplicated as an index map into each "
                                           "dispatch that reads through it"))
-    edge_dec = dict(st.decisions)
-    for e in st.edges:
+    edge_dec = dict(state.decisions)
+    for e in state.edges:
         if (e.src, e.dst) in edge_dec:
             continue
         same = any(e.src in members[gid] and e.dst in members[gid] for gid in members)
@@ -166,4 +166,4 @@ def build_plan(st: FusionState) -> FusionPlan:
     ordered = sorted(edge_dec.values(), key=lambda d: (order.get(d.producer, -1),
                                                        order.get(d.consumer, -1)))
     return FusionPlan(g, dispatches, ordered + decisions,
-                      "aggressive" if st.aggressive else "conservative")
+                      "aggressive" if state.aggressive else "conservative")

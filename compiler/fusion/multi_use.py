@@ -23,12 +23,12 @@ from compiler.fusion.core import Attempt, FusionState, RootKind
 NAME = "multi_use"
 
 
-def condition(st: FusionState, at: Attempt) -> str | None:
+def condition(state: FusionState, attempt: Attempt) -> str | None:
     """An elementwise producer fuses only when all its readers land in one dispatch."""
-    if at.sibling or at.other_uses_ok or at.prod.kind(st.graph) != RootKind.ELEMENTWISE:
+    if attempt.sibling or attempt.other_uses_ok or attempt.prod.kind(state.graph) != RootKind.ELEMENTWISE:
         return None
-    outside = sorted({st.groups[st.owner[e.dst]].root
-                      for e in st.out_edges(at.prod) if e.dst not in at.cons.ops})
+    outside = sorted({state.groups[state.owner[e.dst]].root
+                      for e in state.out_edges(attempt.prod) if e.dst not in attempt.cons.ops})
     if outside:
         return (f"the producer also feeds the dispatch(es) of "
                 f"{', '.join(outside)}: a multi-use producer fuses only when "
@@ -36,37 +36,37 @@ def condition(st: FusionState, at: Attempt) -> str | None:
     return None
 
 
-def apply(st: FusionState) -> bool:
-    for grp in st.sorted_groups():
-        if not st.elementwise_only(grp):
+def apply(state: FusionState) -> bool:
+    for grp in state.sorted_groups():
+        if not state.elementwise_only(grp):
             continue
-        outs = st.out_edges(grp)
+        outs = state.out_edges(grp)
         users = {e.dst for e in outs}
         if len(users) < 2:
             continue
-        targets = {st.owner[u] for u in users}
+        targets = {state.owner[u] for u in users}
         if len(targets) == 1:
-            ok, reason = st.try_merge(NAME, grp, st.groups[targets.pop()])
+            ok, reason = state.try_merge(NAME, grp, state.groups[targets.pop()])
             if ok:
                 return True
         else:
             reason = (f"read by {len(users)} ops in {len(targets)} different dispatches; "
                       f"stays a dispatch of its own unless recomputed")
         for e in outs:
-            st.record(NAME, e.src, e.dst, False, reason)
+            state.record(NAME, e.src, e.dst, False, reason)
     return False
 
 
-def recompute(st: FusionState) -> None:
+def recompute(state: FusionState) -> None:
     """Duplicates cheap elementwise groups over graph inputs into all their readers."""
-    g = st.graph
-    for grp in st.sorted_groups():
-        if grp.id not in st.groups or not st.elementwise_only(grp):
+    g = state.graph
+    for grp in state.sorted_groups():
+        if grp.id not in state.groups or not state.elementwise_only(grp):
             continue
         if any(o in g.outputs for o in grp.ops):
             continue
-        outs = st.out_edges(grp)
-        targets = sorted({st.owner[e.dst] for e in outs})
+        outs = state.out_edges(grp)
+        targets = sorted({state.owner[e.dst] for e in outs})
         if len(targets) < 2:
             continue
         ext = {i for o in grp.ops for i in g.op(o).inputs if i not in grp.ops}
@@ -85,33 +85,33 @@ def recompute(st: FusionState) -> None:
         after = len(targets) * in_bytes
         if after > before:
             for e in outs:
-                st.record(NAME, e.src, e.dst, False,
+                state.record(NAME, e.src, e.dst, False,
                           f"read by {len(targets)} dispatches; recomputing would read "
                           f"{after} B instead of {before} B")
             continue
         # each copy must be a legal merge on its own; undo everything if one is not
-        saved = st.snapshot()
+        saved = state.snapshot()
         ok_all, reason = True, ""
         for t in targets:
             clone = copy.deepcopy(grp)
-            clone.id = max(st.groups) + 1
-            st.add_group(clone)
-            ok_all, reason = st.try_merge(NAME, clone, st.groups[t], other_uses_ok=True)
-            if ok_all and t not in st.groups:
+            clone.id = max(state.groups) + 1
+            state.add_group(clone)
+            ok_all, reason = state.try_merge(NAME, clone, state.groups[t], other_uses_ok=True)
+            if ok_all and t not in state.groups:
                 ok_all, reason = False, "the copy would lead the reading dispatch"
             if not ok_all:
                 break
         if not ok_all:
-            st.restore(saved)
+            state.restore(saved)
             for e in outs:
-                st.record(NAME, e.src, e.dst, False, f"not recomputed: {reason}")
+                state.record(NAME, e.src, e.dst, False, f"not recomputed: {reason}")
             continue
-        del st.groups[grp.id]
-        names = [st.groups[t].root for t in targets]
+        del state.groups[grp.id]
+        names = [state.groups[t].root for t in targets]
         for o in grp.ops:
-            st.owner[o] = targets[0]
-            st.recomputed[o] = list(targets)
+            state.owner[o] = targets[0]
+            state.recomputed[o] = list(targets)
         for e in outs:
-            st.record(NAME, e.src, e.dst, True,
+            state.record(NAME, e.src, e.dst, True,
                       f"recomputed in the dispatches of {', '.join(names)}: elementwise "
                       f"over graph inputs only, {after} B of reads instead of {before} B")

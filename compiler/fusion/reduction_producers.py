@@ -20,16 +20,16 @@ from compiler.fusion.core import FusionState
 NAME = "reduction_producer"
 
 
-def apply(st: FusionState) -> bool:
-    g = st.graph
-    for grp in st.sorted_groups():
-        if not st.elementwise_only(grp):
+def apply(state: FusionState) -> bool:
+    g = state.graph
+    for grp in state.sorted_groups():
+        if not state.elementwise_only(grp):
             continue
-        u = st.sole_user(grp)
+        u = state.sole_user(grp)
         if u is None:
             continue
         if not g.op(u).is_reduction:
             continue
-        if st.merge_or_record(NAME, grp, st.group_of(u)):
+        if state.merge_or_record(NAME, grp, state.group_of(u)):
             return True
     return False

@@ -35,27 +35,27 @@ from compiler.fusion.core import Attempt, FusionState, Pairing, RootKind
 NAME = "root_consumer"
 
 
-def apply(st: FusionState) -> bool:
-    g = st.graph
-    for grp in st.sorted_groups(reverse=True):
-        if grp.kind(g) == RootKind.REDUCTION and st.fuse_into_consumers(NAME, grp):
+def apply(state: FusionState) -> bool:
+    g = state.graph
+    for grp in state.sorted_groups(reverse=True):
+        if grp.kind(g) == RootKind.REDUCTION and state.fuse_into_consumers(NAME, grp):
             return True
     return False
 
 
-def condition(st: FusionState, at: Attempt) -> str | None:
+def condition(state: FusionState, attempt: Attempt) -> str | None:
     """Conservative mode keeps one root per dispatch."""
-    if at.chained and not st.aggressive:
+    if attempt.chained and not state.aggressive:
         return ("conservative mode keeps one root per dispatch: "
-                f"{at.prod.root} does not fuse with the consumer root {at.cons.root} "
+                f"{attempt.prod.root} does not fuse with the consumer root {attempt.cons.root} "
                 f"(IREE's default; --aggressive lifts it)")
     return None
 
 
-def space_condition(st: FusionState, at: Attempt, p: Pairing) -> str | None:
+def space_condition(state: FusionState, attempt: Attempt, p: Pairing) -> str | None:
     """Conservative mode: consumers add no more serial iterations than the root walks."""
-    if p.new_loops > 1 and not st.aggressive:
-        g = st.graph
+    if p.new_loops > 1 and not state.aggressive:
+        g = state.graph
         rext = math.prod(s for s, kind in ix.domain(g.op(p.keeper.root), g)
                          if kind == "reduction")
         if p.new_loops > rext:

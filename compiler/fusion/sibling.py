@@ -18,9 +18,9 @@ from compiler.fusion.core import FusionState, RootKind
 NAME = "sibling"
 
 
-def _reads(st: FusionState, grp) -> dict:
+def _reads(state: FusionState, grp) -> dict:
     """{tensor read from outside: [(reader op, {tensor dim: reader loop})]}."""
-    g = st.graph
+    g = state.graph
     out = {}
     for o in grp.ops:
         for k in range(len(g.op(o).inputs)):
@@ -31,29 +31,29 @@ def _reads(st: FusionState, grp) -> dict:
     return out
 
 
-def apply(st: FusionState) -> bool:
-    g = st.graph
-    reds = [grp for grp in st.sorted_groups() if grp.kind(g) == RootKind.REDUCTION]
+def apply(state: FusionState) -> bool:
+    g = state.graph
+    reds = [grp for grp in state.sorted_groups() if grp.kind(g) == RootKind.REDUCTION]
     # once per group, not per pair: the pairs are quadratic in the reductions (a
     # 12-layer BERT has ~50) and nothing changes before the first merge returns
-    reads = [_reads(st, grp) for grp in reds]
+    reads = [_reads(state, grp) for grp in reds]
     for i, a in enumerate(reds):
         ra = reads[i]
         for j in range(i + 1, len(reds)):
             b, rb = reds[j], reads[j]
             # largest first; graph order breaks ties (set order varies with the hash seed)
             shared = sorted(set(ra) & set(rb),
-                            key=lambda t: (-g.op(t).type.nbytes, st.order[t]))
-            if not shared or st.between(a, b) or st.between(b, a):
+                            key=lambda t: (-g.op(t).type.nbytes, state.order[t]))
+            if not shared or state.between(a, b) or state.between(b, a):
                 continue
             t = shared[0]
             links = []
             for xa, la in ra[t]:
                 for xb, lb in rb[t]:
                     links.append((xa, xb, {la[d]: lb[d] for d in la if d in lb}))
-            ok, reason = st.try_merge(NAME, a, b, sibling_links=links,
+            ok, reason = state.try_merge(NAME, a, b, sibling_links=links,
                                       record_edges=[(a.root, b.root)])
             if ok:
                 return True
-            st.record(NAME, a.root, b.root, False, f"both read {t}, but {reason}")
+            state.record(NAME, a.root, b.root, False, f"both read {t}, but {reason}")
     return False

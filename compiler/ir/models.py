@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from compiler.ir import builders as B
+from compiler.ir import builders
 from compiler.frontends.onnx import load_onnx
 from compiler.ir.graph import Graph, ModelError
 from compiler.tuning.limits import check_allocation, tensor_bytes
@@ -41,7 +41,7 @@ def softmax(rows: int = 64, cols: int = 256, dtype: str = "f32") -> Graph:
     """Row softmax, max-subtracted, as 5 primitive ops."""
     g = Graph("softmax")
     x = g.input("x", (rows, cols), dtype)
-    g.output(B.softmax(g, x))
+    g.output(builders.softmax(g, x))
     return g
 
 
@@ -51,7 +51,7 @@ def layernorm(rows: int = 64, cols: int = 256, dtype: str = "f32") -> Graph:
     x = g.input("x", (rows, cols), dtype)
     gamma = g.input("gamma", (cols,), dtype)
     beta = g.input("beta", (cols,), dtype)
-    g.output(B.layer_norm(g, x, gamma, beta))
+    g.output(builders.layer_norm(g, x, gamma, beta))
     return g
 
 
@@ -60,7 +60,7 @@ def rmsnorm(rows: int = 64, cols: int = 256, dtype: str = "f32") -> Graph:
     g = Graph("rmsnorm")
     x = g.input("x", (rows, cols), dtype)
     gamma = g.input("gamma", (cols,), dtype)
-    g.output(B.rms_norm(g, x, gamma))
+    g.output(builders.rms_norm(g, x, gamma))
     return g
 
 
@@ -94,7 +94,7 @@ def mlp(tokens: int = 128, hidden: int = 64, ffn: int = 256) -> Graph:
     w1 = g.constant(_weights((hidden, ffn), 1), "w1")
     b1 = g.constant(_weights((ffn,), 2, 0.1), "b1")
     w2 = g.constant(_weights((ffn, hidden), 3), "w2")
-    hid = B.gelu(g, B.bias_add(g, g.matmul(x, w1), b1))
+    hid = builders.gelu(g, builders.bias_add(g, g.matmul(x, w1), b1))
     g.output(g.matmul(hid, w2))
     return g
 
@@ -115,7 +115,7 @@ def attention(heads: int = 2, seq: int = 64, dim: int = 32, mask: str = "none") 
     elif mask == "causal":
         tri = np.where(np.arange(seq)[None, :] > np.arange(seq)[:, None], -1e4, 0.0)
         s = g.add(s, g.constant(tri.astype(np.float32), "causal"))
-    g.output(g.matmul(B.softmax(g, s), v))
+    g.output(g.matmul(builders.softmax(g, s), v))
     return g
 
 
@@ -142,7 +142,7 @@ def encoder_layer(seq: int = 128, hidden: int = 384, heads: int = 12,
     def dense(inp, n_in, n_out, seed, name):
         w = g.constant(_weights((n_in, n_out), seed), f"{name}_w")
         b = g.constant(_weights((n_out,), seed + 100, 0.1), f"{name}_b")
-        return B.bias_add(g, g.matmul(inp, w), b)
+        return builders.bias_add(g, g.matmul(inp, w), b)
 
     def heads_first(t):  # (seq, hidden) -> (heads, seq, dh)
         return g.transpose(g.reshape(t, (seq, heads, dh)), (1, 0, 2))
@@ -151,16 +151,16 @@ def encoder_layer(seq: int = 128, hidden: int = 384, heads: int = 12,
     k = heads_first(dense(x, hidden, hidden, 20, "k"))
     v = heads_first(dense(x, hidden, hidden, 30, "v"))
     s = g.mul(g.matmul(q, g.transpose(k, (0, 2, 1))), 1.0 / math.sqrt(dh))
-    ctx = g.matmul(B.softmax(g, s), v)
+    ctx = g.matmul(builders.softmax(g, s), v)
     ctx = g.reshape(g.transpose(ctx, (1, 0, 2)), (seq, hidden))
     attn = dense(ctx, hidden, hidden, 40, "o")
     ln1_g = g.constant(np.ones(hidden, np.float32), "ln1_gamma")
     ln1_b = g.constant(np.zeros(hidden, np.float32), "ln1_beta")
-    h1 = B.layer_norm(g, attn, ln1_g, ln1_b, eps=1e-12, residual=x)
-    f = dense(B.gelu(g, dense(h1, hidden, ffn, 50, "ffn1")), ffn, hidden, 60, "ffn2")
+    h1 = builders.layer_norm(g, attn, ln1_g, ln1_b, eps=1e-12, residual=x)
+    f = dense(builders.gelu(g, dense(h1, hidden, ffn, 50, "ffn1")), ffn, hidden, 60, "ffn2")
     ln2_g = g.constant(np.ones(hidden, np.float32), "ln2_gamma")
     ln2_b = g.constant(np.zeros(hidden, np.float32), "ln2_beta")
-    g.output(B.layer_norm(g, f, ln2_g, ln2_b, eps=1e-12, residual=h1))
+    g.output(builders.layer_norm(g, f, ln2_g, ln2_b, eps=1e-12, residual=h1))
     return g
 
 

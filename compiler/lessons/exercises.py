@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gpusim
-from gpusim import program as P
+from gpusim import program
 
 
 @dataclass
@@ -78,7 +78,7 @@ def check_vector_copy(build, n: int = 64 * 1024, arch: str = "gfx942",
 
 
 # ---------------------------------------------------------------- lesson 2: LDS banks
-def transpose_kernel(swizzle=None, pad: int = 0, n: int = 64) -> P.Kernel:
+def transpose_kernel(swizzle=None, pad: int = 0, n: int = 64) -> program.Kernel:
     """out = inp.T for an n x n f32 matrix through a 32 x 32 LDS tile per workgroup.
 
     Thread (r, c) of the 1024-thread workgroup writes tile row r, column ``swizzle(r, c)``
@@ -88,21 +88,21 @@ def transpose_kernel(swizzle=None, pad: int = 0, n: int = 64) -> P.Kernel:
     T = 32
     tiles = n // T
     sw = swizzle or (lambda row, col: col)
-    tid, r, c, bi, bj = (P.Var(x, "i32") for x in ("tid", "r", "c", "bi", "bj"))
-    x = P.Var("x")
+    tid, r, c, bi, bj = (program.Var(x, "i32") for x in ("tid", "r", "c", "bi", "bj"))
+    x = program.Var("x")
     body = (
-        P.Assign(tid, P.thread_id()), P.Assign(r, tid // T), P.Assign(c, tid % T),
-        P.Assign(bi, P.block_id() // tiles), P.Assign(bj, P.block_id() % tiles),
-        P.Load((x,), "inp", (bi * T + r) * n + bj * T + c),
-        P.LdsStore("tile", r * (T + pad) + sw(r, c), (x,)),
-        P.Barrier(),
-        P.LdsLoad((x,), "tile", c * (T + pad) + sw(c, r)),
-        P.Store("out", (bj * T + r) * n + bi * T + c, (x,)),
+        program.Assign(tid, program.thread_id()), program.Assign(r, tid // T), program.Assign(c, tid % T),
+        program.Assign(bi, program.block_id() // tiles), program.Assign(bj, program.block_id() % tiles),
+        program.Load((x,), "inp", (bi * T + r) * n + bj * T + c),
+        program.LdsStore("tile", r * (T + pad) + sw(r, c), (x,)),
+        program.Barrier(),
+        program.LdsLoad((x,), "tile", c * (T + pad) + sw(c, r)),
+        program.Store("out", (bj * T + r) * n + bi * T + c, (x,)),
     )
-    return P.Kernel(f"transpose_pad{pad}{'_swizzled' if swizzle else ''}",
-                    (P.Buffer("inp", "f32", (n, n)), P.Buffer("out", "f32", (n, n), "out")),
+    return program.Kernel(f"transpose_pad{pad}{'_swizzled' if swizzle else ''}",
+                    (program.Buffer("inp", "f32", (n, n)), program.Buffer("out", "f32", (n, n), "out")),
                     grid=tiles * tiles, block=T * T, body=body,
-                    lds=(P.LdsArray("tile", "f32", (T, T + pad), padding=pad),))
+                    lds=(program.LdsArray("tile", "f32", (T, T + pad), padding=pad),))
 
 
 def check_transpose_swizzle(swizzle, arch: str = "gfx942") -> Verdict:
@@ -132,17 +132,17 @@ GATHER_GRID, GATHER_BLOCK, GATHER_LOADS = 304 * 8, 256, 4
 GATHER_N = GATHER_GRID * GATHER_BLOCK  # out[i] = sum_j a[i + j * GATHER_N]
 
 
-def gather_serial(lds_kib: int = 0) -> P.Kernel:
+def gather_serial(lds_kib: int = 0) -> program.Kernel:
     """out[i] = sum of a[i + j * N], j < 4, each load used right after it is issued.
 
     ``lds_kib`` declares an LDS array of that size (touched by one lane so it is real): a
     stand-in for a kernel that needs LDS, and what limits its occupancy.
     """
-    i, j = P.Var("i", "i32"), P.Var("j", "i32")
-    x, acc = P.Var("x"), P.Var("acc")
-    body = [P.Assign(i, P.block_id() * GATHER_BLOCK + P.thread_id()), P.Assign(acc, P.f32(0.0)),
-            P.For(j, 0 * P.block_id(), GATHER_LOADS + 0 * P.block_id(), 1,
-                  (P.Load((x,), "a", j * GATHER_N + i), P.Assign(acc, acc + x)))]
+    i, j = program.Var("i", "i32"), program.Var("j", "i32")
+    x, acc = program.Var("x"), program.Var("acc")
+    body = [program.Assign(i, program.block_id() * GATHER_BLOCK + program.thread_id()), program.Assign(acc, program.f32(0.0)),
+            program.For(j, 0 * program.block_id(), GATHER_LOADS + 0 * program.block_id(), 1,
+                  (program.Load((x,), "a", j * GATHER_N + i), program.Assign(acc, acc + x)))]
     return gather_kernel("gather_serial", body, acc, i, lds_kib)
 
 
@@ -151,12 +151,12 @@ def gather_kernel(name, body, acc, i, lds_kib):
     body = list(body)
     lds = ()
     if lds_kib:
-        lds = (P.LdsArray("scratch", "f32", (lds_kib * 256,)),)
-        body.append(P.If(P.thread_id().eq(0), (P.LdsStore("scratch", P.thread_id(), (acc,)),)))
-    body.append(P.Store("out", i, (acc,)))
-    return P.Kernel(f"{name}_lds{lds_kib}",
-                    (P.Buffer("a", "f32", (GATHER_LOADS * GATHER_N,)),
-                     P.Buffer("out", "f32", (GATHER_N,), "out")),
+        lds = (program.LdsArray("scratch", "f32", (lds_kib * 256,)),)
+        body.append(program.If(program.thread_id().eq(0), (program.LdsStore("scratch", program.thread_id(), (acc,)),)))
+    body.append(program.Store("out", i, (acc,)))
+    return program.Kernel(f"{name}_lds{lds_kib}",
+                    (program.Buffer("a", "f32", (GATHER_LOADS * GATHER_N,)),
+                     program.Buffer("out", "f32", (GATHER_N,), "out")),
                     grid=GATHER_GRID, block=GATHER_BLOCK, body=tuple(body), lds=lds)
 
 

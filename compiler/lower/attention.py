@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.attention_pattern import AttentionPattern, match
@@ -84,8 +84,8 @@ def hoist_loads(stmts: list) -> list:
     """Global loads and the integer index arithmetic before them, first: a stable
     partition that is legal because no index depends on a float value, and lets the
     loads of a block overlap instead of waiting one memory latency each."""
-    first = [x for x in stmts if isinstance(x, P.Load) or
-             (isinstance(x, P.Assign) and x.dst.dtype == "i32")]
+    first = [x for x in stmts if isinstance(x, program.Load) or
+             (isinstance(x, program.Assign) and x.dst.dtype == "i32")]
     ids = {id(x) for x in first}
     return first + [x for x in stmts if id(x) not in ids]
 
@@ -121,10 +121,10 @@ def mfma_geometry(a: Attention, s: dict) -> dict:
     lane reads per slot (R) and its LDS read width, and V's columns padded to whole blocks."""
     m = s["BQ"] // max(s["waves"] * s["RM"], 1)
     shape = MFMA_FOR_BLOCK.get(m)
-    slots = P.MFMA_WAVE // m if shape else 1
+    slots = program.MFMA_WAVE // m if shape else 1
     rv = 4 if s["lds_pad"] % 4 == 0 else 1
     dp = ceil_div(a.dk, slots * rv) * slots * rv
-    nacc = P.MFMA_SHAPES[shape][3] if shape else 0
+    nacc = program.MFMA_SHAPES[shape][3] if shape else 0
     return {"M": m, "shape": shape, "slots": slots, "nacc": nacc, "DP": dp, "R": dp // slots,
             "rv": rv, "DVP": ceil_div(a.dv, m) * m if m else a.dv}
 
@@ -149,7 +149,7 @@ def geometry(a: Attention, s: dict, wave_size: int) -> dict:
         # phase group of 32 lanes, a 2-way conflict unless 4 rows are 16 banks apart
         vs = mg["DVP"] + (4 if mg["M"] == 16 and mg["DVP"] % 8 == 0 else 0)
         lds.update({"Ks": (krows, ls), "Vs": (s["BK"], vs)})
-        return {**mg, "T": s["waves"] * P.MFMA_WAVE, "TPR": mg["slots"], "LS": ls, "VS": vs,
+        return {**mg, "T": s["waves"] * program.MFMA_WAVE, "TPR": mg["slots"], "LS": ls, "VS": vs,
                 "lds": lds, "lds_bytes": 4 * sum(r * c for r, c in lds.values()),
                 "grid": math.prod(a.batch) * ceil_div(a.sq, s["BQ"])}
     t = s["waves"] * wave_size
@@ -261,9 +261,9 @@ def _check_key_splits(a: Attention, s: dict) -> str:
 def _check_mfma(a: Attention, s: dict, arch: Arch) -> str:
     wave_size, lds_limit, vgpr_limit = (arch.wave_size, arch.lds_bytes_per_workgroup,
                                         arch.vgprs_per_lane)
-    if wave_size != P.MFMA_WAVE or not arch.mfma_passes:
+    if wave_size != program.MFMA_WAVE or not arch.mfma_passes:
         return f"mma=mfma needs CDNA matrix cores (wave64: gfx90a, gfx942), not {arch.name}"
-    t = s["waves"] * P.MFMA_WAVE
+    t = s["waves"] * program.MFMA_WAVE
     if t > arch.max_block_threads:
         return f"{t} threads per workgroup, over {arch.max_block_threads}"
     mg = mfma_geometry(a, s)
@@ -313,7 +313,7 @@ def tolerance(a: Attention, bk: int, score_range: float, vmax: float) -> float:
 
 
 # ------------------------------------------------------------------------- lowering
-def lower_attention(graph, dispatch, schedule: dict, arch: Arch) -> P.Kernel:
+def lower_attention(graph, dispatch, schedule: dict, arch: Arch) -> program.Kernel:
     a = Attention(graph, dispatch)
     s = dict(schedule)
     why = check_schedule(a, s, arch)
@@ -331,7 +331,7 @@ def workspace_names(a: Attention) -> tuple[str, str]:
     return f"{name}_fd_partial_out", f"{name}_fd_partial_stats"
 
 
-def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> P.KernelSequence:
+def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> program.KernelSequence:
     """Flash-decoding (knob ``key_splits`` = KS), for attentions whose query blocks alone
     leave CUs idle (decoding: one query block per head): two kernels in stream order.
 
@@ -348,11 +348,11 @@ def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> P.KernelSequence:
     split = _Builder(a, s, arch.wave_size, phase="split").build()
     combine = _Builder(a, s, arch.wave_size, phase="combine").build_combine()
     wo, wst = workspace_names(a)
-    ws = tuple(P.Buffer(b.name, b.dtype, b.shape, "out")
+    ws = tuple(program.Buffer(b.name, b.dtype, b.shape, "out")
                for b in split.buffers if b.name in (wo, wst))
     meta = {**combine.meta, "key_splits": int(s["key_splits"]),
             "workspace_bytes": sum(b.size * 4 for b in ws)}
-    return P.KernelSequence(sanitize(a.dispatch.name), (split, combine), ws, meta)
+    return program.KernelSequence(sanitize(a.dispatch.name), (split, combine), ws, meta)
 
 
 class _Builder:
@@ -366,11 +366,11 @@ class _Builder:
         self.em = ValueEmitter(a.graph, a.dispatch.ops, a.dispatch.inputs, self.regs)
 
     def reg(self, hint, dtype="f32"):
-        return P.Var(self.regs.new(hint), dtype)
+        return program.Var(self.regs.new(hint), dtype)
 
     def let(self, out: list, hint, value, dtype=None):
         v = self.reg(hint, dtype or value.dtype)
-        out.append(P.Assign(v, value))
+        out.append(program.Assign(v, value))
         return v
 
     def width(self, tensor: str, cols: int) -> int:
@@ -409,48 +409,48 @@ class _Builder:
         chunk = min(per, CHUNK)
         trips = ceil_div(per, chunk)
         exact = trips * chunk * (rpp if fast else T) == n
-        it = P.Var(it_name, "i32")
+        it = program.Var(it_name, "i32")
         body = []
         if fast:
             tr = self.let(body, "tr", self.tid // cg if cg > 1 else self.tid, "i32")
-            tc = self.let(body, "tc", (self.tid % cg) * w, "i32") if cg > 1 else P.i32(0)
+            tc = self.let(body, "tc", (self.tid % cg) * w, "i32") if cg > 1 else program.i32(0)
         items = []
         with em.scope(body):
             for u in range(chunk):
                 if fast:
-                    base = (it * chunk + u) * rpp if trips > 1 else P.i32(u * rpp)
+                    base = (it * chunk + u) * rpp if trips > 1 else program.i32(u * rpp)
                     r = self.let(body, "tr", base + tr, "i32")
-                    rc = r if exact else self.let(body, "trc", P.minimum(r, R - 1), "i32")
+                    rc = r if exact else self.let(body, "trc", program.minimum(r, R - 1), "i32")
                     col = tc
                     guard = r < R
                 else:
-                    base = (it * chunk + u) * T if trips > 1 else P.i32(u * T)
+                    base = (it * chunk + u) * T if trips > 1 else program.i32(u * T)
                     e = self.let(body, "e", base + self.tid, "i32")
-                    ec = e if exact else self.let(body, "ec", P.minimum(e, n - 1), "i32")
+                    ec = e if exact else self.let(body, "ec", program.minimum(e, n - 1), "i32")
                     rc, col = ec // cg, (ec % cg) * w
                     r, guard = rc, e < n
                 src = row0 + rc
                 if limit % R or not exact:
-                    src = P.minimum(src, limit - 1)
+                    src = program.minimum(src, limit - 1)
                 src = self.let(body, "src", src, "i32")
                 idxs = [index(src, col + x if x else col) for x in range(w)]
                 vals = em.values(tensor, idxs, w) if w > 1 else [em.value(tensor, idxs[0])]
                 items.append((r, col, guard, vals))
             for r, col, guard, vals in items:
                 at = r * LS + col
-                sts = ([P.LdsStore(lds, at, tuple(vals))] if LS % w == 0 else
-                       [P.LdsStore(lds, at + x, (v,)) for x, v in enumerate(vals)])
-                body.extend(sts if exact else [P.If(guard, tuple(sts))])
+                sts = ([program.LdsStore(lds, at, tuple(vals))] if LS % w == 0 else
+                       [program.LdsStore(lds, at + x, (v,)) for x, v in enumerate(vals)])
+                body.extend(sts if exact else [program.If(guard, tuple(sts))])
         body = hoist_loads(body)
         if stores is not None:
             if trips != 1:
                 raise LoweringError(f"a copy split from its stores must be one trip, not {trips}")
-            out.extend(x for x in body if not isinstance(x, (P.LdsStore, P.If)))
-            stores.extend(x for x in body if isinstance(x, (P.LdsStore, P.If)))
+            out.extend(x for x in body if not isinstance(x, (program.LdsStore, program.If)))
+            stores.extend(x for x in body if isinstance(x, (program.LdsStore, program.If)))
         elif trips == 1:
             out.extend(body)
         else:
-            out.append(P.For(it, P.i32(0), P.i32(trips), 1, tuple(body)))
+            out.append(program.For(it, program.i32(0), program.i32(trips), 1, tuple(body)))
 
     # ------------------------------------------------------------ flash-decoding
     def workspaces(self, intent):
@@ -458,10 +458,10 @@ class _Builder:
         a, s, g = self.a, self.s, self.g
         nt = math.prod(a.batch) * ceil_div(a.sq, s["BQ"])
         wo, wst = workspace_names(a)
-        return (P.Buffer(wo, "f32", (self.KS, nt, s["BQ"], g["DVP"]), intent),
-                P.Buffer(wst, "f32", (self.KS, nt, s["BQ"], 2), intent))
+        return (program.Buffer(wo, "f32", (self.KS, nt, s["BQ"], g["DVP"]), intent),
+                program.Buffer(wst, "f32", (self.KS, nt, s["BQ"], 2), intent))
 
-    def store_split(self, body, bid, lrow, m, l_, accs) -> P.Kernel:
+    def store_split(self, body, bid, lrow, m, l_, accs) -> program.Kernel:
         """The split kernel's end: each thread's unnormalised accumulators (consecutive
         lanes on consecutive columns) and, by a row's first thread, its (m, l)."""
         a, s, g = self.a, self.s, self.g
@@ -470,19 +470,19 @@ class _Builder:
         for k in range(len(lrow)):
             row = self.let(body, "wrow", bid * BQ + lrow[k], "i32")
             for e, x in enumerate(accs[k]):
-                body.append(P.Store(wo.name, row * DVP + self.j + e * TPR
+                body.append(program.Store(wo.name, row * DVP + self.j + e * TPR
                                     if TPR > 1 or e else row * DVP, (x,)))
-            st = P.Store(wst.name, row * 2, (m[k], l_[k]))
-            body.append(st if TPR == 1 else P.If(P.as_expr(self.j).eq(0), (st,)))
-        lds = tuple(P.LdsArray(name, "f32", shp, s["lds_pad"] if name in ("Qs", "Ks", "Ps")
+            st = program.Store(wst.name, row * 2, (m[k], l_[k]))
+            body.append(st if TPR == 1 else program.If(program.as_expr(self.j).eq(0), (st,)))
+        lds = tuple(program.LdsArray(name, "f32", shp, s["lds_pad"] if name in ("Qs", "Ks", "Ps")
                                else 0) for name, shp in g["lds"].items())
         body = self.em.provably_aligned(tuple(body), self.ws)
         params = tuple(b for b in buffers(a.graph, a.dispatch) if b.intent == "in")
-        return P.Kernel(sanitize(f"{a.dispatch.name}_fd_split"), _used(params, body) + (wo, wst),
+        return program.Kernel(sanitize(f"{a.dispatch.name}_fd_split"), _used(params, body) + (wo, wst),
                         self.KS * g["grid"], g["T"], body, lds=lds,
                         meta=_meta(a, s, g, threads_per_row=TPR, flash_decoding="split"))
 
-    def build_combine(self) -> P.Kernel:
+    def build_combine(self) -> program.Kernel:
         """Flash-decoding's combine: one thread per (batch, query row, column) element."""
         a, s, g, em = self.a, self.s, self.g, self.em
         BQ, DVP, KS = s["BQ"], g["DVP"], self.KS
@@ -492,8 +492,8 @@ class _Builder:
         total = math.prod(a.batch) * Sq * Dv
         wo, wst = self.workspaces("in")
         body: list = []
-        t = self.let(body, "t", P.block_id() * COMBINE_THREADS + P.thread_id(), "i32")
-        tc = self.let(body, "tc", P.minimum(t, total - 1), "i32") if total % COMBINE_THREADS \
+        t = self.let(body, "t", program.block_id() * COMBINE_THREADS + program.thread_id(), "i32")
+        tc = self.let(body, "tc", program.minimum(t, total - 1), "i32") if total % COMBINE_THREADS \
             else t
         col = self.let(body, "col", tc % Dv, "i32")
         r = self.let(body, "r", tc // Dv, "i32")
@@ -505,19 +505,19 @@ class _Builder:
             ml = (self.reg("m"), self.reg("l"))
             o = self.reg("o")
             at = wrow + h * nt * BQ if h else wrow
-            body.append(P.Load(ml, wst.name, at * 2))
-            body.append(P.Load((o,), wo.name, at * DVP + col))
+            body.append(program.Load(ml, wst.name, at * 2))
+            body.append(program.Load((o,), wo.name, at * DVP + col))
             stats.append(ml)
             outs.append(o)
         mx = stats[0][0]
         for ml in stats[1:]:
-            mx = P.maximum(mx, ml[0])
+            mx = program.maximum(mx, ml[0])
         mx = self.let(body, "mmax", mx)
         lsum = osum = None
         for (m_s, l_s), o in zip(stats, outs):
-            w = self.let(body, "w", P.exp(m_s - mx))
-            lsum = w * l_s if lsum is None else P.fma(w, l_s, lsum)
-            osum = w * o if osum is None else P.fma(w, o, osum)
+            w = self.let(body, "w", program.exp(m_s - mx))
+            lsum = w * l_s if lsum is None else program.fma(w, l_s, lsum)
+            osum = w * o if osum is None else program.fma(w, o, osum)
         val = self.let(body, "o_norm", osum / lsum)
         bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
         outt = a.graph.op(a.out).type
@@ -525,13 +525,13 @@ class _Builder:
         with em.scope(st):
             em.bound = {a.pat.pv: (lambda ix: val)}
             v = em.value(a.out, bidx + (row, col))
-            st.append(P.Store(a.out, em.offset(outt, bidx + (row, col)), (v,)))
+            st.append(program.Store(a.out, em.offset(outt, bidx + (row, col)), (v,)))
         em.bound = {}
         st = hoist_loads(st)
-        body.extend(st if total % COMBINE_THREADS == 0 else [P.If(t < total, tuple(st))])
+        body.extend(st if total % COMBINE_THREADS == 0 else [program.If(t < total, tuple(st))])
         body = em.provably_aligned(tuple(body), self.ws)
         params = buffers(a.graph, a.dispatch)
-        return P.Kernel(sanitize(f"{a.dispatch.name}_fd_combine"),
+        return program.Kernel(sanitize(f"{a.dispatch.name}_fd_combine"),
                         _used(params, body) + (wo, wst), ceil_div(total, COMBINE_THREADS),
                         COMBINE_THREADS, body,
                         meta=_meta(a, s, g, flash_decoding="combine"))
@@ -539,7 +539,7 @@ class _Builder:
     def row_reduce(self, out: list, value, op: str, lrow):
         """The row's combined max/sum of each thread's partial ``value``."""
         tpr = self.g["TPR"]
-        f = P.maximum if op == "max" else (lambda x, y: x + y)
+        f = program.maximum if op == "max" else (lambda x, y: x + y)
         acc = self.let(out, f"row{op}", value)
         if tpr == 1:
             return acc
@@ -547,46 +547,46 @@ class _Builder:
             off = tpr // 2
             while off:
                 o = self.reg(f"sh{op}")
-                out.append(P.Shuffle(o, acc, "xor", off))
-                out.append(P.Assign(acc, f(acc, o)))
+                out.append(program.Shuffle(o, acc, "xor", off))
+                out.append(program.Assign(acc, f(acc, o)))
                 off //= 2
             return acc
         base = lrow * tpr
-        out.append(P.LdsStore("Red", base + self.j, (acc,)))
-        out.append(P.Barrier())
+        out.append(program.LdsStore("Red", base + self.j, (acc,)))
+        out.append(program.Barrier())
         first = self.reg(f"red{op}")
-        out.append(P.LdsLoad((first,), "Red", base))
-        out.append(P.Assign(acc, first))
+        out.append(program.LdsLoad((first,), "Red", base))
+        out.append(program.Assign(acc, first))
         for jj in range(1, tpr):
             o = self.reg(f"red{op}")
-            out.append(P.LdsLoad((o,), "Red", base + jj))
-            out.append(P.Assign(acc, f(acc, o)))
-        out.append(P.Barrier())   # the partials are read before the next reduction writes
+            out.append(program.LdsLoad((o,), "Red", base + jj))
+            out.append(program.Assign(acc, f(acc, o)))
+        out.append(program.Barrier())   # the partials are read before the next reduction writes
         return acc
 
-    def build(self) -> P.Kernel:
+    def build(self) -> program.Kernel:
         a, s, g, em = self.a, self.s, self.g, self.em
         BQ, BK, pad, RM = s["BQ"], s["BK"], s["lds_pad"], s["RM"]
         T, TPR, NC, NV, DVP = g["T"], g["TPR"], g["NC"], g["NV"], g["DVP"]
         D, Dv, Sq, Sk = a.dk, a.dv, a.sq, a.sk
         nqb = ceil_div(Sq, BQ)
         body = []
-        self.tid = self.let(body, "tid", P.thread_id(), "i32")
+        self.tid = self.let(body, "tid", program.thread_id(), "i32")
         rg = self.let(body, "rg", self.tid // TPR if TPR > 1 else self.tid, "i32")
-        self.j = self.let(body, "j", self.tid % TPR, "i32") if TPR > 1 else P.i32(0)
-        bid = P.block_id()
+        self.j = self.let(body, "j", self.tid % TPR, "i32") if TPR > 1 else program.i32(0)
+        bid = program.block_id()
         if self.phase == "split":  # workgroup = (key split, query block of a head)
             nt = math.prod(a.batch) * nqb
             ksplit = self.let(body, "ksplit", bid // nt, "i32")
             bid = self.let(body, "qblock", bid % nt, "i32")
             kfirst = self.let(body, "kfirst", ksplit * (ceil_div(Sk, BK) // self.KS), "i32")
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
-        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else P.i32(0)
+        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else program.i32(0)
         # this thread's RM rows: local rg * RM + k, global row0 + k
         lrow = [rg * RM + k if RM > 1 else rg for k in range(RM)]
         row0 = self.let(body, "row0", qb * BQ + rg * RM if RM > 1 else qb * BQ + rg, "i32")
         rows = [row0 + k if k else row0 for k in range(RM)]
-        rowc = [self.let(body, "rowc", P.minimum(r, Sq - 1), "i32") if Sq % BQ else r
+        rowc = [self.let(body, "rowc", program.minimum(r, Sq - 1), "i32") if Sq % BQ else r
                 for r in rows]
         bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
 
@@ -599,35 +599,35 @@ class _Builder:
             # copy instead of TPR lanes loading the same row, then LDS -> registers once
             self.copy_tile(body, "Ks", BQ, D, D + pad, qb * BQ, Sq, a.q,
                            lambda r, c: bidx + (r, c), "iq")
-            body.append(P.Barrier())
+            body.append(program.Barrier())
             wq = g["qk_vec"]
             qreg = [[] for _ in range(RM)]
             for k in range(RM):
                 for d0 in range(0, D, wq):
                     regs = tuple(self.reg("q") for _ in range(wq))
-                    body.append(P.LdsLoad(regs, "Ks", lrow[k] * (D + pad) + d0))
+                    body.append(program.LdsLoad(regs, "Ks", lrow[k] * (D + pad) + d0))
                     qreg[k] += list(regs)
         if DVP > Dv:   # V's pad columns stay zero: their accumulators are never stored
             for u in range(ceil_div(BK * (DVP - Dv), T)):
                 e = self.tid + u * T
-                zero = P.LdsStore("Vs", (e // (DVP - Dv)) * DVP + Dv + e % (DVP - Dv),
-                                  (P.f32(0.0),))
+                zero = program.LdsStore("Vs", (e // (DVP - Dv)) * DVP + Dv + e % (DVP - Dv),
+                                  (program.f32(0.0),))
                 body.append(zero if (u + 1) * T <= BK * (DVP - Dv) else
-                            P.If(e < BK * (DVP - Dv), (zero,)))
+                            program.If(e < BK * (DVP - Dv), (zero,)))
 
         m = [self.reg("m") for _ in range(RM)]
         l_ = [self.reg("l") for _ in range(RM)]
         accs = [[self.reg(f"acc{k}_{e}") for e in range(NV)] for k in range(RM)]
-        body += [P.Assign(x, P.f32(NEG)) for x in m] + [P.Assign(x, P.f32(0.0)) for x in l_]
-        body += [P.Assign(x, P.f32(0.0)) for row in accs for x in row]
+        body += [program.Assign(x, program.f32(NEG)) for x in m] + [program.Assign(x, program.f32(0.0)) for x in l_]
+        body += [program.Assign(x, program.f32(0.0)) for row in accs for x in row]
 
-        kb = P.Var("kb", "i32")
-        loop = [P.Barrier()]   # Q staged / the previous block's K, V, P no longer read
+        kb = program.Var("kb", "i32")
+        loop = [program.Barrier()]   # Q staged / the previous block's K, V, P no longer read
         key0 = self.let(loop, "key0", (kb + kfirst) * BK if self.phase == "split" else kb * BK,
                         "i32")
 
         def clamp_key(k):
-            return P.minimum(k, Sk - 1) if Sk % BK else k
+            return program.minimum(k, Sk - 1) if Sk % BK else k
 
         kop = a.graph.op(a.kt)
         rank = kop.type.rank
@@ -639,45 +639,45 @@ class _Builder:
         self.copy_tile(loop, "Ks", BK, D, D + pad, key0, Sk, ksrc, kidx, "ik",
                        vector=ksrc != a.kt)
         self.copy_tile(loop, "Vs", BK, Dv, DVP, key0, Sk, a.v, lambda r, c: bidx + (r, c), "iv")
-        loop.append(P.Barrier())
+        loop.append(program.Barrier())
 
         # scores of rows (k) x keys j, j + TPR, ... (i): RM x NC FMAs per head-dim step
         sc = [[self.reg(f"s{k}_{i}") for i in range(NC)] for k in range(RM)]
-        loop += [P.Assign(x, P.f32(0.0)) for row in sc for x in row]
+        loop += [program.Assign(x, program.f32(0.0)) for row in sc for x in row]
         w = g["qk_vec"]
         steps = 2 if (D // w) % 2 == 0 else 1   # head-dim steps per trip, loads first
-        dd = P.Var("d", "i32")
+        dd = program.Var("d", "i32")
         # per-lane LDS bases computed once; the uniform rest of each address is SALU work
         # (what hipcc folds into the ds_read offset field)
         qbase = [self.let(body, "qbase", lrow[k] * (D + pad), "i32") for k in range(RM)] \
             if s["q_in"] == "lds" else []
-        kbase = self.let(body, "kbase", self.j * (D + pad), "i32") if TPR > 1 else P.i32(0)
+        kbase = self.let(body, "kbase", self.j * (D + pad), "i32") if TPR > 1 else program.i32(0)
 
         def plus(base, uniform):
-            return base + uniform if not (isinstance(uniform, P.Const) and uniform.value == 0) \
+            return base + uniform if not (isinstance(uniform, program.Const) and uniform.value == 0) \
                 else base
         if s["q_in"] == "registers":   # unrolled over the head dim: Q never re-read
             for h0 in range(0, D // w, 2):
                 hs = range(h0, min(h0 + 2, D // w))
                 kv = {(h, i): tuple(self.reg("k") for _ in range(w)) for h in hs
                       for i in range(NC)}
-                loop += [P.LdsLoad(kv[h, i], "Ks", plus(kbase, P.i32(h * w + i * TPR * (D + pad))))
+                loop += [program.LdsLoad(kv[h, i], "Ks", plus(kbase, program.i32(h * w + i * TPR * (D + pad))))
                          for h in hs for i in range(NC)]
-                loop += [P.Assign(sc[k][i], P.fma(qreg[k][h * w + x], kv[h, i][x], sc[k][i]))
+                loop += [program.Assign(sc[k][i], program.fma(qreg[k][h * w + x], kv[h, i][x], sc[k][i]))
                          for h in hs for k in range(RM) for i in range(NC) for x in range(w)]
         loads, fmas = [], []
         for h in range(steps if s["q_in"] == "lds" else 0):
             qv = [tuple(self.reg("q") for _ in range(w)) for _ in range(RM)]
             kv = [tuple(self.reg("k") for _ in range(w)) for _ in range(NC)]
-            loads += [P.LdsLoad(qv[k], "Qs", plus(qbase[k], dd + h * w if h else dd))
+            loads += [program.LdsLoad(qv[k], "Qs", plus(qbase[k], dd + h * w if h else dd))
                       for k in range(RM)]
-            loads += [P.LdsLoad(kv[i], "Ks", plus(kbase, dd + (h * w + i * TPR * (D + pad))
+            loads += [program.LdsLoad(kv[i], "Ks", plus(kbase, dd + (h * w + i * TPR * (D + pad))
                                                   if h or i else dd))
                       for i in range(NC)]
-            fmas += [P.Assign(sc[k][i], P.fma(x, y, sc[k][i]))
+            fmas += [program.Assign(sc[k][i], program.fma(x, y, sc[k][i]))
                      for k in range(RM) for i in range(NC) for x, y in zip(qv[k], kv[i])]
         if loads:
-            loop.append(P.For(dd, P.i32(0), P.i32(D), w * steps, tuple(loads + fmas)))
+            loop.append(program.For(dd, program.i32(0), program.i32(D), w * steps, tuple(loads + fmas)))
 
         chain = []
         xs = [[None] * NC for _ in range(RM)]
@@ -688,7 +688,7 @@ class _Builder:
                     em.bound = {a.pat.qk: (lambda ix, r=sc[k][i]: r)}
                     x = em.value(a.pat.scores, bidx + (rowc[k], clamp_key(keys[i])))
                     if Sk % BK:
-                        x = P.select(keys[i] < Sk, x, P.f32(NEG))
+                        x = program.select(keys[i] < Sk, x, program.f32(NEG))
                     xs[k][i] = self.let(chain, "x", x)
         em.bound = {}
         loop.extend(hoist_loads(chain))   # the mask's loads, all before the first use
@@ -696,55 +696,55 @@ class _Builder:
         for k in range(RM):
             bmax = xs[k][0]
             for x in xs[k][1:]:
-                bmax = P.maximum(bmax, x)
+                bmax = program.maximum(bmax, x)
             bmax = self.row_reduce(loop, bmax, "max", lrow[k])
-            m_new = self.let(loop, "mnew", P.maximum(m[k], bmax))
-            alpha = self.let(loop, "alpha", P.exp(m[k] - m_new))
-            ps = [self.let(loop, "p", P.exp(x - m_new)) for x in xs[k]]
+            m_new = self.let(loop, "mnew", program.maximum(m[k], bmax))
+            alpha = self.let(loop, "alpha", program.exp(m[k] - m_new))
+            ps = [self.let(loop, "p", program.exp(x - m_new)) for x in xs[k]]
             psum = ps[0]
             for p in ps[1:]:
                 psum = psum + p
             psum = self.row_reduce(loop, psum, "sum", lrow[k])
-            loop.append(P.Assign(l_[k], P.fma(l_[k], alpha, psum)))
-            loop.append(P.Assign(m[k], m_new))
+            loop.append(program.Assign(l_[k], program.fma(l_[k], alpha, psum)))
+            loop.append(program.Assign(m[k], m_new))
             for i, p in enumerate(ps):
-                loop.append(P.LdsStore("Ps", lrow[k] * (BK + pad) + self.j + i * TPR, (p,)))
+                loop.append(program.LdsStore("Ps", lrow[k] * (BK + pad) + self.j + i * TPR, (p,)))
             alphas.append(alpha)
         for k in range(RM):
             for x in accs[k]:
-                loop.append(P.Assign(x, x * alphas[k]))
-        loop.append(P.Barrier())
+                loop.append(program.Assign(x, x * alphas[k]))
+        loop.append(program.Barrier())
 
         # acc += P V over the block's keys: RM x NV FMAs per key
         pw = g["p_vec"]
-        c = P.Var("c", "i32")
+        c = program.Var("c", "i32")
         pv = [tuple(self.reg("pp") for _ in range(pw)) for _ in range(RM)]
         vv = [[self.reg("vv") for _ in range(NV)] for _ in range(pw)]
         pbase = [self.let(body, "pbase", lrow[k] * (BK + pad), "i32") for k in range(RM)]
-        inner = [P.LdsLoad(pv[k], "Ps", pbase[k] + c) for k in range(RM)]
-        inner += [P.LdsLoad((x,), "Vs", ((c * DVP + (u * DVP + e * TPR)) if u or e else c * DVP)
+        inner = [program.LdsLoad(pv[k], "Ps", pbase[k] + c) for k in range(RM)]
+        inner += [program.LdsLoad((x,), "Vs", ((c * DVP + (u * DVP + e * TPR)) if u or e else c * DVP)
                             + self.j)
                   for u in range(pw) for e, x in enumerate(vv[u])]   # the trip's loads first
-        inner += [P.Assign(accs[k][e], P.fma(pv[k][u], x, accs[k][e]))
+        inner += [program.Assign(accs[k][e], program.fma(pv[k][u], x, accs[k][e]))
                   for u in range(pw) for k in range(RM) for e, x in enumerate(vv[u])]
         # kept a loop in hipcc's output too: fully unrolled (BK / p_vec trips), hipcc 15
         # issues every trip's P and V reads first and needs all 256 VGPRs plus AGPR spills
         # (vit_tiny, seq 17: 276 VGPRs; rolled: 85, the estimate 81)
-        loop.append(P.For(c, P.i32(0), P.i32(BK), pw, tuple(inner), rolled=True))
-        nkb = P.i32(ceil_div(Sk, BK) // self.KS)   # this split's key blocks
+        loop.append(program.For(c, program.i32(0), program.i32(BK), pw, tuple(inner), rolled=True))
+        nkb = program.i32(ceil_div(Sk, BK) // self.KS)   # this split's key blocks
         if a.pat.causal and Sq == Sk:
             # keys after this query block's last row are masked to -1e4 or less: their
             # probabilities are exactly 0 in f32, so their blocks are skipped
-            last = P.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
-            nkb = P.minimum((last + (BK - 1)) // BK, nkb)
-        body.append(P.For(kb, P.i32(0), nkb, 1, tuple(loop)))
+            last = program.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
+            nkb = program.minimum((last + (BK - 1)) // BK, nkb)
+        body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop)))
         if self.phase == "split":
-            return self.store_split(body, P.block_id(), lrow, m, l_, accs)
+            return self.store_split(body, program.block_id(), lrow, m, l_, accs)
 
         # O = acc / l, through PV's epilogue
         outt = a.graph.op(a.out).type
         for k in range(RM):
-            inv = self.let(body, "inv_l", P.f32(1.0) / l_[k])
+            inv = self.let(body, "inv_l", program.f32(1.0) / l_[k])
             stores = []
             with em.scope(stores):
                 for e in range(NV):
@@ -753,22 +753,22 @@ class _Builder:
                     with em.scope(element):
                         em.bound = {a.pat.pv: (lambda ix, x=accs[k][e], y=inv: x * y)}
                         val = em.value(a.out, bidx + (rowc[k], col))
-                        element.append(P.Store(a.out, em.offset(outt, bidx + (rows[k], col)), (val,)))
-                    stores.extend(element if DVP == Dv else [P.If(col < Dv, tuple(element))])
+                        element.append(program.Store(a.out, em.offset(outt, bidx + (rows[k], col)), (val,)))
+                    stores.extend(element if DVP == Dv else [program.If(col < Dv, tuple(element))])
             em.bound = {}
-            body.extend(stores if Sq % BQ == 0 else [P.If(rows[k] < Sq, tuple(stores))])
+            body.extend(stores if Sq % BQ == 0 else [program.If(rows[k] < Sq, tuple(stores))])
 
-        lds = tuple(P.LdsArray(name, "f32", shp, pad if name in ("Qs", "Ks", "Ps") else 0)
+        lds = tuple(program.LdsArray(name, "f32", shp, pad if name in ("Qs", "Ks", "Ps") else 0)
                     for name, shp in g["lds"].items())
         body = em.provably_aligned(tuple(body), self.ws)
-        return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
+        return program.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
                         meta=_meta(a, s, g, threads_per_row=TPR))
 
 
 def _used(params, body) -> tuple:
     """``params`` the body reads or writes."""
-    names = {x.buffer for x in P.walk(body) if isinstance(x, (P.Load, P.Store))}
+    names = {x.buffer for x in program.walk(body) if isinstance(x, (program.Load, program.Store))}
     return tuple(b for b in params if b.name in names)
 
 
@@ -810,7 +810,7 @@ class _MfmaBuilder(_Builder):
             return kop.inputs[0]
         return a.kt
 
-    def build(self) -> P.Kernel:
+    def build(self) -> program.Kernel:
         a, s, g, em = self.a, self.s, self.g, self.em
         ksrc = self.k_source()
         g["prefetch"] = (a.sk > s["BK"] and   # one key block: nothing to overlap
@@ -823,17 +823,17 @@ class _MfmaBuilder(_Builder):
         nqb = ceil_div(Sq, BQ)
         nkb_blocks, nvb = BK // M, DVP // M
         body = []
-        self.tid = self.let(body, "tid", P.thread_id(), "i32")
-        lane = self.let(body, "lane", P.lane(), "i32")
-        wave = self.let(body, "wave", P.wave_id(), "i32")
+        self.tid = self.let(body, "tid", program.thread_id(), "i32")
+        lane = self.let(body, "lane", program.lane(), "i32")
+        wave = self.let(body, "wave", program.wave_id(), "i32")
         col = self.let(body, "col", lane % M, "i32")          # this lane's query (column)
         slot4 = self.let(body, "slot4", (lane // M) * 4, "i32")   # 4 * k slot
-        bid = P.block_id()
+        bid = program.block_id()
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
-        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else P.i32(0)
+        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else program.i32(0)
         lrow = [self.let(body, "lrow", (wave * RM + k) * M + col, "i32") for k in range(RM)]
         rows = [self.let(body, "row", qb * BQ + lrow[k], "i32") for k in range(RM)]
-        rowc = [self.let(body, "rowc", P.minimum(r, Sq - 1), "i32") if Sq % BQ else r
+        rowc = [self.let(body, "rowc", program.minimum(r, Sq - 1), "i32") if Sq % BQ else r
                 for r in rows]
         bidx = tuple(unravel(bh, a.batch)) if a.batch else ()
         T = g["T"]
@@ -845,8 +845,8 @@ class _MfmaBuilder(_Builder):
             n = nrows * w
             for u in range(ceil_div(n, T)):
                 e = self.tid + u * T
-                zero = P.LdsStore(arr, (e // w) * stride + c0 + e % w, (P.f32(0.0),))
-                body.append(zero if (u + 1) * T <= n else P.If(e < n, (zero,)))
+                zero = program.LdsStore(arr, (e // w) * stride + c0 + e % w, (program.f32(0.0),))
+                body.append(zero if (u + 1) * T <= n else program.If(e < n, (zero,)))
 
         krows = g["lds"]["Ks"][0]
         if DP > D:
@@ -868,12 +868,12 @@ class _MfmaBuilder(_Builder):
         qaddr = [self.let(body, "qaddr", lrow[k] * LS + run0, "i32") for k in range(RM)]
         qreg = None
         if s["q_in"] == "registers":   # staged through the K array, then held
-            body.append(P.Barrier())
+            body.append(program.Barrier())
             qreg = [[] for _ in range(RM)]
             for k in range(RM):
                 for t0 in range(0, R, rv):
                     regs = tuple(self.reg("q") for _ in range(rv))
-                    body.append(P.LdsLoad(regs, "Ks", qaddr[k] + t0 if t0 else qaddr[k]))
+                    body.append(program.LdsLoad(regs, "Ks", qaddr[k] + t0 if t0 else qaddr[k]))
                     qreg[k] += list(regs)
         kaddr = self.let(body, "kaddr", col * LS + run0, "i32")
         vaddr = self.let(body, "vaddr", slot4 * VS + col, "i32")
@@ -882,16 +882,16 @@ class _MfmaBuilder(_Builder):
         l_ = [self.reg("l") for _ in range(RM)]
         oacc = [[tuple(self.reg(f"o{k}_{b}_") for _ in range(nacc)) for b in range(nvb)]
                 for k in range(RM)]
-        body += [P.Assign(x, P.f32(NEG)) for x in m] + [P.Assign(x, P.f32(0.0)) for x in l_]
-        body += [P.Assign(x, P.f32(0.0)) for row in oacc for blk in row for x in blk]
+        body += [program.Assign(x, program.f32(NEG)) for x in m] + [program.Assign(x, program.f32(0.0)) for x in l_]
+        body += [program.Assign(x, program.f32(0.0)) for row in oacc for blk in row for x in blk]
 
-        kb = P.Var("kb", "i32")
+        kb = program.Var("kb", "i32")
         ksrc = self.k_source()
         kidx = (lambda r, c: bidx + (r, c)) if ksrc != a.kt else (lambda r, c: bidx + (c, r))
-        nkb = P.i32(ceil_div(Sk, BK))
+        nkb = program.i32(ceil_div(Sk, BK))
         if a.pat.causal and Sq == Sk:
-            last = P.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
-            nkb = self.let(body, "nkb", P.minimum((last + (BK - 1)) // BK, nkb), "i32")
+            last = program.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
+            nkb = self.let(body, "nkb", program.minimum((last + (BK - 1)) // BK, nkb), "i32")
 
         def stage(out, first_key, stores=None):
             self.copy_tile(out, "Ks", BK, D, LS, first_key, Sk, ksrc, kidx, "ik",
@@ -904,23 +904,23 @@ class _MfmaBuilder(_Builder):
             # last trip reloads its own block, never read) into registers before its math
             # and stores it to LDS after, so the load latency hides behind the MFMAs
             if s["q_in"] == "registers":
-                body.append(P.Barrier())   # Q read out of the K array
-            stage(body, P.i32(0))
-            loop = [P.Barrier()]
+                body.append(program.Barrier())   # Q read out of the K array
+            stage(body, program.i32(0))
+            loop = [program.Barrier()]
             key0 = self.let(loop, "key0", kb * BK, "i32")
-            nxt = self.let(loop, "knext", P.minimum(kb + 1, nkb - 1) * BK, "i32")
+            nxt = self.let(loop, "knext", program.minimum(kb + 1, nkb - 1) * BK, "i32")
             late = []
             stage(loop, nxt, late)
         else:
-            loop = [P.Barrier()]   # Q staged / the previous block's K, V no longer read
+            loop = [program.Barrier()]   # Q staged / the previous block's K, V no longer read
             key0 = self.let(loop, "key0", kb * BK, "i32")
             stage(loop, key0)
-            loop.append(P.Barrier())
+            loop.append(program.Barrier())
 
         # S^T blocks (key block i of M keys, query block k): MFMAs over the head-dim runs
         sacc = [[tuple(self.reg(f"s{k}_{i}_") for _ in range(nacc)) for i in range(nkb_blocks)]
                 for k in range(RM)]
-        loop += [P.Assign(x, P.f32(0.0)) for row in sacc for blk in row for x in blk]
+        loop += [program.Assign(x, program.f32(0.0)) for row in sacc for blk in row for x in blk]
         def pipelined(steps):
             """(reads, MFMAs) steps with the reads of step j + 1 issued before the MFMAs
             of step j: one step's matrix work hides the next one's LDS latency."""
@@ -933,15 +933,15 @@ class _MfmaBuilder(_Builder):
         for t0 in range(0, R, rv):
             if qreg is None:
                 qv = [tuple(self.reg("q") for _ in range(rv)) for _ in range(RM)]
-                qreads = [P.LdsLoad(qv[k], "Qs", qaddr[k] + t0 if t0 else qaddr[k])
+                qreads = [program.LdsLoad(qv[k], "Qs", qaddr[k] + t0 if t0 else qaddr[k])
                           for k in range(RM)]
             else:
                 qv, qreads = [qreg[k][t0:t0 + rv] for k in range(RM)], []
             for i in range(nkb_blocks):
                 kv = tuple(self.reg("k") for _ in range(rv))
-                reads = [P.LdsLoad(kv, "Ks", kaddr + (i * M * LS + t0) if i or t0 else kaddr)]
+                reads = [program.LdsLoad(kv, "Ks", kaddr + (i * M * LS + t0) if i or t0 else kaddr)]
                 steps.append((reads + (qreads if i == 0 else []),
-                              [P.Mfma(sacc[k][i], kv[e], qv[k][e], shape)
+                              [program.Mfma(sacc[k][i], kv[e], qv[k][e], shape)
                                for e in range(rv) for k in range(RM)]))
         loop += pipelined(steps)
 
@@ -959,22 +959,22 @@ class _MfmaBuilder(_Builder):
                     for r in range(nacc):
                         key = keys[i][r]
                         em.bound = {a.pat.qk: (lambda ix, x=sacc[k][i][r]: x)}
-                        x = em.value(a.pat.scores, bidx + (rowc[k], P.minimum(key, Sk - 1)
+                        x = em.value(a.pat.scores, bidx + (rowc[k], program.minimum(key, Sk - 1)
                                                            if Sk % BK else key))
                         if Sk % BK:
-                            x = P.select(key < Sk, x, P.f32(NEG))
+                            x = program.select(key < Sk, x, program.f32(NEG))
                         xs[k][i][r] = self.let(chain, "x", x)
         em.bound = {}
         loop.extend(hoist_loads(chain))
 
         def across_slots(out, v, op):
-            f = P.maximum if op == "max" else (lambda x, y: x + y)
+            f = program.maximum if op == "max" else (lambda x, y: x + y)
             acc = self.let(out, f"row{op}", v)
             off = M
-            while off < P.MFMA_WAVE:
+            while off < program.MFMA_WAVE:
                 o = self.reg(f"sh{op}")
-                out.append(P.Shuffle(o, acc, "xor", off))
-                out.append(P.Assign(acc, f(acc, o)))
+                out.append(program.Shuffle(o, acc, "xor", off))
+                out.append(program.Assign(acc, f(acc, o)))
                 off *= 2
             return acc
 
@@ -983,21 +983,21 @@ class _MfmaBuilder(_Builder):
             flat = [x for blk in xs[k] for x in blk]
             bmax = flat[0]
             for x in flat[1:]:
-                bmax = P.maximum(bmax, x)
+                bmax = program.maximum(bmax, x)
             bmax = across_slots(loop, bmax, "max")
-            m_new = self.let(loop, "mnew", P.maximum(m[k], bmax))
-            alpha = self.let(loop, "alpha", P.exp(m[k] - m_new))
+            m_new = self.let(loop, "mnew", program.maximum(m[k], bmax))
+            alpha = self.let(loop, "alpha", program.exp(m[k] - m_new))
             for i in range(nkb_blocks):
-                ps[k][i] = [self.let(loop, "p", P.exp(x - m_new)) for x in xs[k][i]]
+                ps[k][i] = [self.let(loop, "p", program.exp(x - m_new)) for x in xs[k][i]]
             pflat = [p for blk in ps[k] for p in blk]
             psum = pflat[0]
             for p in pflat[1:]:
                 psum = psum + p
             # l stays this lane's partial sum (alpha is the same on every slot of the
             # row, m being combined): the slots' partials are added once, after the loop
-            loop.append(P.Assign(l_[k], P.fma(l_[k], alpha, psum)))
-            loop.append(P.Assign(m[k], m_new))
-            loop += [P.Assign(x, x * alpha) for blk in oacc[k] for x in blk]
+            loop.append(program.Assign(l_[k], program.fma(l_[k], alpha, psum)))
+            loop.append(program.Assign(m[k], m_new))
+            loop += [program.Assign(x, x * alpha) for blk in oacc[k] for x in blk]
 
         # O^T += V^T P^T: step t of key block i takes key i*M + base(t) + 4*slot
         steps = []
@@ -1005,20 +1005,20 @@ class _MfmaBuilder(_Builder):
             for t in range(nacc):
                 vv = [self.reg("v") for _ in range(nvb)]
                 off = (i * M + base(t)) * VS
-                steps.append(([P.LdsLoad((vv[b],), "Vs", vaddr + (off + b * M)
+                steps.append(([program.LdsLoad((vv[b],), "Vs", vaddr + (off + b * M)
                                          if off + b * M else vaddr) for b in range(nvb)],
-                              [P.Mfma(oacc[k][b], vv[b], ps[k][i][t], shape)
+                              [program.Mfma(oacc[k][b], vv[b], ps[k][i][t], shape)
                                for k in range(RM) for b in range(nvb)]))
         loop += pipelined(steps)
         if g["prefetch"]:
-            loop += [P.Barrier()] + late   # every wave is done with block kb
-        body.append(P.For(kb, P.i32(0), nkb, 1, tuple(loop)))
+            loop += [program.Barrier()] + late   # every wave is done with block kb
+        body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop)))
 
         # O = acc / l through PV's epilogue; registers 4j..4j+3 are 4 consecutive columns
         outt = a.graph.op(a.out).type
         vec = 4 if Dv % 4 == 0 else 1
         for k in range(RM):
-            inv = self.let(body, "inv_l", P.f32(1.0) / across_slots(body, l_[k], "sum"))
+            inv = self.let(body, "inv_l", program.f32(1.0) / across_slots(body, l_[k], "sum"))
             stores = []
             with em.scope(stores):
                 for b in range(nvb):
@@ -1032,15 +1032,15 @@ class _MfmaBuilder(_Builder):
                                 em.bound = {a.pat.pv: (lambda ix, x=oacc[k][b][r0 + e], y=inv:
                                                        x * y)}
                                 vals.append(em.value(a.out, bidx + (rowc[k], c0 + e if e else c0)))
-                            st.append(P.Store(a.out, em.offset(outt, bidx + (rows[k], c0)),
+                            st.append(program.Store(a.out, em.offset(outt, bidx + (rows[k], c0)),
                                               tuple(vals)))
-                        stores.extend(st if DVP == Dv else [P.If(c0 < Dv, tuple(st))])
+                        stores.extend(st if DVP == Dv else [program.If(c0 < Dv, tuple(st))])
             em.bound = {}
-            body.extend(stores if Sq % BQ == 0 else [P.If(rows[k] < Sq, tuple(stores))])
+            body.extend(stores if Sq % BQ == 0 else [program.If(rows[k] < Sq, tuple(stores))])
 
-        lds = tuple(P.LdsArray(name, "f32", shp, LS - D if name in ("Qs", "Ks") else VS - Dv)
+        lds = tuple(program.LdsArray(name, "f32", shp, LS - D if name in ("Qs", "Ks") else VS - Dv)
                     for name, shp in g["lds"].items())
         body = em.provably_aligned(tuple(body), self.ws)
-        return P.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
+        return program.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
                         meta=_meta(a, s, g, mfma_shape=shape, threads_per_row=slots))

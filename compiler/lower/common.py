@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from gpusim import program as P
+from gpusim import program
 
 from compiler.ir.graph import REDUCE, Graph, GraphError
 
@@ -41,10 +41,10 @@ def buffers(graph: Graph, dispatch) -> tuple:
         if op.kind == "constant" and ty.size == 1 and not any(
                 graph.op(n).is_contraction and t in graph.op(n).inputs for n in dispatch.ops):
             continue  # inlined as an immediate by the ValueEmitter (GEMM operands are not)
-        params.append(P.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "in", ty.strides))
+        params.append(program.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "in", ty.strides))
     for t in dispatch.outputs:
         ty = graph.op(t).type
-        params.append(P.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "out", None))
+        params.append(program.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "out", None))
     return tuple(params)
 
 
@@ -79,16 +79,16 @@ def memory_image(graph: Graph, tensor: str, value) -> np.ndarray:
 def split_at_last_load(stmts):
     """(prefix up to the last global Load, the rest): a block's loads, to issue them all
     before any use (one memory latency for many loads, as hipcc schedules them)."""
-    last = max((i for i, x in enumerate(stmts) if isinstance(x, P.Load)), default=-1)
+    last = max((i for i, x in enumerate(stmts) if isinstance(x, program.Load)), default=-1)
     return stmts[:last + 1], stmts[last + 1:]
 
 
 def defined_registers(stmts):
     """Registers a block of statements writes (to zero them when the block is guarded)."""
     out = []
-    for x in P.walk(stmts):
-        if isinstance(x, P.Assign):
+    for x in program.walk(stmts):
+        if isinstance(x, program.Assign):
             out.append(x.dst)
-        elif isinstance(x, (P.Load, P.LdsLoad)):
+        elif isinstance(x, (program.Load, program.LdsLoad)):
             out.extend(x.dsts)
     return out

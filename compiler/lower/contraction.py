@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import math
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
@@ -263,7 +263,7 @@ def read_width(s) -> int:
 def mfma_read_width(s) -> int:
     """mma=mfma: each lane reads a run of (BK/KW)/k consecutive K elements (its k slot's
     share of the wave group's K slice); the widest aligned LDS read that divides it."""
-    steps = (int(s["BK"]) // int(s.get("KW", 1))) // P.MFMA_SHAPES[MFMA_FOR_BLOCK[int(s["TM"])]][2]
+    steps = (int(s["BK"]) // int(s.get("KW", 1))) // program.MFMA_SHAPES[MFMA_FOR_BLOCK[int(s["TM"])]][2]
     if s["lds_pad"] == 1:
         return 1
     for w in (4, 2):
@@ -291,7 +291,7 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         if TM != TN or TM not in MFMA_FOR_BLOCK:
             return f"mma=mfma: the wave block TMxTN={TM}x{TN} must be 32x32 or 16x16"
         shape = MFMA_FOR_BLOCK[TM]
-        kstep, nacc = P.MFMA_SHAPES[shape][2], P.MFMA_SHAPES[shape][3]
+        kstep, nacc = program.MFMA_SHAPES[shape][2], program.MFMA_SHAPES[shape][3]
         if s["lds_pad"] == "xor":
             return "mma=mfma reads LDS with plain row addresses; lds_pad=xor is not supported"
         if BK % KW or (BK // KW) % kstep:
@@ -364,7 +364,7 @@ def vgpr_estimate(s, threads) -> int:
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
     staging = ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)
     if s.get("mma", "fma") == "mfma":
-        nacc = P.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][3]
+        nacc = program.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][3]
         return nacc + 2 * mfma_read_width(s) + staging + 2 + 16
     return TM * TN + read_width(s) * (TM + TN) + staging + TM + TN + 16
 
@@ -393,7 +393,7 @@ def workspace_name(dispatch) -> str:
     return sanitize(f"{dispatch.name}_splitk_partials")
 
 
-def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> P.KernelSequence:
+def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> program.KernelSequence:
     """Split-K across workgroups (knob ``split_k`` = S), as hipBLASLt and rocBLAS do for
     GEMMs with too few output tiles to fill the GPU: two kernels in stream order.
 
@@ -419,14 +419,14 @@ def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> P.KernelSequen
     ws = partial.buffer(workspace_name(dispatch))
     meta = {**reduce.meta, "split_k": int(s["split_k"]),
             "workspace_bytes": ws.size * 4}
-    return P.KernelSequence(sanitize(f"{dispatch.name}_gemm"), (partial, reduce),
-                            (P.Buffer(ws.name, "f32", ws.shape, "out"),), meta)
+    return program.KernelSequence(sanitize(f"{dispatch.name}_gemm"), (partial, reduce),
+                            (program.Buffer(ws.name, "f32", ws.shape, "out"),), meta)
 
 
 def _acc_row(shape, lane, r):
     """Row of accumulator register ``r`` of ``lane`` in the MFMA layout, as IR
     (``gpusim.program.mfma_acc_elem``)."""
-    if P.MFMA_SHAPES[shape][0] == 32:
+    if program.MFMA_SHAPES[shape][0] == 32:
         return iadd(imul(idiv(lane, 32), 4), 8 * (r // 4) + r % 4)
     return iadd(imul(idiv(lane, 16), 4), r)
 
@@ -437,7 +437,7 @@ class _Builder:
         #: None: the one-kernel GEMM; "partial"/"reduce": the two kernels of split-K
         self.phase = phase
         self.S = int(s.get("split_k", 1))
-        self.k_base = P.i32(0)
+        self.k_base = program.i32(0)
         self.BM, self.BN, self.BK, self.TM, self.TN = (int(s[k]) for k in
                                                        ("BM", "BN", "BK", "TM", "TN"))
         self.KW = int(s.get("KW", 1))
@@ -445,7 +445,7 @@ class _Builder:
         self.mma = s.get("mma", "fma")
         if self.mma == "mfma":  # one wave per TM x TN block, 64 lanes each
             self.shape = MFMA_FOR_BLOCK[self.TM]
-            self.group *= P.MFMA_WAVE
+            self.group *= program.MFMA_WAVE
         self.threads = self.group * self.KW
         self.pad = _pad_elems(s["lds_pad"])
         self.row_len = self.BK + self.pad
@@ -454,18 +454,18 @@ class _Builder:
         self.body: list = []
 
     def var(self, hint, dtype="i32"):
-        return P.Var(self.regs.new(hint), dtype)
+        return program.Var(self.regs.new(hint), dtype)
 
     def let(self, hint, value, out=None):
         v = self.var(hint, value.dtype)
-        (self.body if out is None else out).append(P.Assign(v, value))
+        (self.body if out is None else out).append(program.Assign(v, value))
         return v
 
     # ---------------------------------------------------------------- staging
     def lds_index(self, base, row, k):
         """LDS element of (row, k) in a K-innermost staged tile (row = m for A, n for B)."""
         if self.s["lds_pad"] == "xor" and self.BK // 4 > 1:
-            chunk = P.as_expr(idiv(k, 4)) ^ P.as_expr(imod(row, self.BK // 4))
+            chunk = program.as_expr(idiv(k, 4)) ^ program.as_expr(imod(row, self.BK // 4))
             k = iadd(imul(chunk, 4), imod(k, 4))
         return iadd(base, iadd(imul(row, self.row_len), k))
 
@@ -479,7 +479,7 @@ class _Builder:
         outer_len, inner_len = (R, C) if inner_is_c else (C, R)
         per_row = inner_len // v
         total = outer_len * per_row
-        t = P.thread_id()
+        t = program.thread_id()
         along_k = opnd.inner == kdim
         for step in range(ceil_div(total, self.threads)):
             q = iadd(t, step * self.threads)
@@ -500,37 +500,37 @@ class _Builder:
                 loads = []
                 with self.em.scope(loads):
                     val = self.em.value(opnd.tensor, ix)
-                    loads.append(P.Assign(regs[0], val))
+                    loads.append(program.Assign(regs[0], val))
             else:
                 off, pvalid = opnd.offset_fn(b, r, c)
                 valid = _and(valid, pvalid)
-                loads = [P.Load(regs, opnd.buffer, off)]
+                loads = [program.Load(regs, opnd.buffer, off)]
             if valid is None:
                 stmts += loads
             else:
-                stmts += [P.Assign(x, P.f32(0.0)) for x in regs]
-                stmts.append(P.If(valid, tuple(loads)))
+                stmts += [program.Assign(x, program.f32(0.0)) for x in regs]
+                stmts.append(program.If(valid, tuple(loads)))
             lstmts, stmts = stmts, []
             row, k = (ro, ci) if kdim == "c" else (ci, ro)
             if along_k and (self.pad != 1 or v == 1):
-                stmts.append(P.LdsStore("lds", self.lds_index(base, row, k), regs))
+                stmts.append(program.LdsStore("lds", self.lds_index(base, row, k), regs))
             elif along_k:
-                stmts += [P.LdsStore("lds", self.lds_index(base, row, iadd(k, e)), (regs[e],))
+                stmts += [program.LdsStore("lds", self.lds_index(base, row, iadd(k, e)), (regs[e],))
                           for e in range(v)]
             else:
-                stmts += [P.LdsStore("lds", self.lds_index(base, iadd(row, e), k), (regs[e],))
+                stmts += [program.LdsStore("lds", self.lds_index(base, iadd(row, e), k), (regs[e],))
                           for e in range(v)]
             if total % self.threads and step == total // self.threads:
                 # registers of a partial step: defined on every path for the validator
-                loads_out += [P.Assign(x, P.f32(0.0)) for x in regs]
-                loads_out.append(P.If(q < total, tuple(lstmts)))
-                stores_out.append(P.If(q < total, tuple(stmts)))
+                loads_out += [program.Assign(x, program.f32(0.0)) for x in regs]
+                loads_out.append(program.If(q < total, tuple(lstmts)))
+                stores_out.append(program.If(q < total, tuple(stmts)))
             else:
                 loads_out += lstmts
                 stores_out += stmts
 
     # ---------------------------------------------------------------- build
-    def build(self) -> P.Kernel:
+    def build(self) -> program.Kernel:
         if self.mma == "mfma":
             return self.build_mfma()
         s = self.s
@@ -539,17 +539,17 @@ class _Builder:
         va, vb = int(s["vec_a"]), int(s["vec_b"])
         rv = read_width(s)
         bkw = BK // KW
-        t = P.thread_id()
+        t = program.thread_id()
         b, m0, n0, tiles_m, tiles_n = self.tile_origin()
         if KW > 1:
             kg = self.let("kg", idiv(t, self.group))   # K group: wave-uniform
             tig = self.let("tig", imod(t, self.group))
         else:
-            kg, tig = P.i32(0), t
+            kg, tig = program.i32(0), t
         tx = self.let("tx", imod(tig, tm_thr))
         ty = self.let("ty", idiv(tig, tm_thr))
         self.kg, self.tig, self.tx, self.ty = kg, tig, tx, ty
-        acc = [[self.let(f"acc{i}_{j}", P.f32(0.0)) for j in range(TN)] for i in range(TM)]
+        acc = [[self.let(f"acc{i}_{j}", program.f32(0.0)) for j in range(TN)] for i in range(TM)]
         a_base, b_base = 0, BM * self.row_len
 
         # per-thread LDS row addresses of its TM rows of A and TN rows (columns n) of B,
@@ -570,12 +570,12 @@ class _Builder:
                             self.let(f"{name}x{i}", imod(row, BK // 4)) if xor else None))
             rows.append(lst)
         gch = self.let("gch", imul(kg, bkw // 4)) if xor and KW > 1 and \
-            self.phase != "reduce" else P.i32(0)
+            self.phase != "reduce" else program.i32(0)
 
         def read_addr(base, rmod, kq):
             if not xor:
                 return base if kq == 0 else iadd(base, kq)
-            chunk = P.as_expr(iadd(gch, kq // 4)) ^ P.as_expr(rmod)
+            chunk = program.as_expr(iadd(gch, kq // 4)) ^ program.as_expr(rmod)
             return iadd(base, iadd(imul(chunk, 4), kq % 4))
 
         # K loop with register prefetch (the classic single-LDS-buffer pipeline): the
@@ -594,9 +594,9 @@ class _Builder:
                 b_regs = [tuple(self.var(f"b{j}_", "f32") for _ in range(rv))
                           for j in range(TN)]
                 regs_of[kq] = (a_regs, b_regs)
-                r = [P.LdsLoad(a_regs[i], "lds", read_addr(base, rmod, kq))
+                r = [program.LdsLoad(a_regs[i], "lds", read_addr(base, rmod, kq))
                      for i, (base, rmod) in enumerate(rows[0])]
-                return r + [P.LdsLoad(b_regs[j], "lds", read_addr(base, rmod, kq))
+                return r + [program.LdsLoad(b_regs[j], "lds", read_addr(base, rmod, kq))
                             for j, (base, rmod) in enumerate(rows[1])]
 
             out += reads(steps[0])
@@ -607,7 +607,7 @@ class _Builder:
                 for e in range(rv):
                     for i in range(TM):
                         for j in range(TN):
-                            out.append(P.Assign(acc[i][j], P.fma(a_regs[i][e], b_regs[j][e],
+                            out.append(program.Assign(acc[i][j], program.fma(a_regs[i][e], b_regs[j][e],
                                                                  acc[i][j])))
             return out
 
@@ -639,15 +639,15 @@ class _Builder:
             results = self.epilogue_registers(b, ms, ns, acc, store=False)
             for oi, o in enumerate(self.d.outputs):
                 if oi:
-                    self.body.append(P.Barrier())
+                    self.body.append(program.Barrier())
                 self.write_ctile(mls, nls, [[results.get((o, i, j)) for j in range(TN)]
                                             for i in range(TM)], sv)
-                self.body.append(P.Barrier())
+                self.body.append(program.Barrier())
                 self.read_ctile_and_store(b, m0, n0, sv, lambda regs, idxs, o=o: {o: regs},
                                           [o])
         else:
             self.write_ctile(mls, nls, acc, sv)
-            self.body.append(P.Barrier())
+            self.body.append(program.Barrier())
             self.read_ctile_and_store(b, m0, n0, sv, self.epilogue_vector, self.d.outputs)
 
         lds_size = lds_elems(gm, s)
@@ -672,18 +672,18 @@ class _Builder:
                 "epilogue_loads": list(self.em.loads)}
         if self.phase == "reduce":
             meta["split_k_phase"] = "reduce"
-            return P.Kernel(sanitize(f"{self.d.name}_gemm_reduce"),
+            return program.Kernel(sanitize(f"{self.d.name}_gemm_reduce"),
                             self.used(buffers(self.g, self.d), self.workspace("in")),
                             grid=gm.batch * tiles_m * tiles_n, block=self.threads,
                             body=tuple(self.body),
-                            lds=(P.LdsArray("lds", "f32", (lds_size,)),) if lds_size else (),
+                            lds=(program.LdsArray("lds", "f32", (lds_size,)),) if lds_size else (),
                             meta=meta)
-        return P.Kernel(sanitize(f"{self.d.name}_gemm"), buffers(self.g, self.d),
+        return program.Kernel(sanitize(f"{self.d.name}_gemm"), buffers(self.g, self.d),
                         grid=gm.batch * tiles_m * tiles_n, block=self.threads,
                         body=tuple(self.body),
-                        lds=(P.LdsArray("lds", "f32", (lds_size,)),), meta=meta)
+                        lds=(program.LdsArray("lds", "f32", (lds_size,)),), meta=meta)
 
-    def build_mfma(self) -> P.Kernel:
+    def build_mfma(self) -> program.Kernel:
         """mma=mfma: wave w of K group kg owns the TM x TN block (w % (BM/TM), w // (BM/TM))
         and accumulates it with one MFMA per K step in the MFMA accumulator layout.
 
@@ -695,27 +695,27 @@ class _Builder:
         s = self.s
         BM, BK, TM, TN, KW = self.BM, self.BK, self.TM, self.TN, self.KW
         shape = self.shape
-        _, _, ks, nacc, _ = P.MFMA_SHAPES[shape]
+        _, _, ks, nacc, _ = program.MFMA_SHAPES[shape]
         va, vb = int(s["vec_a"]), int(s["vec_b"])
         rv = mfma_read_width(s)
         lanes_m = s.get("mfma_lanes", "n") == "m"
         bkw = BK // KW
         steps = bkw // ks
-        t = P.thread_id()
+        t = program.thread_id()
         b, m0, n0, tiles_m, tiles_n = self.tile_origin()
         waves_m = BM // TM
-        wave = P.wave_id()
+        wave = program.wave_id()
         if KW > 1:
             kg = self.let("kg", idiv(t, self.group))   # K group: wave-uniform
             tig = self.let("tig", imod(t, self.group))
-            wg = imod(wave, self.group // P.MFMA_WAVE)
+            wg = imod(wave, self.group // program.MFMA_WAVE)
         else:
-            kg, tig, wg = P.i32(0), t, wave
+            kg, tig, wg = program.i32(0), t, wave
         self.kg, self.tig = kg, tig
         wm = self.let("wm", imul(imod(wg, waves_m), TM))   # wave block origin in the tile
         wn = self.let("wn", imul(idiv(wg, waves_m), TN))
-        lane = P.lane()
-        acc_regs = tuple(self.let(f"acc{r}", P.f32(0.0)) for r in range(nacc))
+        lane = program.lane()
+        acc_regs = tuple(self.let(f"acc{r}", program.f32(0.0)) for r in range(nacc))
         a_base, b_base = 0, BM * self.row_len
         # LDS addresses of this lane's run: row (m or n) = block origin + lane % TM,
         # k = kg * bkw + (lane // TM) * steps
@@ -733,12 +733,12 @@ class _Builder:
             for q0 in range(0, steps, rv):
                 av = tuple(self.var("fa", "f32") for _ in range(rv))
                 bv = tuple(self.var("fb", "f32") for _ in range(rv))
-                out.append(P.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
-                out.append(P.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
+                out.append(program.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
+                out.append(program.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
                 for e in range(rv):
                     # lanes along M: the block computed is C^T = B^T A^T
                     x, y = (bv[e], av[e]) if lanes_m else (av[e], bv[e])
-                    out.append(P.Mfma(acc_regs, x, y, shape))
+                    out.append(program.Mfma(acc_regs, x, y, shape))
             return out
 
         if self.phase != "reduce":
@@ -771,7 +771,7 @@ class _Builder:
         output tile: workgroups walk M fastest, then N, then the batch."""
         gm, BM, BN = self.gemm, self.BM, self.BN
         tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
-        bid = P.block_id()
+        bid = program.block_id()
         if self.phase == "partial":
             # workgroup = (split, tile): the splits of one tile are tiles apart, so the
             # workgroups running at once cover all of K for a band of tiles
@@ -783,7 +783,7 @@ class _Builder:
             self.ks = ks
         self.tile = bid
         per_batch = tiles_m * tiles_n
-        b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else P.i32(0)
+        b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else program.i32(0)
         rest = imod(bid, per_batch) if gm.batch > 1 else bid
         m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
         n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
@@ -801,7 +801,7 @@ class _Builder:
             return lo, st
 
         lo, st = stage_tile(self.k_base)
-        self.body += lo + st + [P.Barrier()]
+        self.body += lo + st + [program.Barrier()]
         return stage_tile
 
     def k_loop(self, stage_tile, compute):
@@ -817,11 +817,11 @@ class _Builder:
             k_next = imul(iadd(kt, 1), BK)
             if self.phase == "partial":
                 k_next = iadd(self.k_base, k_next)
-            kbody: list = [P.Assign(k0, k_next)]
+            kbody: list = [program.Assign(k0, k_next)]
             lo, st = stage_tile(k0)
-            kbody += lo + compute() + [P.Barrier()] + st + [P.Barrier()]
-            self.body.append(P.For(kt, P.i32(0), P.i32(nk - 1), 1, tuple(kbody)))
-        self.body += compute() + [P.Barrier()]
+            kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
+            self.body.append(program.For(kt, program.i32(0), program.i32(nk - 1), 1, tuple(kbody)))
+        self.body += compute() + [program.Barrier()]
 
     # ---------------------------------------------------------------- split-K combine
     def owner(self, i, j):
@@ -832,7 +832,7 @@ class _Builder:
         """``stmts`` run only by the owning group (a wave-uniform branch) when KW > 1."""
         if self.KW == 1:
             return list(stmts)
-        return [P.If(P.as_expr(self.kg).eq(self.owner(i, j)), tuple(stmts))]
+        return [program.If(program.as_expr(self.kg).eq(self.owner(i, j)), tuple(stmts))]
 
     def combine_split_k(self, acc):
         """Every group writes its partial accumulators (slot per group, consecutive lanes
@@ -843,27 +843,27 @@ class _Builder:
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
-                self.body.append(P.LdsStore("lds", iadd(slot, e * G), (acc[i][j],)))
-        self.body.append(P.Barrier())
+                self.body.append(program.LdsStore("lds", iadd(slot, e * G), (acc[i][j],)))
+        self.body.append(program.Barrier())
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
                 parts = [self.var("part", "f32") for _ in range(self.KW)]
-                stmts = [P.LdsLoad((parts[h],), "lds", iadd(self.tig, (h * TT + e) * G))
+                stmts = [program.LdsLoad((parts[h],), "lds", iadd(self.tig, (h * TT + e) * G))
                          for h in range(self.KW)]
                 total = parts[0]
                 for h in range(1, self.KW):
                     total = total + parts[h]
-                stmts.append(P.Assign(acc[i][j], total))
+                stmts.append(program.Assign(acc[i][j], total))
                 self.body += self.owned(i, j, stmts)
-        self.body.append(P.Barrier())
+        self.body.append(program.Barrier())
 
     # ---------------------------------------------------------------- split-K across workgroups
     def workspace(self, intent):
         """The workspace buffer: S x tiles x accumulators x threads of one K group."""
         gm = self.gemm
         ntiles = gm.batch * ceil_div(gm.M, self.BM) * ceil_div(gm.N, self.BN)
-        return P.Buffer(workspace_name(self.d), "f32",
+        return program.Buffer(workspace_name(self.d), "f32",
                         (self.S, ntiles, self.TM * self.TN, self.group), intent)
 
     def partial_offset(self, split, e):
@@ -874,14 +874,14 @@ class _Builder:
             iadd(self.tile, split * ntiles)
         return iadd(imul(iadd(imul(row, TT), e), G), self.tig)
 
-    def write_partials(self, acc, tiles_m, tiles_n) -> P.Kernel:
+    def write_partials(self, acc, tiles_m, tiles_n) -> program.Kernel:
         """The partial kernel's end: every accumulator (its owner group's, KW > 1) to the
         workspace, consecutive threads on consecutive dwords."""
         ws = self.workspace("out")
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
-                self.body += self.owned(i, j, [P.Store(ws.name, self.partial_offset(self.ks, e),
+                self.body += self.owned(i, j, [program.Store(ws.name, self.partial_offset(self.ks, e),
                                                        (acc[i][j],))])
         gm = self.gemm
         meta = {"dispatch": self.d.name, "root": self.d.root, "kind": "contraction",
@@ -891,10 +891,10 @@ class _Builder:
                 "mfma_shape": self.shape if self.mma == "mfma" else None,
                 "operand_inner": {"A": gm.A.inner, "B": gm.B.inner}}
         params = tuple(b for b in buffers(self.g, self.d) if b.intent == "in")
-        return P.Kernel(sanitize(f"{self.d.name}_gemm_partial"), self.used(params, ws),
+        return program.Kernel(sanitize(f"{self.d.name}_gemm_partial"), self.used(params, ws),
                         grid=self.S * gm.batch * tiles_m * tiles_n, block=self.threads,
                         body=tuple(self.body),
-                        lds=(P.LdsArray("lds", "f32", (lds_elems(gm, self.s),)),), meta=meta)
+                        lds=(program.LdsArray("lds", "f32", (lds_elems(gm, self.s),)),), meta=meta)
 
     def sum_partials(self, acc):
         """The reduction kernel's start: each accumulator (by its owner group) is the sum
@@ -905,20 +905,20 @@ class _Builder:
             for j in range(self.TN):
                 e = i * self.TN + j
                 parts = [self.var("part", "f32") for _ in range(self.S)]
-                ld = [P.Load((parts[h],), ws.name, self.partial_offset(h, e))
+                ld = [program.Load((parts[h],), ws.name, self.partial_offset(h, e))
                       for h in range(self.S)]
                 total = parts[0]
                 for h in range(1, self.S):
                     total = total + parts[h]
                 loads += self.owned(i, j, ld)
-                adds += self.owned(i, j, [P.Assign(acc[i][j], total)])
+                adds += self.owned(i, j, [program.Assign(acc[i][j], total)])
                 if self.KW > 1:  # defined in every group for the validator
-                    self.body += [P.Assign(x, P.f32(0.0)) for x in parts]
+                    self.body += [program.Assign(x, program.f32(0.0)) for x in parts]
         self.body += loads + adds
 
     def used(self, params, extra):
         """``params`` the body reads or writes, then ``extra`` (the workspace)."""
-        names = {x.buffer for x in P.walk(self.body) if isinstance(x, (P.Load, P.Store))}
+        names = {x.buffer for x in program.walk(self.body) if isinstance(x, (program.Load, program.Store))}
         return tuple(b for b in params if b.name in names) + (extra,)
 
     # ---------------------------------------------------------------- epilogues
@@ -950,28 +950,28 @@ class _Builder:
                         oidx = self.gemm.out_index(o, idx)
                         val = self.em.value(o, oidx)
                         if store:
-                            stmts.append(P.Store(o, self.em.offset(self.g.op(o).type, oidx),
+                            stmts.append(program.Store(o, self.em.offset(self.g.op(o).type, oidx),
                                                  (val,)))
                         else:
                             r = self.var(f"ep_{o}", "f32")
-                            stmts.append(P.Assign(r, val))
+                            stmts.append(program.Assign(r, val))
                             results[(o, i, j)] = r
                 pre, post = split_at_last_load(stmts)
                 guard = self._guard(m, n)
                 if pre:
                     # loads guarded (never out of bounds); their registers start at zero
                     # so the unguarded arithmetic below reads defined values
-                    self.body += [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
+                    self.body += [program.Assign(r, program.f32(0.0) if r.dtype == "f32" else program.i32(0))
                                   for r in defined_registers(pre)]
-                    block = pre if guard is None else [P.If(guard, tuple(pre))]
+                    block = pre if guard is None else [program.If(guard, tuple(pre))]
                     loads_phase += self.owned(i, j, block)
                 if store and guard is not None:
-                    post = [P.If(guard, tuple(post))]
+                    post = [program.If(guard, tuple(post))]
                 compute_phase += self.owned(i, j, post)
         if self.KW > 1 and not store:
             # each result exists only in its owner group; defined everywhere for the
             # validator (the LDS write of a result is under the same owner test)
-            self.body += [P.Assign(r, P.f32(0.0)) for r in results.values()]
+            self.body += [program.Assign(r, program.f32(0.0)) for r in results.values()]
         self.body += loads_phase + compute_phase
         self.em.bound.pop(root, None)
         return results
@@ -988,7 +988,7 @@ class _Builder:
                 if self.KW > 1 and vals[i][j] is None:
                     continue
                 idx = self.ctile_index(mls[i], nls[j], sv)
-                self.body += self.owned(i, j, [P.LdsStore("lds", idx, (vals[i][j],))])
+                self.body += self.owned(i, j, [program.LdsStore("lds", idx, (vals[i][j],))])
 
     def read_ctile_and_store(self, b, m0, n0, sv, compute, outputs):
         """Read back SV consecutive elements per thread along the output's contiguous dim,
@@ -999,7 +999,7 @@ class _Builder:
         inner_len, outer_len = (BN, BM) if self.gemm.vec_dim == "n" else (BM, BN)
         per_row = inner_len // sv
         total = outer_len * per_row
-        t = P.thread_id()
+        t = program.thread_id()
         loads_phase, compute_phase = [], []
         for step in range(ceil_div(total, self.threads)):
             q = iadd(t, step * self.threads)
@@ -1009,7 +1009,7 @@ class _Builder:
             m = self.let("sm", iadd(m0, ml), head)
             n = self.let("sn", iadd(n0, nl), head)
             regs = tuple(self.var("sw", "f32") for _ in range(sv))
-            head.append(P.LdsLoad(regs, "lds", self.ctile_index(ml, nl, sv)))
+            head.append(program.LdsLoad(regs, "lds", self.ctile_index(ml, nl, sv)))
             if self.gemm.vec_dim == "n":
                 idxs = [self.gemm.root_index(b, m, iadd(n, e)) for e in range(sv)]
             else:
@@ -1019,20 +1019,20 @@ class _Builder:
                 vals = compute(regs, idxs)
                 for o in outputs:
                     off = self.em.offset(self.g.op(o).type, self.gemm.out_index(o, idxs[0]))
-                    body.append(P.Store(o, off, tuple(vals[o])))
+                    body.append(program.Store(o, off, tuple(vals[o])))
             pre, post = split_at_last_load(body)
             guard = self._guard(m, n, sv)
             if total % self.threads and step == total // self.threads:
                 guard = _and(q < total, guard)
-                head = [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
-                        for r in defined_registers(head) if isinstance(r, P.Var)] + \
-                    [P.If(q < total, tuple(head))]
+                head = [program.Assign(r, program.f32(0.0) if r.dtype == "f32" else program.i32(0))
+                        for r in defined_registers(head) if isinstance(r, program.Var)] + \
+                    [program.If(q < total, tuple(head))]
             if pre:
-                self.body += [P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
+                self.body += [program.Assign(r, program.f32(0.0) if r.dtype == "f32" else program.i32(0))
                               for r in defined_registers(pre)]
-                loads_phase += pre if guard is None else [P.If(guard, tuple(pre))]
+                loads_phase += pre if guard is None else [program.If(guard, tuple(pre))]
             self.body += head
-            compute_phase += post if guard is None else [P.If(guard, tuple(post))]
+            compute_phase += post if guard is None else [program.If(guard, tuple(post))]
         self.body += loads_phase + compute_phase
 
     def epilogue_vector(self, regs, idxs):
@@ -1040,7 +1040,7 @@ class _Builder:
         extra inputs' memory allows it."""
         root = self.d.root
         unit = [n == 1 for n in self.g.op(root).type.shape]
-        zero = key(P.i32(0))
+        zero = key(program.i32(0))
 
         def k(ix):  # a unit dim's index is 0 however a view wrote it
             return tuple(zero if u else key(e) for e, u in zip(ix, unit))

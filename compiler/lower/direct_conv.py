@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
@@ -65,58 +65,58 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     stmts: list = []   # the work of one element, under the bounds guard
 
     def let(hint, value, out, dtype="i32"):
-        v = P.Var(regs.new(hint), dtype)
-        out.append(P.Assign(v, value))
+        v = program.Var(regs.new(hint), dtype)
+        out.append(program.Assign(v, value))
         return v
 
     size = root.type.size
     head: list = []
-    e = let("e", iadd(imul(P.block_id(), wg), P.thread_id()), head)
+    e = let("e", iadd(imul(program.block_id(), wg), program.thread_id()), head)
     ridx = [let(f"i{d}", x, stmts) for d, x in enumerate(unravel(e, root.type.shape))]
     if geo["fmt"] == "NHWC":
         nb, y, x, ch = ridx
     else:
         nb, ch, y, x = ridx
     og = geo["og"]
-    b = let("grp", idiv(ch, og), stmts) if geo["groups"] > 1 else P.i32(0)
+    b = let("grp", idiv(ch, og), stmts) if geo["groups"] > 1 else program.i32(0)
     n = let("f", imod(ch, og), stmts) if geo["groups"] > 1 else ch
     m = let("m", iadd(imul(iadd(imul(nb, geo["oh"]), y), geo["ow"]), x), stmts)
-    acc = let("acc", P.f32(0.0), stmts, "f32")
+    acc = let("acc", program.f32(0.0), stmts, "f32")
     # Taps whose operand elements are consecutive and aligned in memory (the exact offset
     # tables of ``Operand.analyse``: a filter row along K, OIHW; channels along K, NHWC)
     # are read as one 2- or 4-wide vector, as hipcc's load-store vectorizer merges them
     # (a 1x1 NCHW conv's 32 filter taps: 8 global_load_dwordx4, issue 28); a tap group
     # shares one padding guard (``analyse`` checks it is uniform over the group).
     wa, wb = gemm.A.max_vec["c"], gemm.B.max_vec["r"]
-    ra = [P.Var(regs.new("xa"), "f32") for _ in range(gemm.K)]
-    rb = [P.Var(regs.new("wb"), "f32") for _ in range(gemm.K)]
+    ra = [program.Var(regs.new("xa"), "f32") for _ in range(gemm.K)]
+    rb = [program.Var(regs.new("wb"), "f32") for _ in range(gemm.K)]
     loads, fmas = [], []
     for k in range(gemm.K):
         if k % wa == 0:
             a_off, valid = gemm.A.offset_fn(b, m, k)
             group = tuple(ra[k:k + wa])
             if valid is None:
-                loads.append(P.Load(group, gemm.A.buffer, a_off))
+                loads.append(program.Load(group, gemm.A.buffer, a_off))
             else:
-                stmts.extend(P.Assign(r, P.f32(0.0)) for r in group)
-                loads.append(P.If(valid, (P.Load(group, gemm.A.buffer, a_off),)))
+                stmts.extend(program.Assign(r, program.f32(0.0)) for r in group)
+                loads.append(program.If(valid, (program.Load(group, gemm.A.buffer, a_off),)))
         if k % wb == 0:
             b_off, _ = gemm.B.offset_fn(b, k, n)
-            loads.append(P.Load(tuple(rb[k:k + wb]), gemm.B.buffer, b_off))
-        fmas.append(P.Assign(acc, P.fma(ra[k], rb[k], acc)))
+            loads.append(program.Load(tuple(rb[k:k + wb]), gemm.B.buffer, b_off))
+        fmas.append(program.Assign(acc, program.fma(ra[k], rb[k], acc)))
     stmts += loads + fmas  # every tap's loads first: one memory latency, as hipcc issues
     with em.scope(stmts):
         em.bound[root.name] = lambda ix: acc
         for o in dispatch.outputs:
             oidx = gemm.out_index(o, tuple(ridx))
             val = em.value(o, oidx)
-            stmts.append(P.Store(o, em.offset(graph.op(o).type, oidx), (val,)))
-    body = head + ([P.If(e < size, tuple(stmts))] if size % wg else stmts)
+            stmts.append(program.Store(o, em.offset(graph.op(o).type, oidx), (val,)))
+    body = head + ([program.If(e < size, tuple(stmts))] if size % wg else stmts)
     grid = ceil_div(size, wg)
     meta = {"dispatch": dispatch.name, "root": dispatch.root, "kind": "contraction",
             "lowering": "direct", "schedule": dict(schedule),
             "taps": gemm.K, "groups": geo["groups"], "flops": 2 * size * gemm.K,
             "vector_widths": {"input": wa, "filter": wb},
             "elements": math.prod(root.type.shape)}
-    return P.Kernel(sanitize(f"{dispatch.name}_direct"), buffers(graph, dispatch), grid=grid,
+    return program.Kernel(sanitize(f"{dispatch.name}_direct"), buffers(graph, dispatch), grid=grid,
                     block=wg, body=tuple(body), meta=meta)

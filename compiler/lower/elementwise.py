@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph, shared_iteration
@@ -111,7 +111,7 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
     em.stmts = body  # the kernel body is the outermost scope (CSE may hoist into it)
     exact = n_groups == grid * wg * steps
     for step in range(steps):
-        group = iadd(imul(iadd(imul(P.block_id(), steps), step), wg), P.thread_id())
+        group = iadd(imul(iadd(imul(program.block_id(), steps), step), wg), program.thread_id())
         g = em.assign(group, "group", "i32")  # named: the bounds check sees its guard
         stmts = []
         with em.scope(stmts):
@@ -127,14 +127,14 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
                 idxs.append(tuple(ij))
             for out in dispatch.outputs:
                 _store(em, graph, out, idxs, shape, inner, vec, stmts)
-        body.extend(stmts if exact else [P.If(g < n_groups, tuple(stmts))])
+        body.extend(stmts if exact else [program.If(g < n_groups, tuple(stmts))])
     name = sanitize(dispatch.name)
     body = em.provably_aligned(tuple(body), arch.wave_size)
     # overlapping windows (pooling taps) load elements twice and in dword runs: say what
     # hipcc makes of them (see loadmerge)
     body = merge_loads(body, arch.wave_size,
-                       frozenset(x.buffer for x in P.walk(body) if isinstance(x, P.Store)))
-    return P.Kernel(name, buffers(graph, dispatch), grid, wg, body,
+                       frozenset(x.buffer for x in program.walk(body) if isinstance(x, program.Store)))
+    return program.Kernel(name, buffers(graph, dispatch), grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule),
                           "loads": sorted(set(em.loads))})
@@ -161,12 +161,12 @@ def _store(em, graph, out, idxs, root_shape, inner, vec, stmts):
     if not fits:  # a reshaped view of the same elements: store by linear element number
         strides = [math.prod(root_shape[d + 1:]) for d in range(len(root_shape))]
         for ix in idxs:
-            linear = P.i32(0)
+            linear = program.i32(0)
             for i, s in zip(ix, strides):
                 linear = iadd(linear, imul(i, s))
             oix = unravel(linear, t.shape)
             v = em.values(out, [oix], 1)[0]
-            stmts.append(P.Store(out, em.offset(t, oix), (v,)))
+            stmts.append(program.Store(out, em.offset(t, oix), (v,)))
         return
     lead = len(root_shape) - len(t.shape)
     oidx = [align_index(ix, t.shape, root_shape) for ix in idxs]
@@ -177,20 +177,20 @@ def _store(em, graph, out, idxs, root_shape, inner, vec, stmts):
                   and t.is_row_major)
     if contiguous:
         vals = em.values(out, oidx, vec)
-        store = [P.Store(out, em.offset(t, oidx[0]), tuple(vals))]
+        store = [program.Store(out, em.offset(t, oidx[0]), tuple(vals))]
     elif inner_o >= 0 and t.shape[inner_o] == root_shape[inner] or vec == 1:
         store = []
         for ix in oidx:
             v = em.values(out, [ix], 1)[0]
-            store.append(P.Store(out, em.offset(t, ix), (v,)))
+            store.append(program.Store(out, em.offset(t, ix), (v,)))
     else:  # broadcast along the vector dim: one element per group
         v = em.values(out, [oidx[0]], 1)[0]
-        store = [P.Store(out, em.offset(t, oidx[0]), (v,))]
+        store = [program.Store(out, em.offset(t, oidx[0]), (v,))]
     if bcast:
         cond = None
         for d in bcast:
             c = idxs[0][d].eq(0)
-            cond = c if cond is None else P.land(cond, c)
-        stmts.append(P.If(cond, tuple(store)))
+            cond = c if cond is None else program.land(cond, c)
+        stmts.append(program.If(cond, tuple(store)))
     else:
         stmts.extend(store)

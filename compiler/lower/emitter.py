@@ -41,7 +41,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.analysis import Divisibility, expr_key, expr_vars
 
 from compiler.ir.graph import COMPARE, LOGICAL, Graph, GraphError, slice_windows
@@ -54,14 +54,14 @@ from compiler.lower import affine
 
 
 def _c(e):
-    return e.value if isinstance(e, P.Const) else None
+    return e.value if isinstance(e, program.Const) else None
 
 
 def iadd(a, b):
-    a, b = P.as_expr(a), P.as_expr(b)
+    a, b = program.as_expr(a), program.as_expr(b)
     ca, cb = _c(a), _c(b)
     if ca is not None and cb is not None:
-        return P.i32(ca + cb)
+        return program.i32(ca + cb)
     if ca == 0:
         return b
     if cb == 0:
@@ -70,12 +70,12 @@ def iadd(a, b):
 
 
 def imul(a, b):
-    a, b = P.as_expr(a), P.as_expr(b)
+    a, b = program.as_expr(a), program.as_expr(b)
     ca, cb = _c(a), _c(b)
     if ca is not None and cb is not None:
-        return P.i32(ca * cb)
+        return program.i32(ca * cb)
     if ca == 0 or cb == 0:
-        return P.i32(0)
+        return program.i32(0)
     if ca == 1:
         return b
     if cb == 1:
@@ -84,19 +84,19 @@ def imul(a, b):
 
 
 def idiv(a, n):
-    a = P.as_expr(a)
+    a = program.as_expr(a)
     if n == 1:
         return a
     ca = _c(a)
-    return P.i32(ca // n) if ca is not None else a // n
+    return program.i32(ca // n) if ca is not None else a // n
 
 
 def imod(a, n):
-    a = P.as_expr(a)
+    a = program.as_expr(a)
     if n == 1:
-        return P.i32(0)
+        return program.i32(0)
     ca = _c(a)
-    return P.i32(ca % n) if ca is not None else a % n
+    return program.i32(ca % n) if ca is not None else a % n
 
 
 def key(e):
@@ -132,7 +132,7 @@ def align_index(idx, in_shape, out_shape):
     if tuple(in_shape) == tuple(out_shape):
         return idx  # unchanged (keeps an Unraveled index's linear number)
     lead = len(out_shape) - len(in_shape)
-    return tuple(P.i32(0) if s == 1 and out_shape[lead + d] != 1 else idx[lead + d]
+    return tuple(program.i32(0) if s == 1 and out_shape[lead + d] != 1 else idx[lead + d]
                  for d, s in enumerate(in_shape))
 
 
@@ -156,8 +156,8 @@ def view_index(op, idx, in_shape):
         # Fast path: the shapes agree after dropping 1s, so only unit dims change.
         if [s for s in out_shape if s != 1] == [s for s in in_shape if s != 1]:
             src = iter([i for i, s in zip(idx, out_shape) if s != 1])
-            return tuple(P.i32(0) if s == 1 else next(src) for s in in_shape)
-        linear = P.i32(0)
+            return tuple(program.i32(0) if s == 1 else next(src) for s in in_shape)
+        linear = program.i32(0)
         for i, s in zip(idx, out_shape):
             linear = iadd(imul(linear, s), i)
         return unravel(linear, in_shape)
@@ -218,8 +218,8 @@ BINARY_IR = ir_of("binary")
 REG_DTYPE = {"f32": "f32", "f16": "f32", "i32": "i32", "bool": "i32"}
 
 
-def _const(value, dtype: str) -> P.Expr:
-    return P.f32(float(value)) if REG_DTYPE[dtype] == "f32" else P.i32(int(value))
+def _const(value, dtype: str) -> program.Expr:
+    return program.f32(float(value)) if REG_DTYPE[dtype] == "f32" else program.i32(int(value))
 
 
 def buffer_name(tensor: str) -> str:
@@ -275,7 +275,7 @@ class ValueEmitter:
         finally:
             self._frames.pop()
 
-    def assign(self, value, hint="v", dtype=None, cse: bool = False) -> P.Var:
+    def assign(self, value, hint="v", dtype=None, cse: bool = False) -> program.Var:
         """A fresh register holding ``value``; with ``cse`` (pure arithmetic only, never a
         register that is later updated) an equal earlier value is reused or hoisted."""
         target = len(self._frames) - 1
@@ -285,9 +285,9 @@ class ValueEmitter:
                 if k in f.cse:
                     return f.cse[k]
             target = self._home(value)
-        v = P.Var(self.regs.new(hint), dtype or value.dtype)
+        v = program.Var(self.regs.new(hint), dtype or value.dtype)
         frame = self._frames[target]
-        frame.stmts.append(P.Assign(v, value))
+        frame.stmts.append(program.Assign(v, value))
         frame.defs.add(v.name)
         if cse and self.cse:
             frame.cse[k] = v
@@ -305,14 +305,14 @@ class ValueEmitter:
         def fix(stmts):
             out = []
             for s in stmts:
-                if isinstance(s, P.For):
+                if isinstance(s, program.For):
                     s = dataclasses.replace(s, body=fix(s.body))
-                elif isinstance(s, P.If):
+                elif isinstance(s, program.If):
                     s = dataclasses.replace(s, then=fix(s.then), orelse=fix(s.orelse))
-                elif isinstance(s, P.Load) and id(s) in self._vector_loads:
+                elif isinstance(s, program.Load) and id(s) in self._vector_loads:
                     w = len(s.dsts)
                     if div.multiple_of(s.index) % w:
-                        s = P.Load(s.dsts, s.buffer, imul(idiv(s.index, w), w))
+                        s = program.Load(s.dsts, s.buffer, imul(idiv(s.index, w), w))
                 out.append(s)
             return tuple(out)
 
@@ -332,7 +332,7 @@ class ValueEmitter:
         return home
 
     # ---------------------------------------------------------------- values
-    def value(self, tensor: str, idx: tuple) -> P.Expr:
+    def value(self, tensor: str, idx: tuple) -> program.Expr:
         return self.values(tensor, [tuple(idx)], 1)[0]
 
     def values(self, tensor: str, idxs: list, width: int) -> list:
@@ -367,19 +367,19 @@ class ValueEmitter:
             args = [self.values(i, [align_index(ix, self._shape(i), op.type.shape)
                                     for ix in idxs], width) for i in op.inputs]
             if op.kind == "select":
-                return [self.assign(P.Select(c, a, b), "sel", cse=True) for c, a, b in zip(*args)]
+                return [self.assign(program.Select(c, a, b), "sel", cse=True) for c, a, b in zip(*args)]
             if op.kind == "not":
-                return [self.assign(P.UnOp(OPS["not"].ir, x), "not", cse=True) for x in args[0]]
-            return [self.assign(P.BinOp(OPS[op.kind].ir, x, y), op.kind, cse=True)
+                return [self.assign(program.UnOp(OPS["not"].ir, x), "not", cse=True) for x in args[0]]
+            return [self.assign(program.BinOp(OPS[op.kind].ir, x, y), op.kind, cse=True)
                     for x, y in zip(*args)]
         if op.kind in UNARY_IR:
             a = self.values(op.inputs[0], [align_index(ix, self._shape(op.inputs[0]),
                                                        op.type.shape) for ix in idxs], width)
-            return [self.assign(P.UnOp(UNARY_IR[op.kind], x), op.kind, cse=True) for x in a]
+            return [self.assign(program.UnOp(UNARY_IR[op.kind], x), op.kind, cse=True) for x in a]
         if op.kind in BINARY_IR:
             args = [self.values(i, [align_index(ix, self._shape(i), op.type.shape)
                                     for ix in idxs], width) for i in op.inputs]
-            return [self.assign(P.BinOp(BINARY_IR[op.kind], x, y), op.kind, cse=True)
+            return [self.assign(program.BinOp(BINARY_IR[op.kind], x, y), op.kind, cse=True)
                     for x, y in zip(*args)]
         raise GraphError(f"node {tensor!r}: a {op.kind} inside this dispatch has no "
                          f"register binding; the lowering must bind it")
@@ -391,13 +391,13 @@ class ValueEmitter:
         """Register conversion between dtypes (f32<->f16 only rounds at the store)."""
         rs, rd = REG_DTYPE[src], REG_DTYPE[dst]
         if dst == "bool" and src != "bool":  # nonzero is true (NaN included)
-            return self.assign(P.BinOp("ne", x, _const(0, src)), "tobool", cse=True)
+            return self.assign(program.BinOp("ne", x, _const(0, src)), "tobool", cse=True)
         if rs == rd:
             return x
-        return self.assign(P.Cast(x, rd), "cvt", cse=True)
+        return self.assign(program.Cast(x, rd), "cvt", cse=True)
 
     def _clamp(self, i, n: int):
-        return P.maximum(P.minimum(P.as_expr(i), P.i32(n - 1)), P.i32(0))
+        return program.maximum(program.minimum(program.as_expr(i), program.i32(n - 1)), program.i32(0))
 
     def _injective(self, op, ix):
         """One element of a gather / pad / concat (see the module docstring)."""
@@ -410,14 +410,14 @@ class ValueEmitter:
                     six.append(ix[d])
                     continue
                 j = iadd(ix[d], -before)
-                inside = P.land(P.BinOp("ge", P.as_expr(j), P.i32(0)),
-                                P.BinOp("lt", P.as_expr(j), P.i32(n)))
-                cond = inside if cond is None else P.land(cond, inside)
+                inside = program.land(program.BinOp("ge", program.as_expr(j), program.i32(0)),
+                                program.BinOp("lt", program.as_expr(j), program.i32(n)))
+                cond = inside if cond is None else program.land(cond, inside)
                 six.append(self._clamp(j, n))
             v = self.values(src, [tuple(six)], 1)[0]
             if cond is None:  # nothing padded: a copy
                 return v
-            return self.assign(P.Select(cond, v, _const(op.attrs["value"], op.type.dtype)),
+            return self.assign(program.Select(cond, v, _const(op.attrs["value"], op.type.dtype)),
                                "pad", cse=True)
         if op.kind == "concat":
             axis = op.attrs["axis"]
@@ -431,7 +431,7 @@ class ValueEmitter:
                 lo += n
             out = parts[-1][1]
             for (_, v), (nxt, _) in reversed(list(zip(parts, parts[1:]))):
-                out = P.Select(P.BinOp("lt", P.as_expr(ix[axis]), P.i32(nxt)), v, out)
+                out = program.Select(program.BinOp("lt", program.as_expr(ix[axis]), program.i32(nxt)), v, out)
             return self.assign(out, "cat", cse=True)
         # gather
         data, idx_t = op.inputs
@@ -439,7 +439,7 @@ class ValueEmitter:
         r = len(self._shape(idx_t))
         n = self._shape(data)[axis]
         k = self.values(idx_t, [tuple(ix[axis:axis + r])], 1)[0]
-        k = self.assign(P.Select(P.BinOp("lt", k, P.i32(0)), k + n, k), "idx", cse=True)
+        k = self.assign(program.Select(program.BinOp("lt", k, program.i32(0)), k + n, k), "idx", cse=True)
         dix = tuple(ix[:axis]) + (k,) + tuple(ix[axis + r:])
         return self.values(data, [dix], 1)[0]
 
@@ -448,33 +448,33 @@ class ValueEmitter:
         access = self._access.get(tensor, "scalar") if width > 1 else "vector"
         rd = REG_DTYPE[t.dtype]
         if len(idxs) > 1 and access == "vector":
-            regs = tuple(P.Var(self.regs.new(f"ld_{tensor}"), rd) for _ in idxs)
-            load = P.Load(regs, buffer_name(tensor), self.offset(t, idxs[0]))
+            regs = tuple(program.Var(self.regs.new(f"ld_{tensor}"), rd) for _ in idxs)
+            load = program.Load(regs, buffer_name(tensor), self.offset(t, idxs[0]))
             self._vector_loads.add(id(load))
             self.stmts.append(load)
             self.define(*regs)
             self.loads.append((tensor, "vector", len(idxs)))
             return list(regs)
         if len(idxs) > 1 and access == "broadcast":
-            r = P.Var(self.regs.new(f"ld_{tensor}"), rd)
-            self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, idxs[0])))
+            r = program.Var(self.regs.new(f"ld_{tensor}"), rd)
+            self.stmts.append(program.Load((r,), buffer_name(tensor), self.offset(t, idxs[0])))
             self.define(r)
             self.loads.append((tensor, "broadcast", 1))
             return [r] * len(idxs)
         out = []
         for ix in idxs:
-            r = P.Var(self.regs.new(f"ld_{tensor}"), rd)
-            self.stmts.append(P.Load((r,), buffer_name(tensor), self.offset(t, ix)))
+            r = program.Var(self.regs.new(f"ld_{tensor}"), rd)
+            self.stmts.append(program.Load((r,), buffer_name(tensor), self.offset(t, ix)))
             self.define(r)
             self.loads.append((tensor, "scalar", 1))
             out.append(r)
         return out
 
     @staticmethod
-    def offset(t, ix) -> P.Expr:
+    def offset(t, ix) -> program.Expr:
         if isinstance(ix, Unraveled) and ix.shape == t.shape and t.is_row_major:
-            return P.as_expr(ix.linear)
-        off = P.i32(0)
+            return program.as_expr(ix.linear)
+        off = program.i32(0)
         for i, s, n in zip(ix, t.strides, t.shape):
             if n > 1:  # a size-1 dimension's index is always 0
                 off = iadd(off, imul(i, s))

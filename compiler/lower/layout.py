@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpusim import program as P
+from gpusim import program
 
 from compiler.lower.common import LoweringError
 from compiler.lower.emitter import iadd, idiv, imod, imul
@@ -29,11 +29,11 @@ from compiler.lower.emitter import iadd, idiv, imod, imul
 
 def _zero(like):
     """A zero index of the same kind (IR or numbers) as ``like``."""
-    return P.i32(0) if isinstance(like, P.Expr) else 0
+    return program.i32(0) if isinstance(like, program.Expr) else 0
 
 
 def _ir(*xs) -> bool:
-    return any(isinstance(x, P.Expr) for x in xs)
+    return any(isinstance(x, program.Expr) for x in xs)
 
 
 def _add(a, b):

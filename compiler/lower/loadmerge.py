@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.analysis import Divisibility, affine_form, stmt_defs
 
 #: the widest access the pass forms (16 bytes of f32: ``global_load_dwordx4``)
@@ -35,7 +35,7 @@ def _affine(e) -> tuple[tuple, int]:
 
 def _rename(x, names: dict):
     """``x`` (an expression or statement tree) with registers renamed per ``names``."""
-    if isinstance(x, P.Var):
+    if isinstance(x, program.Var):
         return names.get(x.name, x)
     if isinstance(x, tuple):
         return tuple(_rename(y, names) for y in x)
@@ -43,7 +43,7 @@ def _rename(x, names: dict):
         changes = {}
         for f in dataclasses.fields(x):
             v = getattr(x, f.name)
-            if isinstance(v, (P.Expr, P.Stmt, tuple)):
+            if isinstance(v, (program.Expr, program.Stmt, tuple)):
                 nv = _rename(v, names)
                 if nv is not v:
                     changes[f.name] = nv
@@ -57,7 +57,7 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
     alone."""
     div = Divisibility(body, wave_size)
     ndefs: dict = {}
-    for s in P.walk(body):
+    for s in program.walk(body):
         for v in stmt_defs(s):
             ndefs[v.name] = ndefs.get(v.name, 0) + 1
     names: dict = {}
@@ -65,7 +65,7 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
     def run(stmts):
         groups: dict = {}      # (buffer, dtype, affine terms) -> {offset: [(pos, Load)]}
         for pos, s in enumerate(stmts):
-            if isinstance(s, P.Load) and len(s.dsts) == 1 and s.buffer not in stored \
+            if isinstance(s, program.Load) and len(s.dsts) == 1 and s.buffer not in stored \
                     and ndefs[s.dsts[0].name] == 1:
                 terms, c = _affine(s.index)
                 key = (s.buffer, s.dsts[0].dtype, terms)
@@ -88,7 +88,7 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
                     if div.multiple_of(head.index) % WIDTH == 0:
                         members = [by_off[c0 + j][0] for j in range(WIDTH)]
                         at = min(p for p, _ in members)
-                        vec = P.Load(tuple(s.dsts[0] for _, s in members), buf, head.index)
+                        vec = program.Load(tuple(s.dsts[0] for _, s in members), buf, head.index)
                         # the vector load takes its first member's place: the members
                         # share the index's registers (one affine form), defined before it
                         place[at] = vec
@@ -107,9 +107,9 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
     def visit(stmts):
         out = []
         for s in run(list(stmts)):
-            if isinstance(s, P.For):
+            if isinstance(s, program.For):
                 s = dataclasses.replace(s, body=visit(s.body))
-            elif isinstance(s, P.If):
+            elif isinstance(s, program.If):
                 s = dataclasses.replace(s, then=visit(s.then), orelse=visit(s.orelse))
             out.append(s)
         return tuple(out)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpusim import program as P
+from gpusim import program
 
 from compiler.lower import affine
 from compiler.lower.common import LoweringError
@@ -21,7 +21,7 @@ from compiler.lower.emitter import iadd, idiv, imod, imul, offset_table
 
 # ------------------------------------------------------------- numbers-or-IR arithmetic
 def _ir(*xs):
-    return any(isinstance(x, P.Expr) for x in xs)
+    return any(isinstance(x, program.Expr) for x in xs)
 
 
 def _add(a, b):
@@ -45,7 +45,7 @@ def _and(a, b):
         return b
     if b is None:
         return a
-    return P.land(a, b) if _ir(a, b) else (a & b)
+    return program.land(a, b) if _ir(a, b) else (a & b)
 
 
 def _in_range(x, lo, hi):

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.graph import REDUCE, Graph
@@ -58,20 +58,20 @@ LANE_KIND = {"add": "sum", "max": "max", "min": "min", "mul": "prod"}
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def identity(combine: str, reg_dtype: str) -> P.Const:
+def identity(combine: str, reg_dtype: str) -> program.Const:
     """The accumulator's start value: the combine's identity in the register dtype (f32
     max/min start at -/+3e38, the finite stand-ins for -/+inf this lowering has always
     used; i32 at the type's extremes, so every row value replaces them)."""
     if reg_dtype == "i32":
-        return P.i32({"add": 0, "mul": 1, "max": _I32_MIN, "min": _I32_MAX}[combine])
-    return P.f32({"add": 0.0, "mul": 1.0, "max": NEG_INF, "min": -NEG_INF}[combine])
+        return program.i32({"add": 0, "mul": 1, "max": _I32_MIN, "min": _I32_MAX}[combine])
+    return program.f32({"add": 0.0, "mul": 1.0, "max": NEG_INF, "min": -NEG_INF}[combine])
 
 
 def _mean_of(em, total, count: int):
     """sum / count: an f32 multiply by 1/count; an i32 division truncating toward zero
     (numpy's integer mean cast back to i32, which the reference computes)."""
     if total.dtype == "i32":
-        return em.assign(P.BinOp("div", total, P.i32(count)), "mean")
+        return em.assign(program.BinOp("div", total, program.i32(count)), "mean")
     return em.assign(total * (1.0 / count), "mean")
 
 
@@ -148,7 +148,7 @@ class RowShape:
         """The index of a per-row output of ``out_shape`` (keepdims: zeros over the
         reduced axes; without: outer and inner only)."""
         if len(out_shape) == len(self.full):
-            return tuple(outer_idx) + (P.i32(0),) * len(self.red) + tuple(inner_idx)
+            return tuple(outer_idx) + (program.i32(0),) * len(self.red) + tuple(inner_idx)
         return tuple(outer_idx) + tuple(inner_idx)
 
 
@@ -268,11 +268,11 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
     stmts: list = []
     em.stmts = stmts
     if mapping == "wave":
-        row = em.assign(iadd(imul(P.block_id(), rows_per_wg), P.wave_id()), "row", "i32")
-        tcol = P.lane()
+        row = em.assign(iadd(imul(program.block_id(), rows_per_wg), program.wave_id()), "row", "i32")
+        tcol = program.lane()
     else:
-        row = em.assign(P.block_id(), "row", "i32")
-        tcol = P.thread_id()
+        row = em.assign(program.block_id(), "row", "i32")
+        tcol = program.thread_id()
     pidx = unravel(row, rows.parallel) if rows.parallel else ()
     split_red = len(rows.red) > 1  # a trailing block of axes (a pool over H and W)
 
@@ -300,10 +300,10 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
         """Runs body_fn(it, idxs, guard) over the row's column chunks."""
         if cache == "registers":
             for it in range(n_it):
-                base, idxs = col_idxs(P.i32(it))
+                base, idxs = col_idxs(program.i32(it))
                 body_fn(idxs)
             return
-        it_var = P.Var(em.regs.new("it"), "i32")
+        it_var = program.Var(em.regs.new("it"), "i32")
         inner: list = []
         with em.scope(inner):
             em.define(it_var)
@@ -313,10 +313,10 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
                 with em.scope(guarded):
                     body_fn(idxs)
                 # "the last element of the vector is inside": C % vec == 0, so equivalent
-                inner.append(P.If(base < C - vec + 1, tuple(guarded)))
+                inner.append(program.If(base < C - vec + 1, tuple(guarded)))
             else:
                 body_fn(idxs)
-        em.stmts.append(P.For(it_var, P.i32(0), P.i32(n_it), 1, tuple(inner)))
+        em.stmts.append(program.For(it_var, program.i32(0), program.i32(n_it), 1, tuple(inner)))
 
     for group in groups:
         accs = {}
@@ -338,10 +338,10 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
             t = graph.op(o).type
             oidx = [align_index(ix, t.shape, rows.full) for ix in idxs]
             vals = em.values(o, oidx, vec)
-            store = P.Store(o, em.offset(t, oidx[0]), tuple(vals) if vec > 1 else (vals[0],))
+            store = program.Store(o, em.offset(t, oidx[0]), tuple(vals) if vec > 1 else (vals[0],))
             if _rows_spanned(rows, t.shape) < rows.R:
                 # the same for every row (a per-column value): row 0 writes it
-                em.stmts.append(P.If(row.eq(0), (store,)))
+                em.stmts.append(program.If(row.eq(0), (store,)))
             else:
                 em.stmts.append(store)
 
@@ -353,16 +353,16 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
             for o in per_row:
                 t = graph.op(o).type
                 ix = rows.row_index(pidx, (), t.shape)
-                v = em.value(o, ix if ix else (P.i32(0),))
-                em.stmts.append(P.Store(o, em.offset(t, ix if ix else (P.i32(0),)), (v,)))
-        stmts.append(P.If(tcol.eq(0), tuple(st)))
+                v = em.value(o, ix if ix else (program.i32(0),))
+                em.stmts.append(program.Store(o, em.offset(t, ix if ix else (program.i32(0),)), (v,)))
+        stmts.append(program.If(tcol.eq(0), tuple(st)))
 
     body = stmts
     grid = ceil_div(R, rows_per_wg)
     if mapping == "wave" and R % rows_per_wg:
-        body = [stmts[0], P.If(row < R, tuple(stmts[1:]))]
+        body = [stmts[0], program.If(row < R, tuple(stmts[1:]))]
     body = em.provably_aligned(tuple(body), ws)
-    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, body,
+    return program.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, body,
                     lds=tuple(lds),
                     meta={"dispatch": dispatch.name, "kind": "row_reduction",
                           "schedule": dict(schedule), "rows": R, "cols": C,
@@ -408,20 +408,20 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
     stmts: list = []
     em.stmts = stmts
     if row_lanes == ws:
-        rlane, slice_ = P.lane(), P.wave_id()
+        rlane, slice_ = program.lane(), program.wave_id()
     else:
-        rlane = em.assign(imod(P.thread_id(), row_lanes), "rlane", "i32")
-        slice_ = em.assign(idiv(P.thread_id(), row_lanes), "slice", "i32")
-    blk = P.block_id()
+        rlane = em.assign(imod(program.thread_id(), row_lanes), "rlane", "i32")
+        slice_ = em.assign(idiv(program.thread_id(), row_lanes), "slice", "i32")
+    blk = program.block_id()
     if A > 1 and blocks_per_outer > 1:
         a = em.assign(idiv(blk, blocks_per_outer), "outer", "i32")
         bb = imod(blk, blocks_per_outer)
     elif A > 1:
-        a, bb = blk, P.i32(0)
+        a, bb = blk, program.i32(0)
     else:
-        a, bb = P.i32(0), blk
+        a, bb = program.i32(0), blk
     b = em.assign(iadd(imul(bb, row_lanes), rlane), "inner", "i32")
-    b_read = em.assign(P.minimum(b, P.i32(B - 1)), "inner_rd", "i32") if ragged_b else b
+    b_read = em.assign(program.minimum(b, program.i32(B - 1)), "inner_rd", "i32") if ragged_b else b
     outer_idx = tuple(em.assign(e, "oi", "i32") for e in unravel(a, rows.outer)) \
         if len(rows.outer) > 1 else ((a,) if rows.outer else ())
     inner_idx = tuple(em.assign(e, "ii", "i32") for e in unravel(b_read, rows.inner)) \
@@ -437,9 +437,9 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
     def row_loop(body_fn):
         if cache == "registers":
             for it in range(n_it):
-                body_fn(idx_at(P.i32(it), False)[1])
+                body_fn(idx_at(program.i32(it), False)[1])
             return
-        it_var = P.Var(em.regs.new("it"), "i32")
+        it_var = program.Var(em.regs.new("it"), "i32")
         inner: list = []
         with em.scope(inner):
             em.define(it_var)
@@ -448,10 +448,10 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
                 guarded: list = []
                 with em.scope(guarded):
                     body_fn(idxs)
-                inner.append(P.If(k < C, tuple(guarded)))
+                inner.append(program.If(k < C, tuple(guarded)))
             else:
                 body_fn(idxs)
-        em.stmts.append(P.For(it_var, P.i32(0), P.i32(n_it), 1, tuple(inner)))
+        em.stmts.append(program.For(it_var, program.i32(0), program.i32(n_it), 1, tuple(inner)))
 
     red_names = {r.name for r in rows.reductions}
     lds: list = []
@@ -465,10 +465,10 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
                         s["reduce"], lds, red_slot, wg)
 
     in_range = (b < B) if ragged_b else None
-    first_row = P.land(blk.eq(0), P.as_expr(rlane).eq(0))
+    first_row = program.land(blk.eq(0), program.as_expr(rlane).eq(0))
 
     def guarded(stmt, cond):
-        return P.If(cond, (stmt,)) if cond is not None else stmt
+        return program.If(cond, (stmt,)) if cond is not None else stmt
 
     row_outs = [o for o in dispatch.outputs if rows.per_element(graph.op(o).type.shape)
                 and o not in red_names]
@@ -480,7 +480,7 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
             oidx = align_index(idxs[0], t.shape, rows.full)
             v = em.values(o, [oidx], 1)[0]
             cond = first_row if _rows_spanned(rows, t.shape) < rows.R else in_range
-            em.stmts.append(guarded(P.Store(o, em.offset(t, oidx), (v,)), cond))
+            em.stmts.append(guarded(program.Store(o, em.offset(t, oidx), (v,)), cond))
 
     if row_outs:
         row_loop(store_row)
@@ -490,12 +490,12 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
             for o in per_row:
                 t = graph.op(o).type
                 ix = rows.row_index(outer_idx, inner_idx, t.shape)
-                ix = ix if ix else (P.i32(0),)
-                em.stmts.append(P.Store(o, em.offset(t, ix), (em.value(o, ix),)))
-        cond = P.as_expr(slice_).eq(0)
-        stmts.append(P.If(P.land(cond, in_range) if ragged_b else cond, tuple(st)))
+                ix = ix if ix else (program.i32(0),)
+                em.stmts.append(program.Store(o, em.offset(t, ix), (em.value(o, ix),)))
+        cond = program.as_expr(slice_).eq(0)
+        stmts.append(program.If(program.land(cond, in_range) if ragged_b else cond, tuple(st)))
     body = em.provably_aligned(tuple(stmts), ws)
-    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), A * blocks_per_outer,
+    return program.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), A * blocks_per_outer,
                     wg, body, lds=tuple(lds),
                     meta={"dispatch": dispatch.name, "kind": "row_reduction",
                           "schedule": dict(schedule), "rows": rows.R, "cols": C,
@@ -531,7 +531,7 @@ class _Reduce:
 
     def accumulate(self, em, idxs, acc):
         for v in em.values(self.op.inputs[0], idxs, len(idxs)):
-            em.stmts.append(P.Assign(acc, P.BinOp(self.combine, acc, v)))
+            em.stmts.append(program.Assign(acc, program.BinOp(self.combine, acc, v)))
 
     def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         total = cross_lane(em, acc, self.kind, ws, T, nwaves, mapping, reduce, lds,
@@ -555,15 +555,15 @@ class _Welford:
         self.C = _reduced_count(graph, var_op)
 
     def init(self, em):
-        return tuple(em.assign(P.f32(0.0), h) for h in ("count", "runmean", "m2"))
+        return tuple(em.assign(program.f32(0.0), h) for h in ("count", "runmean", "m2"))
 
     def accumulate(self, em, idxs, acc):
         n, mean, m2 = acc
         for v in em.values(self.x, idxs, len(idxs)):
-            em.stmts.append(P.Assign(n, n + 1.0))
+            em.stmts.append(program.Assign(n, n + 1.0))
             d = em.assign(v - mean, "dev")
-            em.stmts.append(P.Assign(mean, mean + d / n))
-            em.stmts.append(P.Assign(m2, P.fma(d, v - mean, m2)))
+            em.stmts.append(program.Assign(mean, mean + d / n))
+            em.stmts.append(program.Assign(m2, program.fma(d, v - mean, m2)))
 
     def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         n, mean, m2 = acc
@@ -571,7 +571,7 @@ class _Welford:
                          reduce, lds, slot[self.mean.name], wg)
         gmean = em.assign(tot * (1.0 / self.C), "mean")
         dev = em.assign(mean - gmean, "lanedev")
-        part = em.assign(P.fma(n * dev, dev, m2), "m2part")
+        part = em.assign(program.fma(n * dev, dev, m2), "m2part")
         tm2 = cross_lane(em, part, "sum", ws, T, nwaves, mapping, reduce, lds,
                          slot[self.var.name], wg)
         var = em.assign(tm2 * (1.0 / self.C), "var")
@@ -587,19 +587,19 @@ class _OnlineSoftmax:
         self.name = sum_op.name
 
     def init(self, em):
-        return (em.assign(P.f32(NEG_INF), "runmax"), em.assign(P.f32(0.0), "runsum"))
+        return (em.assign(program.f32(NEG_INF), "runmax"), em.assign(program.f32(0.0), "runsum"))
 
     def accumulate(self, em, idxs, acc):
         m, s = acc
         for v in em.values(self.x, idxs, len(idxs)):
-            m2 = em.assign(P.maximum(m, v), "m")
-            em.stmts.append(P.Assign(s, P.fma(s, P.exp(m - m2), P.exp(v - m2))))
-            em.stmts.append(P.Assign(m, m2))
+            m2 = em.assign(program.maximum(m, v), "m")
+            em.stmts.append(program.Assign(s, program.fma(s, program.exp(m - m2), program.exp(v - m2))))
+            em.stmts.append(program.Assign(m, m2))
 
     def finish(self, em, acc, rows, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         m, s = acc
         gm = cross_lane(em, m, "max", ws, T, nwaves, mapping, reduce, lds, slot[self.max.name], wg)
-        scaled = em.assign(s * P.exp(m - gm), "scaled")
+        scaled = em.assign(s * program.exp(m - gm), "scaled")
         gs = cross_lane(em, scaled, "sum", ws, T, nwaves, mapping, reduce, lds,
                         slot[self.sum.name], wg)
         em.bound[self.max.name] = lambda idx, r=gm: r
@@ -663,55 +663,55 @@ def cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, slot, wg):
         reduce = "shuffle"
     if reduce == "lds_tree":
         name = f"tree{slot}"
-        lds.append(P.LdsArray(name, dt, (wg,)))
-        em.stmts.append(P.LdsStore(name, P.thread_id(), (acc,)))
+        lds.append(program.LdsArray(name, dt, (wg,)))
+        em.stmts.append(program.LdsStore(name, program.thread_id(), (acc,)))
         s = wg // 2
         while s >= 1:
-            em.stmts.append(P.Barrier())
-            a = P.Var(em.regs.new("ta"), dt)
-            b = P.Var(em.regs.new("tb"), dt)
-            em.stmts.append(P.If(P.thread_id() < s, (
-                P.LdsLoad((a,), name, P.thread_id()),
-                P.LdsLoad((b,), name, P.thread_id() + s),
-                P.LdsStore(name, P.thread_id(), (P.BinOp(op, a, b),)),
+            em.stmts.append(program.Barrier())
+            a = program.Var(em.regs.new("ta"), dt)
+            b = program.Var(em.regs.new("tb"), dt)
+            em.stmts.append(program.If(program.thread_id() < s, (
+                program.LdsLoad((a,), name, program.thread_id()),
+                program.LdsLoad((b,), name, program.thread_id() + s),
+                program.LdsStore(name, program.thread_id(), (program.BinOp(op, a, b),)),
             )))
             s //= 2
-        em.stmts.append(P.Barrier())
-        out = P.Var(em.regs.new("red"), dt)
-        em.stmts.append(P.LdsLoad((out,), name, P.i32(0)))
+        em.stmts.append(program.Barrier())
+        out = program.Var(em.regs.new("red"), dt)
+        em.stmts.append(program.LdsLoad((out,), name, program.i32(0)))
         em.define(out)
         return out
     if reduce == "wave":
-        total = P.Var(em.regs.new("wred"), dt)
-        em.stmts.append(P.WaveReduce(total, acc, kind))
+        total = program.Var(em.regs.new("wred"), dt)
+        em.stmts.append(program.WaveReduce(total, acc, kind))
         em.define(total)
     elif reduce == "shuffle":
         total = em.assign(acc, "bfly")
         off = ws // 2
         while off >= 1:
-            other = P.Var(em.regs.new("sh"), dt)
-            em.stmts.append(P.Shuffle(other, total, "xor", off))
-            em.stmts.append(P.Assign(total, P.BinOp(op, total, other)))
+            other = program.Var(em.regs.new("sh"), dt)
+            em.stmts.append(program.Shuffle(other, total, "xor", off))
+            em.stmts.append(program.Assign(total, program.BinOp(op, total, other)))
             off //= 2
     else:
         raise LoweringError(f"reduce={reduce!r}; use wave, shuffle or lds_tree")
     if mapping == "workgroup" and nwaves > 1:
         name = f"part{slot}"
-        lds.append(P.LdsArray(name, dt, (nwaves,)))
-        em.stmts.append(P.If(P.lane().eq(0), (P.LdsStore(name, P.wave_id(), (total,)),)))
-        em.stmts.append(P.Barrier())
+        lds.append(program.LdsArray(name, dt, (nwaves,)))
+        em.stmts.append(program.If(program.lane().eq(0), (program.LdsStore(name, program.wave_id(), (total,)),)))
+        em.stmts.append(program.Barrier())
         # read the partials with the widest aligned LDS loads (what hipcc would merge them
         # into anyway: ds_read_b64/b128), then combine in registers
         width = 4 if nwaves % 4 == 0 else (2 if nwaves % 2 == 0 else 1)
         parts = []
         for w in range(0, nwaves, width):
-            regs = tuple(P.Var(em.regs.new("pw"), dt) for _ in range(width))
-            em.stmts.append(P.LdsLoad(regs, name, P.i32(w)))
+            regs = tuple(program.Var(em.regs.new("pw"), dt) for _ in range(width))
+            em.stmts.append(program.LdsLoad(regs, name, program.i32(w)))
             em.define(*regs)
             parts.extend(regs)
         comb = em.assign(parts[0], "comb")
         for t in parts[1:]:
-            em.stmts.append(P.Assign(comb, P.BinOp(op, comb, t)))
+            em.stmts.append(program.Assign(comb, program.BinOp(op, comb, t)))
         return comb
     return total
 
@@ -726,19 +726,19 @@ def _cross_slices(em, acc, op, row_lanes, slices, lds, slot):
         return acc
     dt = acc.dtype
     name = f"part{slot}"
-    lds.append(P.LdsArray(name, dt, (slices * row_lanes,)))
-    em.stmts.append(P.LdsStore(name, P.thread_id(), (acc,)))
-    em.stmts.append(P.Barrier())
-    rlane = em.assign(imod(P.thread_id(), row_lanes), "rlane", "i32", cse=True)
+    lds.append(program.LdsArray(name, dt, (slices * row_lanes,)))
+    em.stmts.append(program.LdsStore(name, program.thread_id(), (acc,)))
+    em.stmts.append(program.Barrier())
+    rlane = em.assign(imod(program.thread_id(), row_lanes), "rlane", "i32", cse=True)
     comb = None
     for sl in range(slices):
-        v = P.Var(em.regs.new("pw"), dt)
-        em.stmts.append(P.LdsLoad((v,), name, iadd(rlane, sl * row_lanes)))
+        v = program.Var(em.regs.new("pw"), dt)
+        em.stmts.append(program.LdsLoad((v,), name, iadd(rlane, sl * row_lanes)))
         em.define(v)
         if comb is None:
             comb = em.assign(v, "comb")
         else:
-            em.stmts.append(P.Assign(comb, P.BinOp(op, comb, v)))
+            em.stmts.append(program.Assign(comb, program.BinOp(op, comb, v)))
     return comb
 
 
@@ -804,19 +804,19 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
             loops = []
             with em.scope(body):
                 for d in axes:
-                    v = P.Var(em.regs.new(f"k{d}"), "i32")
+                    v = program.Var(em.regs.new(f"k{d}"), "i32")
                     loops.append((v, in_t.shape[d]))
                     full[d] = v
                 last = len(full) - 1
                 group = [tuple(full[:last]) + (iadd(full[last], j),) for j in range(w)]
                 for x in em.values(op.inputs[0], group if w > 1 else [tuple(full)], w):
-                    body.append(P.Assign(acc, P.BinOp(COMBINE[op.kind], acc, x)))
+                    body.append(program.Assign(acc, program.BinOp(COMBINE[op.kind], acc, x)))
             stmt = tuple(body)
             for i, (v, size) in reversed(list(enumerate(loops))):
                 step = w if i == len(loops) - 1 else 1
                 # rolled: unrolled, hipcc re-forms the loads of neighbouring trips at
                 # widths of its own (dwordx2 pieces across trips, seen on gpt2_2block)
-                stmt = (P.For(v, P.i32(0), P.i32(size), step, stmt, rolled=True),)
+                stmt = (program.For(v, program.i32(0), program.i32(size), step, stmt, rolled=True),)
             em.stmts.extend(stmt)
             if op.kind == "reduce_mean":
                 return _mean_of(em, acc, math.prod(in_t.shape[d] for d in axes))
@@ -827,16 +827,16 @@ def lower_generic(graph: Graph, dispatch, schedule: dict, arch: Arch):
         em.bound[n_] = bind(n_)
     body: list = []
     em.stmts = body
-    e = em.assign(iadd(imul(P.block_id(), wg), P.thread_id()), "e", "i32")
+    e = em.assign(iadd(imul(program.block_id(), wg), program.thread_id()), "e", "i32")
     for o in dispatch.outputs:
         t = graph.op(o).type
         stmts: list = []
         with em.scope(stmts):  # a fresh scope per output: its values live in its guard
             oix = unravel(e, t.shape)
-            stmts.append(P.Store(o, em.offset(t, oix), (em.value(o, oix),)))
-        body.extend(stmts if t.size == grid_threads(n, wg) else [P.If(e < t.size, tuple(stmts))])
+            stmts.append(program.Store(o, em.offset(t, oix), (em.value(o, oix),)))
+        body.extend(stmts if t.size == grid_threads(n, wg) else [program.If(e < t.size, tuple(stmts))])
     body = em.provably_aligned(tuple(body), arch.wave_size)
-    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), ceil_div(n, wg), wg,
+    return program.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), ceil_div(n, wg), wg,
                     tuple(body), meta={"dispatch": dispatch.name, "kind": "generic",
                                        "schedule": dict(schedule),
                                        "vector_widths": dict(width)})

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
@@ -172,8 +172,8 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     body: list = []
     em.stmts = body
-    b = P.block_id()
-    t = P.thread_id()
+    b = program.block_id()
+    t = program.thread_id()
     tile_o = em.assign(imul(imod(b, n_o), T), "tile_o", "i32")
     tile_i = em.assign(imul(imod(idiv(b, n_o), n_i), T), "tile_i", "i32")
     rest = unravel(idiv(b, n_o * n_i), [shape[d] for d in others]) if others else ()
@@ -190,13 +190,13 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     def guard(ix):
         if exact:
             return None
-        return P.land(ix[d_i] < shape[d_i], ix[d_o] < shape[d_o])
+        return program.land(ix[d_i] < shape[d_i], ix[d_o] < shape[d_o])
 
     def staged_index(ix):
         """The staged input's index read for iteration index ``ix`` (one per element)."""
         seen = []
         probe = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=False)
-        probe.bound[staged] = lambda xi: seen.append(tuple(xi)) or P.f32(0.0)
+        probe.bound[staged] = lambda xi: seen.append(tuple(xi)) or program.f32(0.0)
         with probe.scope([]):
             for o in dispatch.outputs:
                 probe.value(o, ix)
@@ -215,18 +215,18 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
     for j in range(passes):
         lo = iadd(lane_row, j * rows)
         ix = index(iadd(tile_i, lane_fast), iadd(tile_o, lo))
-        v = P.Var(em.regs.new(f"ld_{staged}"), "f32")
+        v = program.Var(em.regs.new(f"ld_{staged}"), "f32")
         g = guard(ix)
-        load = P.Load((v,), staged, em.offset(st, staged_index(ix)))
-        put = P.LdsStore("tile", iadd(imul(lo, stride), lane_fast), (v,))
+        load = program.Load((v,), staged, em.offset(st, staged_index(ix)))
+        put = program.LdsStore("tile", iadd(imul(lo, stride), lane_fast), (v,))
         if g is None:
             loads.append(load)
             uses.append(put)
         else:
-            body.append(P.Assign(v, P.f32(0.0)))
-            loads.append(P.If(g, (load,)))
-            uses.append(P.If(g, (put,)))
-    body += loads + uses + [P.Barrier()]
+            body.append(program.Assign(v, program.f32(0.0)))
+            loads.append(program.If(g, (load,)))
+            uses.append(program.If(g, (put,)))
+    body += loads + uses + [program.Barrier()]
     # phase 2: lanes along the outputs' contiguous dim
     loads, uses = [], []
     for j in range(passes):
@@ -234,8 +234,8 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
         ix = index(iadd(tile_i, li), iadd(tile_o, lane_fast))
         stmts: list = []
         with em.scope(stmts):
-            v = P.Var(em.regs.new(f"tile_{staged}"), "f32")
-            stmts.append(P.LdsLoad((v,), "tile", iadd(imul(lane_fast, stride), li)))
+            v = program.Var(em.regs.new(f"tile_{staged}"), "f32")
+            stmts.append(program.LdsLoad((v,), "tile", iadd(imul(lane_fast, stride), li)))
             em.define(v)
             want = tuple(key(e) for e in staged_index(ix))
 
@@ -246,7 +246,7 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
             em.bound[staged] = read
             for o in dispatch.outputs:
                 val = em.value(o, ix)
-                stmts.append(P.Store(o, em.offset(graph.op(o).type, ix), (val,)))
+                stmts.append(program.Store(o, em.offset(graph.op(o).type, ix), (val,)))
             em.bound.pop(staged)
         pre, post = split_at_last_load(stmts)
         g = guard(ix)
@@ -254,14 +254,14 @@ def lower_transpose(graph: Graph, dispatch, schedule: dict, arch: Arch):
             loads += pre
             uses += post
         else:
-            body.extend(P.Assign(r, P.f32(0.0) if r.dtype == "f32" else P.i32(0))
+            body.extend(program.Assign(r, program.f32(0.0) if r.dtype == "f32" else program.i32(0))
                         for r in defined_registers(pre))
-            loads.append(P.If(g, tuple(pre)))
-            uses.append(P.If(g, tuple(post)))
+            loads.append(program.If(g, tuple(pre)))
+            uses.append(program.If(g, tuple(post)))
     body += loads + uses
-    return P.Kernel(sanitize(dispatch.name), buffers(graph, dispatch),
+    return program.Kernel(sanitize(dispatch.name), buffers(graph, dispatch),
                     grid=n_other * n_i * n_o, block=wg, body=tuple(body),
-                    lds=(P.LdsArray("tile", "f32", (T * stride,)),),
+                    lds=(program.LdsArray("tile", "f32", (T * stride,)),),
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule), "staged_input": staged,
                           "tile_dims": {"input_contiguous": d_i, "output_contiguous": d_o},

@@ -16,7 +16,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from gpusim import program as P
+from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
@@ -158,7 +158,7 @@ def _mfma_points(a: Attention, arch: Arch) -> list[Candidate]:
         why = check_schedule(a, knobs, arch)
         (illegal if why else legal).append(Candidate(knobs, not why, why,
                                                      opt_in="RM" if rm > 1 else ""))
-        if why and arch.wave_size != P.MFMA_WAVE:
+        if why and arch.wave_size != program.MFMA_WAVE:
             return illegal
     legal.sort(key=lambda c: _mfma_prior(c.knobs))
     for pad in (LDS_PADS[1:] if legal else ()):

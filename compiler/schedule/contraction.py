@@ -23,7 +23,7 @@ from gpusim.hw import Arch
 
 from compiler.lower.common import LoweringError
 from compiler.lower.common import ceil_div
-from compiler.lower.contraction import (DEFAULTS as D, LDS_PADS, SPLITS, SWIZZLES, Gemm,
+from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, SWIZZLES, Gemm,
                                         check_schedule)
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
@@ -35,24 +35,24 @@ NAME = "contraction"
 
 @dataclass(frozen=True)
 class Knobs:
-    mma: str = knob(D["mma"], "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
+    mma: str = knob(DEFAULTS["mma"], "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
                               "(CDNA only; the tiles in MFMA_OPT_IN only with --fix mma=mfma)")
-    BM: int = knob(D["BM"], "block tile rows (M)")
-    BN: int = knob(D["BN"], "block tile columns (N)")
-    BK: int = knob(D["BK"], "block tile depth (K) per LDS stage")
-    TM: int = knob(D["TM"], "thread micro-tile rows")
-    TN: int = knob(D["TN"], "thread micro-tile columns")
-    KW: int = knob(D["KW"], "wave groups splitting each K tile (partials combined in LDS)")
-    lds_pad: object = knob(D["lds_pad"], f"LDS row padding, one of {LDS_PADS}")
-    vec_a: int = knob(D["vec_a"], "global load width of A (the space sets the widest legal; "
+    BM: int = knob(DEFAULTS["BM"], "block tile rows (M)")
+    BN: int = knob(DEFAULTS["BN"], "block tile columns (N)")
+    BK: int = knob(DEFAULTS["BK"], "block tile depth (K) per LDS stage")
+    TM: int = knob(DEFAULTS["TM"], "thread micro-tile rows")
+    TN: int = knob(DEFAULTS["TN"], "thread micro-tile columns")
+    KW: int = knob(DEFAULTS["KW"], "wave groups splitting each K tile (partials combined in LDS)")
+    lds_pad: object = knob(DEFAULTS["lds_pad"], f"LDS row padding, one of {LDS_PADS}")
+    vec_a: int = knob(DEFAULTS["vec_a"], "global load width of A (the space sets the widest legal; "
                                    "narrower is slower)")
-    vec_b: int = knob(D["vec_b"], "global load width of B (the space sets the widest legal; "
+    vec_b: int = knob(DEFAULTS["vec_b"], "global load width of B (the space sets the widest legal; "
                                    "narrower is slower)")
-    swizzle: str = knob(D["swizzle"], f"output swizzle placement, one of {SWIZZLES}")
+    swizzle: str = knob(DEFAULTS["swizzle"], f"output swizzle placement, one of {SWIZZLES}")
     lowering: str = knob("gemm", "gemm: implicit-GEMM tiles; direct: a thread per output "
                                  "(convs with few taps per output, e.g. depthwise)")
     workgroup: int = knob(64, "lowering=direct: threads per workgroup (64 or 256)")
-    split_k: int = knob(D["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
+    split_k: int = knob(DEFAULTS["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
                                       "partial sums in a workspace, then a reduction "
                                       "kernel that applies the epilogue once)")
 

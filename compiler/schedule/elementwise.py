@@ -13,7 +13,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError, ceil_div
-from compiler.lower.elementwise import DEFAULTS as D, check_schedule, iteration_order, iteration_shape
+from compiler.lower.elementwise import DEFAULTS, check_schedule, iteration_order, iteration_shape
 from compiler.lower.elementwise import lower_elementwise as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule import transpose
 from compiler.schedule.common import Candidate, knob
@@ -23,13 +23,13 @@ NAME = "elementwise"
 
 @dataclass(frozen=True)
 class Knobs:
-    workgroup: int = knob(D["workgroup"], "threads per workgroup (64 to 1024)")
-    vector: int = knob(D["vector"], "elements per access along the innermost iterated dim (1, 2, 4)")
-    elems: int = knob(D["vector"], "elements per thread, a multiple of vector, unrolled (at "
+    workgroup: int = knob(DEFAULTS["workgroup"], "threads per workgroup (64 to 1024)")
+    vector: int = knob(DEFAULTS["vector"], "elements per access along the innermost iterated dim (1, 2, 4)")
+    elems: int = knob(DEFAULTS["vector"], "elements per thread, a multiple of vector, unrolled (at "
                                    "most 16); absent: one vector (elems = vector)")
-    order: str = knob(D["order"], "walk the output row-major, or input:<tensor> to walk "
+    order: str = knob(DEFAULTS["order"], "walk the output row-major, or input:<tensor> to walk "
                                 "that input's memory order")
-    transpose: str = knob(D["transpose"], "none: this naive walk; lds: the transpose kind's tile")
+    transpose: str = knob(DEFAULTS["transpose"], "none: this naive walk; lds: the transpose kind's tile")
 
 
 def check(graph: Graph, dispatch) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
-from compiler.lower.reduction import GENERIC_DEFAULTS as D, check_generic_schedule
+from compiler.lower.reduction import GENERIC_DEFAULTS, check_generic_schedule
 from compiler.lower.reduction import lower_generic as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule.common import Candidate, knob
 
@@ -21,8 +21,8 @@ NAME = "generic"
 
 @dataclass(frozen=True)
 class Knobs:
-    lowering: str = knob(D["lowering"], "generic: the serial fallback (set by the space)")
-    workgroup: int = knob(D["workgroup"], "threads per workgroup (the space: 64 or 256)")
+    lowering: str = knob(GENERIC_DEFAULTS["lowering"], "generic: the serial fallback (set by the space)")
+    workgroup: int = knob(GENERIC_DEFAULTS["workgroup"], "threads per workgroup (the space: 64 or 256)")
 
 
 def space(graph: Graph, dispatch, arch: Arch, why: str = "") -> list:

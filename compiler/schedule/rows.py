@@ -12,7 +12,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError
-from compiler.lower.reduction import (COLUMN_ROW_LANES, REGISTER_CACHE_ELEMS, ROW_DEFAULTS as D, RowShape, _single_pass_pair, check_schedule)
+from compiler.lower.reduction import (COLUMN_ROW_LANES, REGISTER_CACHE_ELEMS, ROW_DEFAULTS, RowShape, _single_pass_pair, check_schedule)
 from compiler.lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule import generic
 from compiler.schedule.common import Candidate, knob
@@ -22,20 +22,20 @@ NAME = "rows"
 
 @dataclass(frozen=True)
 class Knobs:
-    mapping: str = knob(D["mapping"], "wave: a wave per row (several rows per workgroup); "
+    mapping: str = knob(ROW_DEFAULTS["mapping"], "wave: a wave per row (several rows per workgroup); "
                                 "workgroup: a workgroup per row; columns: lanes on "
                                 "consecutive rows, the reduced axis over the workgroup "
                                 "(strided rows, e.g. a norm over the channels of NCHW)")
-    workgroup: int = knob(D["workgroup"], "threads per workgroup, a multiple of the wave size")
-    vector: int = knob(D["vector"], "elements per access along the row (1, 2, 4)")
-    cache: str = knob(D["cache"], "reread: loop over the row in every pass; registers: keep "
+    workgroup: int = knob(ROW_DEFAULTS["workgroup"], "threads per workgroup, a multiple of the wave size")
+    vector: int = knob(ROW_DEFAULTS["vector"], "elements per access along the row (1, 2, 4)")
+    cache: str = knob(ROW_DEFAULTS["cache"], "reread: loop over the row in every pass; registers: keep "
                                 f"the row in registers (at most {REGISTER_CACHE_ELEMS} per "
                                 "thread)")
-    reduce: str = knob(D["reduce"], "wave | shuffle | lds_tree: how lanes combine partials")
-    row_lanes: int = knob(D["row_lanes"], "mapping=columns: lanes of a wave on consecutive "
+    reduce: str = knob(ROW_DEFAULTS["reduce"], "wave | shuffle | lds_tree: how lanes combine partials")
+    row_lanes: int = knob(ROW_DEFAULTS["row_lanes"], "mapping=columns: lanes of a wave on consecutive "
                                   "rows (16, 32, 64); the other lanes and waves split the "
                                   "reduced axis")
-    passes: str = knob(D["passes"], "multi: a pass per dependency level; single: Welford / "
+    passes: str = knob(ROW_DEFAULTS["passes"], "multi: a pass per dependency level; single: Welford / "
                                 "online softmax for two dependent reductions")
 
 
@@ -81,7 +81,7 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
                         for passes in (("multi", "single") if has_pair else ("multi",)):
                             knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
                                      "cache": cache, "reduce": reduce, "passes": passes,
-                                     "row_lanes": D["row_lanes"]}
+                                     "row_lanes": ROW_DEFAULTS["row_lanes"]}
                             reason = (check_schedule(rows, knobs, arch)
                                       or _left_out(knobs, ws, rows.C))
                             out.append(Candidate(knobs, not reason, reason))
@@ -93,7 +93,7 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
                 for cache in ("reread", "registers"):
                     for passes in (("multi", "single") if has_pair else ("multi",)):
                         knobs = {"mapping": "columns", "workgroup": wg, "vector": 1,
-                                 "cache": cache, "reduce": D["reduce"], "passes": passes,
+                                 "cache": cache, "reduce": ROW_DEFAULTS["reduce"], "passes": passes,
                                  "row_lanes": row_lanes}
                         reason = (check_schedule(rows, knobs, arch)
                                   or _left_out(knobs, ws, rows.C))

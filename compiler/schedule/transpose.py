@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
-from compiler.lower.transpose import DEFAULTS as D, PADS, TILES, WORKGROUPS, check_schedule, staging_plan
+from compiler.lower.transpose import DEFAULTS, PADS, TILES, WORKGROUPS, check_schedule, staging_plan
 from compiler.lower.transpose import lower_transpose as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule.common import Candidate, knob
 
@@ -21,10 +21,10 @@ NAME = "transpose"
 
 @dataclass(frozen=True)
 class Knobs:
-    transpose: str = knob(D["transpose"], "lds: stage a tile in LDS (none: the elementwise kind)")
-    tile: int = knob(D["tile"], f"tile side T, one of {TILES}")
-    workgroup: int = knob(D["workgroup"], "threads per workgroup, a multiple of T up to T*T")
-    lds_pad: int = knob(D["lds_pad"], "words of padding per tile row: 1 spreads a column over the banks")
+    transpose: str = knob(DEFAULTS["transpose"], "lds: stage a tile in LDS (none: the elementwise kind)")
+    tile: int = knob(DEFAULTS["tile"], f"tile side T, one of {TILES}")
+    workgroup: int = knob(DEFAULTS["workgroup"], "threads per workgroup, a multiple of T up to T*T")
+    lds_pad: int = knob(DEFAULTS["lds_pad"], "words of padding per tile row: 1 spreads a column over the banks")
 
 
 def space(graph: Graph, dispatch, arch: Arch) -> list:
