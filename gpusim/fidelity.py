@@ -368,8 +368,8 @@ def _specs():
         ("waves/SIMD, 256-thread workgroups, 40 KiB LDS", "gfx942", 1.0, "waves", LLVM_OCC,
          lambda: occupancy_waves("gfx942", 256, 32, 40 * 1024), 0.0, "validate"),
         ("kernel time of a one-wave kernel (batched dispatch)", "gfx942", 3.5, "us",
-         _src("HW-launch", "shared/HARDWARE.md: ~3.5 us per kernel when batched (HSA dispatch "
-              "latency thread, community.amd.com)"), lambda: launch_us("gfx942"), 0.15,
+         _src("HW-launch", "~3.5 us per kernel when batched (HSA dispatch latency thread, "
+              "community.amd.com; gpusim/hw/SOURCES.md)"), lambda: launch_us("gfx942"), 0.15,
          "calibrate"),
         # MI210 / MI250X (gfx90a)
         ("L1 hit latency (p-chase)", "gfx90a", 124.0, cyc, MT4G_MI210,

@@ -1,6 +1,6 @@
 """The rocMLIR output-swizzle seed: the published measurement beside the model's answer.
 
-The question (``shared/seeds/000_27d0e8b7047b9495.txt``, rocMLIR "Move output swizzling
+The question (the public rocMLIR pull-request discussion "Move output swizzling
 pass before fusions"): a 1x1 convolution (input 1x7x7x2048, 512 filters, f32, NHWC)
 fused with add + relu, on MI300. develop swizzled the MFMA output through LDS after the
 fused epilogue (the residual read in the MFMA accumulator layout); the PR swizzles before
@@ -69,8 +69,8 @@ from compiler.fusion import fuse
 from compiler.tuning.search import score
 
 PUBLISHED = {
-    "source": "shared/seeds/000_27d0e8b7047b9495.txt (rocMLIR PR discussion, MI300, "
-              "migraphx-driver perf --exhaustive-tune)",
+    "source": ("rocMLIR pull-request discussion \"Move output swizzling pass before "
+               "fusions\" (MI300, migraphx-driver perf --exhaustive-tune)"),
     "after_fusion_us": 54.1076, "before_fusion_us": 46.3547,
     "after_fusion_mean_us": 62.48738, "before_fusion_mean_us": 57.0795,
 }

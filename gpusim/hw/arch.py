@@ -1,6 +1,6 @@
 """The description of one GPU as frozen data: what the simulator reads, never how it runs.
 
-Every number carries its source, an S-number of ``shared/HARDWARE.md`` (S1 = ROCm GPU arch
+Every number carries its source, an S-number of ``gpusim/hw/SOURCES.md`` (S1 = ROCm GPU arch
 specs, S4/S5/S6/S7 = rocprofiler-compute docs, S9 = LLVM AMDGPUBaseInfo, S10/S11 = the
 nod-ai kernel optimization guide and its empirical LDS measurements, S12 = composable_kernel
 LDS notes, S13 = GPUOpen coalescing article, S15 = ROCm MI300X tuning guide, S17 = LLVM
