@@ -1,2 +1,3 @@
 """The graph IR and its references: primitive ops, the dataflow graph, the built-in models,
-and the numpy reference with its error bounds that every plan and kernel is checked against."""
+the numpy reference with its error bounds that every plan and kernel is checked against,
+and the resource limits a model is checked against before anything large is allocated."""

@@ -19,7 +19,7 @@ import numpy as np
 from compiler.ir import builders
 from compiler.frontends.onnx import load_onnx
 from compiler.ir.graph import Graph, ModelError
-from compiler.tuning.limits import check_allocation, tensor_bytes
+from compiler.ir.limits import check_allocation, tensor_bytes
 
 
 #: the memory limit while a model is built: weights are checked against it before drawing.

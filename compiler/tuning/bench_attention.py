@@ -19,9 +19,8 @@ import argparse
 import json
 import time
 
-from gpusim.hw import DEFAULT_ARCH, Arch
+from gpusim.hw import ARCHES, DEFAULT_ARCH, Arch, get_arch
 
-from compiler.cli.commands.common import arch_value
 from compiler.ir.models import load_model
 from compiler.fusion import fuse
 from compiler.tuning.search import attention_decisions, tune_dispatches
@@ -53,7 +52,7 @@ def row(heads: int, seq: int, dim: int, arch: Arch, budget: int,
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--arch", type=arch_value, default=DEFAULT_ARCH)
+    p.add_argument("--arch", choices=sorted(ARCHES), default=DEFAULT_ARCH)
     p.add_argument("--seqs", default="128,1024,4096")
     p.add_argument("--dims", default="64,128")
     p.add_argument("--heads", type=int, default=12)
@@ -68,7 +67,7 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|")
     for dim in (int(x) for x in a.dims.split(",")):
         for seq in (int(x) for x in a.seqs.split(",")):
-            r = row(a.heads, seq, dim, a.arch, a.budget, a.fused_budget)
+            r = row(a.heads, seq, dim, get_arch(a.arch), a.budget, a.fused_budget)
             if a.json:
                 print(json.dumps(r), flush=True)
                 continue

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from gpusim.hw import ALIASES, ARCHES, Arch
 
-from compiler.tuning import limits
+from compiler.ir import limits
 from compiler.ir.graph import Graph, GraphError
 from compiler.ir.models import load_model
 from compiler.schedule import check_pins
