@@ -83,6 +83,18 @@ def test_the_graph_harness_compiles_and_links(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_graph_harness_compiles_with_nvcc_through_the_shim(tmp_path):
+    """The NVIDIA shim maps the stream and graph calls (CUDA 12's three-argument
+    instantiate behind HIP's five-argument one)."""
+    out = _project(tmp_path, "graph")
+    sources = ["main.hip"] + sorted(p.name for p in out.glob("*.hip") if p.name != "main.hip")
+    r = subprocess.run(["nvcc", "-I", "nvidia", "-arch=sm_90", "-x", "cu", *sources,
+                        "-o", str(tmp_path / "app_nv")], cwd=out, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
 def test_tune_takes_launch_graph_and_refuses_other_values(tmp_path):
     import os
     import sys

@@ -44,7 +44,7 @@ from compiler.ir.models import load_model
 from compiler.lower import dispatch_kind
 from compiler.schedule import schedule_space
 from compiler.tuning import rank, tunedb
-from compiler.tuning.search import (DEFAULT, _estimates, default_budget, legal_candidates,
+from compiler.tuning.search import (_estimates, default_budget, legal_candidates,
                                     tune_dispatches)
 
 BEST_FILE = Path(__file__).with_name("search_best.json")
@@ -224,11 +224,10 @@ def _pct(xs, q):
     return float(np.percentile(np.asarray(xs, float), q)) if xs else float("nan")
 
 
-def correlation(its: list, best: dict, arch, store) -> list:
-    """(id, Spearman) of the analytic estimate against the simulated time over every point
-    of the dispatches generated with every point (their scores are in the database)."""
+def _every_point_scores(its: list, best: dict, arch, store):
+    """(item, [(estimate us, simulated us)]) for the dispatches generated with every point:
+    their scores are all in the database, so the estimates can be set beside them."""
     version = tunedb.model_version()
-    out = []
     for it in its:
         e = best["dispatches"].get(it.id)
         if not e or e["method"] != "every point":
@@ -236,30 +235,23 @@ def correlation(its: list, best: dict, arch, store) -> list:
         est = _estimates(it.graph, it.dispatch, it.fingerprint, it.legal, arch, store, version)
         keys = [tunedb.score_key(it.fingerprint, arch, c.knobs, version) for c in it.legal]
         rows = store.get_many("scores", keys)
-        pairs = [(x.us, rows[k]["time_us"]) for x, k in zip(est, keys)
-                 if k in rows and rows[k]["time_us"] is not None and math.isfinite(x.us)]
-        if len(pairs) >= 3:
-            out.append((it.id, rank.spearman(*zip(*pairs)), len(pairs)))
-    return out
+        yield it, [(x, rows[k]["time_us"]) for x, k in zip(est, keys)
+                   if k in rows and rows[k]["time_us"] and math.isfinite(x.us)]
+
+
+def correlation(its: list, best: dict, arch, store) -> list:
+    """(id, Spearman, points) of the analytic estimate against the simulated time."""
+    return [(it.id, rank.spearman([x.us for x, _ in pairs], [t for _, t in pairs]), len(pairs))
+            for it, pairs in _every_point_scores(its, best, arch, store) if len(pairs) >= 3]
 
 
 def costmodel_quality(its: list, best: dict, arch, store) -> list:
     """(id, analytic rho, learned rho) on the every-point dispatches: the learned model
     (``compiler.tuning.costmodel``) fitted on the top 12 estimates, tested on the rest."""
     from compiler.tuning import costmodel
-    version = tunedb.model_version()
     out = []
-    for it in its:
-        e = best["dispatches"].get(it.id)
-        if not e or e["method"] != "every point":
-            continue
-        est = _estimates(it.graph, it.dispatch, it.fingerprint, it.legal, arch, store, version)
-        keys = [tunedb.score_key(it.fingerprint, arch, c.knobs, version) for c in it.legal]
-        rows = store.get_many("scores", keys)
-        idx = [i for i, k in enumerate(keys) if k in rows and rows[k]["time_us"]
-               and math.isfinite(est[i].us)]
-        a, l = costmodel.online_quality([est[i] for i in idx],
-                                        [rows[keys[i]]["time_us"] for i in idx])
+    for it, pairs in _every_point_scores(its, best, arch, store):
+        a, l = costmodel.online_quality([x for x, _ in pairs], [t for _, t in pairs])
         if not math.isnan(a):
             out.append((it.id, a, l))
     return out

@@ -22,6 +22,29 @@
 #define hipEventRecord cudaEventRecord
 #define hipEventSynchronize cudaEventSynchronize
 #define hipEventElapsedTime cudaEventElapsedTime
+#define hipStream_t cudaStream_t
+#define hipStreamCreateWithFlags cudaStreamCreateWithFlags
+#define hipStreamNonBlocking cudaStreamNonBlocking
+#define hipStreamSynchronize cudaStreamSynchronize
+#define hipStreamDestroy cudaStreamDestroy
+#define hipStreamBeginCapture cudaStreamBeginCapture
+#define hipStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
+#define hipStreamEndCapture cudaStreamEndCapture
+#define hipGraph_t cudaGraph_t
+#define hipGraphExec_t cudaGraphExec_t
+#define hipGraphNode_t cudaGraphNode_t
+#define hipGraphLaunch cudaGraphLaunch
+#define hipGraphExecDestroy cudaGraphExecDestroy
+#define hipGraphDestroy cudaGraphDestroy
+
+// HIP keeps the five-argument instantiate (error node, log buffer); CUDA 12 dropped it for
+// (exec, graph, flags), so this is a function, not a name mapping.
+static inline cudaError_t hipGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                              cudaGraphNode_t* error_node, char* log,
+                                              size_t log_size) {
+  (void)error_node; (void)log; (void)log_size;
+  return cudaGraphInstantiate(exec, graph, 0);
+}
 
 #ifdef __CUDACC__
 template <typename T>

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -223,3 +225,17 @@ def graph_dict(graph: Graph) -> dict:
     compute = [o for o in ops if o["op"] not in ("input", "constant")]
     return {"name": graph.name, "inputs": graph.inputs, "outputs": list(graph.outputs),
             "primitive_ops": len(compute), "ops": ops}
+
+
+def writable_file(path: str, option: str, example: str) -> Path:
+    """The file an output option names, checked writable before any tuning starts (fail
+    fast, write nothing): a file name, in a folder that exists, that this user may write."""
+    p = Path(path)
+    if not path.strip() or p.is_dir() or path.endswith(("/", os.sep)):
+        raise GraphError(f"{option} {path!r}: give a file name, e.g. {option} {example}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise GraphError(f"{option} {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise GraphError(f"{option} {path}: not writable")
+    return p

@@ -14,7 +14,6 @@ from gpusim.hw import DEFAULT_ARCH
 
 from compiler.cli.commands import common
 from compiler.cli.commands.cache import add_cache_options, store_of
-from compiler.ir.graph import GraphError
 from compiler.tuning.search import tune
 
 
@@ -40,17 +39,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def check_target(path: str) -> Path:
-    """The output must be a writable file path, checked before any tuning."""
-    p = Path(path)
-    if not path.strip() or p.is_dir() or path.endswith(("/", os.sep)):
-        raise GraphError(f"-o {path!r}: give a file name, e.g. -o report.html")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise GraphError(f"-o {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise GraphError(f"-o {path}: not writable")
-    return p
+
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -86,7 +75,7 @@ def build(args, store):
 
 def run(args) -> int:
     from compiler.cli.explore.report import report_html
-    path = check_target(args.output)
+    path = common.writable_file(args.output, "-o", "report.html")
     with store_of(args) as store:
         result, session = build(args, store)
         text = report_html(result, session)

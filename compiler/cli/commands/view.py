@@ -11,8 +11,6 @@ small seeded budget (--budget) and show its fastest schedule. Times are simulate
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from rich.console import Console, Group
 
@@ -21,7 +19,6 @@ from gpusim.hw import DEFAULT_ARCH
 from gpusim.program import KernelSequence, kernels_of
 
 from compiler.cli import views
-from compiler.ir.graph import GraphError
 from compiler.fusion import fuse
 from compiler.tuning.search import DEFAULT, tune, tune_dispatches
 from compiler.cli.commands import common
@@ -65,7 +62,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     if args.svg is not None:
-        _check_svg_target(args.svg)
+        common.writable_file(args.svg, "--svg", "view.svg")
     with store_of(args) as store:
         renderable, title = build(args, store)
     con = Console(width=args.width, record=bool(args.svg), highlight=False)
@@ -75,17 +72,7 @@ def run(args) -> int:
     return 0
 
 
-def _check_svg_target(path: str) -> None:
-    """--svg FILE must be writable before any tuning starts (fail fast, write nothing)."""
 
-    p = Path(path)
-    if not path.strip() or p.is_dir() or path.endswith(("/", os.sep)):
-        raise GraphError(f"--svg {path!r}: give a file name, e.g. --svg view.svg")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise GraphError(f"--svg {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise GraphError(f"--svg {path}: not writable")
 
 
 def build(args, store=None):
