@@ -15,6 +15,7 @@ import gpusim
 from gpusim import steady
 from gpusim.analysis import store_ranges
 from gpusim.hw import get_arch
+from gpusim.program import kernels_of
 from compiler.tuning import sampling
 from compiler.lower import lower
 from compiler.ir.models import load_model
@@ -42,8 +43,9 @@ def _long_loop_kernels(spec, pick, count, seed=0, unfused=False, knobs=lambda k:
                 k = lower(g, d, c.knobs, ARCH)
             except Exception:  # an illegal point the space could not see: not ours to test
                 continue
-            if steady.long_loop(k) is not None:
-                out.append(k)
+            for kk in kernels_of(k):  # a split-K sequence: each of its kernels
+                if steady.long_loop(kk) is not None and len(out) < count:
+                    out.append(kk)
             if len(out) == count:
                 return out
     return out
