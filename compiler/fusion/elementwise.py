@@ -56,10 +56,7 @@ def place_views(state: FusionState, members: dict) -> dict:
     for o in g.outputs:
         if not g.op(o).is_view:
             continue
-        chain, n = [], o
-        while g.op(n).is_view:
-            chain.append(n)
-            n = g.op(n).inputs[0]
+        n, chain = g.view_chain(o)
         writer = state.owner.get(n) if ix.is_compute(g.op(n)) else None
         materialise[o] = (writer, chain)
     return materialise

@@ -139,10 +139,7 @@ def unfused_dispatches(graph: Graph) -> list[SimpleDispatch]:
     for o in graph.outputs:
         if not graph.op(o).is_view:
             continue
-        chain, n = [], o
-        while graph.op(n).is_view:
-            chain.append(n)
-            n = graph.op(n).inputs[0]
+        n, chain = graph.view_chain(o)
         src = graph.op(n)
         # a copy dispatch when no compute op can write it: after an input or constant,
         # or after a matmul/conv (a GEMM writes its own tile layout, see multi_result)

@@ -273,6 +273,15 @@ class Graph:
     def inputs(self) -> list[str]:
         return [n for n in self.topo_order() if self.op(n).kind == "input"]
 
+    def view_chain(self, name: str) -> tuple[str, list[str]]:
+        """(the tensor a view chain starts from, the views from ``name`` inwards): what a
+        graph output that is only a view of another tensor needs written."""
+        chain, n = [], name
+        while self.op(n).is_view:
+            chain.append(n)
+            n = self.op(n).inputs[0]
+        return n, chain
+
     def users(self, name: str) -> list[str]:
         return sorted(self.g.successors(name), key=self._order.__getitem__)
 
