@@ -205,13 +205,16 @@ def compile_to_asm(src: Path, arch: str, asm_path: Path, hipcc: str | None = Non
         raise FileNotFoundError("hipcc not found on PATH (install the Debian package 'hipcc')")
     cmd = [hipcc, "-Wno-unused-command-line-argument", "--cuda-device-only", "-S",
            f"--offload-arch={arch}", "-O3", str(src), "-o", str(asm_path)]
-    env = dict(os.environ, HIP_PLATFORM="amd")
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-        rc, err = p.returncode, p.stderr
-    except subprocess.TimeoutExpired:
-        rc, err = -1, f"hipcc timed out after {timeout} s"
+    # clang leaves an empty ``/tmp/<stem>-XXXXXX`` folder behind for every device compile;
+    # a private TMPDIR, removed afterwards, keeps check from littering the temp directory.
+    with tempfile.TemporaryDirectory(prefix="wavefuse-hipcc-") as scratch:
+        env = dict(os.environ, HIP_PLATFORM="amd", TMPDIR=scratch)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+            rc, err = p.returncode, p.stderr
+        except subprocess.TimeoutExpired:
+            rc, err = -1, f"hipcc timed out after {timeout} s"
     return {"rc": rc, "stderr": err.strip(), "compile_s": round(time.perf_counter() - t0, 3),
             "command": " ".join(cmd)}
 

@@ -6,6 +6,7 @@ minimal assembly listing) keeps this test fast and runnable without the real com
 import json
 import re
 import stat
+from pathlib import Path
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from codegen_hip.check import source_key
 
 FAKE_HIPCC = """#!/bin/sh
 echo run >> "{log}"
+# as clang does: a scratch folder under TMPDIR that it never removes
+scratch=$(mktemp -d "${{TMPDIR:-/tmp}}/kernel-XXXXXX")
+echo "$scratch" >> "{log}.scratch"
 out=""
 while [ $# -gt 0 ]; do
   if [ "$1" = "-o" ]; then out="$2"; shift; fi
@@ -72,6 +76,16 @@ def test_identical_layers_are_compiled_once_per_arch_and_each_keeps_its_entry(tm
     shared = entries[("layer1_elementwise_f4", "gfx90a")]
     assert shared["same_source_as"] == "elementwise_f4"
     assert shared["widths"] == entries[("elementwise_f4", "gfx90a")]["widths"]
+
+
+def test_the_compiler_scratch_folders_are_removed(tmp_path):
+    """clang leaves an empty folder in TMPDIR per compile: check gives it a private one."""
+    out, _, _ = _project(tmp_path)
+    hipcc, log = _fake_hipcc(tmp_path)
+    check_dir(out, ("gfx90a", "gfx940"), hipcc=hipcc)
+    scratch = Path(str(log) + ".scratch").read_text().split()
+    assert len(scratch) == 2
+    assert all("wavefuse-hipcc-" in s and not Path(s).exists() for s in scratch)
 
 
 def test_a_different_body_is_compiled_on_its_own(tmp_path):

@@ -105,7 +105,7 @@ def test_vgpr_estimate_comparison(project):
 def test_harness_compiles_and_links(project, tmp_path):
     out, _, _ = project
     sources = ["main.hip"] + sorted(p.name for p in out.glob("*.hip") if p.name != "main.hip")
-    env = dict(os.environ, HIP_PLATFORM="amd")
+    env = dict(os.environ, HIP_PLATFORM="amd", TMPDIR=str(tmp_path))  # clang's scratch folders
     t0 = time.perf_counter()
     r = subprocess.run(["hipcc", "-Wno-unused-command-line-argument", "--offload-arch=gfx90a", "-O3",
                         *sources, "-o", str(tmp_path / "app")], cwd=out, env=env,

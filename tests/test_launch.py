@@ -78,7 +78,8 @@ def test_the_graph_harness_compiles_and_links(tmp_path):
     sources = ["main.hip"] + sorted(p.name for p in out.glob("*.hip") if p.name != "main.hip")
     r = subprocess.run(["hipcc", "-Wno-unused-command-line-argument", "--offload-arch=gfx90a",
                         "-O3", *sources, "-o", str(tmp_path / "app")], cwd=out,
-                       env={**__import__("os").environ, "HIP_PLATFORM": "amd"},
+                       env={**__import__("os").environ, "HIP_PLATFORM": "amd",
+                            "TMPDIR": str(tmp_path)},  # clang's scratch folders
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
 
