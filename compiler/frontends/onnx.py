@@ -68,7 +68,6 @@ NEEDED_BY = {
     "QuantizeLinear": _QUANT, "DequantizeLinear": _QUANT, "DynamicQuantizeLinear": _QUANT,
     "MatMulInteger": _QUANT, "ConvInteger": _QUANT, "QLinearConv": _QUANT,
     "QLinearMatMul": _QUANT,
-    "ConvTranspose": "VAE decoders, segmentation decoders and GAN generators",
     "LSTM": "recurrent speech and sequence models", "GRU": "recurrent speech models",
     "RNN": "recurrent sequence models",
     "NonMaxSuppression": "detection post-processing (YOLO, SSD, Faster R-CNN)",
@@ -944,6 +943,125 @@ def _conv(im: _Importer, node):
     return y
 
 
+def _conv_transpose_pads(im, node, spatial, kernel, strides, dil, out_pad) -> list:
+    """Per spatial dim (begin, end) of ConvTranspose: ``pads``, or from ``output_shape`` /
+    ``auto_pad`` as the ONNX spec splits the total (SAME_UPPER puts the odd one at the
+    end, NOTSET and SAME_LOWER at the start; onnx's evaluator puts NOTSET's all at the end
+    when the total is positive, the spec and onnxruntime do not)."""
+    n = len(spatial)
+    auto_pad = im.attr(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedError(f"{im.where(node)}: auto_pad {auto_pad!r}")
+    out_shape = im.attr(node, "output_shape")
+    if out_shape is not None:
+        out_shape = [int(v) for v in out_shape][-n:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = [spatial[i] * strides[i] for i in range(n)]
+    if out_shape is None:
+        if auto_pad == "VALID":
+            return [(0, 0)] * n
+        pads = tuple(im.attr(node, "pads", (0,) * (2 * n)))
+        return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
+    pads = []
+    for i in range(n):
+        total = (strides[i] * (spatial[i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1
+                 - out_shape[i])
+        small = total // 2
+        pads.append((small, total - small) if auto_pad == "SAME_UPPER"
+                    else (total - small, small))
+    return pads
+
+
+def _conv_transpose(im: _Importer, node):
+    """ConvTranspose (1-D or 2-D) as the convolution whose gradient it is: the input with
+    stride-1 zeros between neighbours (a unit axis after each spatial axis, padded to the
+    stride, folded back: pure data movement, so an infinity stays an infinity), padded by
+    dilation * (kernel - 1) less the pads (a negative amount crops), convolved at stride 1
+    by the filter flipped in space and transposed per group, (C_in, C_out/g, k) to
+    (C_out, C_in/g, k). Simplification: the convolution multiplies the inserted zeros too,
+    stride^2 times the MACs a transposed-convolution kernel that skips them would do; no
+    such kernel is built, so the dispatch is priced as the convolution it lowers to.
+    Grouped cases are checked against numpy, not onnx's evaluator, whose grouped path
+    mixes up the groups' channels (onnx 1.23)."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    rank = x.type.rank
+    wshape = tuple(im.shape_of(node.input[1], node))
+    if rank not in (3, 4) or len(wshape) != rank:
+        raise UnsupportedError(f"{im.where(node)}: only 1-D and 2-D transposed convolutions "
+                               f"(NCL / NCHW input, IOL / IOHW filter) are supported, got input "
+                               f"{x.shape} and filter {wshape}")
+    nsp = rank - 2
+    groups = int(im.attr(node, "group", 1))
+    cin = x.shape[1]
+    if wshape[0] != cin or groups < 1 or cin % groups:
+        raise ShapeError(f"{im.where(node)}: filter {wshape} does not fit input {x.shape} "
+                         f"with group={groups} (the filter is (C_in, C_out/group, ...))")
+    cin_g, cout = cin // groups, wshape[1] * groups
+    kernel = wshape[2:]
+    ks = im.attr(node, "kernel_shape")
+    if ks is not None and tuple(ks) != kernel:
+        raise ShapeError(f"{im.where(node)}: kernel_shape {tuple(ks)} disagrees with the "
+                         f"filter {wshape}")
+    strides = tuple(int(v) for v in im.attr(node, "strides", (1,) * nsp))
+    dil = tuple(int(v) for v in im.attr(node, "dilations", (1,) * nsp))
+    out_pad = tuple(int(v) for v in im.attr(node, "output_padding", (0,) * nsp))
+    if min(strides + dil) < 1 or min(out_pad) < 0:
+        raise ShapeError(f"{im.where(node)}: strides {strides}, dilations {dil} and "
+                         f"output_padding {out_pad} must be positive (padding non-negative)")
+    pads = _conv_transpose_pads(im, node, x.shape[2:], kernel, strides, dil, out_pad)
+    # the filter: (g, C_in/g, C_out/g, k) -> (g, C_out/g, C_in/g, k), flipped in space
+    if im.is_static(node.input[1]):
+        arr = im.static(node.input[1], node, "the filter")
+        arr = arr.reshape((groups, cin_g, wshape[1]) + kernel).swapaxes(1, 2)
+        arr = arr.reshape((cout, cin_g) + kernel)[(...,) + (slice(None, None, -1),) * nsp]
+        if nsp == 1:
+            arr = arr[:, :, None, :]
+        w = g.constant(_as_dtype(np.ascontiguousarray(arr), x.dtype, im.where(node)),
+                       dtype=x.dtype, name=im.fresh(node.input[1]))
+    else:
+        w = im.value(node.input[1], node, like=x)
+        w = g.reshape(w, (groups, cin_g, wshape[1]) + kernel)
+        w = g.transpose(w, (0, 2, 1) + tuple(range(3, 3 + nsp)))
+        w = g.reshape(w, (cout, cin_g) + kernel)
+        w = g.slice(w, (0, 0) + tuple(k - 1 for k in kernel), (1, 1) + (-1,) * nsp,
+                    (cout, cin_g) + kernel)
+        if nsp == 1:
+            w = g.reshape(w, (cout, cin_g, 1) + kernel)
+    if nsp == 1:  # a unit height, as _conv does
+        x = g.reshape(x, x.shape[:2] + (1,) + x.shape[2:])
+        kernel, strides, dil, out_pad = (1,) + kernel, (1,) + strides, (1,) + dil, (0,) + out_pad
+        pads = [(0, 0)] + pads
+    n, c, h, wd = x.shape
+    sh, sw = strides
+    if sh > 1 or sw > 1:  # stride - 1 zeros after every element (and after the last)
+        x = g.reshape(x, (n, c, h, 1, wd, 1))
+        x = g.pad(x, ((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
+        x = g.reshape(x, (n, c, h * sh, wd * sw))
+    before = [dil[i] * (kernel[i] - 1) - pads[i][0] for i in range(2)]
+    after = [dil[i] * (kernel[i] - 1) - pads[i][1] + out_pad[i] - (strides[i] - 1)
+             for i in range(2)]
+    if min(before + after) < 0:  # pads larger than the filter's reach: crop first
+        first = [max(0, -b) for b in before]
+        length = [x.shape[2 + i] - first[i] - max(0, -after[i]) for i in range(2)]
+        if min(length) < 1:
+            raise ShapeError(f"{im.where(node)}: pads {pads[-nsp:]} leave no output of "
+                             f"input {im.shape_of(node.input[0], node)}")
+        x = g.slice(x, (0, 0) + tuple(first), (1,) * 4, (n, c) + tuple(length))
+        before, after = [max(0, b) for b in before], [max(0, a) for a in after]
+    y = g.conv2d(x, w, data_format="NCHW", stride=(1, 1),
+                 padding=(before[0], before[1], after[0], after[1]), dilation=dil,
+                 groups=groups)
+    b_name = im.optional_input(node, 2)
+    if b_name:
+        bias = im.value(b_name, node, like=y)
+        y = g.add(y, g.reshape(bias, (1, bias.shape[0], 1, 1)))
+    if nsp == 1:
+        y = g.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+    return y
+
+
 def _batch_norm(im: _Importer, node):
     """Inference BatchNormalization as y = x * s + t with s = scale / sqrt(var + eps) and
     t = bias - mean * s folded at import (statistics are initializers); a preceding conv
@@ -1534,7 +1652,8 @@ CONVERTERS = {
     "ArgMax": _arg_reduce("reduce_max"), "ArgMin": _arg_reduce("reduce_min"),
     "Not": _not, "Where": _where, "Mean": _mean,
     "Softmax": _softmax, "LayerNormalization": _layer_norm, "MatMul": _matmul,
-    "Gemm": _gemm, "Conv": _conv, "BatchNormalization": _batch_norm,
+    "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "BatchNormalization": _batch_norm,
     "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global_pool("reduce_mean"),
     "GlobalMaxPool": _global_pool("reduce_max"),
@@ -1591,6 +1710,7 @@ TYPES_ONLY = frozenset({
     ("CastLike", 25), ("Constant", 19), ("Constant", 21), ("Constant", 23),
     ("Constant", 24), ("Constant", 25), ("ConstantOfShape", 20), ("ConstantOfShape", 21),
     ("ConstantOfShape", 23), ("ConstantOfShape", 24), ("ConstantOfShape", 25), ("Conv", 22),
+    ("ConvTranspose", 22),
     ("Div", 14), ("Einsum", 28), ("Equal", 19), ("Flatten", 21), ("Flatten", 23),
     ("Flatten", 24), ("Flatten", 25), ("GlobalAveragePool", 22), ("GlobalMaxPool", 22),
     ("GreaterOrEqual", 16), ("HardSigmoid", 22), ("InstanceNormalization", 22), ("HardSwish", 22), ("Identity", 14),
