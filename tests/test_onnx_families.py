@@ -182,3 +182,27 @@ def test_an_unsupported_dtype_is_refused_naming_the_models_that_use_it():
     with pytest.raises(UnsupportedError) as e:
         from_model(m, "t")
     assert "BFLOAT16 (needed by bfloat16 LLM exports" in str(e.value)
+
+
+@pytest.mark.parametrize("op,mode,shape", [
+    ("DepthToSpace", "DCR", (1, 8, 3, 2)), ("DepthToSpace", "CRD", (2, 12, 2, 3)),
+    ("SpaceToDepth", None, (1, 3, 4, 6))])
+def test_pixel_shuffle_and_focus_are_data_movement(op, mode, shape):
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    attrs = {"blocksize": 2, **({"mode": mode} if mode else {})}
+    n, c, h, w = shape
+    out = (n, c // 4, h * 2, w * 2) if op == "DepthToSpace" else (n, c * 4, h // 2, w // 2)
+    g = _agrees(_model([helper.make_node(op, ["x"], ["y"], **attrs)], shape, out), x)
+    assert {op.kind for op in g.ops} <= {"reshape", "transpose", "input"}
+
+
+def test_space_to_depth_crd_inverts_depth_to_space_crd():
+    """SpaceToDepth's mode (opset 28) is newer than onnx's evaluator here can check, so
+    CRD is checked as the inverse of DepthToSpace CRD, which the evaluator does check."""
+    x = np.random.default_rng(7).standard_normal((1, 8, 2, 3)).astype(np.float32)
+    g = from_model(_model([helper.make_node("DepthToSpace", ["x"], ["t"], blocksize=2,
+                                            mode="CRD"),
+                           helper.make_node("SpaceToDepth", ["t"], ["y"], blocksize=2,
+                                            mode="CRD")], x.shape, x.shape, opset=28), "t")
+    y = evaluate(g, {g.meta["onnx_inputs"]["x"]: x})[g.meta["onnx_outputs"]["y"]]
+    assert np.array_equal(y, x)

@@ -76,7 +76,6 @@ NEEDED_BY = {
     "ScatterND": "decoders that write a KV cache in place",
     "ScatterElements": "decoders that write a KV cache in place",
     "CumSum": "position ids computed from an attention mask (RoBERTa, OPT)",
-    "DepthToSpace": "super-resolution (pixel shuffle)", "SpaceToDepth": "YOLO stems (focus)",
     "GridSample": "deformable attention and spatial-transformer vision models",
     "STFT": "speech front ends that compute their spectrogram", "DFT": "speech front ends",
     "Attention": "transformers exported with the fused opset-23 Attention op",
@@ -1205,6 +1204,38 @@ def _transpose(im: _Importer, node):
     return im.g.transpose(x, perm)
 
 
+def _block_rearrange(im: _Importer, node, to_depth: bool):
+    """DepthToSpace (pixel shuffle) and SpaceToDepth (a YOLO stem's focus) are a reshape, a
+    transpose and a reshape: data movement alone, which the transpose lowering copies."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    if x.type.rank != 4:
+        raise UnsupportedError(f"{im.where(node)}: {node.op_type} takes an NCHW tensor, got "
+                               f"{x.shape}")
+    b = int(im.attr(node, "blocksize", 0))
+    n, c, h, w = x.shape
+    mode = im.attr(node, "mode", b"DCR")  # SpaceToDepth has it from opset 28
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("DCR", "CRD"):
+        raise UnsupportedError(f"{im.where(node)}: {node.op_type} mode {mode!r}; ONNX "
+                               f"defines 'DCR' and 'CRD'")
+    if to_depth:  # the inverse permutations of DepthToSpace's
+        if b < 1 or h % b or w % b:
+            raise ShapeError(f"{im.where(node)}: blocksize {b} does not divide the height "
+                             f"and width of {x.shape}")
+        perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        t = g.transpose(g.reshape(x, (n, c, h // b, b, w // b, b)), perm)
+        return g.reshape(t, (n, c * b * b, h // b, w // b))
+    if b < 1 or c % (b * b):
+        raise ShapeError(f"{im.where(node)}: blocksize {b} squared does not divide the "
+                         f"{c} channels of {x.shape}")
+    if mode == "DCR":
+        t = g.transpose(g.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
+    else:
+        t = g.transpose(g.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
+    return g.reshape(t, (n, c // (b * b), h * b, w * b))
+
+
 def _reshape(im: _Importer, node):
     x = im.value(node.input[0], node)
     shape = [int(s) for s in im.static(node.input[1], node, "the target shape")]
@@ -1657,7 +1688,9 @@ CONVERTERS = {
     "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global_pool("reduce_mean"),
     "GlobalMaxPool": _global_pool("reduce_max"),
-    "Transpose": _transpose, "Reshape": _reshape, "Flatten": _flatten,
+    "Transpose": _transpose, "Reshape": _reshape,
+    "DepthToSpace": lambda im, node: _block_rearrange(im, node, False),
+    "SpaceToDepth": lambda im, node: _block_rearrange(im, node, True), "Flatten": _flatten,
     "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Cast": _cast, "CastLike": _cast_like,
     "Identity": _identity, "Constant": _constant, "Slice": _slice, "Split": _split,
     "Concat": _concat, "Gather": _gather, "Expand": _expand, "Tile": _tile, "Pad": _pad,
@@ -1701,6 +1734,7 @@ OP_VERSIONS = {
                     "other than stretch refused)",
     ("Resize", 19): "half_pixel_symmetric mode: computed by onnx's evaluator (_resize)",
     ("Shape", 15): "start/end attributes: read (fold)",
+    ("SpaceToDepth", 28): "mode attribute (DCR / CRD): read (_block_rearrange)",
     ("Split", 18): "num_outputs attribute: read (_split)",
     ("Trilu", 14): "new op (_trilu)",
 }
@@ -1710,7 +1744,7 @@ TYPES_ONLY = frozenset({
     ("CastLike", 25), ("Constant", 19), ("Constant", 21), ("Constant", 23),
     ("Constant", 24), ("Constant", 25), ("ConstantOfShape", 20), ("ConstantOfShape", 21),
     ("ConstantOfShape", 23), ("ConstantOfShape", 24), ("ConstantOfShape", 25), ("Conv", 22),
-    ("ConvTranspose", 22),
+    ("ConvTranspose", 22), ("DepthToSpace", 28),
     ("Div", 14), ("Einsum", 28), ("Equal", 19), ("Flatten", 21), ("Flatten", 23),
     ("Flatten", 24), ("Flatten", 25), ("GlobalAveragePool", 22), ("GlobalMaxPool", 22),
     ("GreaterOrEqual", 16), ("HardSigmoid", 22), ("InstanceNormalization", 22), ("HardSwish", 22), ("Identity", 14),
