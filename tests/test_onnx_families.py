@@ -206,3 +206,31 @@ def test_space_to_depth_crd_inverts_depth_to_space_crd():
                                             mode="CRD")], x.shape, x.shape, opset=28), "t")
     y = evaluate(g, {g.meta["onnx_inputs"]["x"]: x})[g.meta["onnx_outputs"]["y"]]
     assert np.array_equal(y, x)
+
+
+@pytest.mark.parametrize("exclusive,reverse,axis", [(0, 0, 1), (1, 0, 1), (0, 1, 0), (1, 1, -1)])
+def test_cumsum_matches_onnx(exclusive, reverse, axis):
+    x = np.random.default_rng(8).standard_normal((3, 5)).astype(np.float32)
+    x[1, 2] = np.inf  # selected, never multiplied by a 0: no NaN where onnx has none
+    m = _model([helper.make_node("CumSum", ["x", "a"], ["y"], exclusive=exclusive,
+                                 reverse=reverse)], x.shape, x.shape,
+               [_init("a", np.array(axis, np.int64))])
+    _agrees(m, x)
+
+
+def test_position_ids_from_an_attention_mask_simulate(tmp_path):
+    """RoBERTa's position ids: cumsum(mask) * mask + padding index, an int64 CumSum; the
+    fused kernels run in gpusim and agree (``wavefuse verify``)."""
+    from compiler import cli
+    nodes = [helper.make_node("CumSum", ["x", "a"], ["c"]),
+             helper.make_node("Mul", ["c", "x"], ["m"]),
+             helper.make_node("Add", ["m", "pad"], ["y"])]
+    m = _model(nodes, (2, 16), (2, 16), [_init("a", np.array(1, np.int64)),
+                                         _init("pad", np.array(1, np.int64))],
+               dtype=TensorProto.INT64)
+    x = (np.arange(32).reshape(2, 16) % 7 != 0).astype(np.int64)
+    g = from_model(m, "t")
+    ours = evaluate(g, {g.meta["onnx_inputs"]["x"]: x})[g.meta["onnx_outputs"]["y"]]
+    assert np.array_equal(ours, ReferenceEvaluator(m).run(None, {"x": x})[0])
+    onnx.save(m, tmp_path / "pos.onnx")
+    assert cli.main(["verify", str(tmp_path / "pos.onnx")]) == 0

@@ -75,7 +75,6 @@ NEEDED_BY = {
     "TopK": "detection post-processing and sampling decoders",
     "ScatterND": "decoders that write a KV cache in place",
     "ScatterElements": "decoders that write a KV cache in place",
-    "CumSum": "position ids computed from an attention mask (RoBERTa, OPT)",
     "GridSample": "deformable attention and spatial-transformer vision models",
     "STFT": "speech front ends that compute their spectrogram", "DFT": "speech front ends",
     "Attention": "transformers exported with the fused opset-23 Attention op",
@@ -548,6 +547,30 @@ def _where(im: _Importer, node):
     a_name, b_name = node.input[1], node.input[2]
     a, b = _binary_operands(im, node, a_name, b_name)
     return im.g.select(cond, a, b)
+
+
+def _cumsum(im: _Importer, node):
+    """CumSum along one axis (position ids from an attention mask, as RoBERTa and OPT
+    compute them): y[j] = sum of x[i] over the i a constant (L, L) triangle keeps (i <= j;
+    i < j exclusive; i >= j reverse). Each x[i] is selected into row i of an (.., L, L, ..)
+    broadcast, not multiplied by a 0/1 mask (inf * 0 would be NaN), and the rows summed:
+    L^2 work instead of a scan's L, a reduction fusion already knows; no scan is built."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    rank = x.type.rank
+    axis = im.static(node.input[1], node, "the axis").reshape(-1)
+    if axis.size != 1 or not -rank <= int(axis[0]) < rank:
+        raise ShapeError(f"{im.where(node)}: axis {axis.tolist()} is not one axis of {x.shape}")
+    a = int(axis[0]) % rank
+    n = x.shape[a]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    exclusive, reverse = bool(im.attr(node, "exclusive", 0)), bool(im.attr(node, "reverse", 0))
+    keep = (i >= j if reverse else i <= j) & (i != j if exclusive else True)
+    tri = g.constant(keep.reshape((n, n) + (1,) * (rank - a - 1)), dtype="bool",
+                     name=im.fresh(f"{node.output[0]}_triangle"))
+    rows = g.reshape(x, x.shape[:a + 1] + (1,) + x.shape[a + 1:])
+    zero = g.constant(np.zeros(1, _NP[x.dtype]), dtype=x.dtype)
+    return g.reduce_sum(g.select(tri, rows, zero), axes=a, keepdims=False)
 
 
 def _axes(im: _Importer, node, input_index: int, attr_until: int | None) -> list | None:
@@ -1681,7 +1704,7 @@ CONVERTERS = {
     **{op: _reduce(k) for op, k in _REDUCE.items()},
     "ReduceSumSquare": _reduce_squares(False), "ReduceL2": _reduce_squares(True),
     "ArgMax": _arg_reduce("reduce_max"), "ArgMin": _arg_reduce("reduce_min"),
-    "Not": _not, "Where": _where, "Mean": _mean,
+    "Not": _not, "Where": _where, "Mean": _mean, "CumSum": _cumsum,
     "Softmax": _softmax, "LayerNormalization": _layer_norm, "MatMul": _matmul,
     "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     "BatchNormalization": _batch_norm,
@@ -1744,7 +1767,7 @@ TYPES_ONLY = frozenset({
     ("CastLike", 25), ("Constant", 19), ("Constant", 21), ("Constant", 23),
     ("Constant", 24), ("Constant", 25), ("ConstantOfShape", 20), ("ConstantOfShape", 21),
     ("ConstantOfShape", 23), ("ConstantOfShape", 24), ("ConstantOfShape", 25), ("Conv", 22),
-    ("ConvTranspose", 22), ("DepthToSpace", 28),
+    ("ConvTranspose", 22), ("CumSum", 14), ("DepthToSpace", 28),
     ("Div", 14), ("Einsum", 28), ("Equal", 19), ("Flatten", 21), ("Flatten", 23),
     ("Flatten", 24), ("Flatten", 25), ("GlobalAveragePool", 22), ("GlobalMaxPool", 22),
     ("GreaterOrEqual", 16), ("HardSigmoid", 22), ("InstanceNormalization", 22), ("HardSwish", 22), ("Identity", 14),
