@@ -27,7 +27,8 @@ _CASES = [c for c in cov._cases() if c.kind == "node"]
 _ALWAYS = ("attention_4d_causal", "attention_4d_gqa", "reduce_min", "reduce_prod",
            "instancenorm", "group_normalization", "resize_", "quantizelinear",
            "dequantizelinear", "matmulinteger", "qlinear", "convtranspose",
-           "depthtospace", "spacetodepth", "cumsum")
+           "depthtospace", "spacetodepth", "cumsum", "rms_normalization", "rotary_embedding",
+           "attention_4d_with", "prelu", "selu", "elu", "mish", "logsoftmax", "swiglu", "abs")
 SAMPLE = [c for i, c in enumerate(_CASES)
           if i % 8 == 0 or any(a in c.name for a in _ALWAYS)]
 

@@ -77,9 +77,6 @@ NEEDED_BY = {
     "ScatterElements": "decoders that write a KV cache in place",
     "GridSample": "deformable attention and spatial-transformer vision models",
     "STFT": "speech front ends that compute their spectrogram", "DFT": "speech front ends",
-    "Attention": "transformers exported with the fused opset-23 Attention op",
-    "RotaryEmbedding": "decoders exported with the opset-23 RotaryEmbedding op",
-    "RMSNormalization": "Llama-family decoders exported with opset-23 RMSNormalization",
 }
 #: element types still refused, with the models that produce them
 DTYPE_NEEDED_BY = {"BFLOAT16": "bfloat16 LLM exports (issue 28, item 2)",
@@ -469,7 +466,8 @@ def _check_output_type(vi, v: Value, source) -> None:
 
 # --------------------------------------------------------------------------- op rules
 _UNARY = {"Sqrt": "sqrt", "Reciprocal": "reciprocal", "Exp": "exp", "Log": "log",
-          "Tanh": "tanh", "Erf": "erf", "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg"}
+          "Tanh": "tanh", "Erf": "erf", "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg",
+          "Abs": "abs"}
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le",
             "GreaterOrEqual": "ge"}
@@ -1783,6 +1781,16 @@ TYPES_ONLY = frozenset({
     ("Unsqueeze", 25), ("Where", 16),
 })
 
+#: versions in OP_VERSIONS whose change keeps an older node's meaning (a new attribute or
+#: input whose default is the old behaviour, a new mode): a function body written for an
+#: older opset imports unchanged across them (``_function_body``). ReduceX 18 (axes from
+#: an attribute to an input) is the kind of change that is not here.
+ADDITIVE_VERSIONS = frozenset({
+    ("AveragePool", 19), ("BatchNormalization", 14), ("Cast", 19), ("Cast", 24),
+    ("CastLike", 19), ("CastLike", 24), ("Pad", 18), ("Pad", 19), ("ReduceMax", 20),
+    ("ReduceMin", 20), ("Reshape", 14), ("Resize", 18), ("Resize", 19), ("Shape", 15),
+    ("Split", 18),
+})
 #: ops that only ever need constant inputs here: they fold at import (see ``fold``)
 FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range")
 SUPPORTED_OPS = tuple(sorted(set(CONVERTERS) | set(FOLDED_OPS)))
@@ -1807,6 +1815,116 @@ def _unsupported_ops(model, pinned=()) -> list[str]:
         if foldable and node.domain in ("", "ai.onnx"):
             known.update(o for o in node.output if o)
     return sorted(bad)
+
+
+#: the domain the schema function bodies being inlined live in for a moment
+_EXPANDED = "wavefuse.expanded"
+
+
+def _function_body(schema, node, opset: int, types: dict):
+    """The ONNX definition of ``node`` as a FunctionProto, or None when its schema has none
+    at ``opset`` or the body's ops would mean something else at the model's opset."""
+    from onnx import FunctionProto, TypeProto, defs  # lazy: start-up time (see the imports)
+
+    fn = None
+    # the newest body written for this opset or before; else the oldest one, which the
+    # check below accepts only when each of its ops means the same at the model's opset
+    # (Selu's body is written against opset 18, the op itself is as old as opset 6)
+    static = ([v for v in schema.function_opset_versions if v <= opset]
+              or sorted(schema.function_opset_versions)[:1])
+    dependent = ([v for v in schema.context_dependent_function_opset_versions if v <= opset]
+                 or sorted(schema.context_dependent_function_opset_versions)[:1])
+    if static:
+        fn = FunctionProto()
+        fn.ParseFromString(schema.get_function_with_opset_version(max(static)))
+    elif dependent:
+        if any(i and i not in types for i in node.input):
+            return None
+        tps = [(types[i] if i else TypeProto()).SerializeToString() for i in node.input]
+        raw = schema.get_context_dependent_function_with_opset_version(
+            max(dependent), node.SerializeToString(), tps)
+        if not raw:
+            return None
+        fn = FunctionProto()
+        fn.ParseFromString(raw)
+    if fn is None:
+        return None
+    body_opset = max((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")),
+                     default=opset)
+    for inner in fn.node:  # imported at the model's opset: does each op mean the same?
+        if inner.domain not in ("", "ai.onnx"):
+            return None
+        try:  # only versions that add element types (TYPES_ONLY) in between
+            written = defs.get_schema(inner.op_type, body_opset).since_version
+            v = defs.get_schema(inner.op_type, opset).since_version
+            while v > written:
+                if (inner.op_type, v) not in TYPES_ONLY | ADDITIVE_VERSIONS:
+                    return None
+                v = defs.get_schema(inner.op_type, v - 1).since_version
+        except Exception:  # onnx raises SchemaError for an op it does not define
+            return None
+    return fn
+
+
+def _expand_functions(model, source: str, pinned=()):
+    """Ops with no rule here whose ONNX schema defines them as a function of other ops
+    (opset 23's RMSNormalization, RotaryEmbedding and Attention, PRelu, Elu, Selu, Mish,
+    LogSoftmax, ...) are replaced by that body, inlined by onnx's own inliner, round after
+    round until each op left has a rule or no body; model-local functions are inlined too.
+    The body is ONNX's definition, so no op's formula is copied here; the rules then see
+    only ops they know, and fusion regroups what the body spelled out."""
+    from onnx import defs, helper, inliner  # lazy: start-up time (see the imports)
+    from onnx import shape_inference  # lazy: start-up time (see the imports)
+
+    if model.functions:
+        model = inliner.inline_local_functions(model)
+    opset = _default_opset(model, source)
+    known = set(CONVERTERS) | set(FOLDED_OPS)
+    for _ in range(8):  # bodies may use ops that are functions themselves
+        todo = [n for n in model.graph.node
+                if n.domain in ("", "ai.onnx") and n.op_type not in known]
+        if not todo:
+            return model
+        try:
+            inferred = shape_inference.infer_shapes(_without_large_initializers(model))
+        except Exception:  # onnx raises several C++ errors here; the import reports them
+            inferred = model
+        types = {vi.name: vi.type for vi in list(inferred.graph.value_info)
+                 + list(inferred.graph.input) + list(inferred.graph.output)}
+        for t in model.graph.initializer:
+            types[t.name] = helper.make_tensor_type_proto(t.data_type, list(t.dims))
+        copy = type(model)()  # the caller's model stays as it was
+        copy.CopyFrom(model)
+        model, expanded = copy, 0
+        for k, node in enumerate(n for n in model.graph.node
+                                 if n.domain in ("", "ai.onnx") and n.op_type not in known):
+            try:
+                schema = defs.get_schema(node.op_type, opset)
+            except Exception:  # onnx raises SchemaError for an op it does not define
+                continue
+            have = {a.name for a in node.attribute}
+            for name, a in schema.attributes.items():  # a static body reads the defaults
+                if name not in have and a.default_value.name:
+                    node.attribute.append(a.default_value)
+            fn = _function_body(schema, node, opset, types)
+            if fn is None:
+                continue
+            for o in fn.opset_import:  # checked above to mean the same at the model's
+                if o.domain in ("", "ai.onnx"):
+                    o.version = opset
+            fn.domain, fn.name = _EXPANDED, f"{node.op_type}_{k}"
+            node.domain, node.op_type = _EXPANDED, fn.name
+            model.functions.append(fn)
+            expanded += 1
+        if not expanded:
+            return model
+        if not any(o.domain == _EXPANDED for o in model.opset_import):
+            model.opset_import.append(helper.make_opsetid(_EXPANDED, 1))
+        imports = [o for o in model.opset_import if o.domain != _EXPANDED]
+        model = inliner.inline_local_functions(model)
+        del model.opset_import[:]
+        model.opset_import.extend(imports)
+    return model
 
 
 def _onnx_ranks(model) -> dict:
@@ -1840,6 +1958,9 @@ def from_model(model, source: str = "<onnx model>", dims: dict | None = None,
     if unknown:
         raise ModelError(f"{source}: cannot pin {unknown[0]!r}: the model has no graph input "
                          f"of that name (it has: {', '.join(sorted(declared)) or 'none'})")
+    if _unsupported_ops(model, values or {}) or model.functions:
+        model = _expand_functions(model, source, values or {})
+        light = _without_large_initializers(model)
     bad = _unsupported_ops(model, values or {})
     if bad:
         named = [b + _needed_by(b, NEEDED_BY) for b in bad]

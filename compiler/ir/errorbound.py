@@ -55,7 +55,7 @@ FAILURE_PROBABILITY = 1e-9
 
 #: a unary op's own rounding in units of u: exact ops 0, correctly rounded 1, libm 2
 #: (glibc's and numpy's exp/log/tanh are within 1-2 ulp), composites add their steps
-_UNARY_ROUNDING = {"neg": 0, "relu": 0, "sqrt": 1, "reciprocal": 1, "rsqrt": 2, "exp": 2,
+_UNARY_ROUNDING = {"neg": 0, "abs": 0, "relu": 0, "sqrt": 1, "reciprocal": 1, "rsqrt": 2, "exp": 2,
                    "log": 2, "tanh": 2, "erf": 2, "sigmoid": 4}
 
 
@@ -67,7 +67,7 @@ def lam(n_elements: int) -> float:
 def _derivative(kind: str, x: np.ndarray) -> np.ndarray:
     """|f'(x)| of a unary op, in float64 (inf where f' is unbounded)."""
     with np.errstate(all="ignore"):
-        if kind == "neg":
+        if kind in ("neg", "abs"):
             return np.ones_like(x)
         if kind == "relu":
             return (x > 0).astype(np.float64)

@@ -61,6 +61,7 @@ _INJ = ("reference._eval_injective; lowered by lower.emitter's _injective, opera
 OPS = {
     # unary: float -> float (``ints``: i32 too); same shape
     "neg": OpSpec("unary", 1, np.negative, "neg", ints=True),
+    "abs": OpSpec("unary", 1, np.abs, "abs", ints=True),
     "exp": OpSpec("unary", 1, np.exp, "exp"),
     "log": OpSpec("unary", 1, np.log, "log"),
     "sqrt": OpSpec("unary", 1, np.sqrt, "sqrt"),
