@@ -99,7 +99,8 @@ OP_MFMA = 27
 B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_MIN, B_MAX, B_POW = range(8)
 B_SHL, B_SHR, B_AND, B_OR, B_XOR = 8, 9, 10, 11, 12
 C_LT, C_LE, C_GT, C_GE, C_EQ, C_NE, C_LAND, C_LOR = range(8)
-U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_ERF, U_ABS, U_RECIP, U_SIGMOID, U_RELU, U_NOT = range(12)
+U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_ERF, U_ABS, U_RECIP, U_SIGMOID, U_RELU, U_NOT, \
+    U_RINT = range(13)
 R_SUM, R_MAX, R_MIN = range(3)
 
 # code columns
@@ -324,6 +325,8 @@ def fun(op, x):
         if -x > 709.0:
             return 0.0
         return 1.0 / (1.0 + math.exp(-x))
+    if op == U_RINT:  # round half to even (C's rintf in the default rounding mode)
+        return np.rint(x)
     return math.nan
 
 

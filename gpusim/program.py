@@ -98,6 +98,9 @@ IR_UNARY = {
                     transcendental=True),
     "relu": IROp("any", sim_engine.U_RELU, "fmaxf({a}, 0.0f)", hip_int="max({a}, 0)"),
     "not": IROp("truth", sim_engine.U_NOT, "(int)(!{a})"),
+    # round half to even: rintf in the default rounding mode (v_rndne_f32), what ONNX's
+    # QuantizeLinear and Round specify
+    "rint": IROp("float", sim_engine.U_RINT, "rintf({a})"),
 }
 #: derived views of the two tables
 BINARY_OPS = tuple(IR_BINARY)

@@ -46,6 +46,7 @@ import numpy as np
 # ~0.5 s more, so only a command that reads, folds or writes ONNX pays for them.
 from compiler.ir import builders
 from compiler.ir.graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
+from compiler.frontends.onnx_quant import QUANT_CONVERTERS
 
 MIN_OPSET = 13
 
@@ -57,17 +58,18 @@ def _max_opset() -> int:
 
 # ONNX TensorProto element types we accept for graph values (int64 is narrowed to i32).
 _VALUE_TYPES = {1: "f32", 10: "f16", 6: "i32", 7: "i32", 9: "bool"}
+#: quantized element types (UINT8, INT8): held widened in i32 graph values, their range
+#: recorded (``_Importer.qtypes``; random inputs stay inside it). SIMPLIFICATION: an int8
+#: tensor in memory takes 4 bytes here, not 1 (docs/dtypes.md): the values and the integer
+#: arithmetic are exact, the predicted bytes of quantized activations are 4x too many.
+QUANT_TYPES = {2: (np.uint8, 0, 255), 3: (np.int8, -128, 127)}
 _NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
 _I32 = np.iinfo(np.int32)
 
 
-_QUANT = "int8/uint8 quantized models (issue 28, item 2)"
 #: ops still refused, with the model family that needs them: the refusal names it, so a
 #: user sees what the model waits on (and the coverage work of issue 28 what to add next)
 NEEDED_BY = {
-    "QuantizeLinear": _QUANT, "DequantizeLinear": _QUANT, "DynamicQuantizeLinear": _QUANT,
-    "MatMulInteger": _QUANT, "ConvInteger": _QUANT, "QLinearConv": _QUANT,
-    "QLinearMatMul": _QUANT,
     "ConvTranspose": "VAE decoders, segmentation decoders and GAN generators",
     "LSTM": "recurrent speech and sequence models", "GRU": "recurrent speech models",
     "RNN": "recurrent sequence models",
@@ -86,7 +88,7 @@ NEEDED_BY = {
 }
 #: element types still refused, with the models that produce them
 DTYPE_NEEDED_BY = {"BFLOAT16": "bfloat16 LLM exports (issue 28, item 2)",
-                   "INT8": _QUANT, "UINT8": _QUANT, "DOUBLE": "float64 exports",
+                   "DOUBLE": "float64 exports",
                    "FLOAT8E4M3FN": "float8 LLM exports", "FLOAT8E5M2": "float8 LLM exports"}
 
 
@@ -148,6 +150,9 @@ class _Importer:
         self.env: dict[str, Value | _Static] = {}
         self.used_names: set[str] = set()
         self.index_bounds: dict[str, int] = {}
+        #: ONNX tensors held widened in i32 that are UINT8/INT8 in the model: name ->
+        #: (numpy dtype, lowest, highest) (``QUANT_TYPES``)
+        self.qtypes: dict[str, tuple] = {}
         #: graph constants made from statics, by (ONNX name, dtype): the static itself
         #: stays in ``env``, so that later rules (and folds) still see a known value
         self.constants: dict[tuple[str, str], Value] = {}
@@ -246,6 +251,8 @@ class _Importer:
             v = self.g.input(self.fresh(vi.name), shape, dtype)
             self.env[vi.name] = v
             inputs[vi.name] = v.name
+            if vi.type.tensor_type.elem_type in QUANT_TYPES:
+                self.qtypes[vi.name] = QUANT_TYPES[vi.type.tensor_type.elem_type]
         for node in graph.node:
             before = set(self.g.g.nodes)
             results = self.fold(node)
@@ -268,9 +275,11 @@ class _Importer:
             outputs[vi.name] = v.name
             _check_output_type(vi, v, self.source)
         bounds = {inputs[k]: b for k, b in self.index_bounds.items() if k in inputs}
+        ranges = {inputs[k]: (lo, hi) for k, (_, lo, hi) in self.qtypes.items()
+                  if k in inputs}
         self.g.meta.update(onnx_model=self.model, onnx_source=self.source,
                            onnx_opset=self.opset, onnx_inputs=inputs, onnx_outputs=outputs,
-                           index_bounds=bounds)
+                           index_bounds=bounds, int_ranges=ranges)
         self.g.validate()
         return self.g
 
@@ -381,11 +390,11 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
     if not t.HasField("tensor_type"):
         raise UnsupportedError(f"{source}: {what} {vi.name!r} is not a tensor")
     tt = t.tensor_type
-    if tt.elem_type not in _VALUE_TYPES:
+    if tt.elem_type not in _VALUE_TYPES and tt.elem_type not in QUANT_TYPES:
         name = _type_name(tt.elem_type)
         raise UnsupportedError(f"{source}: {what} {vi.name!r} has dtype "
                                f"{name}{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports "
-                               f"FLOAT, FLOAT16, INT32, INT64 and BOOL")
+                               f"FLOAT, FLOAT16, INT32, INT64, UINT8, INT8 and BOOL")
     if not tt.HasField("shape"):
         raise ShapeError(f"{source}: {what} {vi.name!r} has an unknown shape; wavefuse needs "
                          f"static shapes")
@@ -404,7 +413,7 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
                    "give it a size with onnx.tools.update_model_dims")
             raise ShapeError(f"{source}: {what} {vi.name!r} has a symbolic dimension {i} "
                              f"({label!r}); wavefuse needs static shapes ({fix})")
-    return _VALUE_TYPES[tt.elem_type], tuple(shape) or (1,)
+    return _VALUE_TYPES.get(tt.elem_type, "i32"), tuple(shape) or (1,)
 
 
 def _empty_input(vi, dims) -> np.ndarray | None:
@@ -456,7 +465,8 @@ def _pinned_value(vi, value, source) -> np.ndarray:
 def _check_output_type(vi, v: Value, source) -> None:
     """Our inferred output shape must equal the one the model declares (when static)."""
     tt = vi.type.tensor_type
-    if tt.elem_type and tt.elem_type in _VALUE_TYPES and _VALUE_TYPES[tt.elem_type] != v.dtype:
+    declared = _VALUE_TYPES.get(tt.elem_type, "i32" if tt.elem_type in QUANT_TYPES else None)
+    if tt.elem_type and declared and declared != v.dtype:
         raise ShapeError(f"{source}: output {vi.name!r} is declared "
                          f"{_type_name(tt.elem_type)} but computes {v.dtype}")
     if not tt.HasField("shape"):
@@ -472,7 +482,8 @@ def _check_output_type(vi, v: Value, source) -> None:
 
 # --------------------------------------------------------------------------- op rules
 _UNARY = {"Sqrt": "sqrt", "Reciprocal": "reciprocal", "Exp": "exp", "Log": "log",
-          "Tanh": "tanh", "Erf": "erf", "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg"}
+          "Tanh": "tanh", "Erf": "erf", "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg",
+          "Round": "round"}
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le",
             "GreaterOrEqual": "ge"}
@@ -904,28 +915,40 @@ def _conv(im: _Importer, node):
     """Conv with one or two spatial dims. A 1-D convolution is the 2-D one over a unit
     height: input (N, C, L) viewed as (N, C, 1, L), filter (O, C/g, K) as (O, C/g, 1, K),
     stride/dilation/padding 1/1/0 on the unit dim; the result viewed back as (N, O, L')."""
+    return conv_values(im, node, im.value(node.input[0], node), node.input[1],
+                       im.optional_input(node, 2))
+
+
+def conv_values(im: _Importer, node, x: Value, w_name: str, b_name: str | None,
+                filter_value=None):
+    """Conv of graph value ``x`` by the filter ONNX tensor ``w_name`` (or, given,
+    ``filter_value``: a graph value already computed, e.g. an integer filter less its zero
+    point) with the node's attributes; ``b_name`` an optional bias added per channel."""
     g = im.g
-    x = im.value(node.input[0], node)
     rank = x.type.rank
-    if rank not in (3, 4) or len(im.shape_of(node.input[1], node)) != rank:
+    if rank not in (3, 4) or len(im.shape_of(w_name, node)) != rank:
         raise UnsupportedError(f"{im.where(node)}: only 1-D and 2-D convolutions (NCL / NCHW "
                                f"input, OIL / OIHW filter) are supported, got input "
-                               f"{x.shape} and filter {im.shape_of(node.input[1], node)}; "
+                               f"{x.shape} and filter {im.shape_of(w_name, node)}; "
                                f"express it as 2-D convolutions before export")
     one_d = rank == 3
-    if one_d and im.is_static(node.input[1]):  # a constant filter: reshaped at import
-        arr = im.static(node.input[1], node, "the filter")
+    if filter_value is not None:
+        w = filter_value
+        if one_d:
+            w = g.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
+    elif one_d and im.is_static(w_name):  # a constant filter: reshaped at import
+        arr = im.static(w_name, node, "the filter")
         w = g.constant(_as_dtype(arr[:, :, None, :], x.dtype, im.where(node)), dtype=x.dtype,
-                       name=im.fresh(node.input[1]))
+                       name=im.fresh(w_name))
     else:
-        w = im.value(node.input[1], node, like=x)
+        w = im.value(w_name, node, like=x)
         if one_d:
             w = g.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
     nsp = rank - 2
     kernel = im.attr(node, "kernel_shape")
     if kernel is not None and tuple(kernel) != w.shape[4 - nsp:]:
         raise ShapeError(f"{im.where(node)}: kernel_shape {tuple(kernel)} disagrees with "
-                         f"the filter {im.shape_of(node.input[1], node)}")
+                         f"the filter {im.shape_of(w_name, node)}")
     strides = tuple(im.attr(node, "strides", (1,) * nsp))
     dil = tuple(im.attr(node, "dilations", (1,) * nsp))
     pads = _auto_pads(im, node, x.shape[2:], w.shape[4 - nsp:], strides, dil)
@@ -935,7 +958,6 @@ def _conv(im: _Importer, node):
     (t, b_), (l_, r) = pads
     y = g.conv2d(x, w, data_format="NCHW", stride=strides, padding=(t, l_, b_, r),
                  dilation=dil, groups=int(im.attr(node, "group", 1)))
-    b_name = im.optional_input(node, 2)
     if b_name:
         bias = im.value(b_name, node, like=y)
         y = g.add(y, g.reshape(bias, (1, bias.shape[0], 1, 1)))
@@ -1147,9 +1169,10 @@ def _squeeze(im: _Importer, node):
 def _cast_target(im: _Importer, node, to: int) -> str:
     if to not in _VALUE_TYPES:
         name = _type_name(to)
-        raise UnsupportedError(f"{im.where(node)}: Cast to {name}"
-                               f"{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports FLOAT, "
-                               f"FLOAT16, INT32, INT64 and BOOL")
+        how = (" (a quantized type: only QuantizeLinear produces it here)"
+               if to in QUANT_TYPES else _needed_by(name, DTYPE_NEEDED_BY))
+        raise UnsupportedError(f"{im.where(node)}: Cast to {name}{how}; wavefuse supports "
+                               f"FLOAT, FLOAT16, INT32, INT64 and BOOL")
     return _VALUE_TYPES[to]
 
 
@@ -1546,6 +1569,7 @@ CONVERTERS = {
     "HardSwish": _hard_swish, "Gelu": _gelu, "Softplus": _softplus, "Trilu": _trilu,
     "Einsum": _einsum, "InstanceNormalization": _instance_norm,
     "GroupNormalization": _group_norm, "Resize": _resize,
+    **QUANT_CONVERTERS,
 }
 #: every version of a supported op newer than opset 13 (as the installed onnx defines
 #: them), with its semantic change and how the rule handles it; a version that only adds

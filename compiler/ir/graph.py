@@ -396,6 +396,7 @@ class Graph:
     def relu(self, x, name=None): return self.unary("relu", x, name)
     def sigmoid(self, x, name=None): return self.unary("sigmoid", x, name)
     def reciprocal(self, x, name=None): return self.unary("reciprocal", x, name)
+    def round(self, x, name=None): return self.unary("round", x, name)  # half to even
     def add(self, a, b, name=None): return self.binary("add", a, b, name)
     def sub(self, a, b, name=None): return self.binary("sub", a, b, name)
     def mul(self, a, b, name=None): return self.binary("mul", a, b, name)
@@ -568,9 +569,10 @@ def infer_type(kind: str, ins: list, attrs: dict, where: str) -> TensorType:
                              f"{b.dtype})")
         shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape, where), b.shape, where)
         return TensorType(shape, a.dtype)
-    if kind in ("matmul", "conv2d") and any(t.dtype not in FLOAT_DTYPES for t in ins):
-        raise UnsupportedError(f"{where}: contractions are computed in f32/f16 only, got "
-                               f"{', '.join(t.dtype for t in ins)}")
+    if kind in ("matmul", "conv2d") and any(t.dtype not in FLOAT_DTYPES + ("i32",)
+                                            for t in ins):
+        raise UnsupportedError(f"{where}: contractions are computed in f32/f16 or i32 only, "
+                               f"got {', '.join(t.dtype for t in ins)}")
     if kind in REDUCE and x.dtype == "bool":
         raise ShapeError(f"{where}: cannot reduce a bool tensor; cast it first")
     if kind == "slice":

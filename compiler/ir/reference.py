@@ -81,6 +81,10 @@ def _eval_exact(op: Op, args: list) -> np.ndarray:
         r = REDUCE_FUNCS[k](a[0], axis=op.attrs["axes"], keepdims=op.attrs["keepdims"])
     elif k in VIEW_FUNCS:
         r = VIEW_FUNCS[k](a[0], op.attrs)
+    elif k == "matmul":  # integer GEMM: exact in int64, then wrapped to 32 bits as i32 is
+        r = np.matmul(a[0].astype(np.int64), a[1].astype(np.int64))
+    elif k == "conv2d":
+        r = conv2d(a[0].astype(np.int64), a[1].astype(np.int64), op.attrs)
     else:
         r = _eval_injective(op, a)
     with np.errstate(all="ignore"):
@@ -103,7 +107,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    out = np.zeros((n, o, oh, ow), np.float32)
+    acc = np.int64 if x.dtype.kind in "iu" else np.float32  # integers: exact sums
+    out = np.zeros((n, o, oh, ow), acc)
     og = o // g
     for gi in range(g):
         xs = xp[:, gi * ci:(gi + 1) * ci]
@@ -113,7 +118,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
                 patch = xs[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
                            j * dw: j * dw + sw * (ow - 1) + 1: sw]
                 out[:, gi * og:(gi + 1) * og] += np.einsum(
-                    "nchw,oc->nohw", patch, ws[:, :, i, j], dtype=np.float32)
+                    "nchw,oc->nohw", patch, ws[:, :, i, j], dtype=acc)
     if fmt == "NHWC":
         out = out.transpose(0, 2, 3, 1)
     return np.ascontiguousarray(out)
@@ -194,14 +199,20 @@ def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -
 def random_inputs(graph: Graph, seed: int = 0) -> dict:
     """Seeded inputs, so every run of a command sees the same data: floats in [-1, 1),
     bools fair coins, i32 in [0, high) where ``high`` is the bound a frontend recorded in
-    ``graph.meta["index_bounds"]`` (e.g. the rows of an embedding table), else [0, 2)."""
+    ``graph.meta["index_bounds"]`` (e.g. the rows of an embedding table), in [lo, hi] for a
+    quantized input (``graph.meta["int_ranges"]``: uint8 [0, 255], int8 [-128, 127]), else
+    [0, 2)."""
     rng = np.random.default_rng(seed)
     bounds = graph.meta.get("index_bounds", {})
+    ranges = graph.meta.get("int_ranges", {})  # quantized (uint8/int8) inputs: their range
     out = {}
     for name in graph.inputs:
         t = graph.op(name).type
         if t.dtype == "bool":
             out[name] = rng.integers(0, 2, t.shape).astype(np.bool_)
+        elif t.dtype == "i32" and name in ranges:
+            lo, hi = ranges[name]
+            out[name] = rng.integers(lo, hi + 1, t.shape).astype(np.int32)
         elif t.dtype == "i32":
             out[name] = rng.integers(0, max(1, bounds.get(name, 2)), t.shape).astype(np.int32)
         else:
