@@ -1608,6 +1608,22 @@ OP_VERSIONS = {
     ("Shape", 15): "start/end attributes: read (fold)",
     ("Split", 18): "num_outputs attribute: read (_split)",
     ("Trilu", 14): "new op (_trilu)",
+    ("QuantizeLinear", 19): "float8 types and saturate (float8 only): refused as dtypes",
+    ("QuantizeLinear", 21): "block_size: refused; output_dtype: read (uint8/int8, "
+                            "onnx_quant); int4/int16 refused as dtypes",
+    ("QuantizeLinear", 23): "precision attribute: refused (onnx_quant._check_block)",
+    ("QuantizeLinear", 24): "float8e8m0 types: refused as dtypes",
+    ("QuantizeLinear", 25): "int2/uint2 and float types: refused as dtypes",
+    ("QuantizeLinear", 28): "more narrow types: refused as dtypes",
+    ("DequantizeLinear", 19): "float8 inputs and float16 scales: float16 read, float8 "
+                              "refused",
+    ("DequantizeLinear", 21): "block_size: refused (onnx_quant._check_block)",
+    ("DequantizeLinear", 23): "output_dtype: read (float32/float16; onnx_quant)",
+    ("DequantizeLinear", 24): "float8e8m0 types: refused as dtypes",
+    ("DequantizeLinear", 25): "int2/uint2 types: refused as dtypes",
+    ("DequantizeLinear", 28): "more narrow types: refused as dtypes",
+    ("QLinearMatMul", 21): "float8 inputs (refused as dtypes) and float16/bfloat16 scales "
+                           "(float16 computed in float32, onnx_quant)",
 }
 TYPES_ONLY = frozenset({
     ("Add", 14), ("AveragePool", 22), ("BatchNormalization", 15), ("Cast", 21),
@@ -1621,7 +1637,7 @@ TYPES_ONLY = frozenset({
     ("Identity", 16), ("Identity", 19), ("Identity", 21), ("Identity", 23),
     ("Identity", 24), ("Identity", 25), ("LeakyRelu", 16), ("LessOrEqual", 16),
     ("MaxPool", 22), ("Mul", 14), ("Pad", 21), ("Pad", 23), ("Pad", 24), ("Pad", 25),
-    ("Pow", 15), ("Relu", 14), ("Reshape", 19), ("Reshape", 21), ("Reshape", 23),
+    ("Pow", 15), ("Relu", 14), ("Round", 22), ("Reshape", 19), ("Reshape", 21), ("Reshape", 23),
     ("Reshape", 24), ("Reshape", 25), ("Shape", 19), ("Shape", 21), ("Shape", 23),
     ("Shape", 24), ("Shape", 25), ("Size", 19), ("Size", 21), ("Size", 23), ("Size", 24),
     ("Size", 25), ("Softplus", 22), ("Squeeze", 21), ("Squeeze", 23), ("Squeeze", 24),

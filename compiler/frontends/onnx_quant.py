@@ -149,6 +149,12 @@ def _dequantize_linear(im, node):
     axis = int(im.attr(node, "axis", 1))
     scale_arr = getattr(im.env.get(node.input[1]), "array", None)
     out = "f16" if scale_arr is not None and scale_arr.dtype == np.float16 else "f32"
+    out_t = int(im.attr(node, "output_dtype", 0) or 0)
+    if out_t:
+        if out_t not in (1, 10):
+            raise UnsupportedError(f"{im.where(node)}: output_dtype {out_t}: float32 and "
+                                   f"float16 only")
+        out = "f32" if out_t == 1 else "f16"
     dx = g.cast(x, "f32")
     zp = im.optional_input(node, 2)
     if zp is not None:
