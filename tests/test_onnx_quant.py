@@ -1,7 +1,7 @@
 """int8/uint8 quantization (issue 28, item 2): each ONNX quantization op imported as
 primitives agrees with onnx's ReferenceEvaluator exactly (the integer results) on
 hypothesis-drawn data, scales and zero points; the fixtures of tests/data/dtypes (written
-by tools/export_quant_models.py) import, match onnx and fuse into plans equal to the
+by tools/export_dtype_models.py) import, match onnx and fuse into plans equal to the
 unfused graph; the integer GEMM's simulated kernel is exact; refusals are one line."""
 import pathlib
 
@@ -20,7 +20,7 @@ from compiler.ir.graph import UnsupportedError
 from compiler.ir.reference import evaluate, random_inputs
 
 DTYPES = pathlib.Path(__file__).parent / "data" / "dtypes"
-FIXTURES = sorted(p.stem for p in DTYPES.glob("*.onnx"))
+FIXTURES = sorted(p.stem for p in DTYPES.glob("*.onnx") if not p.stem.startswith("bf16"))
 _ONNX = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8,
          np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
 
@@ -119,8 +119,8 @@ def test_dynamic_quantize_linear_outputs_equal_onnx():
 
 
 def test_every_fixture_is_listed_by_the_generator():
-    from tools.export_quant_models import MODELS
-    assert set(FIXTURES) == set(MODELS)
+    from tools.export_dtype_models import MODELS
+    assert {p.stem for p in DTYPES.glob("*.onnx")} == set(MODELS)
 
 
 @pytest.mark.parametrize("name", FIXTURES)

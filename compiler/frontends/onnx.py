@@ -57,13 +57,14 @@ def _max_opset() -> int:
 
 
 # ONNX TensorProto element types we accept for graph values (int64 is narrowed to i32).
-_VALUE_TYPES = {1: "f32", 10: "f16", 6: "i32", 7: "i32", 9: "bool"}
+_VALUE_TYPES = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i32", 9: "bool"}
 #: quantized element types (UINT8, INT8): held widened in i32 graph values, their range
 #: recorded (``_Importer.qtypes``; random inputs stay inside it). SIMPLIFICATION: an int8
 #: tensor in memory takes 4 bytes here, not 1 (docs/dtypes.md): the values and the integer
 #: arithmetic are exact, the predicted bytes of quantized activations are 4x too many.
 QUANT_TYPES = {2: (np.uint8, 0, 255), 3: (np.int8, -128, 127)}
-_NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
+_NP = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i32": np.int32,
+       "bool": np.bool_}  # bf16: float32 holding bf16 values (compiler.ir.graph)
 _I32 = np.iinfo(np.int32)
 
 
@@ -87,8 +88,7 @@ NEEDED_BY = {
     "RMSNormalization": "Llama-family decoders exported with opset-23 RMSNormalization",
 }
 #: element types still refused, with the models that produce them
-DTYPE_NEEDED_BY = {"BFLOAT16": "bfloat16 LLM exports (issue 28, item 2)",
-                   "DOUBLE": "float64 exports",
+DTYPE_NEEDED_BY = {"DOUBLE": "float64 exports",
                    "FLOAT8E4M3FN": "float8 LLM exports", "FLOAT8E5M2": "float8 LLM exports"}
 
 
@@ -122,6 +122,8 @@ def _dtype_of_array(arr: np.ndarray) -> str | None:
         return "f32"
     if arr.dtype == np.float16:
         return "f16"
+    if arr.dtype.name == "bfloat16":  # onnx reads BFLOAT16 as ml_dtypes' bfloat16
+        return "bf16"
     if arr.dtype == np.bool_:
         return "bool"
     if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
@@ -394,7 +396,7 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
         name = _type_name(tt.elem_type)
         raise UnsupportedError(f"{source}: {what} {vi.name!r} has dtype "
                                f"{name}{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports "
-                               f"FLOAT, FLOAT16, INT32, INT64, UINT8, INT8 and BOOL")
+                               f"FLOAT, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8 and BOOL")
     if not tt.HasField("shape"):
         raise ShapeError(f"{source}: {what} {vi.name!r} has an unknown shape; wavefuse needs "
                          f"static shapes")

@@ -57,8 +57,9 @@ import numpy as np
 from compiler.ir.graph import Graph, Op, slice_windows
 from compiler.ir.reference import VIEW_FUNCS, conv2d, eval_op, evaluate
 
-#: unit roundoff per float dtype (IEEE 754 binary32 / binary16: half an ulp of 1.0)
-UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11}
+#: unit roundoff per float dtype (IEEE 754 binary32 / binary16, bfloat16's 8-bit
+#: significand: half an ulp of 1.0)
+UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 #: probability that any compared element exceeds lam * scale (see ``lam``)
 FAILURE_PROBABILITY = 1e-9

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.ir.graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op, slice_windows
+from compiler.ir.graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op, slice_windows, to_dtype
 from compiler.ir.ops import OPS, erf, funcs  # noqa: F401  (erf: re-exported)
 
 #: numpy functions per category: views of the op table (compiler/ir/ops.py)
@@ -88,7 +88,7 @@ def _eval_exact(op: Op, args: list) -> np.ndarray:
     else:
         r = _eval_injective(op, a)
     with np.errstate(all="ignore"):
-        r = np.asarray(r).astype(DTYPES[op.type.dtype])
+        r = to_dtype(r, op.type.dtype)
     return np.ascontiguousarray(r.reshape(op.type.shape))
 
 
@@ -155,7 +155,7 @@ def eval_op(op: Op, args: list) -> np.ndarray:
             raise GraphError(f"node {op.name!r}: the reference interpreter has no rule for "
                              f"{k!r}")
     r = np.asarray(r, dtype=np.float32).reshape(op.type.shape)
-    return np.ascontiguousarray(r.astype(DTYPES[op.type.dtype], copy=False))
+    return np.ascontiguousarray(to_dtype(r, op.type.dtype))  # bf16: rounded here
 
 
 def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -> dict:
@@ -180,7 +180,7 @@ def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -
             if v.shape != op.type.shape:
                 raise GraphError(f"input {name!r}: got shape {v.shape}, expected "
                                  f"{op.type.shape}")
-            env[name] = v.astype(DTYPES[op.type.dtype])
+            env[name] = to_dtype(v, op.type.dtype)
         elif op.kind == "constant":
             env[name] = op.attrs["value"]
         else:
@@ -216,5 +216,5 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict:
         elif t.dtype == "i32":
             out[name] = rng.integers(0, max(1, bounds.get(name, 2)), t.shape).astype(np.int32)
         else:
-            out[name] = rng.uniform(-1.0, 1.0, t.shape).astype(DTYPES[t.dtype])
+            out[name] = to_dtype(rng.uniform(-1.0, 1.0, t.shape), t.dtype)
     return out

@@ -1,11 +1,13 @@
-"""Writes the int8/uint8 quantized fixtures of tests/data/dtypes/ (issue 28, item 2).
+"""Writes the bfloat16 and int8/uint8 quantized fixtures of tests/data/dtypes/ (issue 28,
+item 2).
 
-Built with onnx.helper, no torch: the graphs are the patterns quantizers write
+Built with onnx.helper, no torch: the quantized graphs are the patterns quantizers write
 (onnxruntime's quantize_static in QDQ and QOperator formats, quantize_dynamic's
-DynamicQuantizeLinear + MatMulInteger), at small sizes, weights drawn from a seeded rng.
-Run from the repository root:
+DynamicQuantizeLinear + MatMulInteger); the bfloat16 ones what a bf16 export of an MLP
+and of an attention score block holds (bf16 weights, inputs and outputs). Small sizes,
+weights drawn from a seeded rng. Run from the repository root:
 
-    python tools/export_quant_models.py [OUT_DIR]
+    python tools/export_dtype_models.py [OUT_DIR]
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def _init(name, arr):
 def _model(name, nodes, inputs, outputs, inits):
     g = helper.make_graph(nodes, name, inputs, outputs, inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
-                          producer_name="wavefuse tools/export_quant_models.py")
+                          producer_name="wavefuse tools/export_dtype_models.py")
     m.ir_version = 10
     onnx.checker.check_model(m, full_check=True)
     return m
@@ -142,9 +144,41 @@ def conv_integer():
                   inits)
 
 
+def bf16_mlp():
+    """bfloat16 MatMul + bias + Gelu-free MLP (Relu), bf16 in and out."""
+    M, K, N = 16, 64, 48
+    w = RNG.standard_normal((K, N)).astype(np.float32) / 8
+    b = RNG.standard_normal(N).astype(np.float32) / 4
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["y"])]
+    inits = [helper.make_tensor("w", TensorProto.BFLOAT16, w.shape, w.reshape(-1)),
+             helper.make_tensor("b", TensorProto.BFLOAT16, b.shape, b)]
+    return _model("bf16_mlp", nodes,
+                  [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [M, K])],
+                  [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [M, N])], inits)
+
+
+def bf16_softmax():
+    """Scaled scores and a softmax in bfloat16, with the f32 upcast LLM exports insert
+    around the softmax (Cast to FLOAT and back)."""
+    S, D = 32, 64
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Cast", ["ss"], ["sf"], to=TensorProto.FLOAT),
+             helper.make_node("Softmax", ["sf"], ["pf"], axis=-1),
+             helper.make_node("Cast", ["pf"], ["y"], to=TensorProto.BFLOAT16)]
+    inits = [helper.make_tensor("scale", TensorProto.BFLOAT16, [], [0.125])]
+    return _model("bf16_softmax", nodes,
+                  [helper.make_tensor_value_info("q", TensorProto.BFLOAT16, [S, D]),
+                   helper.make_tensor_value_info("kt", TensorProto.BFLOAT16, [D, S])],
+                  [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [S, S])], inits)
+
+
 MODELS = {"qdq_matmul": qdq_matmul, "matmul_integer": matmul_integer,
           "qlinear_matmul": qlinear_matmul, "dynamic_matmul": dynamic_matmul,
-          "qlinear_conv": qlinear_conv, "conv_integer": conv_integer}
+          "qlinear_conv": qlinear_conv, "conv_integer": conv_integer,
+          "bf16_mlp": bf16_mlp, "bf16_softmax": bf16_softmax}
 
 
 def main(argv=None) -> int:
