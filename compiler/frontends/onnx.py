@@ -259,6 +259,7 @@ class _Importer:
             before = set(self.g.g.nodes)
             results = self.fold(node)
             if results is None:
+                self.check_quantized_operands(node)
                 results = CONVERTERS[node.op_type](self, node)
             if not isinstance(results, (list, tuple)):
                 results = [results]
@@ -284,6 +285,27 @@ class _Importer:
                            index_bounds=bounds, int_ranges=ranges)
         self.g.validate()
         return self.g
+
+    def check_quantized_operands(self, node) -> None:
+        """A uint8/int8 graph value (held widened in i32) feeds only the quantization ops
+        and ops that move or widen its values exactly (``_QUANT_SAFE``); they pass its
+        type on. Arithmetic on it would have to wrap at 8 bits, which i32 does not: refused
+        in one line."""
+        q = [i for i in node.input if i in self.qtypes and not self.is_static(i)]
+        if not q or node.op_type in QUANT_CONVERTERS:
+            return
+        if node.op_type not in _QUANT_SAFE and node.op_type not in _QUANT_EXACT:
+            name = np.dtype(self.qtypes[q[0]][0]).name.upper()
+            raise UnsupportedError(f"{self.where(node)}: {node.op_type} on the {name} "
+                                   f"tensor {q[0]!r}: wavefuse computes on 8-bit tensors only "
+                                   f"through the quantization ops (DequantizeLinear, "
+                                   f"MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv), "
+                                   f"casts and data movement")
+        if node.op_type in ("Min", "Max", "Clip", "Where") or node.op_type in _QUANT_SAFE and \
+                node.op_type not in ("Cast", "CastLike"):  # the same 8-bit values
+            for out in node.output:
+                if out:
+                    self.qtypes[out] = self.qtypes[q[0]]
 
     def fold(self, node):
         """The node's results as statics when it can be evaluated now, else None."""
@@ -322,6 +344,17 @@ class _Importer:
     def optional_input(self, node, i):
         return node.input[i] if len(node.input) > i and node.input[i] else None
 
+
+#: ops that may take a uint8/int8 graph value (``_Importer.check_quantized_operands``):
+#: they move its elements or widen them exactly (a Cast to a wider type)
+_QUANT_SAFE = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
+                         "Identity", "Concat", "Slice", "Gather", "Expand", "Split", "Tile",
+                         "Cast", "CastLike"})
+
+#: ops exact on uint8/int8 values held in i32: comparisons, and selections whose result
+#: is one of their 8-bit operands (no sum or product that would wrap at 8 bits)
+_QUANT_EXACT = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                          "Min", "Max", "Clip", "Where"})
 
 #: ops never evaluated at import even on constant inputs (random, or with no inputs of
 #: their own that would make them constant)
@@ -1189,6 +1222,11 @@ def _cast_like(im: _Importer, node):
     dtype = target.dtype if isinstance(target, Value) else _dtype_of_array(target.array)
     if dtype is None:
         raise UnsupportedError(f"{im.where(node)}: CastLike to {target.array.dtype}")
+    quantized = node.input[1] in im.qtypes if isinstance(target, Value) else \
+        target.array.dtype in (np.uint8, np.int8)
+    if quantized:  # an 8-bit result must wrap or saturate: i32 does neither
+        raise UnsupportedError(f"{im.where(node)}: CastLike to an 8-bit integer type (a "
+                               f"quantized type: only QuantizeLinear produces it here)")
     if im.is_static(node.input[0]):  # only the target's dtype is needed: fold
         return _Static(_as_dtype(im.static(node.input[0], node, ""), dtype, im.where(node)))
     x = im.value(node.input[0], node)

@@ -227,8 +227,9 @@ def _multiplier(im, node, names, like, axis=None):
     """a_scale * b_scale / y_scale in float32, in onnx's order (at import when constant)."""
     g = im.g
     if all(im.is_static(n) for n in names):
-        a, b, y = (np.asarray(im.static(n, node, "scale"), np.float32) for n in names)
-        m = np.asarray(a * b / y, np.float32).reshape(-1)
+        a, b, y = (np.asarray(im.static(n, node, "scale")) for n in names)
+        # in the scales' own dtype, as onnx computes it (float16 scales: float16 math)
+        m = np.asarray(a * b / y).astype(np.float32).reshape(-1)
         v = g.constant(m, name=im.fresh(node.output[0] + "_multiplier"), dtype="f32")
         if m.size > 1 and axis is not None:
             shape = [1] * like.type.rank
@@ -237,6 +238,7 @@ def _multiplier(im, node, names, like, axis=None):
         return v
     a, b, y = (_along(im, node, n, like, axis if axis is not None else -1, "f32")
                for n in names)
+    a, b, y = (v if v.dtype == "f32" else g.cast(v, "f32") for v in (a, b, y))
     return g.div(g.mul(a, b), y)
 
 
