@@ -341,6 +341,14 @@ class _Importer:
                 return helper.get_attribute_value(a)
         return default
 
+    # the shared rules the quantization converters (onnx_quant, which cannot import this
+    # module back) build on
+    def matmul_values(self, a: Value, b: Value) -> Value:
+        return _matmul_values(self.g, a, b)
+
+    def conv_values(self, node, x: Value, w_name: str, b_name, filter_value=None) -> Value:
+        return conv_values(self, node, x, w_name, b_name, filter_value)
+
     def optional_input(self, node, i):
         return node.input[i] if len(node.input) > i and node.input[i] else None
 

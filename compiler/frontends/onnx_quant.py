@@ -212,10 +212,9 @@ def _less_zero_point(im, node, name: str, zp_name: str | None, axis: int | None)
 
 
 def _integer_matmul(im, node, a, a_zp, b, b_zp):
-    from compiler.frontends.onnx import _matmul_values  # lazy: onnx.py imports this module
     A = _less_zero_point(im, node, a, a_zp, -2)
     B = _less_zero_point(im, node, b, b_zp, -1)
-    return _matmul_values(im.g, A, B)
+    return im.matmul_values(A, B)
 
 
 def _matmul_integer(im, node):
@@ -252,13 +251,12 @@ def _qlinear_matmul(im, node):
 
 
 def _integer_conv(im, node, x, x_zp, w, w_zp, bias=None):
-    from compiler.frontends.onnx import conv_values  # lazy: onnx.py imports this module
     X = _less_zero_point(im, node, x, x_zp, None)
     if x_zp is not None and im.shape_of(x_zp, node) not in ((), (1,)):
         raise UnsupportedError(f"{im.where(node)}: a per-channel input zero point is not "
                                f"supported (onnx allows a scalar only)")
     W = _less_zero_point(im, node, w, w_zp, 0)
-    return conv_values(im, node, X, w, bias, filter_value=W)
+    return im.conv_values(node, X, w, bias, filter_value=W)
 
 
 def _conv_integer(im, node):
