@@ -200,3 +200,15 @@ def test_cast_to_uint8_is_refused_naming_why():
     with pytest.raises(UnsupportedError) as e:
         from_model(m, "t")
     assert "only QuantizeLinear produces it" in str(e.value)
+
+
+def test_integer_conv_keeps_to_the_implicit_gemm_and_simulates_exactly():
+    """A depthwise-size integer conv would fit the direct lowering, which is f32 only: it
+    says why not, and the implicit GEMM's i32 kernel is exact."""
+    from compiler.lower.direct_conv import direct_applies
+    from compiler.tuning.search import tune
+    g = load_onnx(DTYPES / "conv_integer.onnx")
+    conv = next(op for op in g.ops if op.kind == "conv2d")
+    assert conv.type.dtype == "i32" and "integer conv" in direct_applies(g, conv)
+    res = tune(g, "gfx942", budget=2, baseline=False, check_all=True)
+    assert not res.mismatches
