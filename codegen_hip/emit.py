@@ -43,15 +43,30 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from .names import Namer
 
-C_TYPE = {"f32": "float", "i32": "int", "f16": "__half"}
+#: bf16 buffers are raw 16-bit patterns (``unsigned short``), converted by the two
+#: functions of ``_BF16_DEF``: Debian's HIP 5.2 headers have hip/hip_bfloat16.h (a C++
+#: class, no vector types) but not hip/hip_bf16.h's ``__hip_bfloat16``, and CUDA spells it
+#: ``__nv_bfloat16``; bit patterns need neither, so the nvidia shim needs nothing either
+C_TYPE = {"f32": "float", "i32": "int", "f16": "__half", "bf16": "unsigned short"}
 #: vector type for (element dtype, width)
 VEC_TYPE = {("f32", 2): "float2", ("f32", 4): "float4", ("i32", 2): "int2",
-            ("i32", 4): "int4", ("f16", 2): "__half2", ("f16", 4): "wf_half4"}
+            ("i32", 4): "int4", ("f16", 2): "__half2", ("f16", 4): "wf_half4",
+            ("bf16", 2): "ushort2", ("bf16", 4): "ushort4"}
 _COMPONENTS = ("x", "y", "z", "w")
 _INDENT = "    "
 
 _HALF4_DEF = ("// Four halves moved as one 8-byte access (global_load_dwordx2 / ds_read_b64).\n"
               "struct __align__(8) wf_half4 { __half2 lo, hi; };\n")
+
+
+_BF16_DEF = ("// bfloat16 <-> float on raw bits: widening is exact; narrowing rounds to nearest\n"
+             "// even (NaN kept quiet), the rule gpusim.engine.round_bf16 simulates.\n"
+             "__device__ __forceinline__ float wf_bf16_to_float(unsigned short b) {\n"
+             "    return __uint_as_float(((unsigned int)b) << 16);\n}\n"
+             "__device__ __forceinline__ unsigned short wf_float_to_bf16(float f) {\n"
+             "    unsigned int u = __float_as_uint(f);\n"
+             "    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);\n"
+             "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n}\n")
 
 
 _MFMA_TYPES = ("// MFMA accumulator vectors (CDNA matrix cores).\n"
@@ -294,14 +309,15 @@ class _Printer:
         """C text converting a value of dtype ``src`` to ``dst`` (f16 only in memory)."""
         if src == dst:
             return text
-        if src == "f16":
-            text, src = f"__half2float({text})", "f32"
+        if src in ("f16", "bf16"):
+            text = f"__half2float({text})" if src == "f16" else f"wf_bf16_to_float({text})"
+            src = "f32"
             if dst == "f32":
                 return text
-        if dst == "f16":
+        if dst in ("f16", "bf16"):
             if src != "f32":
                 text = f"(float)({text})"
-            return f"__float2half({text})"
+            return f"__float2half({text})" if dst == "f16" else f"wf_float_to_bf16({text})"
         return f"({C_TYPE[dst]})({text})"
 
     # statements -----------------------------------------------------------------------
@@ -390,6 +406,8 @@ class _Printer:
                 return [f"__low2float({tmp})", f"__high2float({tmp})"]
             return [f"__low2float({tmp}.lo)", f"__high2float({tmp}.lo)",
                     f"__low2float({tmp}.hi)", f"__high2float({tmp}.hi)"]
+        if dtype == "bf16":
+            return [f"wf_bf16_to_float({tmp}.{c})" for c in _COMPONENTS[:width]]
         return [f"{tmp}.{c}" for c in _COMPONENTS[:width]]
 
     def emit_read(self, s, ptr, dtype, depth, space):
@@ -413,7 +431,7 @@ class _Printer:
             addr = f"__builtin_assume_aligned({addr}, {nbytes})"
         self.emit(f"const {vt} {tmp} = *reinterpret_cast<const {vt}*>({addr});"
                   f"  // one {nbytes}-byte {space} load", depth)
-        src_dt = "f32" if dtype == "f16" else dtype
+        src_dt = "f32" if dtype in ("f16", "bf16") else dtype
         for d, comp in zip(s.dsts, self._components(tmp, dtype, width)):
             self.emit(f"{self.lhs(d, s)} = {self.convert(comp, src_dt, d.dtype)};", depth)
 
@@ -421,17 +439,19 @@ class _Printer:
         width = len(s.values)
         vt = self._vector_access(width, dtype, "store")
         idx = self.expr(s.index)
-        if dtype == "f16":
+        if dtype in ("f16", "bf16"):
             vals = [self.convert(self.expr(v), v.dtype, "f32") for v in s.values]
         else:
             vals = [self.convert(self.expr(v), v.dtype, dtype) for v in s.values]
         if width == 1:
-            value = self.convert(vals[0], "f32", "f16") if dtype == "f16" else vals[0]
+            value = self.convert(vals[0], "f32", dtype) if dtype in ("f16", "bf16") else vals[0]
             self.emit(f"{ptr}[{idx}] = {value};", depth)
             return
         if dtype == "f16":
             pairs = [f"__floats2half2_rn({vals[i]}, {vals[i + 1]})" for i in range(0, width, 2)]
             packed = pairs[0] if width == 2 else f"wf_half4{{{pairs[0]}, {pairs[1]}}}"
+        elif dtype == "bf16":
+            packed = f"make_{vt}({', '.join(f'wf_float_to_bf16({v})' for v in vals)})"
         else:
             packed = f"make_{vt}({', '.join(vals)})"
         self.emit(f"*reinterpret_cast<{vt}*>({ptr} + {idx}) = {packed};"
@@ -599,6 +619,8 @@ def emit_kernel(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH,
         parts.append(_WAVES_PER_EU_DEF)
     if "wf_half4" in body:
         parts.append(_HALF4_DEF)
+    if "wf_bf16_to_float" in body or "wf_float_to_bf16" in body:
+        parts.append(_BF16_DEF)
     if "__builtin_amdgcn_mfma" in body:
         parts.append(_MFMA_TYPES)
     parts.append(body)

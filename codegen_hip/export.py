@@ -40,11 +40,22 @@ from .simfacts import sim_info
 NP_DTYPE = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
 
 
-def _dtype_of(arr: np.ndarray) -> str | None:
+def _dtype_of(arr: np.ndarray, want: str | None = None) -> str | None:
+    """The buffer dtype of an array; a bf16 buffer's values come as float32 (bf16 values,
+    see compiler.ir.graph) and are written as their raw 16-bit patterns (``_bf16_bits``)."""
+    if want == "bf16" and arr.dtype == np.float32:
+        return "bf16"
     for k, v in NP_DTYPE.items():
         if arr.dtype == np.dtype(v):
             return k
     return None
+
+
+def _bf16_bits(arr) -> np.ndarray:
+    """float32 bf16 values -> their bfloat16 bit patterns (little-endian uint16); the
+    values are already bf16, so this is the top half of each float32, NaN kept."""
+    bits = np.ascontiguousarray(arr, np.float32).view(np.uint32)
+    return (bits >> 16).astype("<u2")
 
 
 def build_plan(kernels, launches, arrays, *, arch: Arch, title, expected, tolerances,
@@ -104,7 +115,7 @@ def build_plan(kernels, launches, arrays, *, arch: Arch, title, expected, tolera
                 given = arrays.get(v)
                 if given is not None:
                     given = np.asarray(given)
-                    dt = _dtype_of(given)
+                    dt = _dtype_of(given, p.dtype)
                     if dt is None:
                         raise ExportError(f"array {v!r}: dtype {given.dtype} (need float32, float16 or int32)")
                     shape = tuple(int(s) for s in given.shape)
@@ -126,7 +137,8 @@ def build_plan(kernels, launches, arrays, *, arch: Arch, title, expected, tolera
         if name not in specs:
             raise ExportError(f"expected output {name!r} is not bound to any launch parameter")
         arr = np.asarray(arr)
-        if _dtype_of(arr) != specs[name].dtype or arr.size != specs[name].count:
+        if _dtype_of(arr, specs[name].dtype) != specs[name].dtype or \
+                arr.size != specs[name].count:
             raise ExportError(f"expected output {name!r} is {arr.dtype}[{arr.size}], the array is "
                               f"{specs[name].dtype}[{specs[name].count}]")
     kernel_list = []
@@ -352,12 +364,16 @@ def _write_files(tmp: Path, plan: Plan, arrays: dict, expected: dict, counters: 
     data = tmp / "data"
     data.mkdir()
     for a in plan.arrays:
-        little = np.dtype(NP_DTYPE[a.dtype]).newbyteorder("<")
+        def as_file(values, a=a):
+            if a.dtype == "bf16":
+                return _bf16_bits(values)
+            return np.ascontiguousarray(np.asarray(values),
+                                        dtype=np.dtype(NP_DTYPE[a.dtype]).newbyteorder("<"))
         if a.has_input:
-            arr = np.ascontiguousarray(np.asarray(arrays[a.name]), dtype=little)
+            arr = as_file(arrays[a.name])
             np.save(_inside(tmp, data / f"{a.file_stem}.npy"), arr, allow_pickle=False)
         if a.expected:
-            arr = np.ascontiguousarray(np.asarray(expected[a.name]), dtype=little).reshape(a.shape)
+            arr = as_file(expected[a.name]).reshape(a.shape)
             np.save(_inside(tmp, data / f"{a.file_stem}.expected.npy"), arr, allow_pickle=False)
 
 

@@ -99,7 +99,8 @@ OP_MFMA = 27
 B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_MIN, B_MAX, B_POW = range(8)
 B_SHL, B_SHR, B_AND, B_OR, B_XOR = 8, 9, 10, 11, 12
 C_LT, C_LE, C_GT, C_GE, C_EQ, C_NE, C_LAND, C_LOR = range(8)
-U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_ERF, U_ABS, U_RECIP, U_SIGMOID, U_RELU, U_NOT = range(12)
+U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_ERF, U_ABS, U_RECIP, U_SIGMOID, U_RELU, U_NOT, \
+    U_RINT, U_RBF16 = range(14)
 R_SUM, R_MAX, R_MIN = range(3)
 
 # code columns
@@ -185,13 +186,35 @@ def round_f16(x):
     return s * np.rint(ax / q) * q
 
 
+def round_bf16(x):
+    """Rounds a float to the nearest bfloat16 value (8 significant bits, f32's exponent
+    range; ties to even; past the largest finite bf16, 0x7F7F0000, to inf), as float64.
+    bf16 memory is held in the float array as these values (``store_elem``)."""
+    if x != x or x == 0.0 or math.isinf(x):
+        return x
+    ax = abs(x)
+    s = 1.0 if x > 0 else -1.0
+    if ax < 1.1754943508222875e-38:  # subnormal: quantum 2^-133
+        q = 9.183549615799121e-41
+    else:
+        m, e = math.frexp(ax)
+        q = math.ldexp(1.0, e - 8)
+    r = np.rint(ax / q) * q
+    if r > 3.3895313892515355e38:
+        return s * math.inf
+    return s * r
+
+
 def store_elem(dst_f, dst_i, pos, kind, F, I, s, reg, l):
-    """One lane's register to memory in the buffer's element kind (0 f32, 1 f16, 2 int):
-    the one rule both global and LDS stores follow, f16 rounded to nearest even."""
+    """One lane's register to memory in the buffer's element kind (0 f32, 1 f16, 2 int,
+    3 bf16): the one rule both global and LDS stores follow, f16 and bf16 rounded to
+    nearest even."""
     if kind == 2:
         dst_i[pos] = I[s, reg, l]
     elif kind == 1:
         dst_f[pos] = round_f16(np.float64(F[s, reg, l]))
+    elif kind == 3:
+        dst_f[pos] = round_bf16(np.float64(F[s, reg, l]))
     else:
         dst_f[pos] = F[s, reg, l]
 
@@ -324,6 +347,10 @@ def fun(op, x):
         if -x > 709.0:
             return 0.0
         return 1.0 / (1.0 + math.exp(-x))
+    if op == U_RINT:  # round half to even (C's rintf in the default rounding mode)
+        return np.rint(x)
+    if op == U_RBF16:  # an f32 register rounded to the bf16 value a bf16 op yields
+        return round_bf16(x)
     return math.nan
 
 

@@ -70,7 +70,7 @@ sys.modules[_spec.name] = _code  # Numba's cached environments import it by name
 _spec.loader.exec_module(_code)
 globals().update({k: v for k, v in vars(_code).items() if not k.startswith("__")})
 
-_FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "store_elem", "fbin", "ibin", "fcmp", "fun", "iun",
+_FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "round_bf16", "store_elem", "fbin", "ibin", "fcmp", "fun", "iun",
           "cache_access", "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready",
           "issue_time", "issue", "exec_alu", "exec_control", "lane_indices", "exec_vmem",
           "coalesce", "popcount4", "memory_lines", "lds_conflicts", "exec_lds", "exec_shuffle",

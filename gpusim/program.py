@@ -29,7 +29,7 @@ from typing import Union
 
 from gpusim import engine as sim_engine
 
-DTYPES = ("f32", "f16", "i32")
+DTYPES = ("f32", "f16", "bf16", "i32")  # bf16: like f16, widened on load, rounded on store
 REG_DTYPES = ("f32", "i32")
 
 # ----------------------------------------------------------------------------- expressions
@@ -98,6 +98,14 @@ IR_UNARY = {
                     transcendental=True),
     "relu": IROp("any", sim_engine.U_RELU, "fmaxf({a}, 0.0f)", hip_int="max({a}, 0)"),
     "not": IROp("truth", sim_engine.U_NOT, "(int)(!{a})"),
+    # round half to even: rintf in the default rounding mode (v_rndne_f32), what ONNX's
+    # QuantizeLinear and Round specify
+    "rint": IROp("float", sim_engine.U_RINT, "rintf({a})"),
+    # an f32 register rounded to bfloat16 and back: what a bf16 op's result holds. The
+    # lowering applies it to every bf16 value a kernel computes (compiler.lower.emitter),
+    # so a fused kernel rounds where the reference rounds. SIMPLIFICATION: issued as one
+    # VALU op; gfx90a/gfx942 have no f32->bf16 convert, hipcc spends ~4 integer ops
+    "rbf16": IROp("float", sim_engine.U_RBF16, "wf_bf16_to_float(wf_float_to_bf16({a}))"),
 }
 #: derived views of the two tables
 BINARY_OPS = tuple(IR_BINARY)
@@ -491,7 +499,7 @@ class LdsArray:
         return self.size * DTYPE_BYTES[self.dtype]
 
 
-DTYPE_BYTES = {"f32": 4, "f16": 2, "i32": 4}
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
 
 
 @dataclass(frozen=True)

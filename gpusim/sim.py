@@ -150,6 +150,20 @@ def _engine(jit: bool):
     return engine.run
 
 
+def _as_memory(vals, kind: int) -> np.ndarray:
+    """Float values as a float buffer of element kind ``kind`` holds them: f16 rounded by
+    numpy, bf16 to the nearest bfloat16 (ties to even, NaN kept: the rule of
+    ``engine.round_bf16`` on whole arrays), f32 as they are."""
+    if kind == 1:
+        return np.asarray(vals).astype(np.float16, copy=False)
+    a = np.ascontiguousarray(vals, np.float32)
+    if kind != 3:
+        return a
+    bits = a.view(np.uint32).astype(np.uint64)
+    kept = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32)
+    return np.where(np.isnan(a), a, kept.view(np.float32))
+
+
 def _memory_table(arrays, align: int, start: int = 0, gap: int = 0):
     """Places global buffers or LDS arrays: f32/f16 in one float array and i32 in one int
     array (element offsets), with aligned byte addresses for the cache and bank models.
@@ -302,8 +316,7 @@ class _Launch:
                 if kind == 2:
                     self.gmem_i[off + idx] = vals
                 else:
-                    self.gmem_f[off + idx] = vals.astype(np.float16 if kind == 1 else np.float32,
-                                                         copy=False)
+                    self.gmem_f[off + idx] = _as_memory(vals, kind)
                 continue
             if b.name in inputs:
                 arr = np.asarray(inputs[b.name])
@@ -326,8 +339,8 @@ class _Launch:
             # assigned in place (cast on the way), no temporary copy of a large input
             if kind == 2:
                 self.gmem_i[off:off + b.size] = flat
-            elif kind == 1:
-                self.gmem_f[off:off + b.size] = flat.astype(np.float16, copy=False)
+            elif kind in (1, 3):
+                self.gmem_f[off:off + b.size] = _as_memory(flat, kind)
             else:
                 self.gmem_f[off:off + b.size] = flat
         self.buf_tab = buf_tab

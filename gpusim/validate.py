@@ -30,7 +30,7 @@ from gpusim.analysis import Divisibility, Intervals, Uniformity, stmt_exprs, INF
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
-    Assign, Barrier, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
+    DTYPES, Assign, Barrier, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
     MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Store, UnOp, Var, WaveReduce, walk,
 )
 
@@ -73,10 +73,11 @@ def _check_launch(kernel, arch) -> None:
         raise KernelError(f"{kernel.name}: LDS use {kernel.lds_bytes} B exceeds the {arch.name} limit of "
                           f"{arch.lds_bytes_per_workgroup} B per workgroup; shrink the tiles")
     for p in kernel.params:
-        if isinstance(p, Buffer) and p.dtype not in ("f32", "f16", "i32"):
-            raise KernelError(f"{kernel.name}: buffer {p.name!r} has unsupported dtype {p.dtype!r}; use f32, f16 or i32")
+        if isinstance(p, Buffer) and p.dtype not in DTYPES:
+            raise KernelError(f"{kernel.name}: buffer {p.name!r} has unsupported dtype {p.dtype!r}; use "
+                              f"{', '.join(DTYPES)}")
     for a in kernel.lds:
-        if a.dtype not in ("f32", "f16", "i32"):
+        if a.dtype not in DTYPES:
             raise KernelError(f"{kernel.name}: LDS array {a.name!r} has unsupported dtype {a.dtype!r}")
 
 

@@ -163,25 +163,24 @@ def test_family_block_imports_matches_onnx_and_fuses(name):
 def test_an_unsupported_op_is_refused_naming_the_family_that_needs_it(tmp_path, capsys):
     from compiler import cli
     g = helper.make_graph(
-        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
-         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], "t",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-        initializer=[_init("s", np.float32(0.1)), _init("z", np.uint8(128))])
+        [helper.make_node("GridSample", ["x", "grid"], ["y"])], "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 3, 3])],
+        initializer=[_init("grid", np.zeros((1, 3, 3, 2), np.float32))])
     path = tmp_path / "q.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), path)
     assert cli.main(["fuse", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert "QuantizeLinear (needed by int8/uint8 quantized models" in err
+    assert "GridSample (needed by deformable attention" in err
 
 
 def test_an_unsupported_dtype_is_refused_naming_the_models_that_use_it():
     m = _model([helper.make_node("Relu", ["x"], ["y"])], (4,), (4,),
-               dtype=TensorProto.BFLOAT16)
+               dtype=TensorProto.DOUBLE)
     with pytest.raises(UnsupportedError) as e:
         from_model(m, "t")
-    assert "BFLOAT16 (needed by bfloat16 LLM exports" in str(e.value)
+    assert "DOUBLE (needed by float64 exports" in str(e.value)
 
 
 @pytest.mark.parametrize("op,mode,shape", [

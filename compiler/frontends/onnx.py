@@ -46,6 +46,7 @@ import numpy as np
 # ~0.5 s more, so only a command that reads, folds or writes ONNX pays for them.
 from compiler.ir import builders
 from compiler.ir.graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
+from compiler.frontends.onnx_quant import QUANT_CONVERTERS
 
 MIN_OPSET = 13
 
@@ -56,18 +57,20 @@ def _max_opset() -> int:
 
 
 # ONNX TensorProto element types we accept for graph values (int64 is narrowed to i32).
-_VALUE_TYPES = {1: "f32", 10: "f16", 6: "i32", 7: "i32", 9: "bool"}
-_NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
+_VALUE_TYPES = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i32", 9: "bool"}
+#: quantized element types (UINT8, INT8): held widened in i32 graph values, their range
+#: recorded (``_Importer.qtypes``; random inputs stay inside it). SIMPLIFICATION: an int8
+#: tensor in memory takes 4 bytes here, not 1 (docs/dtypes.md): the values and the integer
+#: arithmetic are exact, the predicted bytes of quantized activations are 4x too many.
+QUANT_TYPES = {2: (np.uint8, 0, 255), 3: (np.int8, -128, 127)}
+_NP = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i32": np.int32,
+       "bool": np.bool_}  # bf16: float32 holding bf16 values (compiler.ir.graph)
 _I32 = np.iinfo(np.int32)
 
 
-_QUANT = "int8/uint8 quantized models (issue 28, item 2)"
 #: ops still refused, with the model family that needs them: the refusal names it, so a
 #: user sees what the model waits on (and the coverage work of issue 28 what to add next)
 NEEDED_BY = {
-    "QuantizeLinear": _QUANT, "DequantizeLinear": _QUANT, "DynamicQuantizeLinear": _QUANT,
-    "MatMulInteger": _QUANT, "ConvInteger": _QUANT, "QLinearConv": _QUANT,
-    "QLinearMatMul": _QUANT,
     "LSTM": "recurrent speech and sequence models", "GRU": "recurrent speech models",
     "RNN": "recurrent sequence models",
     "NonMaxSuppression": "detection post-processing (YOLO, SSD, Faster R-CNN)",
@@ -79,8 +82,7 @@ NEEDED_BY = {
     "STFT": "speech front ends that compute their spectrogram", "DFT": "speech front ends",
 }
 #: element types still refused, with the models that produce them
-DTYPE_NEEDED_BY = {"BFLOAT16": "bfloat16 LLM exports (issue 28, item 2)",
-                   "INT8": _QUANT, "UINT8": _QUANT, "DOUBLE": "float64 exports",
+DTYPE_NEEDED_BY = {"DOUBLE": "float64 exports",
                    "FLOAT8E4M3FN": "float8 LLM exports", "FLOAT8E5M2": "float8 LLM exports"}
 
 
@@ -114,6 +116,8 @@ def _dtype_of_array(arr: np.ndarray) -> str | None:
         return "f32"
     if arr.dtype == np.float16:
         return "f16"
+    if arr.dtype.name == "bfloat16":  # onnx reads BFLOAT16 as ml_dtypes' bfloat16
+        return "bf16"
     if arr.dtype == np.bool_:
         return "bool"
     if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
@@ -142,6 +146,9 @@ class _Importer:
         self.env: dict[str, Value | _Static] = {}
         self.used_names: set[str] = set()
         self.index_bounds: dict[str, int] = {}
+        #: ONNX tensors held widened in i32 that are UINT8/INT8 in the model: name ->
+        #: (numpy dtype, lowest, highest) (``QUANT_TYPES``)
+        self.qtypes: dict[str, tuple] = {}
         #: graph constants made from statics, by (ONNX name, dtype): the static itself
         #: stays in ``env``, so that later rules (and folds) still see a known value
         self.constants: dict[tuple[str, str], Value] = {}
@@ -240,10 +247,13 @@ class _Importer:
             v = self.g.input(self.fresh(vi.name), shape, dtype)
             self.env[vi.name] = v
             inputs[vi.name] = v.name
+            if vi.type.tensor_type.elem_type in QUANT_TYPES:
+                self.qtypes[vi.name] = QUANT_TYPES[vi.type.tensor_type.elem_type]
         for node in graph.node:
             before = set(self.g.g.nodes)
             results = self.fold(node)
             if results is None:
+                self.check_quantized_operands(node)
                 results = CONVERTERS[node.op_type](self, node)
             if not isinstance(results, (list, tuple)):
                 results = [results]
@@ -262,11 +272,34 @@ class _Importer:
             outputs[vi.name] = v.name
             _check_output_type(vi, v, self.source)
         bounds = {inputs[k]: b for k, b in self.index_bounds.items() if k in inputs}
+        ranges = {inputs[k]: (lo, hi) for k, (_, lo, hi) in self.qtypes.items()
+                  if k in inputs}
         self.g.meta.update(onnx_model=self.model, onnx_source=self.source,
                            onnx_opset=self.opset, onnx_inputs=inputs, onnx_outputs=outputs,
-                           index_bounds=bounds)
+                           index_bounds=bounds, int_ranges=ranges)
         self.g.validate()
         return self.g
+
+    def check_quantized_operands(self, node) -> None:
+        """A uint8/int8 graph value (held widened in i32) feeds only the quantization ops
+        and ops that move or widen its values exactly (``_QUANT_SAFE``); they pass its
+        type on. Arithmetic on it would have to wrap at 8 bits, which i32 does not: refused
+        in one line."""
+        q = [i for i in node.input if i in self.qtypes and not self.is_static(i)]
+        if not q or node.op_type in QUANT_CONVERTERS:
+            return
+        if node.op_type not in _QUANT_SAFE and node.op_type not in _QUANT_EXACT:
+            name = np.dtype(self.qtypes[q[0]][0]).name.upper()
+            raise UnsupportedError(f"{self.where(node)}: {node.op_type} on the {name} "
+                                   f"tensor {q[0]!r}: wavefuse computes on 8-bit tensors only "
+                                   f"through the quantization ops (DequantizeLinear, "
+                                   f"MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv), "
+                                   f"casts and data movement")
+        if node.op_type in ("Min", "Max", "Clip", "Where") or node.op_type in _QUANT_SAFE and \
+                node.op_type not in ("Cast", "CastLike"):  # the same 8-bit values
+            for out in node.output:
+                if out:
+                    self.qtypes[out] = self.qtypes[q[0]]
 
     def fold(self, node):
         """The node's results as statics when it can be evaluated now, else None."""
@@ -302,9 +335,28 @@ class _Importer:
                 return helper.get_attribute_value(a)
         return default
 
+    # the shared rules the quantization converters (onnx_quant, which cannot import this
+    # module back) build on
+    def matmul_values(self, a: Value, b: Value) -> Value:
+        return _matmul_values(self.g, a, b)
+
+    def conv_values(self, node, x: Value, w_name: str, b_name, filter_value=None) -> Value:
+        return conv_values(self, node, x, w_name, b_name, filter_value)
+
     def optional_input(self, node, i):
         return node.input[i] if len(node.input) > i and node.input[i] else None
 
+
+#: ops that may take a uint8/int8 graph value (``_Importer.check_quantized_operands``):
+#: they move its elements or widen them exactly (a Cast to a wider type)
+_QUANT_SAFE = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
+                         "Identity", "Concat", "Slice", "Gather", "Expand", "Split", "Tile",
+                         "Cast", "CastLike"})
+
+#: ops exact on uint8/int8 values held in i32: comparisons, and selections whose result
+#: is one of their 8-bit operands (no sum or product that would wrap at 8 bits)
+_QUANT_EXACT = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                          "Min", "Max", "Clip", "Where"})
 
 #: ops never evaluated at import even on constant inputs (random, or with no inputs of
 #: their own that would make them constant)
@@ -375,11 +427,11 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
     if not t.HasField("tensor_type"):
         raise UnsupportedError(f"{source}: {what} {vi.name!r} is not a tensor")
     tt = t.tensor_type
-    if tt.elem_type not in _VALUE_TYPES:
+    if tt.elem_type not in _VALUE_TYPES and tt.elem_type not in QUANT_TYPES:
         name = _type_name(tt.elem_type)
         raise UnsupportedError(f"{source}: {what} {vi.name!r} has dtype "
                                f"{name}{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports "
-                               f"FLOAT, FLOAT16, INT32, INT64 and BOOL")
+                               f"FLOAT, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8 and BOOL")
     if not tt.HasField("shape"):
         raise ShapeError(f"{source}: {what} {vi.name!r} has an unknown shape; wavefuse needs "
                          f"static shapes")
@@ -398,7 +450,7 @@ def _value_info_type(vi, source, what, dims=None) -> tuple[str, tuple]:
                    "give it a size with onnx.tools.update_model_dims")
             raise ShapeError(f"{source}: {what} {vi.name!r} has a symbolic dimension {i} "
                              f"({label!r}); wavefuse needs static shapes ({fix})")
-    return _VALUE_TYPES[tt.elem_type], tuple(shape) or (1,)
+    return _VALUE_TYPES.get(tt.elem_type, "i32"), tuple(shape) or (1,)
 
 
 def _empty_input(vi, dims) -> np.ndarray | None:
@@ -450,7 +502,8 @@ def _pinned_value(vi, value, source) -> np.ndarray:
 def _check_output_type(vi, v: Value, source) -> None:
     """Our inferred output shape must equal the one the model declares (when static)."""
     tt = vi.type.tensor_type
-    if tt.elem_type and tt.elem_type in _VALUE_TYPES and _VALUE_TYPES[tt.elem_type] != v.dtype:
+    declared = _VALUE_TYPES.get(tt.elem_type, "i32" if tt.elem_type in QUANT_TYPES else None)
+    if tt.elem_type and declared and declared != v.dtype:
         raise ShapeError(f"{source}: output {vi.name!r} is declared "
                          f"{_type_name(tt.elem_type)} but computes {v.dtype}")
     if not tt.HasField("shape"):
@@ -467,7 +520,7 @@ def _check_output_type(vi, v: Value, source) -> None:
 # --------------------------------------------------------------------------- op rules
 _UNARY = {"Sqrt": "sqrt", "Reciprocal": "reciprocal", "Exp": "exp", "Log": "log",
           "Tanh": "tanh", "Erf": "erf", "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg",
-          "Abs": "abs"}
+          "Abs": "abs", "Round": "round"}
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le",
             "GreaterOrEqual": "ge"}
@@ -923,28 +976,40 @@ def _conv(im: _Importer, node):
     """Conv with one or two spatial dims. A 1-D convolution is the 2-D one over a unit
     height: input (N, C, L) viewed as (N, C, 1, L), filter (O, C/g, K) as (O, C/g, 1, K),
     stride/dilation/padding 1/1/0 on the unit dim; the result viewed back as (N, O, L')."""
+    return conv_values(im, node, im.value(node.input[0], node), node.input[1],
+                       im.optional_input(node, 2))
+
+
+def conv_values(im: _Importer, node, x: Value, w_name: str, b_name: str | None,
+                filter_value=None):
+    """Conv of graph value ``x`` by the filter ONNX tensor ``w_name`` (or, given,
+    ``filter_value``: a graph value already computed, e.g. an integer filter less its zero
+    point) with the node's attributes; ``b_name`` an optional bias added per channel."""
     g = im.g
-    x = im.value(node.input[0], node)
     rank = x.type.rank
-    if rank not in (3, 4) or len(im.shape_of(node.input[1], node)) != rank:
+    if rank not in (3, 4) or len(im.shape_of(w_name, node)) != rank:
         raise UnsupportedError(f"{im.where(node)}: only 1-D and 2-D convolutions (NCL / NCHW "
                                f"input, OIL / OIHW filter) are supported, got input "
-                               f"{x.shape} and filter {im.shape_of(node.input[1], node)}; "
+                               f"{x.shape} and filter {im.shape_of(w_name, node)}; "
                                f"express it as 2-D convolutions before export")
     one_d = rank == 3
-    if one_d and im.is_static(node.input[1]):  # a constant filter: reshaped at import
-        arr = im.static(node.input[1], node, "the filter")
+    if filter_value is not None:
+        w = filter_value
+        if one_d:
+            w = g.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
+    elif one_d and im.is_static(w_name):  # a constant filter: reshaped at import
+        arr = im.static(w_name, node, "the filter")
         w = g.constant(_as_dtype(arr[:, :, None, :], x.dtype, im.where(node)), dtype=x.dtype,
-                       name=im.fresh(node.input[1]))
+                       name=im.fresh(w_name))
     else:
-        w = im.value(node.input[1], node, like=x)
+        w = im.value(w_name, node, like=x)
         if one_d:
             w = g.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
     nsp = rank - 2
     kernel = im.attr(node, "kernel_shape")
     if kernel is not None and tuple(kernel) != w.shape[4 - nsp:]:
         raise ShapeError(f"{im.where(node)}: kernel_shape {tuple(kernel)} disagrees with "
-                         f"the filter {im.shape_of(node.input[1], node)}")
+                         f"the filter {im.shape_of(w_name, node)}")
     strides = tuple(im.attr(node, "strides", (1,) * nsp))
     dil = tuple(im.attr(node, "dilations", (1,) * nsp))
     pads = _auto_pads(im, node, x.shape[2:], w.shape[4 - nsp:], strides, dil)
@@ -954,7 +1019,6 @@ def _conv(im: _Importer, node):
     (t, b_), (l_, r) = pads
     y = g.conv2d(x, w, data_format="NCHW", stride=strides, padding=(t, l_, b_, r),
                  dilation=dil, groups=int(im.attr(node, "group", 1)))
-    b_name = im.optional_input(node, 2)
     if b_name:
         bias = im.value(b_name, node, like=y)
         y = g.add(y, g.reshape(bias, (1, bias.shape[0], 1, 1)))
@@ -1317,9 +1381,10 @@ def _squeeze(im: _Importer, node):
 def _cast_target(im: _Importer, node, to: int) -> str:
     if to not in _VALUE_TYPES:
         name = _type_name(to)
-        raise UnsupportedError(f"{im.where(node)}: Cast to {name}"
-                               f"{_needed_by(name, DTYPE_NEEDED_BY)}; wavefuse supports FLOAT, "
-                               f"FLOAT16, INT32, INT64 and BOOL")
+        how = (" (a quantized type: only QuantizeLinear produces it here)"
+               if to in QUANT_TYPES else _needed_by(name, DTYPE_NEEDED_BY))
+        raise UnsupportedError(f"{im.where(node)}: Cast to {name}{how}; wavefuse supports "
+                               f"FLOAT, FLOAT16, INT32, INT64 and BOOL")
     return _VALUE_TYPES[to]
 
 
@@ -1334,6 +1399,11 @@ def _cast_like(im: _Importer, node):
     dtype = target.dtype if isinstance(target, Value) else _dtype_of_array(target.array)
     if dtype is None:
         raise UnsupportedError(f"{im.where(node)}: CastLike to {target.array.dtype}")
+    quantized = node.input[1] in im.qtypes if isinstance(target, Value) else \
+        target.array.dtype in (np.uint8, np.int8)
+    if quantized:  # an 8-bit result must wrap or saturate: i32 does neither
+        raise UnsupportedError(f"{im.where(node)}: CastLike to an 8-bit integer type (a "
+                               f"quantized type: only QuantizeLinear produces it here)")
     if im.is_static(node.input[0]):  # only the target's dtype is needed: fold
         return _Static(_as_dtype(im.static(node.input[0], node, ""), dtype, im.where(node)))
     x = im.value(node.input[0], node)
@@ -1719,6 +1789,7 @@ CONVERTERS = {
     "HardSwish": _hard_swish, "Gelu": _gelu, "Softplus": _softplus, "Trilu": _trilu,
     "Einsum": _einsum, "InstanceNormalization": _instance_norm,
     "GroupNormalization": _group_norm, "Resize": _resize,
+    **QUANT_CONVERTERS,
 }
 #: every version of a supported op newer than opset 13 (as the installed onnx defines
 #: them), with its semantic change and how the rule handles it; a version that only adds
@@ -1758,6 +1829,22 @@ OP_VERSIONS = {
     ("SpaceToDepth", 28): "mode attribute (DCR / CRD): read (_block_rearrange)",
     ("Split", 18): "num_outputs attribute: read (_split)",
     ("Trilu", 14): "new op (_trilu)",
+    ("QuantizeLinear", 19): "float8 types and saturate (float8 only): refused as dtypes",
+    ("QuantizeLinear", 21): "block_size: refused; output_dtype: read (uint8/int8, "
+                            "onnx_quant); int4/int16 refused as dtypes",
+    ("QuantizeLinear", 23): "precision attribute: refused (onnx_quant._check_block)",
+    ("QuantizeLinear", 24): "float8e8m0 types: refused as dtypes",
+    ("QuantizeLinear", 25): "int2/uint2 and float types: refused as dtypes",
+    ("QuantizeLinear", 28): "more narrow types: refused as dtypes",
+    ("DequantizeLinear", 19): "float8 inputs and float16 scales: float16 read, float8 "
+                              "refused",
+    ("DequantizeLinear", 21): "block_size: refused (onnx_quant._check_block)",
+    ("DequantizeLinear", 23): "output_dtype: read (float32/float16; onnx_quant)",
+    ("DequantizeLinear", 24): "float8e8m0 types: refused as dtypes",
+    ("DequantizeLinear", 25): "int2/uint2 types: refused as dtypes",
+    ("DequantizeLinear", 28): "more narrow types: refused as dtypes",
+    ("QLinearMatMul", 21): "float8 inputs (refused as dtypes) and float16/bfloat16 scales "
+                           "(float16 computed in float32, onnx_quant)",
 }
 TYPES_ONLY = frozenset({
     ("Add", 14), ("AveragePool", 22), ("BatchNormalization", 15), ("Cast", 21),
@@ -1772,7 +1859,7 @@ TYPES_ONLY = frozenset({
     ("Identity", 16), ("Identity", 19), ("Identity", 21), ("Identity", 23),
     ("Identity", 24), ("Identity", 25), ("LeakyRelu", 16), ("LessOrEqual", 16),
     ("MaxPool", 22), ("Mul", 14), ("Pad", 21), ("Pad", 23), ("Pad", 24), ("Pad", 25),
-    ("Pow", 15), ("Relu", 14), ("Reshape", 19), ("Reshape", 21), ("Reshape", 23),
+    ("Pow", 15), ("Relu", 14), ("Round", 22), ("Reshape", 19), ("Reshape", 21), ("Reshape", 23),
     ("Reshape", 24), ("Reshape", 25), ("Shape", 19), ("Shape", 21), ("Shape", 23),
     ("Shape", 24), ("Shape", 25), ("Size", 19), ("Size", 21), ("Size", 23), ("Size", 24),
     ("Size", 25), ("Softplus", 22), ("Squeeze", 21), ("Squeeze", 23), ("Squeeze", 24),

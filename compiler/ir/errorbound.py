@@ -34,9 +34,19 @@ grows as the errors do.
 Simplifications, each conservative or stated: the first-order model drops products of
 two errors; a unary op's derivative is taken as its largest value at x and x +- lam*s
 (so relu's kink and a steep exp are covered); reduce_max and reduce_min take the largest
-scale along the axis; a comparison (a bool result), a cast to i32 and every i32/bool tensor count as
+scale along the axis; a comparison (a bool result) and every bool tensor count as
 exact (a comparison whose operands lie within their errors of each other could flip:
 not modelled).
+
+Steps (``round``, a cast of a float to i32): the result is a whole number, exact unless the
+input lies within lam*s of a jump (a half-integer for round-half-to-even, an integer for
+truncation), where either neighbour is honest: there the scale is max(s, 1/lam), so the
+allowance (lam*sqrt(2)*scale) covers one unit. This is what lets a quantized model
+(QuantizeLinear after a float matmul, issue 28) compare with onnx's reference: the two
+evaluations sum in different orders and may land on the two sides of a tie. An i32
+tensor computed from such a step carries its scale on (add, min/max, matmul and the rest
+propagate it as for floats, with no rounding of their own: integer arithmetic is exact);
+an i32 tensor with exact operands stays exact.
 """
 from __future__ import annotations
 
@@ -47,8 +57,9 @@ import numpy as np
 from compiler.ir.graph import Graph, Op, slice_windows
 from compiler.ir.reference import VIEW_FUNCS, conv2d, eval_op, evaluate
 
-#: unit roundoff per float dtype (IEEE 754 binary32 / binary16: half an ulp of 1.0)
-UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11}
+#: unit roundoff per float dtype (IEEE 754 binary32 / binary16, bfloat16's 8-bit
+#: significand: half an ulp of 1.0)
+UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 #: probability that any compared element exceeds lam * scale (see ``lam``)
 FAILURE_PROBABILITY = 1e-9
@@ -126,6 +137,17 @@ def _binary(kind: str, a, b, sa, sb, r) -> np.ndarray:
         return np.sqrt(ta + tb)
 
 
+def _step(x, s, k: float, half: bool) -> np.ndarray:
+    """A round-half-to-even (``half``) or truncating step of an input with scale ``s``:
+    max(s, 1/k) within k*s of a jump, 0 elsewhere (see the module's "Steps")."""
+    x = np.asarray(x, np.float64)
+    s = np.broadcast_to(np.asarray(s, np.float64), x.shape)
+    with np.errstate(invalid="ignore"):
+        jump = np.floor(x) + 0.5 if half else np.round(x)
+        near = (s > 0) & ~(np.abs(x - jump) > k * s)  # NaN distance counts as near
+    return np.where(near, np.maximum(s, 1.0 / k), 0.0)
+
+
 def _contraction(op: Op, a, b, sa, sb, u: float) -> np.ndarray:
     """Propagated operand errors plus the contraction's own rounding (see the module)."""
     a32, b32 = np.abs(np.asarray(a, np.float32)), np.abs(np.asarray(b, np.float32))
@@ -192,7 +214,7 @@ RULES = {
     **{k: "unary" for k in _UNARY_ROUNDING},
     **{k: "binary" for k in ("add", "sub", "mul", "div", "pow", "max", "min")},
     **{k: "exact" for k in ("eq", "lt", "gt", "le", "ge", "and", "or", "xor", "not")},
-    "cast": "cast", "select": "select",
+    "cast": "cast", "select": "select", "round": "step",
     **{k: "reduce" for k in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
                              "reduce_prod")},
     **{k: "view" for k in VIEW_FUNCS},
@@ -209,9 +231,14 @@ def _propagate(op: Op, args: list, scales: list, result, k: float) -> np.ndarray
     if kind not in RULES:
         raise KeyError(f"no error propagation rule for {kind!r}")
     rule = RULES[kind]
-    if dtype not in UNIT_ROUNDOFF or rule == "exact":
+    if rule == "exact" or dtype == "bool" or (dtype not in UNIT_ROUNDOFF and not any(
+            np.any(np.asarray(sc) > 0) for sc in scales)):
         return np.zeros(shape)
-    u = UNIT_ROUNDOFF[dtype]
+    if rule == "step":
+        return _step(args[0], scales[0], k, half=True)
+    if rule == "cast" and dtype not in UNIT_ROUNDOFF and np.asarray(args[0]).dtype.kind == "f":
+        return _step(args[0], scales[0], k, half=False)
+    u = UNIT_ROUNDOFF.get(dtype, 0.0)  # integer arithmetic rounds nothing
     own = u * np.abs(np.asarray(result, np.float64))  # rounding the result to its dtype
     if rule == "unary":
         s = _unary(kind, args[0], scales[0], k)

@@ -32,9 +32,31 @@ import numpy as np
 
 from compiler.ir.ops import OPS, of
 
-DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "bool": np.bool_}
-DTYPE_BYTES = {"f32": 4, "f16": 2, "i32": 4, "bool": 1}
-FLOAT_DTYPES = ("f32", "f16")
+#: bf16 has no numpy dtype: its values are held in float32 arrays, each rounded to the
+#: nearest bfloat16 (ties to even) wherever a value of a bf16 tensor is made (``to_dtype``:
+#: a constant, a graph input, every op result of the reference), 2 bytes in memory
+DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i32": np.int32,
+          "bool": np.bool_}
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "bool": 1}
+FLOAT_DTYPES = ("f32", "f16", "bf16")
+
+
+def round_bf16(a) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even, NaN kept, overflow to
+    inf), still float32: the upper 16 bits of each after adding 0x7FFF plus the lowest
+    kept bit. The simulator's scalar form of the same rule is ``gpusim.engine.round_bf16``
+    and the HIP kernels' is ``wf_float_to_bf16`` (codegen_hip.emit)."""
+    a = np.ascontiguousarray(a, np.float32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    kept = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32)
+    return np.where(np.isnan(a), a, kept.view(np.float32))
+
+
+def to_dtype(arr, dtype: str) -> np.ndarray:
+    """``arr`` as the array that holds a ``dtype`` tensor (bf16: float32, rounded)."""
+    with np.errstate(all="ignore"):
+        out = np.asarray(arr).astype(DTYPES[dtype], copy=False)
+    return round_bf16(out) if dtype == "bf16" else out
 
 #: per-category views of the op table (compiler/ir/ops.py: one entry per primitive op)
 UNARY = of("unary")
@@ -359,7 +381,7 @@ class Graph:
         if dtype is None:
             dtype = {np.dtype(np.float16): "f16", np.dtype(np.bool_): "bool"}.get(
                 arr.dtype, "i32" if arr.dtype.kind in "iu" else "f32")
-        arr = np.ascontiguousarray(arr, dtype=DTYPES[dtype])
+        arr = np.ascontiguousarray(to_dtype(arr, dtype))
         t = TensorType(arr.shape if arr.ndim else (1,), dtype, layout)
         arr = arr.reshape(t.shape)
         return self.add_op("constant", (), {"value": arr}, t, name=name or self._fresh("const"))
@@ -396,6 +418,7 @@ class Graph:
     def relu(self, x, name=None): return self.unary("relu", x, name)
     def sigmoid(self, x, name=None): return self.unary("sigmoid", x, name)
     def reciprocal(self, x, name=None): return self.unary("reciprocal", x, name)
+    def round(self, x, name=None): return self.unary("round", x, name)  # half to even
     def add(self, a, b, name=None): return self.binary("add", a, b, name)
     def sub(self, a, b, name=None): return self.binary("sub", a, b, name)
     def mul(self, a, b, name=None): return self.binary("mul", a, b, name)
@@ -568,9 +591,10 @@ def infer_type(kind: str, ins: list, attrs: dict, where: str) -> TensorType:
                              f"{b.dtype})")
         shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape, where), b.shape, where)
         return TensorType(shape, a.dtype)
-    if kind in ("matmul", "conv2d") and any(t.dtype not in FLOAT_DTYPES for t in ins):
-        raise UnsupportedError(f"{where}: contractions are computed in f32/f16 only, got "
-                               f"{', '.join(t.dtype for t in ins)}")
+    if kind in ("matmul", "conv2d") and any(t.dtype not in FLOAT_DTYPES + ("i32",)
+                                            for t in ins):
+        raise UnsupportedError(f"{where}: contractions are computed in f32/f16 or i32 only, "
+                               f"got {', '.join(t.dtype for t in ins)}")
     if kind in REDUCE and x.dtype == "bool":
         raise ShapeError(f"{where}: cannot reduce a bool tensor; cast it first")
     if kind == "slice":

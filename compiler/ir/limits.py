@@ -49,7 +49,7 @@ ENV_VAR = "WAVEFUSE_MAX_MEMORY"
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
           "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40,
           "tb": 10**12, "tib": 1 << 40}
-_ITEMSIZE = {"f32": 4, "f16": 2, "i32": 4}
+_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
 
 
 class ResourceError(GraphError):

@@ -71,6 +71,8 @@ OPS = {
     "relu": OpSpec("unary", 1, lambda x: np.maximum(x, 0), "relu", ints=True),
     "sigmoid": OpSpec("unary", 1, lambda x: 1.0 / (1.0 + np.exp(-x)), "sigmoid"),
     "reciprocal": OpSpec("unary", 1, lambda x: 1.0 / x, "recip"),
+    # round half to even (ONNX Round; QuantizeLinear's rounding)
+    "round": OpSpec("unary", 1, np.rint, "rint"),
     # binary: same-dtype numeric operands, broadcast; result keeps the dtype (integer
     # division truncates: reference._int_div)
     "add": OpSpec("binary", 2, np.add, "add"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.ir.graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op, slice_windows
+from compiler.ir.graph import DTYPES, FLOAT_DTYPES, Graph, GraphError, Op, slice_windows, to_dtype
 from compiler.ir.ops import OPS, erf, funcs  # noqa: F401  (erf: re-exported)
 
 #: numpy functions per category: views of the op table (compiler/ir/ops.py)
@@ -81,10 +81,14 @@ def _eval_exact(op: Op, args: list) -> np.ndarray:
         r = REDUCE_FUNCS[k](a[0], axis=op.attrs["axes"], keepdims=op.attrs["keepdims"])
     elif k in VIEW_FUNCS:
         r = VIEW_FUNCS[k](a[0], op.attrs)
+    elif k == "matmul":  # integer GEMM: exact in int64, then wrapped to 32 bits as i32 is
+        r = np.matmul(a[0].astype(np.int64), a[1].astype(np.int64))
+    elif k == "conv2d":
+        r = conv2d(a[0].astype(np.int64), a[1].astype(np.int64), op.attrs)
     else:
         r = _eval_injective(op, a)
     with np.errstate(all="ignore"):
-        r = np.asarray(r).astype(DTYPES[op.type.dtype])
+        r = to_dtype(r, op.type.dtype)
     return np.ascontiguousarray(r.reshape(op.type.shape))
 
 
@@ -103,7 +107,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    out = np.zeros((n, o, oh, ow), np.float32)
+    acc = np.int64 if x.dtype.kind in "iu" else np.float32  # integers: exact sums
+    out = np.zeros((n, o, oh, ow), acc)
     og = o // g
     for gi in range(g):
         xs = xp[:, gi * ci:(gi + 1) * ci]
@@ -113,7 +118,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
                 patch = xs[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
                            j * dw: j * dw + sw * (ow - 1) + 1: sw]
                 out[:, gi * og:(gi + 1) * og] += np.einsum(
-                    "nchw,oc->nohw", patch, ws[:, :, i, j], dtype=np.float32)
+                    "nchw,oc->nohw", patch, ws[:, :, i, j], dtype=acc)
     if fmt == "NHWC":
         out = out.transpose(0, 2, 3, 1)
     return np.ascontiguousarray(out)
@@ -150,7 +155,7 @@ def eval_op(op: Op, args: list) -> np.ndarray:
             raise GraphError(f"node {op.name!r}: the reference interpreter has no rule for "
                              f"{k!r}")
     r = np.asarray(r, dtype=np.float32).reshape(op.type.shape)
-    return np.ascontiguousarray(r.astype(DTYPES[op.type.dtype], copy=False))
+    return np.ascontiguousarray(to_dtype(r, op.type.dtype))  # bf16: rounded here
 
 
 def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -> dict:
@@ -175,7 +180,7 @@ def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -
             if v.shape != op.type.shape:
                 raise GraphError(f"input {name!r}: got shape {v.shape}, expected "
                                  f"{op.type.shape}")
-            env[name] = v.astype(DTYPES[op.type.dtype])
+            env[name] = to_dtype(v, op.type.dtype)
         elif op.kind == "constant":
             env[name] = op.attrs["value"]
         else:
@@ -194,16 +199,22 @@ def evaluate(graph: Graph, inputs: dict, *, keep_all: bool = False, keep=None) -
 def random_inputs(graph: Graph, seed: int = 0) -> dict:
     """Seeded inputs, so every run of a command sees the same data: floats in [-1, 1),
     bools fair coins, i32 in [0, high) where ``high`` is the bound a frontend recorded in
-    ``graph.meta["index_bounds"]`` (e.g. the rows of an embedding table), else [0, 2)."""
+    ``graph.meta["index_bounds"]`` (e.g. the rows of an embedding table), in [lo, hi] for a
+    quantized input (``graph.meta["int_ranges"]``: uint8 [0, 255], int8 [-128, 127]), else
+    [0, 2)."""
     rng = np.random.default_rng(seed)
     bounds = graph.meta.get("index_bounds", {})
+    ranges = graph.meta.get("int_ranges", {})  # quantized (uint8/int8) inputs: their range
     out = {}
     for name in graph.inputs:
         t = graph.op(name).type
         if t.dtype == "bool":
             out[name] = rng.integers(0, 2, t.shape).astype(np.bool_)
+        elif t.dtype == "i32" and name in ranges:
+            lo, hi = ranges[name]
+            out[name] = rng.integers(lo, hi + 1, t.shape).astype(np.int32)
         elif t.dtype == "i32":
             out[name] = rng.integers(0, max(1, bounds.get(name, 2)), t.shape).astype(np.int32)
         else:
-            out[name] = rng.uniform(-1.0, 1.0, t.shape).astype(DTYPES[t.dtype])
+            out[name] = to_dtype(rng.uniform(-1.0, 1.0, t.shape), t.dtype)
     return out

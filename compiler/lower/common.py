@@ -29,7 +29,7 @@ def sanitize(name: str) -> str:
 #: the kernel buffer dtype of each graph dtype. Simplification: a bool tensor is stored as
 #: one i32 (0/1) per element in kernel memory, as gpusim has no byte-sized buffers; the
 #: graph still counts it as 1 byte (what a real kernel would move).
-BUFFER_DTYPE = {"f32": "f32", "f16": "f16", "i32": "i32", "bool": "i32"}
+BUFFER_DTYPE = {"f32": "f32", "f16": "f16", "bf16": "bf16", "i32": "i32", "bool": "i32"}
 
 
 def buffers(graph: Graph, dispatch) -> tuple:
@@ -70,8 +70,8 @@ def memory_image(graph: Graph, tensor: str, value) -> np.ndarray:
     the tensor's memory order (a row-major tensor is unchanged). gpusim and the exported
     harness both take buffers as flat memory, not as logical arrays."""
     t = graph.op(tensor).type
-    arr = np.asarray(value, dtype={"f16": np.float16, "f32": np.float32}.get(
-        t.dtype, np.int32))
+    arr = np.asarray(value, dtype={"f16": np.float16, "f32": np.float32,
+                                   "bf16": np.float32}.get(t.dtype, np.int32))
     return np.ascontiguousarray(np.transpose(arr, t.order)) if not t.is_row_major else \
         np.ascontiguousarray(arr)
 

@@ -103,6 +103,9 @@ class Gemm:
         root = graph.op(dispatch.root)
         self.root = root
         self.kind = root.kind
+        #: the accumulator's dtype: f32, or i32 for an integer GEMM (MatMulInteger,
+        #: QLinearMatMul: exact products and sums, wrapping at 32 bits as the hardware's)
+        self.dtype = "i32" if root.type.dtype == "i32" else "f32"
         if root.kind == "matmul":
             self._matmul(dispatch)
         elif root.kind == "conv2d":
@@ -285,6 +288,12 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if BM % TM or BN % TN:
         return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
     group = (BM // TM) * (BN // TN)
+    if gemm.dtype == "i32":  # the integer GEMM keeps to the single-kernel FMA path
+        if mma != "fma":
+            return "mma=mfma: integer GEMMs use the i32 multiply-add path (no int8 MFMA yet)"
+        if s["swizzle"] != "none" or int(s.get("KW", 1)) != 1 or int(s.get("split_k", 1)) != 1:
+            return ("integer GEMMs stage only i32 operand tiles in LDS: swizzle=none, KW=1, "
+                    "split_k=1")
     if mma == "mfma":
         if not arch.mfma_passes:
             return f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
@@ -443,6 +452,7 @@ class _Builder:
         self.KW = int(s.get("KW", 1))
         self.group = (self.BM // self.TM) * (self.BN // self.TN)
         self.mma = s.get("mma", "fma")
+        self.dt = gemm.dtype  # register, LDS and accumulator dtype (f32 or i32)
         if self.mma == "mfma":  # one wave per TM x TN block, 64 lanes each
             self.shape = MFMA_FOR_BLOCK[self.TM]
             self.group *= program.MFMA_WAVE
@@ -452,6 +462,17 @@ class _Builder:
         self.regs = RegisterNamer()
         self.em = ValueEmitter(graph, list(dispatch.ops), list(dispatch.inputs), self.regs)
         self.body: list = []
+
+    def zero(self):
+        """0 in the accumulator's dtype."""
+        return program.f32(0.0) if self.dt == "f32" else program.i32(0)
+
+    def mac(self, a, b, acc):
+        """acc + a * b: one f32 FMA, or an i32 multiply and add (exact; the hardware's
+        v_mad_u32_u24 / v_dot4_i32_i8 are not modelled, see docs/dtypes.md)."""
+        if self.dt == "f32":
+            return program.fma(a, b, acc)
+        return acc + a * b
 
     def var(self, hint, dtype="i32"):
         return program.Var(self.regs.new(hint), dtype)
@@ -494,7 +515,7 @@ class _Builder:
                 valid = _and(valid, r < opnd.rows - (0 if inner_is_c else v - 1))
             if opnd.cols % C:
                 valid = _and(valid, c < opnd.cols - (v - 1 if inner_is_c else 0))
-            regs = tuple(self.var(f"st_{opnd.tensor}", "f32") for _ in range(v))
+            regs = tuple(self.var(f"st_{opnd.tensor}", self.dt) for _ in range(v))
             if opnd.via_emitter:
                 ix, _ = opnd.index_fn(b, r, c)
                 loads = []
@@ -508,7 +529,7 @@ class _Builder:
             if valid is None:
                 stmts += loads
             else:
-                stmts += [program.Assign(x, program.f32(0.0)) for x in regs]
+                stmts += [program.Assign(x, self.zero()) for x in regs]
                 stmts.append(program.If(valid, tuple(loads)))
             lstmts, stmts = stmts, []
             row, k = (ro, ci) if kdim == "c" else (ci, ro)
@@ -522,7 +543,7 @@ class _Builder:
                           for e in range(v)]
             if total % self.threads and step == total // self.threads:
                 # registers of a partial step: defined on every path for the validator
-                loads_out += [program.Assign(x, program.f32(0.0)) for x in regs]
+                loads_out += [program.Assign(x, self.zero()) for x in regs]
                 loads_out.append(program.If(q < total, tuple(lstmts)))
                 stores_out.append(program.If(q < total, tuple(stmts)))
             else:
@@ -549,7 +570,7 @@ class _Builder:
         tx = self.let("tx", imod(tig, tm_thr))
         ty = self.let("ty", idiv(tig, tm_thr))
         self.kg, self.tig, self.tx, self.ty = kg, tig, tx, ty
-        acc = [[self.let(f"acc{i}_{j}", program.f32(0.0)) for j in range(TN)] for i in range(TM)]
+        acc = [[self.let(f"acc{i}_{j}", self.zero()) for j in range(TN)] for i in range(TM)]
         a_base, b_base = 0, BM * self.row_len
 
         # per-thread LDS row addresses of its TM rows of A and TN rows (columns n) of B,
@@ -589,9 +610,9 @@ class _Builder:
             out, regs_of = [], {}
 
             def reads(kq):
-                a_regs = [tuple(self.var(f"a{i}_", "f32") for _ in range(rv))
+                a_regs = [tuple(self.var(f"a{i}_", self.dt) for _ in range(rv))
                           for i in range(TM)]
-                b_regs = [tuple(self.var(f"b{j}_", "f32") for _ in range(rv))
+                b_regs = [tuple(self.var(f"b{j}_", self.dt) for _ in range(rv))
                           for j in range(TN)]
                 regs_of[kq] = (a_regs, b_regs)
                 r = [program.LdsLoad(a_regs[i], "lds", read_addr(base, rmod, kq))
@@ -607,8 +628,8 @@ class _Builder:
                 for e in range(rv):
                     for i in range(TM):
                         for j in range(TN):
-                            out.append(program.Assign(acc[i][j], program.fma(a_regs[i][e], b_regs[j][e],
-                                                                 acc[i][j])))
+                            out.append(program.Assign(acc[i][j], self.mac(
+                                a_regs[i][e], b_regs[j][e], acc[i][j])))
             return out
 
         if self.phase == "reduce":
@@ -681,7 +702,7 @@ class _Builder:
         return program.Kernel(sanitize(f"{self.d.name}_gemm"), buffers(self.g, self.d),
                         grid=gm.batch * tiles_m * tiles_n, block=self.threads,
                         body=tuple(self.body),
-                        lds=(program.LdsArray("lds", "f32", (lds_size,)),), meta=meta)
+                        lds=(program.LdsArray("lds", self.dt, (lds_size,)),), meta=meta)
 
     def build_mfma(self) -> program.Kernel:
         """mma=mfma: wave w of K group kg owns the TM x TN block (w % (BM/TM), w // (BM/TM))

@@ -30,6 +30,9 @@ def direct_applies(graph, root) -> str:
     depthwise conv has), else why not."""
     if root.kind != "conv2d":
         return f"{root.name!r} is a {root.kind}, not a conv2d"
+    if root.type.dtype == "i32":
+        return ("an integer conv (ConvInteger, QLinearConv) accumulates in i32 on the "
+                "implicit GEMM; the direct lowering is f32 only")
     geo = conv_geometry(graph, root)
     taps = geo["cg"] * geo["kh"] * geo["kw"]
     if taps > DIRECT_MAX_TAPS:

@@ -215,7 +215,7 @@ def _access_kind(graph: Graph, tensor: str, path: tuple, width: int) -> str:
 UNARY_IR = ir_of("unary")
 BINARY_IR = ir_of("binary")
 #: register dtype of each tensor dtype (f16 is computed in f32; bool is i32 0/1)
-REG_DTYPE = {"f32": "f32", "f16": "f32", "i32": "i32", "bool": "i32"}
+REG_DTYPE = {"f32": "f32", "f16": "f32", "bf16": "f32", "i32": "i32", "bool": "i32"}
 
 
 def _const(value, dtype: str) -> program.Expr:
@@ -342,6 +342,13 @@ class ValueEmitter:
         if ck in self._cache:
             return self._cache[ck]
         out = self._compute(tensor, idxs, width)
+        op = self.graph.op(tensor)
+        if op.type.dtype == "bf16" and (tensor in self.bound or (
+                tensor in self.ops and tensor not in self.boundary and not op.is_view
+                and not op.is_injective and op.kind != "select")):
+            # a bf16 op's result is a bf16 value: rounded where it is computed, as the
+            # reference rounds it (registers are f32; memory rounds again, exactly)
+            out = [self.assign(program.UnOp("rbf16", x), "bf16", cse=True) for x in out]
         self._cache[ck] = out
         return out
 

@@ -38,6 +38,9 @@ SPREAD = 12
 RANDOM = 8
 SENTINEL_F32 = np.array([0x7FE5A5A5], np.uint32).view(np.float32)[0]  # a NaN payload
 SENTINEL_F16 = np.array([0x7E5A], np.uint16).view(np.float16)[0]      # a NaN payload
+#: bf16 memory is float32 holding bf16 values: a NaN whose low 16 bits are zero, so a
+#: bf16 buffer can hold it
+SENTINEL_BF16 = np.array([0x7FDA0000], np.uint32).view(np.float32)[0]
 SENTINEL_I32 = np.int32(-0x5A5A5A5B)
 WHOLE_FILL_BYTES = 16 << 20  # smaller outputs are filled whole (cheaper than the analysis)
 
@@ -58,11 +61,13 @@ def sample_workgroups(grid: int, seed: int = 0) -> list[int]:
 def sentinel_like(dtype: str, shape) -> np.ndarray:
     """The sentinel as a flat read-only view of one value (no memory per element; gpusim
     copies it into its buffer)."""
-    fill = {"f32": SENTINEL_F32, "f16": SENTINEL_F16, "i32": SENTINEL_I32}[dtype]
+    fill = {"f32": SENTINEL_F32, "f16": SENTINEL_F16, "bf16": SENTINEL_BF16,
+            "i32": SENTINEL_I32}[dtype]
     return np.broadcast_to(np.array(fill), (int(np.prod(shape)),))
 
 
 _BITS = {"f16": (np.float16, np.uint16, SENTINEL_F16), "i32": (np.int32, np.int32, SENTINEL_I32),
+         "bf16": (np.float32, np.uint32, SENTINEL_BF16),
          "f32": (np.float32, np.uint32, SENTINEL_F32)}
 
 

@@ -76,7 +76,7 @@ def compare(ours: np.ndarray, theirs: np.ndarray, dtype: str,
     last term the rounding both evaluations may carry (compiler.ir.errorbound; ``scale``
     None: none); NaN/inf must coincide."""
     tol = numerics.tolerance("plan", dtype)
-    extra = 0.0 if scale is None or dtype not in errorbound.UNIT_ROUNDOFF else \
+    extra = 0.0 if scale is None or dtype == "bool" else \
         errorbound.tolerance(theirs, scale, 0.0, np.size(theirs))
     ok, max_err = numerics.compare(ours, theirs, tol, extra)
     return ok, max_err, tol
