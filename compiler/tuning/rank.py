@@ -9,7 +9,8 @@ module reads the lowered kernel once, statically, and estimates
 - instructions per unit, per wave: VALU (transcendentals at the arch's rate divisor), VMEM,
   LDS, MFMA passes, barriers, every loop's body counted its trip count;
 - the lanes' addresses of wave 0 of workgroup 0 at every memory instruction, evaluated from
-  the index expressions (registers replaced by their last definition): cache lines a global
+  the index expressions (a register holds its definition's lanes from where the
+  walk meets it): cache lines a global
   access touches (coalescing) and the LDS bank conflict degree of an LDS access;
 - bytes per memory level: the buffers' footprint once through HBM (or the MALL when it
   fits), every wave's requested lines through L2;
@@ -23,8 +24,8 @@ Spearman correlation with the simulated time).
 
 Simplifications, written here: every wave runs workgroup 0's wave-0 addresses pattern; an
 ``If`` counts both arms (a guard is almost always taken); a loop whose bounds are not
-constants runs once; a register defined in more than one place takes its last definition
-in program order; a value loaded from memory used in an address is taken as zero; cache
+constants runs once; a register defined in more than one place holds the definition the walk
+met last (in program order, a loop body walked once); a value loaded from memory used in an address is taken as zero; cache
 reuse between workgroups beyond the footprint is not modelled (L2 carries every request).
 """
 from __future__ import annotations
@@ -91,51 +92,67 @@ _NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
 
 
 class _Lanes:
-    """Evaluates integer index expressions for the lanes of wave 0 of workgroup 0."""
+    """Evaluates integer index expressions for the lanes of wave 0 of workgroup 0.
+
+    A register's lanes are evaluated once, when the walk meets its definition (``bind``),
+    and a use reads the stored array: an address costs its own operators, not the whole
+    tree of definitions behind it again at every access."""
 
     def __init__(self, wave: int):
         self.lane = np.arange(wave, dtype=np.int64)
         self.wave = wave
+        self.zero = np.zeros_like(self.lane)
+        self.zero.setflags(write=False)
         self.defs: dict = {}
 
-    def value(self, e, depth: int = 0):
-        if depth > 40:
-            return np.zeros_like(self.lane)
+    def bind(self, name: str, e) -> None:
+        """``name`` now holds ``e`` (evaluated with the registers' current values)."""
+        self.defs[name] = self.value(e)
+
+    def forget(self, name: str) -> None:
+        """``name`` was loaded from memory: taken as zero (the module docstring)."""
+        self.defs.pop(name, None)
+
+    def value(self, e):
+        if isinstance(e, Var):
+            v = self.defs.get(e.name)
+            return self.zero if v is None else v
         if isinstance(e, Const):
-            return np.full_like(self.lane, int(e.value) if isinstance(e.value, (int, bool))
-                                else 0)
+            return (np.full_like(self.lane, int(e.value))
+                    if isinstance(e.value, (int, bool))
+                    else self.zero)
         if isinstance(e, Special):
             if e.name in ("thread_id", "lane"):
-                return self.lane.copy()
+                return self.lane
             if e.name == "wave_size":
                 return np.full_like(self.lane, self.wave)
-            return np.zeros_like(self.lane)  # block 0, wave 0
-        if isinstance(e, Var):
-            d = self.defs.get(e.name)
-            return np.zeros_like(self.lane) if d is None else self.value(d, depth + 1)
+            return self.zero  # block 0, wave 0
         if isinstance(e, BinOp) and e.dtype == "i32":
-            a, b = self.value(e.a, depth + 1), self.value(e.b, depth + 1)
+            a, b = self.value(e.a), self.value(e.b)
             with np.errstate(all="ignore"):
                 if e.op in _NP:
                     try:
                         return _NP[e.op](a, np.clip(b, 0, 62) if e.op in ("shl", "shr") else b)
                     except TypeError:
-                        return np.zeros_like(self.lane)
+                        return self.zero
                 if e.op in ("div", "floordiv"):
                     return np.where(b != 0, a // np.where(b == 0, 1, b), 0)
                 if e.op in ("mod", "rem"):
                     return np.where(b != 0, a % np.where(b == 0, 1, b), 0)
-                cmp = {"lt": np.less, "le": np.less_equal, "gt": np.greater,
-                       "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
-                if e.op in cmp:
-                    return cmp[e.op](a, b).astype(np.int64)
-            return np.zeros_like(self.lane)
+                cmp = _CMP.get(e.op)
+                if cmp is not None:
+                    return cmp(a, b).astype(np.int64)
+            return self.zero
         if isinstance(e, Select):
-            c = self.value(e.cond, depth + 1)
-            return np.where(c != 0, self.value(e.a, depth + 1), self.value(e.b, depth + 1))
+            c = self.value(e.cond)
+            return np.where(c != 0, self.value(e.a), self.value(e.b))
         if isinstance(e, Cast):
-            return self.value(e.a, depth + 1)
-        return np.zeros_like(self.lane)
+            return self.value(e.a)
+        return self.zero
+
+
+_CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+        "eq": np.equal, "ne": np.not_equal}
 
 
 def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
@@ -143,9 +160,9 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
     for s in body:
         if isinstance(s, Assign):
             c.valu += mult * max(1.0, _ops(s.value))
-            lanes.defs[s.dst.name] = s.value
+            lanes.bind(s.dst.name, s.value)
         elif isinstance(s, For):
-            lanes.defs[s.var.name] = s.start
+            lanes.bind(s.var.name, s.start)
             trips = steady.trips(s)
             c.valu += mult * 2  # loop control, once per entry (the per-trip part below)
             n = float(trips) if trips is not None else 1.0
@@ -172,7 +189,7 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
             if isinstance(s, Load):
                 loads_here = True
                 for d in s.dsts:
-                    lanes.defs.pop(d.name, None)
+                    lanes.forget(d.name)
         elif isinstance(s, (LdsLoad, LdsStore)):
             n = len(s.dsts) if isinstance(s, LdsLoad) else len(s.values)
             c.lds += mult
@@ -188,17 +205,17 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
             c.lds_cycles += mult * degree * max(1, n * 4 // arch.lds_bank_bytes // 1)
             if isinstance(s, LdsLoad):
                 for d in s.dsts:
-                    lanes.defs.pop(d.name, None)
+                    lanes.forget(d.name)
         elif isinstance(s, Mfma):
             c.mfma_cycles += mult * arch.mfma_cycles(s.shape)
         elif isinstance(s, Barrier):
             c.barriers += mult
         elif isinstance(s, Shuffle):
             c.valu += mult * (1.0 + _ops(s.value))
-            lanes.defs.pop(s.dst.name, None)
+            lanes.forget(s.dst.name)
         elif isinstance(s, WaveReduce):
             c.valu += mult * (math.log2(arch.wave_size) * 2 + _ops(s.value))
-            lanes.defs.pop(s.dst.name, None)
+            lanes.forget(s.dst.name)
     if loads_here:
         c.load_rounds += mult
 
