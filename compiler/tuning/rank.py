@@ -17,7 +17,8 @@ module reads the lowered kernel once, statically, and estimates
 - occupancy (``gpusim.occupancy``: VGPRs, LDS, wave slots), workgroups against CUs, and the
   memory latency the waves in flight hide;
 
-and combines them as max(issue time, memory time, exposed latency) per CU. The estimate is
+and combines them as max(issue time + memory time, exposed latency, wave launches) per
+CU. The estimate is
 for *ranking* the points of one dispatch, not a prediction: absolute numbers are off, the
 order is what the search uses (the benchmark ``compiler.tuning.bench_search`` prints its
 Spearman correlation with the simulated time).
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from gpusim import steady
+from gpusim.analysis import expr_vars
 from gpusim.compile import TRANSCENDENTAL
 from gpusim.errors import KernelError
 from gpusim.occupancy import occupancy
@@ -92,18 +94,42 @@ _NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
 
 
 class _Lanes:
-    """Evaluates integer index expressions for the lanes of wave 0 of workgroup 0.
+    """Evaluates integer index expressions for the threads of workgroup 0 (every wave of
+    it: a guard on the wave index, such as the K-split waves' combine, is taken by some
+    waves only).
 
     A register's lanes are evaluated once, when the walk meets its definition (``bind``),
     and a use reads the stored array: an address costs its own operators, not the whole
     tree of definitions behind it again at every access."""
 
-    def __init__(self, wave: int):
-        self.lane = np.arange(wave, dtype=np.int64)
+    def __init__(self, wave: int, block: int = 0):
+        self.tid = np.arange(max(wave, block), dtype=np.int64)
+        self.lane = self.tid % wave
         self.wave = wave
-        self.zero = np.zeros_like(self.lane)
+        self.waves = len(self.tid) // wave + (len(self.tid) % wave > 0)
+        self.zero = np.zeros_like(self.tid)
         self.zero.setflags(write=False)
         self.defs: dict = {}
+
+    def known(self, e) -> bool:
+        """Whether every register ``e`` reads holds lanes the walk evaluated (not a value
+        loaded from memory, not a float)."""
+        return all(n in self.defs for n in expr_vars(e))
+
+    def waves_active(self, mask) -> int:
+        """Waves of the workgroup with at least one thread in ``mask``."""
+        m = np.zeros(self.waves * self.wave, dtype=bool)
+        m[:len(mask)] = mask
+        return int(m.reshape(self.waves, self.wave).any(axis=1).sum())
+
+    def first_wave(self, mask) -> np.ndarray:
+        """The thread indices of the first wave with a thread in ``mask``, those threads
+        only (wave 0's every lane when none is)."""
+        hits = np.flatnonzero(mask)
+        w = int(hits[0]) // self.wave if len(hits) else 0
+        lanes = np.arange(w * self.wave, min((w + 1) * self.wave, len(self.tid)))
+        sel = lanes[mask[lanes]] if len(hits) else lanes
+        return sel
 
     def bind(self, name: str, e) -> None:
         """``name`` now holds ``e`` (evaluated with the registers' current values)."""
@@ -111,22 +137,24 @@ class _Lanes:
 
     def forget(self, name: str) -> None:
         """``name`` was loaded from memory: taken as zero (the module docstring)."""
-        self.defs.pop(name, None)
+        self.defs.pop(name, None)  # zero when used in an address; unknown to ``known``
 
     def value(self, e):
         if isinstance(e, Var):
             v = self.defs.get(e.name)
             return self.zero if v is None else v
         if isinstance(e, Const):
-            return (np.full_like(self.lane, int(e.value))
+            return (np.full_like(self.tid, int(e.value))
                     if isinstance(e.value, (int, bool))
                     else self.zero)
         if isinstance(e, Special):
-            if e.name in ("thread_id", "lane"):
+            if e.name == "thread_id":
+                return self.tid
+            if e.name == "lane":
                 return self.lane
             if e.name == "wave_size":
-                return np.full_like(self.lane, self.wave)
-            return self.zero  # block 0, wave 0
+                return np.full_like(self.tid, self.wave)
+            return self.zero  # block 0
         if isinstance(e, BinOp) and e.dtype == "i32":
             a, b = self.value(e.a), self.value(e.b)
             with np.errstate(all="ignore"):
@@ -155,12 +183,20 @@ _CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_e
         "eq": np.equal, "ne": np.not_equal}
 
 
-def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
+def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=None) -> None:
+    """Count ``body``'s instructions per wave (``mult``: trips of the enclosing loops times
+    the share of the workgroup's waves that run it) and analyse its accesses with the
+    threads in ``active`` (every thread of workgroup 0 when None)."""
+    if active is None:
+        active = np.ones(len(lanes.tid), dtype=bool)
     loads_here = False
     for s in body:
         if isinstance(s, Assign):
             c.valu += mult * max(1.0, _ops(s.value))
-            lanes.bind(s.dst.name, s.value)
+            if s.dst.dtype == "i32":
+                lanes.bind(s.dst.name, s.value)
+            else:
+                lanes.forget(s.dst.name)
         elif isinstance(s, For):
             lanes.bind(s.var.name, s.start)
             trips = steady.trips(s)
@@ -168,11 +204,20 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
             n = float(trips) if trips is not None else 1.0
             if not s.unroll:
                 c.valu += mult * n
-            _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel)
+            _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
         elif isinstance(s, If):
             c.valu += mult * (1.0 + _ops(s.cond))
-            _walk(s.then, mult, c, lanes, arch, kernel)
-            _walk(s.orelse, mult, c, lanes, arch, kernel)
+            if lanes.known(s.cond):
+                # a guard the walk can evaluate: each arm for the waves that take it
+                cond = lanes.value(s.cond) != 0
+                here = max(1, lanes.waves_active(active))
+                for arm, mask in ((s.then, active & cond), (s.orelse, active & ~cond)):
+                    share = lanes.waves_active(mask) / here
+                    if arm and share > 0:
+                        _walk(arm, mult * share, c, lanes, arch, kernel, mask)
+            else:  # on a loaded or float value: both arms (almost always taken)
+                _walk(s.then, mult, c, lanes, arch, kernel, active)
+                _walk(s.orelse, mult, c, lanes, arch, kernel, active)
         elif isinstance(s, (Load, Store)):
             n = len(s.dsts) if isinstance(s, Load) else len(s.values)
             c.vmem += mult
@@ -181,10 +226,9 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
                 nbytes = DTYPE_BYTES[kernel.buffer(s.buffer).dtype]
             except KeyError:
                 nbytes = 4
-            addr = lanes.value(s.index) * nbytes
+            addr = lanes.value(s.index)[lanes.first_wave(active)] * nbytes
             line = arch.l1_line_bytes
-            lines = len(set((addr // line).tolist()) | set(((addr + n * nbytes - 1) // line)
-                                                           .tolist()))
+            lines = len(np.union1d(addr // line, (addr + n * nbytes - 1) // line))
             c.l2_bytes += mult * lines * line
             if isinstance(s, Load):
                 loads_here = True
@@ -194,10 +238,11 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
             n = len(s.dsts) if isinstance(s, LdsLoad) else len(s.values)
             c.lds += mult
             c.valu += mult * _ops(s.index)
-            words = lanes.value(s.index)
+            sel = lanes.first_wave(active)
+            words = lanes.value(s.index)[sel]
             banks = arch.lds_banks
             # lanes of one phase (half a wave64 per 32 banks) that hit one bank: the degree
-            phase = lanes.lane // banks
+            phase = lanes.lane[sel] // banks
             degree = 1
             for p in np.unique(phase):
                 w = np.unique(words[phase == p])  # one word read by many lanes: broadcast
@@ -247,7 +292,7 @@ def _estimate_one(k, arch) -> Estimate:
     except KernelError as e:
         return Estimate(math.inf, {}, str(e))
     c = _Counts()
-    _walk(k.body, 1.0, c, _Lanes(arch.wave_size), arch, k)
+    _walk(k.body, 1.0, c, _Lanes(arch.wave_size, k.block), arch, k)
     clk = arch.clock_ghz * 1e3  # cycles per microsecond
     wpw = occ.waves_per_workgroup
     per_cu_wgs = max(1, occ.workgroups_per_cu)
@@ -277,7 +322,12 @@ def _estimate_one(k, arch) -> Estimate:
     issue_us = issue_cycles / clk
     latency_us = latency_cycles / clk
     launch_us = (wg_rounds * arch.wave_launch_cycles) / clk
-    us = max(issue_us, memory_us, latency_us) + launch_us
+    # issue and memory added, not overlapped: the memory a wave waits for and the
+    # instructions it issues (addresses, conversions, the stores' operands) share its
+    # time; with max() a memory-bound space's points tie on bytes and the order among them
+    # was decided by noise (the transposes' Spearman 0.3 -> 0.8 on every point). The
+    # launches are a floor, not a term: a wave launches while others run.
+    us = max(issue_us + memory_us, latency_us, launch_us)
     feats = {"valu": c.valu, "vmem": c.vmem, "lds": c.lds,
              "lds_conflict": c.lds_cycles / c.lds if c.lds else 1.0,
              "mfma_cycles": c.mfma_cycles, "barriers": c.barriers,
