@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +46,12 @@ def main(argv=None) -> int:
         print("rank_quality: search_best.json is from another model version; "
               "run bench_search --generate first", file=sys.stderr)
         return 2
-    old = before_rank(a.before)
+    try:
+        old = before_rank(a.before)
+    except subprocess.CalledProcessError as e:
+        print(f"rank_quality: cannot read revision {a.before!r}: {e.stderr.strip()}",
+              file=sys.stderr)
+        return 2
     print(f"| dispatch | points | Spearman before ({a.before}) | after |")
     print("|---|---|---|---|")
     for it in bench_search.items(arch, a.only):
