@@ -8,26 +8,29 @@ module reads the lowered kernel once, statically, and estimates
 
 - instructions per unit, per wave: VALU (transcendentals at the arch's rate divisor), VMEM,
   LDS, MFMA passes, barriers, every loop's body counted its trip count;
-- the lanes' addresses of wave 0 of workgroup 0 at every memory instruction, evaluated from
-  the index expressions (a register holds its definition's lanes from where the
-  walk meets it): cache lines a global
-  access touches (coalescing) and the LDS bank conflict degree of an LDS access;
+- the threads' addresses of workgroup 0 at every memory instruction, evaluated from the
+  index expressions (a register holds its definition's lanes from where the walk meets
+  it): the cache lines one wave's global access touches (coalescing) and the LDS bank
+  conflict degree of an LDS access;
 - bytes per memory level: the buffers' footprint once through HBM (or the MALL when it
   fits), every wave's requested lines through L2;
 - occupancy (``gpusim.occupancy``: VGPRs, LDS, wave slots), workgroups against CUs, and the
   memory latency the waves in flight hide;
 
 and combines them as max(issue time + memory time, exposed latency, wave launches) per
-CU. The estimate is
-for *ranking* the points of one dispatch, not a prediction: absolute numbers are off, the
-order is what the search uses (the benchmark ``compiler.tuning.bench_search`` prints its
-Spearman correlation with the simulated time).
+CU. The estimate is for *ranking* the points of one dispatch, not a prediction: absolute
+numbers are off, the order is what the search uses (the benchmark
+``compiler.tuning.bench_search`` prints its Spearman correlation with the simulated time).
 
-Simplifications, written here: every wave runs workgroup 0's wave-0 addresses pattern; an
-``If`` counts both arms (a guard is almost always taken); a loop whose bounds are not
-constants runs once; a register defined in more than one place holds the definition the walk
-met last (in program order, a loop body walked once); a value loaded from memory used in an address is taken as zero; cache
-reuse between workgroups beyond the footprint is not modelled (L2 carries every request).
+Simplifications, written here: every workgroup runs workgroup 0's address pattern, and an
+access is analysed on the first wave that runs it; an ``If`` whose condition reads only
+registers the walk evaluated weighs each arm by the share of waves taking it, one on a
+loaded or float value counts both arms (a guard is almost always taken); a loop whose
+bounds are not constants runs once, and a loop variable holds its start; a register
+defined in more than one place holds the definition the walk met last (in program order,
+a loop body walked once); a value loaded from memory used in an address is taken as zero;
+cache reuse between workgroups beyond the footprint is not modelled (L2 carries every
+request).
 """
 from __future__ import annotations
 
