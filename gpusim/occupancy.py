@@ -276,11 +276,18 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
         name = name.split("#", 1)[0]
         return name in uni.per_lane or dtypes.get(name) == "f32"
 
-    best = 0
+    # registers live at each point: a sweep over the ranges' ends (a difference array),
+    # linear in points + ranges rather than their product
+    n = len(lin.points)
+    delta = [0] * (n + 1)
+    for name, (lo, hi) in ranges.items():
+        lo, hi = max(lo, 0), min(hi, n - 1)
+        if lo <= hi and (is_vgpr(name) or name in licm_regs) and name not in in_agprs:
+            delta[lo] += 1
+            delta[hi + 1] -= 1
+    best, live = 0, 0
     for i, (_, _, temps) in enumerate(lin.points):
-        live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi
-                   and (is_vgpr(name) or name in licm_regs)
-                   and name not in in_agprs)
+        live += delta[i]
         best = max(best, live + temps)
     has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
     vgprs = best + 1 + (1 if has_global else 0)
@@ -368,19 +375,29 @@ def _live_ranges(points, loops) -> dict:
         lo = first_def.get(name, first_use.get(name, 0))
         hi = max(last_use.get(name, lo), lo)
         ranges[name] = [lo, hi]
+    # per loop, the registers read in it: name -> (first read, first definition or None)
+    # inside its span (the points never change below, only the ranges)
+    inside = []
+    for (a, b) in loops:
+        first_read, first_write = {}, {}
+        for i in range(a, b + 1):
+            reads, defs, _ = points[i]
+            for r in reads:
+                first_read.setdefault(r, i)
+            for d in defs:
+                first_write.setdefault(d, i)
+        inside.append((a, b, [(name, first_read[name], first_write.get(name))
+                              for name in first_read if name in ranges]))
     changed = True
     while changed:  # extend ranges across loops until nothing moves
         changed = False
-        for (a, b) in loops:
-            for name, r in ranges.items():
-                reads_in = [i for i in range(a, b + 1) if name in points[i][0]]
-                if not reads_in:
-                    continue
-                defs_in = [i for i in range(a, b + 1) if name in points[i][1]]
+        for a, b, read_here in inside:
+            for name, read0, def0 in read_here:
+                r = ranges[name]
                 lo, hi = r
                 if lo < a:                      # defined before, read inside: live through loop
                     hi = max(hi, b)
-                if defs_in and reads_in[0] <= defs_in[0]:  # loop-carried
+                if def0 is not None and read0 <= def0:  # loop-carried
                     lo, hi = min(lo, a), max(hi, b)
                 if [lo, hi] != r:
                     r[0], r[1] = lo, hi

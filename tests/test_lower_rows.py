@@ -293,6 +293,25 @@ def test_a_pool_over_the_last_two_axes_is_a_contiguous_row():
         run_dispatch(g, d, knobs)
 
 
+@pytest.mark.parametrize("graph", ["layernorm", "strided"])
+def test_row_lanes_is_offered_by_mapping_columns_only(graph):
+    """``row_lanes`` changes nothing under mapping=wave/workgroup, so only the columns
+    points carry it: no two legal points of a rows space lower to the same kernel for
+    want of it, and refinement has no knob to step over that does nothing."""
+    g = (load_model("layernorm:rows=64,cols=256") if graph == "layernorm"
+         else _strided_graph("layernorm", (1, 96, 10, 10), (1,)))
+    d = fuse(g).dispatches[0]
+    legal = [c for c in schedule_space(g, d, GFX942) if c.legal and not c.fallback]
+    assert legal
+    for c in legal:
+        assert ("row_lanes" in c.knobs) == (c.knobs["mapping"] == "columns"), c.knobs
+    kernels = {}
+    for c in legal:
+        k = lower(g, d, c.knobs, GFX942)
+        kernels.setdefault((repr(k.body), k.grid, k.block), []).append(c.knobs)
+    assert all(len(v) == 1 for v in kernels.values()), [v for v in kernels.values() if len(v) > 1]
+
+
 @pytest.mark.hip
 @pytest.mark.skipif(__import__("shutil").which("hipcc") is None,
                     reason="hipcc not installed (Debian package 'hipcc')")

@@ -32,7 +32,8 @@ class Knobs:
                                 f"the row in registers (at most {REGISTER_CACHE_ELEMS} per "
                                 "thread)")
     reduce: str = knob(ROW_DEFAULTS["reduce"], "wave | shuffle | lds_tree: how lanes combine partials")
-    row_lanes: int = knob(ROW_DEFAULTS["row_lanes"], "mapping=columns: lanes of a wave on consecutive "
+    row_lanes: int = knob(ROW_DEFAULTS["row_lanes"], "mapping=columns only (the other mappings' "
+                                  "points do not carry it): lanes of a wave on consecutive "
                                   "rows (16, 32, 64); the other lanes and waves split the "
                                   "reduced axis")
     passes: str = knob(ROW_DEFAULTS["passes"], "multi: a pass per dependency level; single: Welford / "
@@ -79,10 +80,12 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
                 for cache in ("reread", "registers"):
                     for reduce in ("wave", "shuffle", "lds_tree"):
                         for passes in (("multi", "single") if has_pair else ("multi",)):
+                            # no row_lanes: only mapping=columns offers it (under
+                            # wave/workgroup it changes nothing, so it would only
+                            # duplicate points and add a knob refinement steps over)
                             knobs = {"mapping": mapping, "workgroup": wg, "vector": vec,
-                                     "cache": cache, "reduce": reduce, "passes": passes,
-                                     "row_lanes": ROW_DEFAULTS["row_lanes"]}
-                            reason = (check_schedule(rows, knobs, arch)
+                                     "cache": cache, "reduce": reduce, "passes": passes}
+                            reason = (check_schedule(rows, {**ROW_DEFAULTS, **knobs}, arch)
                                       or _left_out(knobs, ws, rows.C))
                             out.append(Candidate(knobs, not reason, reason))
     if not rows.trailing:  # strided rows: lanes across rows, the reduced axis over waves

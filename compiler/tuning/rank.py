@@ -8,24 +8,29 @@ module reads the lowered kernel once, statically, and estimates
 
 - instructions per unit, per wave: VALU (transcendentals at the arch's rate divisor), VMEM,
   LDS, MFMA passes, barriers, every loop's body counted its trip count;
-- the lanes' addresses of wave 0 of workgroup 0 at every memory instruction, evaluated from
-  the index expressions (registers replaced by their last definition): cache lines a global
-  access touches (coalescing) and the LDS bank conflict degree of an LDS access;
+- the threads' addresses of workgroup 0 at every memory instruction, evaluated from the
+  index expressions (a register holds its definition's lanes from where the walk meets
+  it): the cache lines one wave's global access touches (coalescing) and the LDS bank
+  conflict degree of an LDS access;
 - bytes per memory level: the buffers' footprint once through HBM (or the MALL when it
   fits), every wave's requested lines through L2;
 - occupancy (``gpusim.occupancy``: VGPRs, LDS, wave slots), workgroups against CUs, and the
   memory latency the waves in flight hide;
 
-and combines them as max(issue time, memory time, exposed latency) per CU. The estimate is
-for *ranking* the points of one dispatch, not a prediction: absolute numbers are off, the
-order is what the search uses (the benchmark ``compiler.tuning.bench_search`` prints its
-Spearman correlation with the simulated time).
+and combines them as max(issue time + memory time, exposed latency, wave launches) per
+CU. The estimate is for *ranking* the points of one dispatch, not a prediction: absolute
+numbers are off, the order is what the search uses (the benchmark
+``compiler.tuning.bench_search`` prints its Spearman correlation with the simulated time).
 
-Simplifications, written here: every wave runs workgroup 0's wave-0 addresses pattern; an
-``If`` counts both arms (a guard is almost always taken); a loop whose bounds are not
-constants runs once; a register defined in more than one place takes its last definition
-in program order; a value loaded from memory used in an address is taken as zero; cache
-reuse between workgroups beyond the footprint is not modelled (L2 carries every request).
+Simplifications, written here: every workgroup runs workgroup 0's address pattern, and an
+access is analysed on the first wave that runs it; an ``If`` whose condition reads only
+registers the walk evaluated weighs each arm by the share of waves taking it, one on a
+loaded or float value counts both arms (a guard is almost always taken); a loop whose
+bounds are not constants runs once, and a loop variable holds its start; a register
+defined in more than one place holds the definition the walk met last (in program order,
+a loop body walked once); a value loaded from memory used in an address is taken as zero;
+cache reuse between workgroups beyond the footprint is not modelled (L2 carries every
+request).
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from gpusim import steady
+from gpusim.analysis import expr_vars
 from gpusim.compile import TRANSCENDENTAL
 from gpusim.errors import KernelError
 from gpusim.occupancy import occupancy
@@ -91,71 +97,130 @@ _NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
 
 
 class _Lanes:
-    """Evaluates integer index expressions for the lanes of wave 0 of workgroup 0."""
+    """Evaluates integer index expressions for the threads of workgroup 0 (every wave of
+    it: a guard on the wave index, such as the K-split waves' combine, is taken by some
+    waves only).
 
-    def __init__(self, wave: int):
-        self.lane = np.arange(wave, dtype=np.int64)
+    A register's lanes are evaluated once, when the walk meets its definition (``bind``),
+    and a use reads the stored array: an address costs its own operators, not the whole
+    tree of definitions behind it again at every access."""
+
+    def __init__(self, wave: int, block: int = 0):
+        self.tid = np.arange(max(wave, block), dtype=np.int64)
+        self.lane = self.tid % wave
         self.wave = wave
+        self.waves = len(self.tid) // wave + (len(self.tid) % wave > 0)
+        self.zero = np.zeros_like(self.tid)
+        self.zero.setflags(write=False)
         self.defs: dict = {}
 
-    def value(self, e, depth: int = 0):
-        if depth > 40:
-            return np.zeros_like(self.lane)
-        if isinstance(e, Const):
-            return np.full_like(self.lane, int(e.value) if isinstance(e.value, (int, bool))
-                                else 0)
-        if isinstance(e, Special):
-            if e.name in ("thread_id", "lane"):
-                return self.lane.copy()
-            if e.name == "wave_size":
-                return np.full_like(self.lane, self.wave)
-            return np.zeros_like(self.lane)  # block 0, wave 0
+    def known(self, e) -> bool:
+        """Whether every register ``e`` reads holds lanes the walk evaluated (not a value
+        loaded from memory, not a float)."""
+        return all(n in self.defs for n in expr_vars(e))
+
+    def waves_active(self, mask) -> int:
+        """Waves of the workgroup with at least one thread in ``mask``."""
+        m = np.zeros(self.waves * self.wave, dtype=bool)
+        m[:len(mask)] = mask
+        return int(m.reshape(self.waves, self.wave).any(axis=1).sum())
+
+    def first_wave(self, mask) -> np.ndarray:
+        """The thread indices of the first wave with a thread in ``mask``, those threads
+        only (wave 0's every lane when none is)."""
+        hits = np.flatnonzero(mask)
+        w = int(hits[0]) // self.wave if len(hits) else 0
+        lanes = np.arange(w * self.wave, min((w + 1) * self.wave, len(self.tid)))
+        sel = lanes[mask[lanes]] if len(hits) else lanes
+        return sel
+
+    def bind(self, name: str, e) -> None:
+        """``name`` now holds ``e`` (evaluated with the registers' current values)."""
+        self.defs[name] = self.value(e)
+
+    def forget(self, name: str) -> None:
+        """``name`` was loaded from memory: taken as zero (the module docstring)."""
+        self.defs.pop(name, None)  # zero when used in an address; unknown to ``known``
+
+    def value(self, e):
         if isinstance(e, Var):
-            d = self.defs.get(e.name)
-            return np.zeros_like(self.lane) if d is None else self.value(d, depth + 1)
+            v = self.defs.get(e.name)
+            return self.zero if v is None else v
+        if isinstance(e, Const):
+            return (np.full_like(self.tid, int(e.value))
+                    if isinstance(e.value, (int, bool))
+                    else self.zero)
+        if isinstance(e, Special):
+            if e.name == "thread_id":
+                return self.tid
+            if e.name == "lane":
+                return self.lane
+            if e.name == "wave_size":
+                return np.full_like(self.tid, self.wave)
+            return self.zero  # block 0
         if isinstance(e, BinOp) and e.dtype == "i32":
-            a, b = self.value(e.a, depth + 1), self.value(e.b, depth + 1)
+            a, b = self.value(e.a), self.value(e.b)
             with np.errstate(all="ignore"):
                 if e.op in _NP:
                     try:
                         return _NP[e.op](a, np.clip(b, 0, 62) if e.op in ("shl", "shr") else b)
                     except TypeError:
-                        return np.zeros_like(self.lane)
+                        return self.zero
                 if e.op in ("div", "floordiv"):
                     return np.where(b != 0, a // np.where(b == 0, 1, b), 0)
                 if e.op in ("mod", "rem"):
                     return np.where(b != 0, a % np.where(b == 0, 1, b), 0)
-                cmp = {"lt": np.less, "le": np.less_equal, "gt": np.greater,
-                       "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
-                if e.op in cmp:
-                    return cmp[e.op](a, b).astype(np.int64)
-            return np.zeros_like(self.lane)
+                cmp = _CMP.get(e.op)
+                if cmp is not None:
+                    return cmp(a, b).astype(np.int64)
+            return self.zero
         if isinstance(e, Select):
-            c = self.value(e.cond, depth + 1)
-            return np.where(c != 0, self.value(e.a, depth + 1), self.value(e.b, depth + 1))
+            c = self.value(e.cond)
+            return np.where(c != 0, self.value(e.a), self.value(e.b))
         if isinstance(e, Cast):
-            return self.value(e.a, depth + 1)
-        return np.zeros_like(self.lane)
+            return self.value(e.a)
+        return self.zero
 
 
-def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
+_CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+        "eq": np.equal, "ne": np.not_equal}
+
+
+def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=None) -> None:
+    """Count ``body``'s instructions per wave (``mult``: trips of the enclosing loops times
+    the share of the workgroup's waves that run it) and analyse its accesses with the
+    threads in ``active`` (every thread of workgroup 0 when None)."""
+    if active is None:
+        active = np.ones(len(lanes.tid), dtype=bool)
     loads_here = False
     for s in body:
         if isinstance(s, Assign):
             c.valu += mult * max(1.0, _ops(s.value))
-            lanes.defs[s.dst.name] = s.value
+            if s.dst.dtype == "i32":
+                lanes.bind(s.dst.name, s.value)
+            else:
+                lanes.forget(s.dst.name)
         elif isinstance(s, For):
-            lanes.defs[s.var.name] = s.start
+            lanes.bind(s.var.name, s.start)
             trips = steady.trips(s)
             c.valu += mult * 2  # loop control, once per entry (the per-trip part below)
             n = float(trips) if trips is not None else 1.0
             if not s.unroll:
                 c.valu += mult * n
-            _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel)
+            _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
         elif isinstance(s, If):
             c.valu += mult * (1.0 + _ops(s.cond))
-            _walk(s.then, mult, c, lanes, arch, kernel)
-            _walk(s.orelse, mult, c, lanes, arch, kernel)
+            if lanes.known(s.cond):
+                # a guard the walk can evaluate: each arm for the waves that take it
+                cond = lanes.value(s.cond) != 0
+                here = max(1, lanes.waves_active(active))
+                for arm, mask in ((s.then, active & cond), (s.orelse, active & ~cond)):
+                    share = lanes.waves_active(mask) / here
+                    if arm and share > 0:
+                        _walk(arm, mult * share, c, lanes, arch, kernel, mask)
+            else:  # on a loaded or float value: both arms (almost always taken)
+                _walk(s.then, mult, c, lanes, arch, kernel, active)
+                _walk(s.orelse, mult, c, lanes, arch, kernel, active)
         elif isinstance(s, (Load, Store)):
             n = len(s.dsts) if isinstance(s, Load) else len(s.values)
             c.vmem += mult
@@ -164,23 +229,23 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
                 nbytes = DTYPE_BYTES[kernel.buffer(s.buffer).dtype]
             except KeyError:
                 nbytes = 4
-            addr = lanes.value(s.index) * nbytes
+            addr = lanes.value(s.index)[lanes.first_wave(active)] * nbytes
             line = arch.l1_line_bytes
-            lines = len(set((addr // line).tolist()) | set(((addr + n * nbytes - 1) // line)
-                                                           .tolist()))
+            lines = len(np.union1d(addr // line, (addr + n * nbytes - 1) // line))
             c.l2_bytes += mult * lines * line
             if isinstance(s, Load):
                 loads_here = True
                 for d in s.dsts:
-                    lanes.defs.pop(d.name, None)
+                    lanes.forget(d.name)
         elif isinstance(s, (LdsLoad, LdsStore)):
             n = len(s.dsts) if isinstance(s, LdsLoad) else len(s.values)
             c.lds += mult
             c.valu += mult * _ops(s.index)
-            words = lanes.value(s.index)
+            sel = lanes.first_wave(active)
+            words = lanes.value(s.index)[sel]
             banks = arch.lds_banks
             # lanes of one phase (half a wave64 per 32 banks) that hit one bank: the degree
-            phase = lanes.lane // banks
+            phase = lanes.lane[sel] // banks
             degree = 1
             for p in np.unique(phase):
                 w = np.unique(words[phase == p])  # one word read by many lanes: broadcast
@@ -188,17 +253,17 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel) -> None:
             c.lds_cycles += mult * degree * max(1, n * 4 // arch.lds_bank_bytes // 1)
             if isinstance(s, LdsLoad):
                 for d in s.dsts:
-                    lanes.defs.pop(d.name, None)
+                    lanes.forget(d.name)
         elif isinstance(s, Mfma):
             c.mfma_cycles += mult * arch.mfma_cycles(s.shape)
         elif isinstance(s, Barrier):
             c.barriers += mult
         elif isinstance(s, Shuffle):
             c.valu += mult * (1.0 + _ops(s.value))
-            lanes.defs.pop(s.dst.name, None)
+            lanes.forget(s.dst.name)
         elif isinstance(s, WaveReduce):
             c.valu += mult * (math.log2(arch.wave_size) * 2 + _ops(s.value))
-            lanes.defs.pop(s.dst.name, None)
+            lanes.forget(s.dst.name)
     if loads_here:
         c.load_rounds += mult
 
@@ -214,8 +279,8 @@ def estimate(kernel, arch) -> Estimate:
     kernel after the first paying its own launch, as the simulator charges it)."""
     kernels = _kernels(kernel)
     total, feats = (len(kernels) - 1) * arch.launch_overhead_us, {}
-    for k in kernels:
-        e = _estimate_one(k, arch)
+    for i, k in enumerate(kernels):
+        e = _later_kernel(k, arch) if i else _estimate_one(k, arch)
         if not e.ok:
             return e
         total += e.us
@@ -224,13 +289,29 @@ def estimate(kernel, arch) -> Estimate:
     return Estimate(total, feats)
 
 
+#: estimates of the later kernels of sequences, by their text: split-K's sum of partials
+#: and flash-decoding's combine depend on the output and the split count only, so the
+#: points of one space repeat them (bounded: cleared when full)
+_LATER: dict = {}
+
+
+def _later_kernel(k, arch) -> Estimate:
+    key = (arch.name, repr(k))
+    e = _LATER.get(key)
+    if e is None:
+        if len(_LATER) > 256:
+            _LATER.clear()
+        e = _LATER[key] = _estimate_one(k, arch)
+    return Estimate(e.us, dict(e.features), e.error)
+
+
 def _estimate_one(k, arch) -> Estimate:
     try:
         occ = occupancy(k, arch)
     except KernelError as e:
         return Estimate(math.inf, {}, str(e))
     c = _Counts()
-    _walk(k.body, 1.0, c, _Lanes(arch.wave_size), arch, k)
+    _walk(k.body, 1.0, c, _Lanes(arch.wave_size, k.block), arch, k)
     clk = arch.clock_ghz * 1e3  # cycles per microsecond
     wpw = occ.waves_per_workgroup
     per_cu_wgs = max(1, occ.workgroups_per_cu)
@@ -260,7 +341,12 @@ def _estimate_one(k, arch) -> Estimate:
     issue_us = issue_cycles / clk
     latency_us = latency_cycles / clk
     launch_us = (wg_rounds * arch.wave_launch_cycles) / clk
-    us = max(issue_us, memory_us, latency_us) + launch_us
+    # issue and memory added, not overlapped: the memory a wave waits for and the
+    # instructions it issues (addresses, conversions, the stores' operands) share its
+    # time; with max() a memory-bound space's points tie on bytes and the order among them
+    # was decided by noise (the transposes' Spearman 0.3 -> 0.8 on every point). The
+    # launches are a floor, not a term: a wave launches while others run.
+    us = max(issue_us + memory_us, latency_us, launch_us)
     feats = {"valu": c.valu, "vmem": c.vmem, "lds": c.lds,
              "lds_conflict": c.lds_cycles / c.lds if c.lds else 1.0,
              "mfma_cycles": c.mfma_cycles, "barriers": c.barriers,
