@@ -10,9 +10,14 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   registers (loop counters with uniform bounds, values computed from block_id and scalar
   parameters) live in SGPRs and cost no VGPR; uniform f32 values still take a VGPR
   (CDNA has no scalar float ALU);
-- at each point we add the temporaries of the statement's own expressions: one VGPR per
-  per-lane operator node that is not the final result (a simple upper bound; the real
-  compiler reuses some);
+- at each point we add the temporaries of the statement's own expressions (``_temps``):
+  one VGPR per value (f32) operator node that is not the final result (a simple upper
+  bound; the real compiler reuses some), and for a per-lane integer (index) subtree its
+  Sethi-Ullman number, the fewest registers that evaluate the tree. Counting every index
+  node as well (the rule before issue 28) gave 142 VGPRs where hipcc takes 11 for the
+  long view-index chains of a gathered Swin window, and 22 for an elementwise kernel
+  hipcc compiles to 10; figures below measured before that change say so where it moved
+  them;
 - MFMA accumulators: on gfx90a-class targets AGPRs and VGPRs form one unified
   512-entry file per lane; for workgroups of at most 256 threads LLVM puts the
   accumulators of MFMAs in AGPRs (``_agpr_accumulators``): they cost one AGPR each and
@@ -112,8 +117,8 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   without spilling, 68 / 70 for ResNet-50's 16x32x32 KW 4 tiles of K = 576 at W = 7
   (82 unpinned on gfx940). The pin is only as good as the estimate is achievable: the
   same tile with K = 64 or 128 (straight-line K) is estimated at 72 (W = 7) where hipcc
-  takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6) spills
-  one, so the exporter keeps a pin only where hipcc, when installed, compiles it without
+  takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6, before the
+  index-tree rule; 70, W = 7, with it) spills, so the exporter keeps a pin only where hipcc, when installed, compiles it without
   spilling (``codegen_hip.pins``), and the pin is opt-in because an export would
   otherwise depend on whether hipcc is installed (docs/models.md, note f of "Whole models at
   full size"). hipcc's
@@ -160,7 +165,9 @@ over-count of that tile's kept loops (also 108 vs 88 at 24 trips), so it is not 
 The next tile's loads and the addresses held across the first tile's compute also
 undercount ResNet-50's 7x7 stem conv (16x32x32 KW 4, FMA, K = 147: a 4-trip K loop hipcc
 unrolls, guarded scalar loads): 76 vs hipcc's 85 (5
-waves vs 6); computing the loop invariants once for the unrolled copies (LICM's rule
+waves vs 6), 70 (7 waves) since the index-tree temporaries rule: its im2col index
+expressions share subexpressions across statements, which LLVM's CSE keeps in registers
+and neither rule sees; computing the loop invariants once for the unrolled copies (LICM's rule
 applied to unrolled loops) gives 86 there and 81 of 90 MFMA points, but 66 of 90 FMA
 points, so it is not applied; fused attention schedules with Q in LDS over several key blocks
 come out one wave or more pessimistic (130 vs 86). tests/test_contraction_vgprs.py and
@@ -190,17 +197,48 @@ from gpusim.program import (
 
 
 def _temps(e, uni: Uniformity, hoisted=frozenset()) -> int:
-    """Per-lane operator nodes below the root (each needs a temporary VGPR); subtrees
-    LICM computes before the loop (``hoisted``, by ``expr_key``) cost nothing here."""
+    """Temporary VGPRs to evaluate ``e`` below its root. A value (f32) operator node takes
+    one each (a simple upper bound; the real compiler reuses some). A per-lane integer
+    (index) subtree takes its Sethi-Ullman (Ershov) number (Sethi & Ullman, "The
+    Generation of Optimal Code for Arithmetic Expressions", JACM 17(4), 1970: the fewest
+    registers that evaluate a tree without spilling, the child with the larger need
+    first): counting each of its nodes gave 142 where hipcc takes 11 for the long
+    view-index chains of a Swin window gather (``((x / 32 / 8) % 8 ...) * 8 + ...``,
+    each level one operator over one subtree and a constant), while the tiles' index
+    expressions are small enough that both rules agree. Leaves (registers, constants,
+    hardware ids, scalar parameters), uniform i32 nodes (SGPRs) and subtrees LICM
+    computes before the loop (``hoisted``, by ``expr_key``) hold no VGPR."""
+    def free(x) -> bool:
+        return isinstance(x, (Const, Var, Special, ScalarRef)) or bool(
+            hoisted and expr_key(x) in hoisted)
+
+    def own(x) -> int:
+        return 0 if free(x) else int(not uni.is_uniform(x) or x.dtype == "f32")
+
+    def need(x) -> int:
+        """Registers while computing the index subtree ``x``, its result included."""
+        return 0 if free(x) else max(own(x), peak(x))
+
+    def peak(x) -> int:
+        kids = sorted((need(c) for c in expr_children(x)), reverse=True)
+        top = held = 0
+        for n in kids:
+            top = max(top, held + n)
+            held += 1 if n else 0
+        return top
+
+    if e.dtype == "i32" and not free(e):
+        return peak(e)
     n = 0
     stack = list(expr_children(e))
     while stack:
         x = stack.pop()
-        if isinstance(x, (Const, Var, Special, ScalarRef)) or (hoisted and
-                                                              expr_key(x) in hoisted):
+        if free(x):
             continue
-        if not uni.is_uniform(x) or x.dtype == "f32":
-            n += 1
+        if x.dtype == "i32":
+            n += need(x)
+            continue
+        n += own(x)
         stack.extend(expr_children(x))
     return n
 
@@ -569,8 +607,14 @@ def _interval(e, env, kernel):
     if isinstance(e, Var):
         return env.get(e.name)
     if isinstance(e, Special):
+        # what LLVM knows: the work-item id's range from the workgroup size
+        # (``__launch_bounds__`` -> amdgpu-flat-work-group-size -> range metadata on
+        # workitem.id, AMDGPUSubtarget::makeLIDRangeMetadata), never the grid: a
+        # workgroup id carries no range, so a guard on it is not decided (a split-K
+        # reduce kernel's column guards ``block_id * 64 + ty + 32 < 32`` over a grid
+        # of one: hipcc keeps every partial, 89-195 VGPRs where pruning gave 21-75)
         waves = -(-kernel.block // 32)
-        return {"thread_id": (0, kernel.block - 1), "block_id": (0, kernel.grid - 1),
+        return {"thread_id": (0, kernel.block - 1), "block_id": None,
                 "lane": (0, 63), "wave_id": (0, waves - 1), "wave_size": (32, 64)}[e.name]
     if not isinstance(e, BinOp):
         return None

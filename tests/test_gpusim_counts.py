@@ -9,7 +9,7 @@ from gpusim import engine
 from gpusim.hw import get_arch
 from gpusim.sim import _group_tables
 from gpusim import microbench as mb
-from gpusim.program import Buffer, Kernel, LdsArray, Store, f32, thread_id
+from gpusim.program import Buffer, Kernel, LdsArray, Store, block_id, f32, thread_id
 
 
 def load_record(res, kind="global_load"):
@@ -203,6 +203,40 @@ def test_vgpr_estimate_live_ranges():
                       grid=1, block=64, body=body)
     est = [estimate_vgprs(accs(n), "gfx942") for n in (4, 5, 6, 32)]
     assert est[1] - est[0] == 1 and est[2] - est[1] == 1 and est[3] - est[0] == 28
+
+
+def test_vgpr_estimate_index_tree_needs_its_sethi_ullman_number():
+    # a gather through a chain of views: ((((g / 32) % 8) * 8 + (g / 32) / 8) * 32 + ...
+    # 24 levels, each one operator over the chain and a constant, except every third
+    # level adds a second subtree of its own (two registers while it is computed). The
+    # tree needs 2 registers (Sethi & Ullman 1970), not one per node: loaded value + g +
+    # 2 = 4 live, + v0 + the address VGPR = 6; counting nodes gave 68
+    from gpusim.program import Assign, Load, Var
+    g, x = Var("g", "i32"), Var("x")
+    idx = g
+    for level in range(24):
+        idx = (idx // 2 + (g % 8) * 4) if level % 3 == 0 else (idx * 3 + 1)
+    body = (Assign(g, block_id() * 64 + thread_id()), Load((x,), "i", idx % 4096),
+            Store("o", g, (x,)))
+    k = Kernel("gather", (Buffer("i", "f32", (4096,)), Buffer("o", "f32", (64,), "out")),
+               grid=1, block=64, body=body)
+    assert estimate_vgprs(k, "gfx942") == 6
+
+
+def test_vgpr_estimate_keeps_guards_on_the_workgroup_id():
+    # LLVM knows the work-item id's range from the workgroup size (launch bounds), never
+    # the grid's: a guard on block_id stays, with the registers it guards, although the
+    # grid of one workgroup makes it always false (a split-K reduce's column guards)
+    from gpusim.program import Assign, If, Load, Var
+    xs = [Var(f"x{i}") for i in range(16)]
+    col = block_id() * 64 + thread_id() + 64
+    body = tuple(Load((x,), "i", thread_id() + 64 * i) for i, x in enumerate(xs)) + (
+        If(col < 64, tuple(Store("o", thread_id() + 64 * i, (x,)) for i, x in enumerate(xs))),)
+    k = Kernel("guarded", (Buffer("i", "f32", (1024,)), Buffer("o", "f32", (1024,), "out")),
+               grid=1, block=64, body=body)
+    # at the guard: 16 loaded values + 1 for the per-lane column it compares + v0 + the
+    # address VGPR (deciding the guard on the grid made the loads dead: 2)
+    assert estimate_vgprs(k, "gfx942") == 19
 
 
 @pytest.mark.parametrize("arch,valu", [("gfx942", 4), ("gfx1100", 1)])
