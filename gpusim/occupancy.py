@@ -131,6 +131,10 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   not adopted.
   A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
+- a straight-line f32 value read only inside one later ``If`` is computed there: LLVM
+  sinks it into the block of its uses (``_sunk_values``), so its operands stay live to
+  the guard (a split-K reduce kernel's partial sums: all partials live across the
+  epilogue's guarded bias loads, as hipcc's ISA shows);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
@@ -477,6 +481,15 @@ def _hipcc_ranges(body, lin: _Linearisation, ranges: dict, alias, licm, mfma_loo
                 r = ranges.get(alias.get(v.name, v.name))
                 if r is not None:
                     r[1] = max(r[1], at)
+    for s, at in _sunk_values(lin.top):  # a value computed only for one guarded block
+        r = ranges.get(alias.get(s.dst.name, s.dst.name))
+        if r is not None:
+            r[0] = max(r[0], min(at, r[1]))
+        for e in stmt_exprs(s):
+            for v in expr_vars(e):
+                r = ranges.get(alias.get(v, v))
+                if r is not None:
+                    r[1] = max(r[1], at)
     frag_regs = {alias.get(v.name, v.name) for s in walk(body) if isinstance(s, LdsLoad)
                  for v in s.dsts}
     for (a, b), first_frag in mfma_loops:  # hipcc issues a K tile's fragment reads first
@@ -586,6 +599,50 @@ def _sunk_tile_reads(top) -> list:
     return out
 
 
+def _sunk_values(top) -> list:
+    """(statement, point of the ``If`` it sinks into) for each straight-line f32
+    ``Assign`` of the kernel body whose value is read only inside one later ``If`` (its
+    branches, not its condition), directly or through values that sink there too: LLVM
+    sinks an instruction whose uses are all in one successor block into that block
+    (llvm/lib/Transforms/Scalar/Sink.cpp, and MachineSink), so its operands stay live to
+    the guard and the value is computed there. A split-K reduce kernel sums its partials
+    in program order before the epilogue's bias loads; hipcc's ISA keeps all 64 partials
+    live across the 16 guarded bias loads and adds them inside each guarded store block
+    (EfficientNet's 1x1 conv: 89 VGPRs, 71 estimated before this rule)."""
+    defs, reads = {}, []
+    for _, s in top:
+        for u in walk((s,)):  # a constant start is propagated into uses: not a value
+            if not (isinstance(u, Assign) and isinstance(u.value, Const)):
+                for v in stmt_defs(u):
+                    defs[v.name] = defs.get(v.name, 0) + 1
+        if isinstance(s, If):
+            inner = {v for u in walk(s.then + s.orelse) for e in stmt_exprs(u)
+                     for v in expr_vars(e)}
+            reads.append((expr_vars(s.cond), inner))
+        else:
+            reads.append(({v for u in walk((s,)) for e in stmt_exprs(u)
+                           for v in expr_vars(e)}, set()))
+    home, out = {}, []
+    for j in range(len(top) - 1, -1, -1):
+        s = top[j][1]
+        if not (isinstance(s, Assign) and s.dst.dtype == "f32" and
+                defs.get(s.dst.name) == 1 and not isinstance(s.value, Const)):
+            continue
+        name, where = s.dst.name, set()
+        for k in range(j + 1, len(top)):
+            direct, inside = reads[k]
+            if name in direct:
+                where.add(home.get(k, ("at", k)))
+            elif name in inside:
+                where.add(("in", k))
+        if len(where) == 1:
+            kind, k = next(iter(where))
+            if kind == "in":
+                home[j] = ("in", k)
+                out.append((s, top[k][0]))
+    return out
+
+
 def _mfma_runs(kinds, body) -> int:
     """Runs of LDS reads and MFMAs in a loop body that hold an MFMA, other statements
     between them ending a run."""
@@ -619,6 +676,12 @@ def _interval(e, env, kernel):
     if not isinstance(e, BinOp):
         return None
     a, b = _interval(e.a, env, kernel), _interval(e.b, env, kernel)
+    if e.op in ("land", "lor") and (a is None or b is None):
+        # one side decides the whole (``m1 < 1 && n < 4`` with m1 >= 16 is false
+        # whatever the workgroup id makes n), as LLVM folds it
+        known = a if b is None else b
+        short = (0, 0) if e.op == "land" else (1, 1)
+        return short if known == short else None
     if a is None or b is None:
         return None
     op = e.op

@@ -9,7 +9,7 @@ from gpusim import engine
 from gpusim.hw import get_arch
 from gpusim.sim import _group_tables
 from gpusim import microbench as mb
-from gpusim.program import Buffer, Kernel, LdsArray, Store, block_id, f32, thread_id
+from gpusim.program import BinOp, Buffer, Kernel, LdsArray, Store, block_id, f32, thread_id
 
 
 def load_record(res, kind="global_load"):
@@ -237,6 +237,37 @@ def test_vgpr_estimate_keeps_guards_on_the_workgroup_id():
     # at the guard: 16 loaded values + 1 for the per-lane column it compares + v0 + the
     # address VGPR (deciding the guard on the grid made the loads dead: 2)
     assert estimate_vgprs(k, "gfx942") == 19
+
+
+def test_vgpr_estimate_sinks_values_used_in_one_guarded_block():
+    # a split-K reduce in miniature: 16 partials summed 4 by 4 (acc = 0, then one sum),
+    # then 4 guarded bias loads, then 4 guarded stores of acc + bias. LLVM sinks each
+    # sum into the one guarded block that reads it (Sink.cpp), so all 16 partials stay
+    # live across the bias loads: 16 + 3 earlier biases + the loaded one + 1 for the
+    # per-lane guard = 21, + v0 + the address VGPR = 23 (12 with the sums where the IR
+    # puts them). A guard that one side decides (``t + 64 < 64 && block_id < 1``) is
+    # dead code although the workgroup id's side is unknown: the 8 values only its
+    # store reads take no register (31 if they did).
+    from gpusim.program import Assign, If, Load, Var
+    t = thread_id()
+    ps = [Var(f"p{i}") for i in range(16)]
+    accs, bias = [Var(f"acc{j}") for j in range(4)], [Var(f"b{j}") for j in range(4)]
+    body = tuple(Load((p,), "part", t + 64 * i) for i, p in enumerate(ps))
+    body += tuple(Assign(a, f32(0.0)) for a in accs) + tuple(
+        Assign(a, ps[4 * j] + ps[4 * j + 1] + ps[4 * j + 2] + ps[4 * j + 3])
+        for j, a in enumerate(accs))
+    body += tuple(Assign(b, f32(0.0)) for b in bias) + tuple(
+        If(t < 60 + j, (Load((b,), "bias", t + j),)) for j, b in enumerate(bias))
+    body += tuple(If(t < 60 + j, (Store("o", t + 64 * j, (a + b,)),))
+                  for j, (a, b) in enumerate(zip(accs, bias)))
+    qs = [Var(f"q{i}") for i in range(8)]  # read only by the dead store: dead code too
+    body = tuple(Load((q,), "part", t + 64 * i + 1) for i, q in enumerate(qs)) + body
+    dead = If(BinOp("land", t + 64 < 64, block_id() < 1),
+              tuple(Store("o", t + 64 * j, (q,)) for j, q in enumerate(qs)))
+    k = Kernel("reduce", (Buffer("part", "f32", (1024,)), Buffer("bias", "f32", (128,)),
+                          Buffer("o", "f32", (1024,), "out")), grid=1, block=64,
+               body=body + (dead,))
+    assert estimate_vgprs(k, "gfx942") == 23
 
 
 @pytest.mark.parametrize("arch,valu", [("gfx942", 4), ("gfx1100", 1)])
