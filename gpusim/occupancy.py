@@ -135,6 +135,17 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   sinks it into the block of its uses (``_sunk_values``), so its operands stay live to
   the guard (a split-K reduce kernel's partial sums: all partials live across the
   epilogue's guarded bias loads, as hipcc's ISA shows);
+- a straight-line FMA K tile (a run of LDS reads and f32 assignments in the kernel
+  body, between barriers, not a sunk tile) is one basic block LLVM's scheduler may
+  reorder: it targets the occupancy the workgroup size, LDS and wave slots allow
+  (GCNSchedStrategy's TargetOccupancy) and issues reads into the tuples the FMAs free
+  until the region fits that occupancy's VGPR budget. Where the program-order peak of
+  such a run exceeds the budget, the run counts at the budget (``_free_tile_points``,
+  ``_target_budget``; FMA kernels only). The split-K partial of a 64x64x16 tile with one
+  K tile per split: 84 in program order (16 reads before the first FMA), 10 KiB of LDS
+  hold it at 6 waves, budget 80; hipcc issues 14 reads up front and takes 75. The rule
+  only lowers a count to a budget, never below what the rest of the kernel needs, and
+  is not a model of how far below the budget the scheduler gets;
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
@@ -318,14 +329,22 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
         name = name.split("#", 1)[0]
         return name in uni.per_lane or dtypes.get(name) == "f32"
 
-    best = 0
+    has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
+    extra = 1 + (1 if has_global else 0)
+    free = set() if in_agprs else _free_tile_points(lin.top, lin.point_of)
+    best = best_free = 0
     for i, (_, _, temps) in enumerate(lin.points):
         live = sum(1 for name, (lo, hi) in ranges.items() if lo <= i <= hi
                    and (is_vgpr(name) or name in licm_regs)
                    and name not in in_agprs)
-        best = max(best, live + temps)
-    has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
-    vgprs = best + 1 + (1 if has_global else 0)
+        if i in free:
+            best_free = max(best_free, live + temps)
+        else:
+            best = max(best, live + temps)
+    if best_free + extra > best + extra:
+        # the scheduler reorders a free tile down to its occupancy target's budget
+        best_free = max(best, min(best_free, _target_budget(kernel, arch) - extra))
+    vgprs = max(best, best_free) + extra
     if not in_agprs:
         return vgprs
     return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
@@ -641,6 +660,45 @@ def _sunk_values(top) -> list:
                 home[j] = ("in", k)
                 out.append((s, top[k][0]))
     return out
+
+
+def _free_tile_points(top, point_of) -> set:
+    """Points of the straight-line FMA K tiles LLVM's scheduler may reorder: runs of LDS
+    reads and f32 assignments of the kernel body (one basic block between barriers,
+    at least two reads), except a peeled tile whose FMAs sink past the barrier
+    (``_sunk_tile_reads``: its reads must stay above it)."""
+    sunk = {id(s) for run, _ in _sunk_tile_reads(top) for s in run}
+    out, run = set(), []
+
+    def close():
+        reads = [s for s in run if isinstance(s, LdsLoad)]
+        if len(reads) > 1 and len(reads) < len(run) and not any(id(s) in sunk for s in reads):
+            out.update(range(point_of[id(run[0])], point_of[id(run[-1])] + 1))
+        run.clear()
+
+    for _, s in top:
+        if isinstance(s, LdsLoad) or (isinstance(s, Assign) and s.dst.dtype == "f32"):
+            run.append(s)
+        else:
+            close()
+    close()
+    return out
+
+
+def _target_budget(kernel, arch) -> int:
+    """The VGPRs LLVM's scheduler allows itself: it targets the occupancy the workgroup
+    size, the LDS and the wave slots allow (GCNSchedStrategy's TargetOccupancy, from
+    ``AMDGPUSubtarget::getOccupancyWithLocalMemSize``) and reorders a region whose
+    register pressure would lower it, down to ``getMaxNumVGPRs`` of that occupancy
+    (the register file over the waves, rounded down to the granule)."""
+    arch = get_arch(arch)
+    wpw = -(-int(kernel.block) // arch.wave_size)
+    groups = arch.max_workgroups_per_cu if wpw > 1 else 10 ** 9
+    if kernel.lds_bytes:
+        groups = min(groups, arch.lds_bytes_per_cu // kernel.lds_bytes)
+    waves = max(1, min(arch.wave_slots_per_simd, groups * wpw // arch.simds_per_cu))
+    budget = arch.vgprs_per_lane // waves // arch.vgpr_granule * arch.vgpr_granule
+    return min(budget, getattr(arch, "arch_vgprs_per_lane", budget))
 
 
 def _mfma_runs(kinds, body) -> int:

@@ -270,6 +270,41 @@ def test_vgpr_estimate_sinks_values_used_in_one_guarded_block():
     assert estimate_vgprs(k, "gfx942") == 23
 
 
+def test_vgpr_estimate_of_a_free_tile_meets_the_schedulers_occupancy_target():
+    # one straight-line K tile between barriers: 16 fragment tuples read, then 64 FMAs
+    # into 16 accumulators, then the stores. In program order 64 fragment VGPRs and 16
+    # accumulators are among the 81 live at the peak (83 with v0 and the address VGPR).
+    # 10 KiB of LDS allow 6 workgroups
+    # of 4 waves per CU, 6 waves per SIMD, so LLVM's scheduler reorders the reads into
+    # the tuples the FMAs free down to 512 / 6 -> 80 VGPRs (hipcc: 75 for the split-K
+    # partial tile this stands for). With 16 KiB the target is 4 waves (128 VGPRs): the
+    # program order fits, nothing is reordered (83).
+    from gpusim.program import Assign, Barrier, LdsLoad, Var, fma
+    t = thread_id()
+    acc = [[Var(f"acc{i}_{j}") for j in range(4)] for i in range(4)]
+    a = [[[Var(f"a{g}_{i}_{c}") for c in range(4)] for i in range(4)] for g in range(4)]
+    b = [[[Var(f"b{g}_{j}_{c}") for c in range(4)] for j in range(4)] for g in range(4)]
+    body = [Assign(x, f32(0.0)) for row in acc for x in row] + [Barrier()]
+    for g in range(4):
+        body += [LdsLoad(tuple(a[g][i]), "lds", (t % 16 + 16 * i) * 20 + 4 * g)
+                 for i in range(4)]
+        body += [LdsLoad(tuple(b[g][j]), "lds", 1280 + (t // 16 + 16 * j) * 20 + 4 * g)
+                 for j in range(4)]
+        if g:
+            body += [Assign(acc[i][j], fma(a[g - 1][i][c], b[g - 1][j][c], acc[i][j]))
+                     for c in range(4) for i in range(4) for j in range(4)]
+    body += [Assign(acc[i][j], fma(a[3][i][c], b[3][j][c], acc[i][j]))
+             for c in range(4) for i in range(4) for j in range(4)]
+    body += [Barrier()] + [Store("o", t + 256 * (4 * i + j), (acc[i][j],))
+                           for i in range(4) for j in range(4)]
+
+    def tile(lds_floats):
+        return Kernel("tile", (Buffer("o", "f32", (4096,), "out"),), grid=1, block=256,
+                      body=tuple(body), lds=(LdsArray("lds", "f32", (lds_floats,)),))
+    assert estimate_vgprs(tile(2560), "gfx942") == 80
+    assert estimate_vgprs(tile(4096), "gfx942") == 83
+
+
 @pytest.mark.parametrize("arch,valu", [("gfx942", 4), ("gfx1100", 1)])
 def test_barrier_bound_imbalance(arch, valu):
     # wave 0 runs `work` dependent fma (4 cycles each on SIMD16, 1 on SIMD32) before the
