@@ -10,9 +10,14 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   registers (loop counters with uniform bounds, values computed from block_id and scalar
   parameters) live in SGPRs and cost no VGPR; uniform f32 values still take a VGPR
   (CDNA has no scalar float ALU);
-- at each point we add the temporaries of the statement's own expressions: one VGPR per
-  per-lane operator node that is not the final result (a simple upper bound; the real
-  compiler reuses some);
+- at each point we add the temporaries of the statement's own expressions (``_temps``):
+  one VGPR per value (f32) operator node that is not the final result (a simple upper
+  bound; the real compiler reuses some), and for a per-lane integer (index) subtree its
+  Sethi-Ullman number, the fewest registers that evaluate the tree. Counting every index
+  node as well (the rule before issue 28) gave 142 VGPRs where hipcc takes 11 for the
+  long view-index chains of a gathered Swin window, and 22 for an elementwise kernel
+  hipcc compiles to 10; figures below measured before that change say so where it moved
+  them;
 - MFMA accumulators: on gfx90a-class targets AGPRs and VGPRs form one unified
   512-entry file per lane; for workgroups of at most 256 threads LLVM puts the
   accumulators of MFMAs in AGPRs (``_agpr_accumulators``): they cost one AGPR each and
@@ -112,8 +117,8 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   without spilling, 68 / 70 for ResNet-50's 16x32x32 KW 4 tiles of K = 576 at W = 7
   (82 unpinned on gfx940). The pin is only as good as the estimate is achievable: the
   same tile with K = 64 or 128 (straight-line K) is estimated at 72 (W = 7) where hipcc
-  takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6) spills
-  one, so the exporter keeps a pin only where hipcc, when installed, compiles it without
+  takes 78-80 unpinned and spills 3-7 VGPRs pinned, and the 7x7 stem (76, W = 6, before the
+  index-tree rule; 70, W = 7, with it) spills, so the exporter keeps a pin only where hipcc, when installed, compiles it without
   spilling (``codegen_hip.pins``), and the pin is opt-in because an export would
   otherwise depend on whether hipcc is installed (docs/models.md, note f of "Whole models at
   full size"). hipcc's
@@ -126,6 +131,21 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   not adopted.
   A guarded LDS store instead ends the block after the reads and hipcc sinks
   the FMAs below it, keeping every read live (``conv_add_relu``'s 1x1 tiles);
+- a straight-line f32 value read only inside one later ``If`` is computed there: LLVM
+  sinks it into the block of its uses (``_sunk_values``), so its operands stay live to
+  the guard (a split-K reduce kernel's partial sums: all partials live across the
+  epilogue's guarded bias loads, as hipcc's ISA shows);
+- a straight-line FMA K tile (a run of LDS reads and f32 assignments in the kernel
+  body, between barriers, not a sunk tile) is one basic block LLVM's scheduler may
+  reorder: it targets the occupancy the workgroup size, LDS and wave slots allow
+  (GCNSchedStrategy's TargetOccupancy) and issues reads into the tuples the FMAs free
+  until the region fits that occupancy's VGPR budget. Where the program-order peak of
+  such a run exceeds the budget, the run counts at the budget (``_free_tile_points``,
+  ``_target_budget``; FMA kernels only). The split-K partial of a 64x64x16 tile with one
+  K tile per split: 84 in program order (16 reads before the first FMA), 10 KiB of LDS
+  hold it at 6 waves, budget 80; hipcc issues 14 reads up front and takes 75. The rule
+  only lowers a count to a budget, never below what the rest of the kernel needs, and
+  is not a model of how far below the budget the scheduler gets;
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
@@ -160,7 +180,9 @@ over-count of that tile's kept loops (also 108 vs 88 at 24 trips), so it is not 
 The next tile's loads and the addresses held across the first tile's compute also
 undercount ResNet-50's 7x7 stem conv (16x32x32 KW 4, FMA, K = 147: a 4-trip K loop hipcc
 unrolls, guarded scalar loads): 76 vs hipcc's 85 (5
-waves vs 6); computing the loop invariants once for the unrolled copies (LICM's rule
+waves vs 6), 70 (7 waves) since the index-tree temporaries rule: its im2col index
+expressions share subexpressions across statements, which LLVM's CSE keeps in registers
+and neither rule sees; computing the loop invariants once for the unrolled copies (LICM's rule
 applied to unrolled loops) gives 86 there and 81 of 90 MFMA points, but 66 of 90 FMA
 points, so it is not applied; fused attention schedules with Q in LDS over several key blocks
 come out one wave or more pessimistic (130 vs 86). tests/test_contraction_vgprs.py and
@@ -190,17 +212,48 @@ from gpusim.program import (
 
 
 def _temps(e, uni: Uniformity, hoisted=frozenset()) -> int:
-    """Per-lane operator nodes below the root (each needs a temporary VGPR); subtrees
-    LICM computes before the loop (``hoisted``, by ``expr_key``) cost nothing here."""
+    """Temporary VGPRs to evaluate ``e`` below its root. A value (f32) operator node takes
+    one each (a simple upper bound; the real compiler reuses some). A per-lane integer
+    (index) subtree takes its Sethi-Ullman (Ershov) number (Sethi & Ullman, "The
+    Generation of Optimal Code for Arithmetic Expressions", JACM 17(4), 1970: the fewest
+    registers that evaluate a tree without spilling, the child with the larger need
+    first): counting each of its nodes gave 142 where hipcc takes 11 for the long
+    view-index chains of a Swin window gather (``((x / 32 / 8) % 8 ...) * 8 + ...``,
+    each level one operator over one subtree and a constant), while the tiles' index
+    expressions are small enough that both rules agree. Leaves (registers, constants,
+    hardware ids, scalar parameters), uniform i32 nodes (SGPRs) and subtrees LICM
+    computes before the loop (``hoisted``, by ``expr_key``) hold no VGPR."""
+    def free(x) -> bool:
+        return isinstance(x, (Const, Var, Special, ScalarRef)) or bool(
+            hoisted and expr_key(x) in hoisted)
+
+    def own(x) -> int:
+        return 0 if free(x) else int(not uni.is_uniform(x) or x.dtype == "f32")
+
+    def need(x) -> int:
+        """Registers while computing the index subtree ``x``, its result included."""
+        return 0 if free(x) else max(own(x), peak(x))
+
+    def peak(x) -> int:
+        kids = sorted((need(c) for c in expr_children(x)), reverse=True)
+        top = held = 0
+        for n in kids:
+            top = max(top, held + n)
+            held += 1 if n else 0
+        return top
+
+    if e.dtype == "i32" and not free(e):
+        return peak(e)
     n = 0
     stack = list(expr_children(e))
     while stack:
         x = stack.pop()
-        if isinstance(x, (Const, Var, Special, ScalarRef)) or (hoisted and
-                                                              expr_key(x) in hoisted):
+        if free(x):
             continue
-        if not uni.is_uniform(x) or x.dtype == "f32":
-            n += 1
+        if x.dtype == "i32":
+            n += need(x)
+            continue
+        n += own(x)
         stack.extend(expr_children(x))
     return n
 
@@ -285,12 +338,20 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
         if lo <= hi and (is_vgpr(name) or name in licm_regs) and name not in in_agprs:
             delta[lo] += 1
             delta[hi + 1] -= 1
-    best, live = 0, 0
+    has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
+    extra = 1 + (1 if has_global else 0)
+    free = set() if in_agprs else _free_tile_points(lin.top, lin.point_of)
+    best = best_free = live = 0
     for i, (_, _, temps) in enumerate(lin.points):
         live += delta[i]
-        best = max(best, live + temps)
-    has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
-    vgprs = best + 1 + (1 if has_global else 0)
+        if i in free:
+            best_free = max(best_free, live + temps)
+        else:
+            best = max(best, live + temps)
+    if best_free + extra > best + extra:
+        # the scheduler reorders a free tile down to its occupancy target's budget
+        best_free = max(best, min(best_free, _target_budget(kernel, arch) - extra))
+    vgprs = max(best, best_free) + extra
     if not in_agprs:
         return vgprs
     return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
@@ -456,6 +517,15 @@ def _hipcc_ranges(body, lin: _Linearisation, ranges: dict, alias, licm, mfma_loo
                 r = ranges.get(alias.get(v.name, v.name))
                 if r is not None:
                     r[1] = max(r[1], at)
+    for s, at in _sunk_values(lin.top):  # a value computed only for one guarded block
+        r = ranges.get(alias.get(s.dst.name, s.dst.name))
+        if r is not None:
+            r[0] = max(r[0], min(at, r[1]))
+        for e in stmt_exprs(s):
+            for v in expr_vars(e):
+                r = ranges.get(alias.get(v, v))
+                if r is not None:
+                    r[1] = max(r[1], at)
     frag_regs = {alias.get(v.name, v.name) for s in walk(body) if isinstance(s, LdsLoad)
                  for v in s.dsts}
     for (a, b), first_frag in mfma_loops:  # hipcc issues a K tile's fragment reads first
@@ -565,6 +635,89 @@ def _sunk_tile_reads(top) -> list:
     return out
 
 
+def _sunk_values(top) -> list:
+    """(statement, point of the ``If`` it sinks into) for each straight-line f32
+    ``Assign`` of the kernel body whose value is read only inside one later ``If`` (its
+    branches, not its condition), directly or through values that sink there too: LLVM
+    sinks an instruction whose uses are all in one successor block into that block
+    (llvm/lib/Transforms/Scalar/Sink.cpp, and MachineSink), so its operands stay live to
+    the guard and the value is computed there. A split-K reduce kernel sums its partials
+    in program order before the epilogue's bias loads; hipcc's ISA keeps all 64 partials
+    live across the 16 guarded bias loads and adds them inside each guarded store block
+    (EfficientNet's 1x1 conv: 89 VGPRs, 71 estimated before this rule)."""
+    defs, reads = {}, []
+    for _, s in top:
+        for u in walk((s,)):  # a constant start is propagated into uses: not a value
+            if not (isinstance(u, Assign) and isinstance(u.value, Const)):
+                for v in stmt_defs(u):
+                    defs[v.name] = defs.get(v.name, 0) + 1
+        if isinstance(s, If):
+            inner = {v for u in walk(s.then + s.orelse) for e in stmt_exprs(u)
+                     for v in expr_vars(e)}
+            reads.append((expr_vars(s.cond), inner))
+        else:
+            reads.append(({v for u in walk((s,)) for e in stmt_exprs(u)
+                           for v in expr_vars(e)}, set()))
+    home, out = {}, []
+    for j in range(len(top) - 1, -1, -1):
+        s = top[j][1]
+        if not (isinstance(s, Assign) and s.dst.dtype == "f32" and
+                defs.get(s.dst.name) == 1 and not isinstance(s.value, Const)):
+            continue
+        name, where = s.dst.name, set()
+        for k in range(j + 1, len(top)):
+            direct, inside = reads[k]
+            if name in direct:
+                where.add(home.get(k, ("at", k)))
+            elif name in inside:
+                where.add(("in", k))
+        if len(where) == 1:
+            kind, k = next(iter(where))
+            if kind == "in":
+                home[j] = ("in", k)
+                out.append((s, top[k][0]))
+    return out
+
+
+def _free_tile_points(top, point_of) -> set:
+    """Points of the straight-line FMA K tiles LLVM's scheduler may reorder: runs of LDS
+    reads and f32 assignments of the kernel body (one basic block between barriers,
+    at least two reads), except a peeled tile whose FMAs sink past the barrier
+    (``_sunk_tile_reads``: its reads must stay above it)."""
+    sunk = {id(s) for run, _ in _sunk_tile_reads(top) for s in run}
+    out, run = set(), []
+
+    def close():
+        reads = [s for s in run if isinstance(s, LdsLoad)]
+        if len(reads) > 1 and len(reads) < len(run) and not any(id(s) in sunk for s in reads):
+            out.update(range(point_of[id(run[0])], point_of[id(run[-1])] + 1))
+        run.clear()
+
+    for _, s in top:
+        if isinstance(s, LdsLoad) or (isinstance(s, Assign) and s.dst.dtype == "f32"):
+            run.append(s)
+        else:
+            close()
+    close()
+    return out
+
+
+def _target_budget(kernel, arch) -> int:
+    """The VGPRs LLVM's scheduler allows itself: it targets the occupancy the workgroup
+    size, the LDS and the wave slots allow (GCNSchedStrategy's TargetOccupancy, from
+    ``AMDGPUSubtarget::getOccupancyWithLocalMemSize``) and reorders a region whose
+    register pressure would lower it, down to ``getMaxNumVGPRs`` of that occupancy
+    (the register file over the waves, rounded down to the granule)."""
+    arch = get_arch(arch)
+    wpw = -(-int(kernel.block) // arch.wave_size)
+    groups = arch.max_workgroups_per_cu if wpw > 1 else 10 ** 9
+    if kernel.lds_bytes:
+        groups = min(groups, arch.lds_bytes_per_cu // kernel.lds_bytes)
+    waves = max(1, min(arch.wave_slots_per_simd, groups * wpw // arch.simds_per_cu))
+    budget = arch.vgprs_per_lane // waves // arch.vgpr_granule * arch.vgpr_granule
+    return min(budget, getattr(arch, "arch_vgprs_per_lane", budget))
+
+
 def _mfma_runs(kinds, body) -> int:
     """Runs of LDS reads and MFMAs in a loop body that hold an MFMA, other statements
     between them ending a run."""
@@ -586,12 +739,24 @@ def _interval(e, env, kernel):
     if isinstance(e, Var):
         return env.get(e.name)
     if isinstance(e, Special):
+        # what LLVM knows: the work-item id's range from the workgroup size
+        # (``__launch_bounds__`` -> amdgpu-flat-work-group-size -> range metadata on
+        # workitem.id, AMDGPUSubtarget::makeLIDRangeMetadata), never the grid: a
+        # workgroup id carries no range, so a guard on it is not decided (a split-K
+        # reduce kernel's column guards ``block_id * 64 + ty + 32 < 32`` over a grid
+        # of one: hipcc keeps every partial, 89-195 VGPRs where pruning gave 21-75)
         waves = -(-kernel.block // 32)
-        return {"thread_id": (0, kernel.block - 1), "block_id": (0, kernel.grid - 1),
+        return {"thread_id": (0, kernel.block - 1), "block_id": None,
                 "lane": (0, 63), "wave_id": (0, waves - 1), "wave_size": (32, 64)}[e.name]
     if not isinstance(e, BinOp):
         return None
     a, b = _interval(e.a, env, kernel), _interval(e.b, env, kernel)
+    if e.op in ("land", "lor") and (a is None or b is None):
+        # one side decides the whole (``m1 < 1 && n < 4`` with m1 >= 16 is false
+        # whatever the workgroup id makes n), as LLVM folds it
+        known = a if b is None else b
+        short = (0, 0) if e.op == "land" else (1, 1)
+        return short if known == short else None
     if a is None or b is None:
         return None
     op = e.op

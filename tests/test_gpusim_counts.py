@@ -9,7 +9,7 @@ from gpusim import engine
 from gpusim.hw import get_arch
 from gpusim.sim import _group_tables
 from gpusim import microbench as mb
-from gpusim.program import Buffer, Kernel, LdsArray, Store, f32, thread_id
+from gpusim.program import BinOp, Buffer, Kernel, LdsArray, Store, block_id, f32, thread_id
 
 
 def load_record(res, kind="global_load"):
@@ -203,6 +203,106 @@ def test_vgpr_estimate_live_ranges():
                       grid=1, block=64, body=body)
     est = [estimate_vgprs(accs(n), "gfx942") for n in (4, 5, 6, 32)]
     assert est[1] - est[0] == 1 and est[2] - est[1] == 1 and est[3] - est[0] == 28
+
+
+def test_vgpr_estimate_index_tree_needs_its_sethi_ullman_number():
+    # a gather through a chain of views: ((((g / 32) % 8) * 8 + (g / 32) / 8) * 32 + ...
+    # 24 levels, each one operator over the chain and a constant, except every third
+    # level adds a second subtree of its own (two registers while it is computed). The
+    # tree needs 2 registers (Sethi & Ullman 1970), not one per node: loaded value + g +
+    # 2 = 4 live, + v0 + the address VGPR = 6; counting nodes gave 68
+    from gpusim.program import Assign, Load, Var
+    g, x = Var("g", "i32"), Var("x")
+    idx = g
+    for level in range(24):
+        idx = (idx // 2 + (g % 8) * 4) if level % 3 == 0 else (idx * 3 + 1)
+    body = (Assign(g, block_id() * 64 + thread_id()), Load((x,), "i", idx % 4096),
+            Store("o", g, (x,)))
+    k = Kernel("gather", (Buffer("i", "f32", (4096,)), Buffer("o", "f32", (64,), "out")),
+               grid=1, block=64, body=body)
+    assert estimate_vgprs(k, "gfx942") == 6
+
+
+def test_vgpr_estimate_keeps_guards_on_the_workgroup_id():
+    # LLVM knows the work-item id's range from the workgroup size (launch bounds), never
+    # the grid's: a guard on block_id stays, with the registers it guards, although the
+    # grid of one workgroup makes it always false (a split-K reduce's column guards)
+    from gpusim.program import Assign, If, Load, Var
+    xs = [Var(f"x{i}") for i in range(16)]
+    col = block_id() * 64 + thread_id() + 64
+    body = tuple(Load((x,), "i", thread_id() + 64 * i) for i, x in enumerate(xs)) + (
+        If(col < 64, tuple(Store("o", thread_id() + 64 * i, (x,)) for i, x in enumerate(xs))),)
+    k = Kernel("guarded", (Buffer("i", "f32", (1024,)), Buffer("o", "f32", (1024,), "out")),
+               grid=1, block=64, body=body)
+    # at the guard: 16 loaded values + 1 for the per-lane column it compares + v0 + the
+    # address VGPR (deciding the guard on the grid made the loads dead: 2)
+    assert estimate_vgprs(k, "gfx942") == 19
+
+
+def test_vgpr_estimate_sinks_values_used_in_one_guarded_block():
+    # a split-K reduce in miniature: 16 partials summed 4 by 4 (acc = 0, then one sum),
+    # then 4 guarded bias loads, then 4 guarded stores of acc + bias. LLVM sinks each
+    # sum into the one guarded block that reads it (Sink.cpp), so all 16 partials stay
+    # live across the bias loads: 16 + 3 earlier biases + the loaded one + 1 for the
+    # per-lane guard = 21, + v0 + the address VGPR = 23 (12 with the sums where the IR
+    # puts them). A guard that one side decides (``t + 64 < 64 && block_id < 1``) is
+    # dead code although the workgroup id's side is unknown: the 8 values only its
+    # store reads take no register (31 if they did).
+    from gpusim.program import Assign, If, Load, Var
+    t = thread_id()
+    ps = [Var(f"p{i}") for i in range(16)]
+    accs, bias = [Var(f"acc{j}") for j in range(4)], [Var(f"b{j}") for j in range(4)]
+    body = tuple(Load((p,), "part", t + 64 * i) for i, p in enumerate(ps))
+    body += tuple(Assign(a, f32(0.0)) for a in accs) + tuple(
+        Assign(a, ps[4 * j] + ps[4 * j + 1] + ps[4 * j + 2] + ps[4 * j + 3])
+        for j, a in enumerate(accs))
+    body += tuple(Assign(b, f32(0.0)) for b in bias) + tuple(
+        If(t < 60 + j, (Load((b,), "bias", t + j),)) for j, b in enumerate(bias))
+    body += tuple(If(t < 60 + j, (Store("o", t + 64 * j, (a + b,)),))
+                  for j, (a, b) in enumerate(zip(accs, bias)))
+    qs = [Var(f"q{i}") for i in range(8)]  # read only by the dead store: dead code too
+    body = tuple(Load((q,), "part", t + 64 * i + 1) for i, q in enumerate(qs)) + body
+    dead = If(BinOp("land", t + 64 < 64, block_id() < 1),
+              tuple(Store("o", t + 64 * j, (q,)) for j, q in enumerate(qs)))
+    k = Kernel("reduce", (Buffer("part", "f32", (1024,)), Buffer("bias", "f32", (128,)),
+                          Buffer("o", "f32", (1024,), "out")), grid=1, block=64,
+               body=body + (dead,))
+    assert estimate_vgprs(k, "gfx942") == 23
+
+
+def test_vgpr_estimate_of_a_free_tile_meets_the_schedulers_occupancy_target():
+    # one straight-line K tile between barriers: 16 fragment tuples read, then 64 FMAs
+    # into 16 accumulators, then the stores. In program order 64 fragment VGPRs and 16
+    # accumulators are among the 81 live at the peak (83 with v0 and the address VGPR).
+    # 10 KiB of LDS allow 6 workgroups
+    # of 4 waves per CU, 6 waves per SIMD, so LLVM's scheduler reorders the reads into
+    # the tuples the FMAs free down to 512 / 6 -> 80 VGPRs (hipcc: 75 for the split-K
+    # partial tile this stands for). With 16 KiB the target is 4 waves (128 VGPRs): the
+    # program order fits, nothing is reordered (83).
+    from gpusim.program import Assign, Barrier, LdsLoad, Var, fma
+    t = thread_id()
+    acc = [[Var(f"acc{i}_{j}") for j in range(4)] for i in range(4)]
+    a = [[[Var(f"a{g}_{i}_{c}") for c in range(4)] for i in range(4)] for g in range(4)]
+    b = [[[Var(f"b{g}_{j}_{c}") for c in range(4)] for j in range(4)] for g in range(4)]
+    body = [Assign(x, f32(0.0)) for row in acc for x in row] + [Barrier()]
+    for g in range(4):
+        body += [LdsLoad(tuple(a[g][i]), "lds", (t % 16 + 16 * i) * 20 + 4 * g)
+                 for i in range(4)]
+        body += [LdsLoad(tuple(b[g][j]), "lds", 1280 + (t // 16 + 16 * j) * 20 + 4 * g)
+                 for j in range(4)]
+        if g:
+            body += [Assign(acc[i][j], fma(a[g - 1][i][c], b[g - 1][j][c], acc[i][j]))
+                     for c in range(4) for i in range(4) for j in range(4)]
+    body += [Assign(acc[i][j], fma(a[3][i][c], b[3][j][c], acc[i][j]))
+             for c in range(4) for i in range(4) for j in range(4)]
+    body += [Barrier()] + [Store("o", t + 256 * (4 * i + j), (acc[i][j],))
+                           for i in range(4) for j in range(4)]
+
+    def tile(lds_floats):
+        return Kernel("tile", (Buffer("o", "f32", (4096,), "out"),), grid=1, block=256,
+                      body=tuple(body), lds=(LdsArray("lds", "f32", (lds_floats,)),))
+    assert estimate_vgprs(tile(2560), "gfx942") == 80
+    assert estimate_vgprs(tile(4096), "gfx942") == 83
 
 
 @pytest.mark.parametrize("arch,valu", [("gfx942", 4), ("gfx1100", 1)])

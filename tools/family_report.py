@@ -95,6 +95,9 @@ def report(path: str, stages: set) -> dict:
                 row["check"] = rc == 0
                 if rc != 0 and d:
                     row["check_disagreements"] = len(d.get("disagreements", []))
+                    # which kernels and what, for docs/check.md's before/after
+                    row["check_what"] = sorted({f"{x['kernel']}: {x['what']}"
+                                                for x in d.get("disagreements", [])})
     return row
 
 
