@@ -3,6 +3,7 @@ simulated predictions of ``tune`` (gpusim, not measurements), printed as tables.
 
     python tools/bench_reductions.py reductions     # strided rows: before / after
     python tools/bench_reductions.py models [SPEC ...] [--budget N]
+    python tools/bench_reductions.py two-stage      # few long rows: one kernel / two
 
 ``reductions`` tunes, for each case, the dispatch as it was lowered before
 ``mapping=columns`` existed (pinned to the serial fallback, ``--fix lowering=generic``:
@@ -11,7 +12,9 @@ and prints each dispatch's time, roofline and x-roofline, and the ratio. ``model
 each model spec with a stream launch per dispatch and with one HIP graph launch, and
 prints the totals, the roofline, the dispatch count and the plan the search chose (the
 aggressive plan now holds the wide GEMMs of ``compiler.fusion.horizontal`` and passes the
-fusion guard). Every number is deterministic (the seeded search), so one run is the
+fusion guard). ``two-stage`` tunes few-long-row cases pinned to one kernel
+(``--fix row_splits=1``: a workgroup per row) and as the search now chooses (two-stage
+rows offered, ``row_splits`` > 1). Every number is deterministic (the seeded search), so one run is the
 median of any number of runs.
 """
 from __future__ import annotations
@@ -59,6 +62,41 @@ def softmax_channels(n=1, c=64, h=32, w=32) -> Graph:
 
 
 CASES = (layernorm_nchw, pool_nchw, pool_nhwc, softmax_channels)
+
+
+def pool_large(n=1, c=64, h=112, w=112) -> Graph:
+    """A global average pool of an early, wide feature map: 64 rows of 12544."""
+    g = Graph("global_pool_64x112x112")
+    g.output(g.reduce_mean(g.input("x", (n, c, h, w)), (2, 3), keepdims=True))
+    return g
+
+
+#: few long rows: one workgroup per row leaves most CUs idle
+TWO_STAGE_CASES = (lambda: load_model("layernorm:rows=8,cols=65536"),
+                   lambda: load_model("softmax:rows=16,cols=32000"),
+                   lambda: load_model("rmsnorm:rows=4,cols=16384"),
+                   pool_large)
+
+
+def two_stage(budget) -> None:
+    print(f"few long rows on {ARCH} (simulated us; x roofline = time / (bytes at the "
+          f"achievable bandwidth + one launch))")
+    print(f"{'case':<28} {'one kernel':>10} {'x roof':>7} {'chosen us':>9} {'x roof':>7} "
+          f"{'speedup':>8}  chosen")
+    for case in TWO_STAGE_CASES:
+        g = case()
+        before = _tuned(g, budget, {"row_splits": 1})
+        after = _tuned(g, budget)
+        b, a = before.total_time_us, after.total_time_us
+        roof = after.roofline_time_us
+        knobs = "; ".join(" ".join(f"{k}={v}" for k, v in d.best.knobs.items()
+                                   if k in ("mapping", "workgroup", "vector", "passes",
+                                            "row_splits", "lowering"))
+                          for d in after.dispatches)
+        print(f"{g.name[:28]:<28} {b:>10.2f} {b / roof:>7.2f} {a:>9.2f} {a / roof:>7.2f} "
+              f"{b / a:>7.2f}x  {knobs} ({len(after.dispatches)} dispatch(es), "
+              f"{after.mode} plan)")
+        sys.stdout.flush()
 
 
 def _tuned(graph, budget, fixed=None, launch="stream"):
@@ -111,12 +149,14 @@ def models(specs, budget) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("reductions", "models"))
+    p.add_argument("what", choices=("reductions", "models", "two-stage"))
     p.add_argument("specs", nargs="*", default=["encoder_layer"])
     p.add_argument("--budget", type=int, default=4)
     a = p.parse_args(argv)
     if a.what == "reductions":
         reductions(a.budget)
+    elif a.what == "two-stage":
+        two_stage(a.budget)
     else:
         models(a.specs, a.budget)
     return 0

@@ -94,7 +94,8 @@ MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1,
             "stream_k": 0}
-#: split_k values a space may enumerate (each must divide the K tiles, see check_schedule)
+#: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
+#: or one more K tiles, see check_schedule)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 #: stream_k values: persistent workgroups per CU (0: off; see :class:`StreamK`)
 STREAM_K = (0, 1, 2)
@@ -339,9 +340,9 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if S not in SPLITS:
         return f"split_k={S} not in {SPLITS}"
     nk = ceil_div(gemm.K, BK)
-    if S > 1 and nk % S:
-        return (f"split_k={S} does not divide the {nk} K tiles of BK={BK} (K={gemm.K}): "
-                f"every split runs the same number of tiles")
+    if S > nk:
+        return (f"split_k={S} exceeds the {nk} K tiles of BK={BK} (K={gemm.K}): a split "
+                f"would have no K tile")
     SK = s.get("stream_k", 0)
     if SK not in STREAM_K:
         return f"stream_k={SK!r} not in {STREAM_K}"
@@ -417,8 +418,9 @@ def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> program.Kernel
     GEMMs with too few output tiles to fill the GPU: two kernels in stream order.
 
     1. The partial kernel: S x (the tile grid) workgroups; workgroup (split s, tile t)
-       runs the usual K loop over K tiles ``s*nk/S .. (s+1)*nk/S - 1`` (``nk`` K tiles;
-       S must divide it) and stores its raw accumulators, no epilogue, to the f32
+       runs the usual K loop over K tiles ``s*nk//S .. (s+1)*nk//S - 1`` (``nk`` K tiles;
+       where S does not divide nk the splits differ by one tile and the loop's bounds
+       are per workgroup, as stream-K's) and stores its raw accumulators, no epilogue, to the f32
        workspace ``[S][tiles][accumulator e][thread]``: consecutive threads on
        consecutive dwords, so the stores coalesce whatever the output's layout.
     2. The reduction kernel: the tile grid again, the same threads and accumulator layout
@@ -886,8 +888,15 @@ class _Builder:
             ntiles = gm.batch * tiles_m * tiles_n
             ks = self.let("ks", idiv(bid, ntiles))
             bid = self.let("tile", imod(bid, ntiles))
-            self.k_base = self.let("kbase", imul(ks, ceil_div(gm.K, self.BK) // self.S
-                                                 * self.BK))
+            nk = ceil_div(gm.K, self.BK)
+            if nk % self.S:
+                # uneven split: split s runs K tiles s*nk//S .. (s+1)*nk//S - 1 (nk//S or
+                # one more), a K loop with per-workgroup bounds as stream-K's
+                self.kt0 = self.let("kt0", idiv(imul(ks, nk), self.S))
+                self.kt1 = self.let("kt1", idiv(imul(iadd(ks, 1), nk), self.S))
+                self.k_base = imul(self.kt0, self.BK)
+            else:
+                self.k_base = self.let("kbase", imul(ks, nk // self.S * self.BK))
             self.ks = ks
         self.tile = bid
         per_batch = tiles_m * tiles_n
@@ -952,11 +961,14 @@ class _Builder:
         nk = ceil_div(self.gemm.K, BK) // self.S   # this split's K tiles
         kt = self.var("kt")
         k0 = self.var("k0")
-        if self.sk is not None:  # stream-K: this segment's K tiles kt0 .. kt1-1 (>= 1 of them)
+        uneven = self.phase == "partial" and ceil_div(self.gemm.K, BK) % self.S
+        if self.sk is not None or uneven:
+            # stream-K's segment or an uneven split: K tiles kt0 .. kt1-1 (>= 1 of them)
             kbody: list = [program.Assign(k0, imul(iadd(kt, 1), BK))]
             lo, st = stage_tile(k0)
             kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
-            trips = max(self.sk.iters / self.sk.G / self.sk.segments - 1, 0.0)
+            trips = max(self.sk.iters / self.sk.G / self.sk.segments - 1, 0.0) \
+                if self.sk is not None else ceil_div(self.gemm.K, BK) / self.S - 1
             self.body.append(program.For(kt, self.kt0, iadd(self.kt1, -1), 1, tuple(kbody),
                                          trips_hint=trips))
             self.body += compute() + [program.Barrier()]

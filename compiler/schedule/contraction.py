@@ -194,7 +194,7 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
 def with_split_k(gemm, space: list, arch: Arch) -> list:
     """Split-K points for a GEMM whose tile grid does not fill the GPU: each point whose
     tiles number fewer than the CUs (with the vector-padded LDS rows) also gets one of
-    the legal splits S (``lower.contraction.SPLITS`` that divide its K tiles): the
+    the legal splits S (``lower.contraction.SPLITS`` up to its K tiles, even or not): the
     smallest that gives every CU a workgroup, else the largest (``split_k`` = 1 stays
     the one-kernel GEMM; more splits only add workspace traffic once every CU has a
     workgroup, fewer leave CUs idle); a point with no legal split gets one illegal point
