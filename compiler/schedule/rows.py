@@ -116,17 +116,24 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
     return uniq + [fallback]
 
 
+#: the shortest split of a row the space offers (elements). A heuristic of the space, not
+#: a hardware figure: a row this short streams in well under the second kernel's launch
+#: (``Arch.launch_overhead_us``), so splitting it cannot win; ``--fix row_splits=P``
+#: still lowers any legal P
+TWO_STAGE_MIN_SPLIT = 512
+
+
 def with_row_splits(rows: RowShape, space: list, arch: Arch) -> list:
     """Two-stage points where one workgroup per row cannot fill the GPU (rows under the
     CU count): each legal ``mapping=workgroup``, ``cache=reread``, ``reduce=wave`` point
     also gets ``row_splits`` P: the largest of ``ROW_SPLITS`` still under a workgroup per
     CU and the smallest at or over it (fewer workgroups of more columns each, or a full
-    GPU: the search weighs them). Where the rule refuses every P (a second
-    dependency level, i32 rows, too short a row), one illegal point says why and the
-    dispatch keeps its one-kernel points. The point at 256 threads (else the first) is
+    GPU: the search weighs them), each split at least ``TWO_STAGE_MIN_SPLIT`` elements.
+    Where the rule refuses every P (a second dependency level, i32 rows), one illegal
+    point says why and the dispatch keeps its one-kernel points. The point at 256 threads (else the first) is
     tried whatever the budget."""
-    if rows.R >= arch.num_cus:
-        return space
+    if rows.R >= arch.num_cus or rows.C < 2 * TWO_STAGE_MIN_SPLIT:
+        return space   # enough rows, or too short a row to split in two
     extra, refused = [], None
     for c in space:
         k = c.knobs
@@ -140,12 +147,13 @@ def with_row_splits(rows: RowShape, space: list, arch: Arch) -> list:
                 why = why or reason
             else:
                 ok.append(P)
+        ok = [P for P in ok if rows.C // P >= TWO_STAGE_MIN_SPLIT]
         fills = [P for P in ok if rows.R * P >= arch.num_cus]
         under = [P for P in ok if rows.R * P < arch.num_cus]
         pick = under[-1:] + fills[:1]  # just under a workgroup per CU, and just over
         for P in pick:
             extra.append(Candidate({**k, "row_splits": P}, True, ""))
-        if not pick and refused is None:
+        if not pick and refused is None and why:
             refused = Candidate({**k, "row_splits": ROW_SPLITS[1]}, False, why)
     if not extra and refused is None:
         return space
