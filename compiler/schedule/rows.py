@@ -158,7 +158,10 @@ def with_row_splits(rows: RowShape, space: list, arch: Arch) -> list:
     if not extra and refused is None:
         return space
     if extra:
-        first = next((c for c in extra if c.knobs["workgroup"] == 256), extra[0])
+        # tried whatever the budget: 256 threads, the widest vector, the fewer splits
+        # (under a workgroup per CU: one round, no straggling second one)
+        first = min(extra, key=lambda c: (c.knobs["workgroup"] != 256, -c.knobs["vector"],
+                                          c.knobs["row_splits"]))
         first.always = True
     for c in space:
         c.knobs = {**c.knobs, "row_splits": 1}
