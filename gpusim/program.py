@@ -324,7 +324,9 @@ class For(Stmt):
     """for (var = start; var < stop; var += step) body. ``unroll`` is a hint for hipcc
     (unroll fully; the simulator then charges no loop control). ``rolled`` asks hipcc to
     keep the loop a loop (``#pragma unroll 1``), as the simulator runs it: fully unrolled,
-    hipcc may issue every trip's loads up front and run out of registers."""
+    hipcc may issue every trip's loads up front and run out of registers. ``trips_hint``:
+    the mean trip count of a loop whose bounds vary per workgroup (stream-K's K loop),
+    read only by analytic estimates (the simulator and HIP run the real bounds)."""
     var: Var
     start: Expr
     stop: Expr
@@ -332,6 +334,7 @@ class For(Stmt):
     body: tuple
     unroll: bool = False
     rolled: bool = False
+    trips_hint: float | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,4 +1,4 @@
-"""A dispatch lowered to a sequence of kernels (split-K, flash-decoding) exports as one
+"""A dispatch lowered to a sequence of kernels (split-K, stream-K, flash-decoding) exports as one
 .hip per kernel, launched in order by the harness with its workspace allocated there; each
 kernel compiles with hipcc for gfx90a and gfx940 and `check` finds the ISA in agreement
 with the simulator (widths, LDS, scratch, occupancy)."""
@@ -21,6 +21,10 @@ CASES = [
     ("conv_add_relu:c=256,k=64", ("--fix", "split_k=4"),
      ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
     ("conv_add_relu:c=256,k=64", ("--fix", "split_k=4", "--pin-occupancy"),
+     ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
+    # stream-K: 304 persistent workgroups walk the tiles x K-tiles of a 2048-deep 1x1 conv,
+    # the fix-up kernel sums each tile's segments (loops with per-workgroup bounds)
+    ("conv_add_relu:c=2048,k=128", ("--fix", "stream_k=1"),
      ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
     # 2 heads x 16 query blocks: keys split eight ways, then the combine
     ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8"),

@@ -70,11 +70,27 @@ def test_split_k_equals_numpy(gi, swizzle, kw):
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
 def test_split_k_with_a_ragged_last_k_tile(fmt):
     """K = 45 (three K tiles of 16, the last one partly outside): three splits, each
-    guarding its own tile; padded, strided, dilated convs of both layouts."""
+    guarding its own tile, and two uneven ones (1 and 2 K tiles: per-workgroup loop
+    bounds); padded, strided, dilated convs of both layouts."""
     g = graphs()[2 if fmt == "NCHW" else 3]
-    with pytest.raises(LoweringError, match="split_k=2 does not divide the 3 K tiles"):
-        lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 2}, GFX942)
+    with pytest.raises(LoweringError, match="split_k=4 exceeds the 3 K tiles"):
+        lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 4}, GFX942)
     _assert_matches(g, lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 3}, GFX942))
+    _assert_matches(g, lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 2}, GFX942))
+
+
+@pytest.mark.parametrize("S,mma", [(3, "fma"), (6, "fma"), (12, "fma"), (3, "mfma"),
+                                   (6, "mfma")])
+def test_uneven_split_k_equals_numpy(S, mma):
+    """K = 448 in 28 K tiles of 16 (7 of 64 for the MFMA tile): S not dividing them, the
+    splits differ by one tile."""
+    g = models.conv_add_relu(c=448, k=32)
+    tile = {**TILE, **MFMA_TILES[1], "lds_pad": 4, "mma": "mfma"} if mma == "mfma" else \
+        SPLIT_TILE
+    k = lower_contraction(g, whole(g), {**tile, "split_k": S}, GFX942)
+    assert any(isinstance(s, program.For) and s.trips_hint is not None
+               for s in program.walk(k.kernels[0].body))
+    _assert_matches(g, k)
 
 
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
@@ -156,8 +172,8 @@ def test_search_chooses_and_checks_a_split(arch):
     the sampled check) like one kernel."""
     g = conv3x3(hw=7, c=32)
     d = fuse(g).dispatches[0]
-    t = tune_dispatches(g, [d], arch, budget=2, fixed={"split_k": 6})[0]
-    assert t.best.knobs["split_k"] == 6 and isinstance(t.kernel, program.KernelSequence)
+    t = tune_dispatches(g, [d], arch, budget=2, fixed={"split_k": 4})[0]
+    assert t.best.knobs["split_k"] == 4 and isinstance(t.kernel, program.KernelSequence)
     for check_all in (True, False):
         t.verified = None
         verify_dispatches(g, [t], arch, check_all=check_all)

@@ -3,6 +3,7 @@ simulated predictions of ``tune`` (gpusim, not measurements), printed as tables.
 
     python tools/bench_reductions.py reductions     # strided rows: before / after
     python tools/bench_reductions.py models [SPEC ...] [--budget N]
+    python tools/bench_reductions.py two-stage      # few long rows: one kernel / two
 
 ``reductions`` tunes, for each case, the dispatch as it was lowered before
 ``mapping=columns`` existed (pinned to the serial fallback, ``--fix lowering=generic``:
@@ -11,7 +12,9 @@ and prints each dispatch's time, roofline and x-roofline, and the ratio. ``model
 each model spec with a stream launch per dispatch and with one HIP graph launch, and
 prints the totals, the roofline, the dispatch count and the plan the search chose (the
 aggressive plan now holds the wide GEMMs of ``compiler.fusion.horizontal`` and passes the
-fusion guard). Every number is deterministic (the seeded search), so one run is the
+fusion guard). ``two-stage`` compares, on few-long-row cases, the search pinned to one kernel
+(``row_splits=1``: a workgroup per row) with the best of that and the two-stage
+candidates (``row_splits`` > 1), and shows what the free search picks at the budget. Every number is deterministic (the seeded search), so one run is the
 median of any number of runs.
 """
 from __future__ import annotations
@@ -61,33 +64,63 @@ def softmax_channels(n=1, c=64, h=32, w=32) -> Graph:
 CASES = (layernorm_nchw, pool_nchw, pool_nhwc, softmax_channels)
 
 
-def _tuned(graph, budget, fixed=None, launch="stream"):
-    return tune(graph, ARCH, budget=budget, fixed=fixed or {}, baseline=False, launch=launch)
+def pool_large(n=1, c=64, h=112, w=112) -> Graph:
+    """A global average pool of an early, wide feature map: 64 rows of 12544."""
+    g = Graph("global_pool_64x112x112")
+    g.output(g.reduce_mean(g.input("x", (n, c, h, w)), (2, 3), keepdims=True))
+    return g
 
 
-def reductions(budget) -> None:
-    print(f"strided reductions on {ARCH} (simulated us; x roofline = time / (bytes at the "
-          f"achievable bandwidth + one launch))")
-    print("(kernel x roof: the same without the launch on either side)")
-    print(f"{'case':<20} {'before us':>10} {'x roof':>7} {'kernel x':>9} {'after us':>9} "
-          f"{'x roof':>7} {'kernel x':>9} {'speedup':>8}  after: mapping")
-    for case in CASES:
+#: few long rows: one workgroup per row leaves most CUs idle
+TWO_STAGE_CASES = (lambda: load_model("layernorm:rows=8,cols=65536"),
+                   lambda: load_model("softmax:rows=16,cols=32000"),
+                   lambda: load_model("rmsnorm:rows=4,cols=16384"),
+                   pool_large)
+
+
+def two_stage(budget) -> None:
+    """Per row dispatch: "one kernel" is the search pinned to ``row_splits=1``; "two-stage"
+    the best of that and of up to ``budget`` two-stage candidates of the same space (the
+    always-tried one first, then a seeded sample), scored as the search scores them (as
+    tools/fill_bench.py measures the splits of contractions); "free search" is ``tune``
+    with nothing pinned, at the same budget."""
+    import random
+
+    from compiler.fusion import fuse
+    from compiler.schedule import schedule_space
+    from compiler.tuning.search import (dispatch_bytes, dispatch_flops, roofline_us, score,
+                                        tune_dispatches)
+    from gpusim.hw import get_arch
+    arch = get_arch(ARCH)
+    print(f"few long rows on {arch.name}, budget {budget} (simulated us; x roof = time / "
+          f"(bytes at the achievable bandwidth + one launch))")
+    print(f"{'case':<24} {'roof':>6} {'one kernel':>10} {'x':>5} {'two-stage':>9} {'x':>5} "
+          f"{'gain':>6} {'free search':>11}  two-stage chosen")
+    for case in TWO_STAGE_CASES:
         g = case()
-        before = _tuned(g, budget, {"lowering": "generic"})
-        after = _tuned(g, budget)
-        b, a = before.total_time_us, after.total_time_us
-        roof = after.roofline_time_us
-        lo = after.arch.launch_overhead_us
-        kroof = roof - lo
-        kb, ka = b - len(before.dispatches) * lo, a - len(after.dispatches) * lo
-        knobs = "; ".join(" ".join(f"{k}={v}" for k, v in d.best.knobs.items()
-                                   if k in ("mapping", "workgroup", "row_lanes", "lowering"))
-                          for d in after.dispatches)
-        print(f"{g.name:<20} {b:>10.2f} {b / roof:>7.2f} {kb / kroof:>9.1f} {a:>9.2f} "
-              f"{a / roof:>7.2f} {ka / kroof:>9.1f} {b / a:>7.2f}x  {knobs} "
-              f"({len(before.dispatches)} -> "
-              f"{len(after.dispatches)} dispatches, {after.mode} plan)")
-        sys.stdout.flush()
+        for d in fuse(g).dispatches:
+            space = schedule_space(g, d, arch)
+            if not any(c.knobs.get("row_splits", 1) > 1 for c in space):
+                continue
+            roof = roofline_us(dispatch_bytes(g, d), dispatch_flops(g, d), arch)
+            before = tune_dispatches(g, [d], arch, budget=budget, seed=0,
+                                     fixed={"row_splits": 1})[0].best
+            free = tune_dispatches(g, [d], arch, budget=budget, seed=0)[0].best
+            cands = [c for c in space if c.legal and c.knobs.get("row_splits", 1) > 1]
+            first = [c for c in cands if c.always]
+            rest = [c for c in cands if not c.always]
+            random.Random(0).shuffle(rest)
+            best, chosen = before, "one kernel"
+            for c in (first + rest)[:budget]:
+                sc = score(g, d, c.knobs, arch)
+                if sc.ok and sc.time_us < best.time_us:
+                    best = sc
+                    chosen = " ".join(f"{k}={c.knobs[k]}" for k in
+                                      ("workgroup", "vector", "passes", "row_splits"))
+            print(f"{g.name[:24]:<24} {roof:>6.2f} {before.time_us:>10.2f} "
+                  f"{before.time_us / roof:>5.2f} {best.time_us:>9.2f} {best.time_us / roof:>5.2f} "
+                  f"{before.time_us / best.time_us:>5.2f}x {free.time_us:>11.2f}  {chosen}")
+            sys.stdout.flush()
 
 
 def models(specs, budget) -> None:
@@ -111,12 +144,14 @@ def models(specs, budget) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("reductions", "models"))
+    p.add_argument("what", choices=("reductions", "models", "two-stage"))
     p.add_argument("specs", nargs="*", default=["encoder_layer"])
     p.add_argument("--budget", type=int, default=4)
     a = p.parse_args(argv)
     if a.what == "reductions":
         reductions(a.budget)
+    elif a.what == "two-stage":
+        two_stage(a.budget)
     else:
         models(a.specs, a.budget)
     return 0

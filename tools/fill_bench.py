@@ -2,11 +2,12 @@
 dispatch's roofline before and after split-K / flash-decoding (simulated predictions,
 gpusim's model of the arch, not measurements).
 
-"before" is the search with the splits pinned off (``split_k=1``, ``key_splits=1``: the
-one-kernel lowerings of before this change) over a seeded sample of ``--budget``
-candidates; "after" the best of that and of up to ``--budget`` split candidates of the
-same space (the one the search always tries first, then a seeded sample), each scored
-as the search scores a candidate: what the search finds when the split points join the
+"before" is the search with the splits pinned off (``split_k=1``, ``key_splits=1``,
+``stream_k=0``: the one-kernel lowerings) over a seeded sample of ``--budget``
+candidates; "split" the best of that and of up to ``--budget`` split-K / flash-decoding
+candidates of the same space (the one the search always tries first, then a seeded
+sample); "stream-K" the best of that and of up to ``--budget`` stream-K candidates
+(likewise), each scored as the search scores a candidate: what the search finds when the split points join the
 same sample, without a second draw of the one-kernel points muddying the comparison. The roofline of a dispatch is the search's
 (``compiler.tuning.search.roofline_us``: max(bytes across its boundary / achievable
 bandwidth, flops / FP32 vector peak) plus one launch)::
@@ -16,7 +17,8 @@ bandwidth, flops / FP32 vector peak) plus one launch)::
     python tools/fill_bench.py --onnx tests/data/resnet_bottleneck.onnx
 
 Cases: ResNet-50's 3x3 convolutions (NCHW, batch 1, bias and relu fused) at 28x28,
-14x14 and 7x7; BERT-base's FFN GEMMs (128 tokens, 768 <-> 3072, bias + gelu); attention
+14x14 and 7x7; BERT-base's FFN GEMMs (128 tokens, 768 <-> 3072, bias + gelu; the up
+projection also at 512 tokens, whose 64x64 tiles leave a partial second wave); attention
 as decoding (one query row, 12 heads of 64, 1024-4096 keys) and at 1024 queries and keys
 with 4 heads.
 """
@@ -67,10 +69,14 @@ CASES = {
     "conv28": lambda: conv3x3(28, 128), "conv14": lambda: conv3x3(14, 256),
     "conv7": lambda: conv3x3(7, 512),
     "ffn_up": lambda: ffn(128, 768, 3072, True), "ffn_down": lambda: ffn(128, 3072, 768, False),
+    # 512 tokens: 384 tiles of 64x64 on 304 CUs, a partial second wave (stream-K's case)
+    "ffn512_up": lambda: ffn(512, 768, 3072, True),
     "decode1k": lambda: attention(12, 1, 1024), "decode4k": lambda: attention(12, 1, 4096),
     "attn1k": lambda: attention(4, 1024, 1024),
 }
 SPLIT_KNOBS = ("split_k", "key_splits")
+#: each knob's one-kernel value
+OFF = {"split_k": 1, "key_splits": 1, "stream_k": 0}
 
 
 def _tune(graph, dispatches, arch, budget, fixed):
@@ -92,26 +98,38 @@ def bench(graph, arch, budget: int, kinds=("contraction", "attention")) -> list[
             continue
         space = schedule_space(graph, d, arch)
         knobs = {k for c in space for k in c.knobs}
-        off = {k: 1 for k in SPLIT_KNOBS if k in knobs}
+        off = {k: v for k, v in OFF.items() if k in knobs}
         roof = roofline_us(dispatch_bytes(graph, d), dispatch_flops(graph, d), arch)
         t0 = time.perf_counter()
         before = _tune(graph, [d], arch, budget, off)[0]
         best, split = before.best, "n/a (its tiles fill the GPU)"
-        if off:
-            splits = [c for c in space if c.legal and not c.opt_in and
-                      any(c.knobs.get(k, 1) > 1 for k in SPLIT_KNOBS)]
-            first = [c for c in splits if c.always]
-            rest = [c for c in splits if not c.always]
+
+        def sampled(pick):
+            """The always-tried candidates of ``pick`` first, then a seeded sample."""
+            cands = [c for c in space if c.legal and not c.opt_in and pick(c.knobs)]
+            first = [c for c in cands if c.always]
+            rest = [c for c in cands if not c.always]
             random.Random(0).shuffle(rest)
+            return (first + rest)[:budget]
+
+        if off:
             split = "1 (one kernel)"
-            for c in (first + rest)[:budget]:
+            for c in sampled(lambda k: any(k.get(n, 1) > 1 for n in SPLIT_KNOBS)):
                 sc = score(graph, d, c.knobs, arch)
                 if sc.ok and sc.time_us < best.time_us:
                     best = sc
                     split = {k: c.knobs[k] for k in SPLIT_KNOBS if k in c.knobs}
+        after_split, sk_choice = best, split
+        for c in sampled(lambda k: k.get("stream_k", 0) > 0):
+            sc = score(graph, d, c.knobs, arch)
+            if sc.ok and sc.time_us < best.time_us:
+                best = sc
+                sk_choice = {"stream_k": c.knobs["stream_k"],
+                             "tile": f"{c.knobs['BM']}x{c.knobs['BN']}x{c.knobs['BK']}"}
         rows.append({"graph": graph.name, "dispatch": d.name, "kind": before.kind,
                      "roofline_us": roof, "before_us": before.best.time_us,
-                     "after_us": best.time_us, "split": split,
+                     "split_us": after_split.time_us, "split": split,
+                     "after_us": best.time_us, "chosen": sk_choice,
                      "wall_s": time.perf_counter() - t0})
     return rows
 
@@ -135,21 +153,23 @@ def main(argv=None) -> int:
             return 2
         graphs = [CASES[c]() for c in args.cases.split(",")]
     rows = []
-    print(f"{'dispatch':44} {'roof us':>8} {'before us':>10} {'x':>6} {'after us':>9} {'x':>6} "
-          f"{'gain':>6}  split chosen   (simulated predictions, {arch.name}, budget "
+    print(f"{'dispatch':40} {'roof us':>7} {'before':>8} {'x':>5} {'split':>8} {'x':>5} "
+          f"{'stream-K':>8} {'x':>5}  chosen   (simulated predictions, {arch.name}, budget "
           f"{args.budget})")
     for g in graphs:
         for r in bench(g, arch, args.budget):
             rows.append(r)
-            xb, xa = r["before_us"] / r["roofline_us"], r["after_us"] / r["roofline_us"]
-            print(f"{(r['graph'] + '/' + r['dispatch'])[-44:]:44} {r['roofline_us']:8.2f} "
-                  f"{r['before_us']:10.2f} {xb:6.1f} {r['after_us']:9.2f} {xa:6.1f} "
-                  f"{r['before_us'] / r['after_us']:5.2f}x  {r['split']}", flush=True)
+            xb, xs, xa = (r[k] / r["roofline_us"] for k in ("before_us", "split_us", "after_us"))
+            print(f"{(r['graph'] + '/' + r['dispatch'])[-40:]:40} {r['roofline_us']:7.2f} "
+                  f"{r['before_us']:8.2f} {xb:5.1f} {r['split_us']:8.2f} {xs:5.1f} "
+                  f"{r['after_us']:8.2f} {xa:5.1f}  {r['chosen']}", flush=True)
     if rows:
-        gains = [r["before_us"] / r["after_us"] for r in rows]
-        print(f"median gain {statistics.median(gains):.2f}x over {len(rows)} dispatches; "
-              f"worst x-roofline before {max(r['before_us'] / r['roofline_us'] for r in rows):.1f}"
-              f", after {max(r['after_us'] / r['roofline_us'] for r in rows):.1f}")
+        gains = [r["split_us"] / r["after_us"] for r in rows]
+        print(f"median gain of stream-K over split {statistics.median(gains):.2f}x over "
+              f"{len(rows)} dispatches; worst x-roofline before "
+              f"{max(r['before_us'] / r['roofline_us'] for r in rows):.1f}, split "
+              f"{max(r['split_us'] / r['roofline_us'] for r in rows):.1f}, stream-K "
+              f"{max(r['after_us'] / r['roofline_us'] for r in rows):.1f}")
     return 0
 
 

@@ -59,6 +59,11 @@ Split-K across workgroups (knob ``split_k``, default 1): the dispatch lowers to 
 kernels, the partial sums of S slices of K to a workspace and a reduction kernel that
 applies the epilogue once (:func:`lower_split_k`; docs/kernels.md).
 
+Stream-K (knob ``stream_k`` = W, default 0; Osama et al. 2023): W x CUs persistent
+workgroups each walk an even share of the tiles x K-tiles iterations across tile
+boundaries, storing one partial per tile segment; a fix-up kernel sums each tile's
+segments in order and applies the epilogue once (:func:`lower_stream_k`).
+
 Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
 LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
 or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
@@ -87,9 +92,13 @@ MMAS = ("fma", "mfma")
 #: an NHWC output: consecutive lanes 2 KiB apart, every lane on its own line.
 MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
-            "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1}
-#: split_k values a space may enumerate (each must divide the K tiles, see check_schedule)
+            "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1,
+            "stream_k": 0}
+#: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
+#: or one more K tiles, see check_schedule)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+#: stream_k values: persistent workgroups per CU (0: off; see :class:`StreamK`)
+STREAM_K = (0, 1, 2)
 #: mma=mfma: the wave block TM x TN picks the instruction.
 MFMA_FOR_BLOCK = {32: "32x32x2f32", 16: "16x16x4f32"}
 
@@ -340,9 +349,18 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if S not in SPLITS:
         return f"split_k={S} not in {SPLITS}"
     nk = ceil_div(gemm.K, BK)
-    if S > 1 and nk % S:
-        return (f"split_k={S} does not divide the {nk} K tiles of BK={BK} (K={gemm.K}): "
-                f"every split runs the same number of tiles")
+    if S > nk:
+        return (f"split_k={S} exceeds the {nk} K tiles of BK={BK} (K={gemm.K}): a split "
+                f"would have no K tile")
+    SK = s.get("stream_k", 0)
+    if SK not in STREAM_K:
+        return f"stream_k={SK!r} not in {STREAM_K}"
+    if SK:
+        if S > 1:
+            return "stream_k and split_k exclude each other (stream-K splits K per workgroup)"
+        why = StreamK(gemm, s, arch).why_not()
+        if why:
+            return why
     lds = lds_elems(gemm, s) * 4
     if lds > lds_limit:
         return f"LDS {lds} B > {lds_limit} B per CU"
@@ -395,6 +413,8 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch):
                                 f"{gemm.root.type.shape} or a view of it")
     if int(s["split_k"]) > 1:
         return lower_split_k(graph, dispatch, gemm, s)
+    if int(s.get("stream_k", 0)):
+        return lower_stream_k(graph, dispatch, gemm, s, arch)
     return _Builder(graph, dispatch, gemm, s).build()
 
 
@@ -407,8 +427,9 @@ def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> program.Kernel
     GEMMs with too few output tiles to fill the GPU: two kernels in stream order.
 
     1. The partial kernel: S x (the tile grid) workgroups; workgroup (split s, tile t)
-       runs the usual K loop over K tiles ``s*nk/S .. (s+1)*nk/S - 1`` (``nk`` K tiles;
-       S must divide it) and stores its raw accumulators, no epilogue, to the f32
+       runs the usual K loop over K tiles ``s*nk//S .. (s+1)*nk//S - 1`` (``nk`` K tiles;
+       where S does not divide nk the splits differ by one tile and the loop's bounds
+       are per workgroup, as stream-K's) and stores its raw accumulators, no epilogue, to the f32
        workspace ``[S][tiles][accumulator e][thread]``: consecutive threads on
        consecutive dwords, so the stores coalesce whatever the output's layout.
     2. The reduction kernel: the tile grid again, the same threads and accumulator layout
@@ -432,6 +453,91 @@ def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> program.Kernel
                             (program.Buffer(ws.name, "f32", ws.shape, "out"),), meta)
 
 
+class StreamK:
+    """The stream-K partition (Osama, Merrill, Cecka, Garland, Owens: "Stream-K: Work-centric
+    Parallel Decomposition for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023):
+    the GEMM's ``iters = tiles x nk`` MAC-loop iterations (one K tile of one output tile
+    each), tile-major, dealt to ``G = stream_k x CUs`` persistent workgroups in even
+    contiguous shares: workgroup g runs iterations ``g*iters//G .. (g+1)*iters//G - 1``,
+    which may start and end inside a tile and span several tiles (its *segments*).
+
+    Each segment's partial accumulators go to workspace slot ``(tile, j)``, j counting
+    the workgroups that touch the tile in order, so the fix-up kernel sums a tile's
+    ``count(tile)`` slots in a fixed order (deterministic) and applies the epilogue once.
+    The same integer formulas serve the Python side (sizes) and the IR (indices):
+    ``first(x) = ((x + 1) * G - 1) // iters`` is the workgroup owning iteration x.
+
+    SIMPLIFICATION against the paper: every tile, even one a single workgroup covers
+    whole, goes through the workspace and the fix-up (the paper's "data-parallel" tiles
+    store directly); the fix-up is a separate kernel (no in-kernel flag wait), so no
+    workgroup ever waits on another and co-residency is not needed."""
+
+    def __init__(self, gemm, s, arch):
+        self.W = int(s.get("stream_k", 0))
+        self.BM, self.BN, self.BK = int(s["BM"]), int(s["BN"]), int(s["BK"])
+        self.nk = ceil_div(gemm.K, self.BK)
+        self.tiles = gemm.batch * ceil_div(gemm.M, self.BM) * ceil_div(gemm.N, self.BN)
+        self.iters = self.tiles * self.nk
+        self.G = self.W * arch.num_cus
+
+    def why_not(self) -> str:
+        G, iters = self.G, self.iters
+        if G >= iters:
+            return (f"stream_k={self.W}: {G} workgroups for {iters} MAC-loop iterations "
+                    f"({self.tiles} tiles x {self.nk} K tiles): at most one each")
+        if (iters + 1) * G >= 2 ** 31:
+            return f"stream_k={self.W}: {iters} x {G} overflows the i32 index arithmetic"
+        return ""
+
+    def begin(self, g):
+        return g * self.iters // self.G
+
+    def first(self, x):
+        return ((x + 1) * self.G - 1) // self.iters
+
+    @property
+    def segments(self) -> int:
+        """Most tiles one workgroup touches (the partial kernel's segment loop)."""
+        return max((self.begin(g + 1) - 1) // self.nk - self.begin(g) // self.nk + 1
+                   for g in range(self.G))
+
+    @property
+    def slots(self) -> int:
+        """Most workgroups touching one tile (workspace slots per tile)."""
+        return max(self.first((t + 1) * self.nk - 1) - self.first(t * self.nk) + 1
+                   for t in range(self.tiles))
+
+    def first_ir(self, x):
+        """``first`` as IR: the workgroup owning iteration ``x``."""
+        return idiv(iadd(imul(iadd(x, 1), self.G), -1), self.iters)
+
+
+def lower_stream_k(graph: Graph, dispatch, gemm: Gemm, s: dict, arch: Arch
+                   ) -> program.KernelSequence:
+    """Stream-K (knob ``stream_k``; :class:`StreamK`): two kernels in stream order.
+
+    1. The partial kernel: ``G`` persistent workgroups; workgroup g loops over its
+       segments (a rolled loop of ``segments`` trips): per segment the tile, its first
+       and last K tile ``kt0 .. kt1-1`` (uniform, from block_id), then the usual pipelined
+       K loop with those runtime bounds, and the raw accumulators to workspace slot
+       ``(tile, g - first(tile))``, consecutive threads on consecutive dwords.
+    2. The fix-up kernel: the tile grid; each thread sums its ``count(tile)`` slots (all
+       ``slots`` loads issued, the missing ones guarded and zero, in slot order) and runs
+       the dispatch's epilogue once, exactly as split-K's reduction does.
+
+    Against split-K the grid is the CU count whatever the tile count (no partial last
+    wave, any K), and the workspace holds about ``tiles + G`` partial tiles instead of
+    ``S x tiles``."""
+    sk = StreamK(gemm, s, arch)
+    partial = _Builder(graph, dispatch, gemm, s, phase="partial", stream_k=sk).build()
+    fixup = _Builder(graph, dispatch, gemm, s, phase="reduce", stream_k=sk).build()
+    ws = partial.buffer(workspace_name(dispatch))
+    meta = {**fixup.meta, "stream_k": sk.W, "stream_k_workgroups": sk.G,
+            "stream_k_iterations": sk.iters, "workspace_bytes": ws.size * 4}
+    return program.KernelSequence(sanitize(f"{dispatch.name}_gemm"), (partial, fixup),
+                                  (program.Buffer(ws.name, "f32", ws.shape, "out"),), meta)
+
+
 def _acc_row(shape, lane, r):
     """Row of accumulator register ``r`` of ``lane`` in the MFMA layout, as IR
     (``gpusim.program.mfma_acc_elem``)."""
@@ -441,10 +547,12 @@ def _acc_row(shape, lane, r):
 
 
 class _Builder:
-    def __init__(self, graph, dispatch, gemm, s, phase=None):
+    def __init__(self, graph, dispatch, gemm, s, phase=None, stream_k=None):
         self.g, self.d, self.gemm, self.s = graph, dispatch, gemm, s
-        #: None: the one-kernel GEMM; "partial"/"reduce": the two kernels of split-K
+        #: None: the one-kernel GEMM; "partial"/"reduce": the two kernels of split-K,
+        #: or of stream-K when ``stream_k`` (a :class:`StreamK`) is given
         self.phase = phase
+        self.sk = stream_k
         self.S = int(s.get("split_k", 1))
         self.k_base = program.i32(0)
         self.BM, self.BN, self.BK, self.TM, self.TN = (int(s[k]) for k in
@@ -793,14 +901,23 @@ class _Builder:
         gm, BM, BN = self.gemm, self.BM, self.BN
         tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
         bid = program.block_id()
-        if self.phase == "partial":
+        if self.phase == "partial" and self.sk is not None:
+            bid = self.open_segment()
+        elif self.phase == "partial":
             # workgroup = (split, tile): the splits of one tile are tiles apart, so the
             # workgroups running at once cover all of K for a band of tiles
             ntiles = gm.batch * tiles_m * tiles_n
             ks = self.let("ks", idiv(bid, ntiles))
             bid = self.let("tile", imod(bid, ntiles))
-            self.k_base = self.let("kbase", imul(ks, ceil_div(gm.K, self.BK) // self.S
-                                                 * self.BK))
+            nk = ceil_div(gm.K, self.BK)
+            if nk % self.S:
+                # uneven split: split s runs K tiles s*nk//S .. (s+1)*nk//S - 1 (nk//S or
+                # one more), a K loop with per-workgroup bounds as stream-K's
+                self.kt0 = self.let("kt0", idiv(imul(ks, nk), self.S))
+                self.kt1 = self.let("kt1", idiv(imul(iadd(ks, 1), nk), self.S))
+                self.k_base = imul(self.kt0, self.BK)
+            else:
+                self.k_base = self.let("kbase", imul(ks, nk // self.S * self.BK))
             self.ks = ks
         self.tile = bid
         per_batch = tiles_m * tiles_n
@@ -809,6 +926,37 @@ class _Builder:
         m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
         n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
         return b, m0, n0, tiles_m, tiles_n
+
+    def open_segment(self):
+        """Stream-K's partial kernel: this workgroup's share of the iterations, then the
+        head of its segment loop (segment p: tile ``t0 + p``, K tiles ``kt0 .. kt1-1``);
+        everything built after this, up to :meth:`close_segment`, is the segment's body
+        (run when it has a K tile). Returns the segment's tile (all wave-uniform)."""
+        sk = self.sk
+        g = program.block_id()
+        beg = self.let("it_begin", idiv(imul(g, sk.iters), sk.G))
+        end = self.let("it_end", idiv(imul(iadd(g, 1), sk.iters), sk.G))
+        t0 = self.let("tile0", idiv(beg, sk.nk))
+        self.seg_var = self.var("seg")
+        self.outer_body, self.body = self.body, []
+        tile = self.let("tile", iadd(t0, self.seg_var))
+        origin = self.let("it_tile", imul(tile, sk.nk))
+        self.kt0 = self.let("kt0", program.maximum(program.as_expr(beg) - origin, 0))
+        self.kt1 = self.let("kt1", program.minimum(program.as_expr(end) - origin, sk.nk))
+        self.seg_head, self.body = self.body, []
+        self.k_base = imul(self.kt0, self.BK)
+        # workspace slot of this segment: how many workgroups before this one touch the tile
+        self.ks = self.let("slot", program.as_expr(g) - sk.first_ir(origin))
+        return tile
+
+    def close_segment(self):
+        """Wraps the segment body built since :meth:`open_segment` in the segment loop
+        (rolled: hipcc keeps it a loop, as simulated)."""
+        sk = self.sk
+        seg = program.If(program.as_expr(self.kt1) > self.kt0, tuple(self.body))
+        self.body = self.outer_body + [program.For(
+            self.seg_var, program.i32(0), program.i32(sk.segments), 1,
+            tuple(self.seg_head) + (seg,), rolled=True)]
 
     def stage_first_tile(self, va, vb, a_base, b_base, m0, n0, b):
         """Stages K tile 0 (loads, LDS stores, barrier); returns ``stage_tile(kstart) ->
@@ -834,6 +982,18 @@ class _Builder:
         nk = ceil_div(self.gemm.K, BK) // self.S   # this split's K tiles
         kt = self.var("kt")
         k0 = self.var("k0")
+        uneven = self.phase == "partial" and ceil_div(self.gemm.K, BK) % self.S
+        if self.sk is not None or uneven:
+            # stream-K's segment or an uneven split: K tiles kt0 .. kt1-1 (>= 1 of them)
+            kbody: list = [program.Assign(k0, imul(iadd(kt, 1), BK))]
+            lo, st = stage_tile(k0)
+            kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
+            trips = max(self.sk.iters / self.sk.G / self.sk.segments - 1, 0.0) \
+                if self.sk is not None else ceil_div(self.gemm.K, BK) / self.S - 1
+            self.body.append(program.For(kt, self.kt0, iadd(self.kt1, -1), 1, tuple(kbody),
+                                         trips_hint=trips))
+            self.body += compute() + [program.Barrier()]
+            return
         if nk > 1:
             k_next = imul(iadd(kt, 1), BK)
             if self.phase == "partial":
@@ -884,15 +1044,23 @@ class _Builder:
         """The workspace buffer: S x tiles x accumulators x threads of one K group."""
         gm = self.gemm
         ntiles = gm.batch * ceil_div(gm.M, self.BM) * ceil_div(gm.N, self.BN)
+        if self.sk is not None:  # stream-K: [tile][slot]
+            return program.Buffer(workspace_name(self.d), "f32",
+                                  (ntiles, self.sk.slots, self.TM * self.TN, self.group), intent)
         return program.Buffer(workspace_name(self.d), "f32",
                         (self.S, ntiles, self.TM * self.TN, self.group), intent)
 
     def partial_offset(self, split, e):
-        """Workspace element of accumulator ``e`` of this thread for ``split``."""
+        """Workspace element of accumulator ``e`` of this thread for ``split`` (stream-K:
+        for slot ``split`` of this tile)."""
         ntiles = self.workspace("in").shape[1]
         TT, G = self.TM * self.TN, self.group
-        row = iadd(imul(split, ntiles), self.tile) if not isinstance(split, int) else \
-            iadd(self.tile, split * ntiles)
+        if self.sk is not None:
+            row = iadd(imul(self.tile, self.sk.slots), split)
+        elif not isinstance(split, int):
+            row = iadd(imul(split, ntiles), self.tile)
+        else:
+            row = iadd(self.tile, split * ntiles)
         return iadd(imul(iadd(imul(row, TT), e), G), self.tig)
 
     def write_partials(self, acc, tiles_m, tiles_n) -> program.Kernel:
@@ -905,6 +1073,10 @@ class _Builder:
                 self.body += self.owned(i, j, [program.Store(ws.name, self.partial_offset(self.ks, e),
                                                        (acc[i][j],))])
         gm = self.gemm
+        grid = self.S * gm.batch * tiles_m * tiles_n
+        if self.sk is not None:
+            self.close_segment()
+            grid = self.sk.G
         meta = {"dispatch": self.d.name, "root": self.d.root, "kind": "contraction",
                 "schedule": dict(self.s), "split_k_phase": "partial",
                 "gemm": {"batch": gm.batch, "M": gm.M, "N": gm.N, "K": gm.K},
@@ -912,8 +1084,10 @@ class _Builder:
                 "mfma_shape": self.shape if self.mma == "mfma" else None,
                 "operand_inner": {"A": gm.A.inner, "B": gm.B.inner}}
         params = tuple(b for b in buffers(self.g, self.d) if b.intent == "in")
+        if self.sk is not None:
+            meta["stream_k"] = self.sk.W
         return program.Kernel(sanitize(f"{self.d.name}_gemm_partial"), self.used(params, ws),
-                        grid=self.S * gm.batch * tiles_m * tiles_n, block=self.threads,
+                        grid=grid, block=self.threads,
                         body=tuple(self.body),
                         lds=(program.LdsArray("lds", "f32", (lds_elems(gm, self.s),)),), meta=meta)
 
@@ -922,14 +1096,25 @@ class _Builder:
         of its S partials, every load issued before the first add."""
         ws = self.workspace("in")
         loads, adds = [], []
+        nparts, count = self.S, None
+        if self.sk is not None:  # stream-K: count(tile) slots of at most ``slots``
+            sk = self.sk
+            nparts = sk.slots
+            t = self.tile
+            last = program.as_expr(sk.first_ir(iadd(imul(iadd(t, 1), sk.nk), -1)))
+            count = self.let("nseg", iadd(last - sk.first_ir(imul(t, sk.nk)), 1))
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
-                parts = [self.var("part", "f32") for _ in range(self.S)]
+                parts = [self.var("part", "f32") for _ in range(nparts)]
                 ld = [program.Load((parts[h],), ws.name, self.partial_offset(h, e))
-                      for h in range(self.S)]
+                      for h in range(nparts)]
+                if count is not None:  # slot h exists only when h < count (slot 0 always)
+                    self.body += [program.Assign(x, program.f32(0.0)) for x in parts[1:]]
+                    ld = ld[:1] + [program.If(program.as_expr(count) > h, (x,))
+                                   for h, x in enumerate(ld) if h]
                 total = parts[0]
-                for h in range(1, self.S):
+                for h in range(1, nparts):
                     total = total + parts[h]
                 loads += self.owned(i, j, ld)
                 adds += self.owned(i, j, [program.Assign(acc[i][j], total)])

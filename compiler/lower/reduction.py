@@ -112,6 +112,7 @@ class RowShape:
                 # columns of a consumer: not a per-row value
                 raise LoweringError(f"{r.name} drops its reduced dim and is read inside "
                                     f"the dispatch")
+        self.graph, self.dispatch = graph, dispatch
         self.full = full
         self.axes = axes
         self.outer = full[:axes[0]]
@@ -192,6 +193,9 @@ def check_schedule(rows: RowShape, s: dict, arch: Arch) -> str:
         return f"mapping={mapping!r}; use wave, workgroup or columns"
     if wg % ws or not ws <= wg <= max_wg:
         return f"workgroup={wg} must be a multiple of the wave size {ws}, at most {max_wg}"
+    why = _check_row_splits(rows, s, wg, vec)
+    if why:
+        return why
     if mapping == "columns":
         return _check_columns(rows, s, ws, wg, vec, row_lanes)
     if row_lanes != ROW_DEFAULTS["row_lanes"]:
@@ -209,6 +213,35 @@ def check_schedule(rows: RowShape, s: dict, arch: Arch) -> str:
                                       rows.C // chunk * vec > REGISTER_CACHE_ELEMS):
         return (f"cache=registers needs the row split evenly with at most "
                 f"{REGISTER_CACHE_ELEMS} elements per thread (row {rows.C}, {chunk} per pass)")
+    return ""
+
+
+def _check_row_splits(rows: RowShape, s: dict, wg: int, vec: int) -> str:
+    """The rules of two-stage rows (``row_splits`` = P > 1, :func:`lower_rows`)."""
+    P = s.get("row_splits", 1)
+    if P not in ROW_SPLITS:
+        return f"row_splits={P!r} not in {ROW_SPLITS}"
+    if P == 1:
+        return ""
+    if s["mapping"] != "workgroup":
+        return (f"row_splits={P}: two-stage rows split a contiguous row over workgroups "
+                f"(mapping=workgroup only)")
+    if s["cache"] != "reread":
+        return f"row_splits={P}: each split reads its columns again in the second kernel (cache=reread)"
+    try:
+        groups = _phase_groups(rows.graph, rows.dispatch, rows, s["passes"])
+    except LoweringError as e:
+        return str(e)
+    if len(groups) != 1:
+        return (f"row_splits={P}: two-stage rows need every reduction in one pass over the "
+                f"row ({len(groups)} dependency levels; passes=single merges a mean and "
+                f"variance or a max and sum of exp)")
+    if any(REG_DTYPE[rows.graph.op(r.inputs[0]).type.dtype] != "f32" for r in rows.reductions):
+        return f"row_splits={P}: the f32 workspace holds f32 partials only (an i32 row)"
+    chunks = ceil_div(rows.C, wg * vec)
+    if (P - 1) * ceil_div(chunks, P) >= chunks:
+        return (f"row_splits={P}: the row's {chunks} chunks of {wg * vec} columns leave a "
+                f"split without columns")
     return ""
 
 
@@ -242,10 +275,29 @@ def _check_columns(rows: RowShape, s: dict, ws: int, wg: int, vec: int, row_lane
 
 #: the knobs ``lower_rows`` assumes when a schedule leaves one out
 ROW_DEFAULTS = {"mapping": "wave", "workgroup": 256, "vector": 1, "cache": "reread",
-                "reduce": "wave", "passes": "multi", "row_lanes": 64}
+                "reduce": "wave", "passes": "multi", "row_lanes": 64, "row_splits": 1}
+#: row_splits values (two-stage rows, :func:`_check_row_splits`)
+ROW_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
+    """One kernel per row-reduction dispatch; with ``row_splits`` = P > 1 (two-stage rows,
+    for few long rows that one workgroup each cannot spread over the GPU) a
+    ``KernelSequence``:
+
+    1. partial (``<dispatch>_rows_partial``): R x P workgroups; workgroup (row, split)
+       reduces its split's column chunks (P contiguous shares of the row's chunks) and
+       thread 0 stores the workgroup's partial state to the f32 workspace
+       ``[row][split][field]``: a sum/max/min/product's partial, Welford's (count, mean,
+       M2), online softmax's (max, sum of exp(x - max));
+    2. combine (``<dispatch>_rows_combine``): every thread of workgroup (row, split)
+       loads the row's P partial states (the same words: broadcast loads) and combines
+       them in split order (deterministic; the same result in every workgroup of the
+       row): sums add, Welford's parallel merge, the softmax's rescale by exp(m_p - M);
+       then the per-element outputs of its split's columns and, in split 0, the per-row
+       outputs, so the epilogue runs once per element. Without per-element outputs (a
+       pool) the combine runs one workgroup per row.
+    """
     rows = RowShape(graph, dispatch)
     s = {**ROW_DEFAULTS, **schedule}
     why = check_schedule(rows, s, arch)
@@ -253,30 +305,64 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
         raise LoweringError(why)
     if s["mapping"] == "columns":
         return _lower_columns(graph, dispatch, rows, s, schedule, arch)
+    P = int(s["row_splits"])
+    if P == 1:
+        return _rows_kernel(graph, dispatch, rows, s, schedule, arch)
+    partial = _rows_kernel(graph, dispatch, rows, s, schedule, arch, stage="partial")
+    combine = _rows_kernel(graph, dispatch, rows, s, schedule, arch, stage="combine")
+    ws = partial.buffer(rows_workspace_name(dispatch))
+    meta = {**combine.meta, "row_splits": P, "workspace_bytes": ws.size * 4}
+    return program.KernelSequence(sanitize(f"{dispatch.name}_rows"), (partial, combine),
+                                  (program.Buffer(ws.name, "f32", ws.shape, "out"),), meta)
+
+
+def rows_workspace_name(dispatch) -> str:
+    return sanitize(f"{dispatch.name}_row_partials")
+
+
+def _rows_kernel(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: dict, arch: Arch,
+                 stage=None):
+    """The wave/workgroup-mapped row kernel; ``stage`` None (one kernel), "partial" or
+    "combine" (the two kernels of ``row_splits`` > 1, see :func:`lower_rows`)."""
     ws = arch.wave_size
     mapping, wg, vec = s["mapping"], int(s["workgroup"]), int(s["vector"])
     cache, reduce, passes = s["cache"], s["reduce"], s["passes"]
     C, R = rows.C, rows.R
+    P = int(s["row_splits"]) if stage else 1
     T = ws if mapping == "wave" else wg
     nwaves = wg // ws
     rows_per_wg = nwaves if mapping == "wave" else 1
     chunk = T * vec
-    n_it = ceil_div(C, chunk)
-    ragged = C % chunk != 0
+    chunks = ceil_div(C, chunk)
+    n_it = ceil_div(chunks, P)      # this split's column chunks (all of them when P = 1)
+    ragged = C % chunk != 0 or n_it * P != chunks
 
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     stmts: list = []
     em.stmts = stmts
+    groups = _phase_groups(graph, dispatch, rows, passes)
+    red_names = {r.name for r in rows.reductions}
+    row_outs = [o for o in dispatch.outputs if rows.per_element(graph.op(o).type.shape)
+                and o not in red_names]
+    per_row = [o for o in dispatch.outputs if o not in row_outs]
+    if stage == "combine" and not row_outs:
+        P_grid = 1   # a pool: nothing per element, one workgroup per row combines
+    else:
+        P_grid = P
     if mapping == "wave":
         row = em.assign(iadd(imul(program.block_id(), rows_per_wg), program.wave_id()), "row", "i32")
         tcol = program.lane()
+    elif P_grid > 1:
+        row = em.assign(idiv(program.block_id(), P_grid), "row", "i32")
+        tcol = program.thread_id()
     else:
         row = em.assign(program.block_id(), "row", "i32")
         tcol = program.thread_id()
+    split = em.assign(imod(program.block_id(), P_grid), "split", "i32") if P_grid > 1 \
+        else program.i32(0)
     pidx = unravel(row, rows.parallel) if rows.parallel else ()
     split_red = len(rows.red) > 1  # a trailing block of axes (a pool over H and W)
 
-    red_names = {r.name for r in rows.reductions}
     for r in rows.reductions:
         em.analyse_access(r.inputs[0], vec, stop_at=red_names)
     for o in dispatch.outputs:
@@ -285,9 +371,10 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
 
     lds = []
     red_slot = {r.name: i for i, r in enumerate(rows.reductions)}
-    groups = _phase_groups(graph, dispatch, rows, passes)
 
     def col_idxs(it, as_register=False):
+        if P_grid > 1:
+            it = iadd(imul(split, n_it), it)
         base = imul(iadd(imul(it, T), tcol), vec)
         if as_register:  # a named column lets the bounds check see the guard on it
             base = em.assign(base, "col", "i32")
@@ -297,7 +384,7 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
         return base, [pidx + (iadd(base, j),) for j in range(vec)]
 
     def row_loop(body_fn, keep_cache):
-        """Runs body_fn(it, idxs, guard) over the row's column chunks."""
+        """Runs body_fn(it, idxs, guard) over the row's (this split's) column chunks."""
         if cache == "registers":
             for it in range(n_it):
                 base, idxs = col_idxs(program.i32(it))
@@ -318,20 +405,69 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
                 body_fn(idxs)
         em.stmts.append(program.For(it_var, program.i32(0), program.i32(n_it), 1, tuple(inner)))
 
-    for group in groups:
-        accs = {}
+    workspace = None
+    if stage:
+        # each item's partial state is one aligned vector of 1, 2 or 4 words (Welford's
+        # three padded to four): thread 0 stores it with one store, as hipcc would merge
+        # them anyway; widest first, so every offset is a multiple of its width
+        (group,) = groups
+        width = {item.name: {1: 1, 2: 2, 3: 4}[item.fields] for item in group}
+        group = sorted(group, key=lambda item: -width[item.name])
+        offset, fields = {}, 0
         for item in group:
-            accs[item.name] = item.init(em)
+            offset[item.name] = fields
+            fields += width[item.name]
+        widest = max(width.values())
+        fields = ceil_div(fields, widest) * widest
+        workspace = program.Buffer(rows_workspace_name(dispatch), "f32", (R * P * fields,),
+                                   "out" if stage == "partial" else "in")
+    if stage == "partial":
+        accs = {item.name: item.init(em) for item in group}
         row_loop(lambda idxs: [item.accumulate(em, idxs, accs[item.name]) for item in group],
-                 keep_cache=cache == "registers")
+                 keep_cache=False)
+        slots = iter(range(len(red_slot), 10 ** 6))
+
+        def cl(acc, kind):
+            return cross_lane(em, acc, kind, ws, T, nwaves, mapping, reduce, lds, next(slots), wg)
+        base = em.assign(imul(iadd(imul(row, P), split), fields), "wsbase", "i32")
+        st = []
         for item in group:
-            item.finish(em, accs[item.name], rows, ws, T, nwaves, mapping, reduce, lds,
-                        red_slot, wg)
+            vals = item.partial(em, accs[item.name], cl)
+            vals += [program.f32(0.0)] * (width[item.name] - len(vals))
+            st.append(program.Store(workspace.name, iadd(base, offset[item.name]), tuple(vals)))
+        stmts.append(program.If(tcol.eq(0), tuple(st)))
+        return _row_kernel_of(graph, dispatch, rows, schedule, em, stmts, lds, R * P, wg, ws,
+                              row, mapping, rows_per_wg, workspace, "partial", 1)
+    if stage == "combine":
+        rowbase = em.assign(imul(row, P * fields), "wsrow", "i32")
+
+        def sweep(item, body_fn):
+            """A rolled loop over the row's P partial states of ``item``, in split order:
+            each trip loads one state (a broadcast: the same words in every lane) and
+            ``body_fn(regs)`` gives the statements that fold it in."""
+            p = program.Var(em.regs.new("sp"), "i32")
+            regs = tuple(program.Var(em.regs.new("wp"), "f32") for _ in range(item.fields))
+            idx = iadd(rowbase, iadd(imul(p, fields), offset[item.name]))
+            # dword loads: a wave-uniform address, which hipcc reads with s_load_dword
+            # (the check knows it; a padded vector it would shorten or split)
+            inner = tuple(program.Load((x,), workspace.name, iadd(idx, f))
+                          for f, x in enumerate(regs)) + tuple(body_fn(regs))
+            stmts.append(program.For(p, program.i32(0), program.i32(P), 1, inner, rolled=True))
+
+        for item in group:
+            item.combine_parts(em, sweep)
+    else:
+        for group in groups:
+            accs = {}
+            for item in group:
+                accs[item.name] = item.init(em)
+            row_loop(lambda idxs: [item.accumulate(em, idxs, accs[item.name]) for item in group],
+                     keep_cache=cache == "registers")
+            for item in group:
+                item.finish(em, accs[item.name], rows, ws, T, nwaves, mapping, reduce, lds,
+                            red_slot, wg)
 
     # final pass: per-element outputs, then per-row outputs once
-    row_outs = [o for o in dispatch.outputs if rows.per_element(graph.op(o).type.shape)
-                and o not in red_names]
-    per_row = [o for o in dispatch.outputs if o not in row_outs]
 
     def store_row(idxs):
         for o in row_outs:
@@ -355,19 +491,32 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
                 ix = rows.row_index(pidx, (), t.shape)
                 v = em.value(o, ix if ix else (program.i32(0),))
                 em.stmts.append(program.Store(o, em.offset(t, ix if ix else (program.i32(0),)), (v,)))
-        stmts.append(program.If(tcol.eq(0), tuple(st)))
+        first = tcol.eq(0) if P_grid == 1 else program.land(tcol.eq(0), split.eq(0))
+        stmts.append(program.If(first, tuple(st)))
+    return _row_kernel_of(graph, dispatch, rows, schedule, em, stmts, lds, R * P_grid, wg, ws,
+                          row, mapping, rows_per_wg, workspace, stage,
+                          len(groups) + (1 if row_outs else 0))
 
+
+def _row_kernel_of(graph, dispatch, rows, schedule, em, stmts, lds, R, wg, ws, row, mapping,
+                   rows_per_wg, workspace, stage, passes_over_row):
+    """The ``Kernel`` of :func:`_rows_kernel`'s statements (``R`` rows of work)."""
     body = stmts
     grid = ceil_div(R, rows_per_wg)
     if mapping == "wave" and R % rows_per_wg:
         body = [stmts[0], program.If(row < R, tuple(stmts[1:]))]
     body = em.provably_aligned(tuple(body), ws)
-    return program.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), grid, wg, body,
-                    lds=tuple(lds),
-                    meta={"dispatch": dispatch.name, "kind": "row_reduction",
-                          "schedule": dict(schedule), "rows": R, "cols": C,
-                          "passes_over_row": len(groups) + (1 if row_outs else 0),
-                          "loads": sorted(set(em.loads))})
+    params = buffers(graph, dispatch)
+    name = sanitize(dispatch.name)
+    meta = {"dispatch": dispatch.name, "kind": "row_reduction",
+            "schedule": dict(schedule), "rows": rows.R, "cols": rows.C,
+            "passes_over_row": passes_over_row, "loads": sorted(set(em.loads))}
+    if stage:
+        used = {x.buffer for x in program.walk(body) if isinstance(x, (program.Load, program.Store))}
+        params = tuple(b for b in params if b.name in used) + (workspace,)
+        name = sanitize(f"{dispatch.name}_rows_{stage}")
+        meta["row_splits_phase"] = stage
+    return program.Kernel(name, params, grid, wg, body, lds=tuple(lds), meta=meta)
 
 
 def _rows_spanned(rows: RowShape, shape) -> int:
@@ -540,6 +689,27 @@ class _Reduce:
             total = _mean_of(em, total, self.count)
         em.bound[self.name] = lambda idx, r=total: r
 
+    #: two-stage rows: words of partial state per workgroup
+    fields = 1
+
+    def partial(self, em, acc, cl):
+        """The workgroup's partial (the combine of its lanes, no mean division yet)."""
+        return [cl(acc, self.kind)]
+
+    def combine_parts(self, em, sweep):
+        """The row's value from the splits' partials, combined in split order from the
+        combine's identity (exact: identity op x = x)."""
+        total = em.assign(identity(self.combine_op, "f32"), "comb")
+        sweep(self, lambda r: [program.Assign(total, program.BinOp(self.combine_op, total,
+                                                                   r[0]))])
+        if self.count is not None:
+            total = _mean_of(em, total, self.count)
+        em.bound[self.name] = lambda idx, r=total: r
+
+    @property
+    def combine_op(self):
+        return COMBINE[self.op.kind]
+
 
 class _Welford:
     """Single pass for mean((x - mean(x))^2): Welford's update per lane (count, running
@@ -578,6 +748,32 @@ class _Welford:
         em.bound[self.mean.name] = lambda idx, r=gmean: r
         em.bound[self.var.name] = lambda idx, r=var: r
 
+    fields = 3
+
+    def partial(self, em, acc, cl):
+        """(count, mean, M2) of the workgroup's elements: the lanes merged by the same
+        parallel formula as :meth:`finish`, over the workgroup's count."""
+        n, mean, m2 = acc
+        wn = cl(n, "sum")
+        wmean = em.assign(cl(em.assign(n * mean, "nmean"), "sum") / wn, "wmean")
+        dev = em.assign(mean - wmean, "lanedev")
+        wm2 = cl(em.assign(program.fma(n * dev, dev, m2), "m2part"), "sum")
+        return [wn, wmean, wm2]
+
+    def combine_parts(self, em, sweep):
+        """Chan et al.'s parallel merge over the splits, in split order (two sweeps over
+        the states): mean = sum(n_p mean_p) / C, M2 = sum(M2_p + n_p (mean_p - mean)^2)."""
+        tot = em.assign(program.f32(0.0), "smean")
+        sweep(self, lambda r: [program.Assign(tot, program.fma(r[0], r[1], tot))])
+        gmean = em.assign(tot * (1.0 / self.C), "mean")
+        m2 = em.assign(program.f32(0.0), "m2")
+        dev = program.Var(em.regs.new("sdev"), "f32")
+        sweep(self, lambda r: [program.Assign(dev, r[1] - gmean),
+                               program.Assign(m2, m2 + program.fma(r[0] * dev, dev, r[2]))])
+        var = em.assign(m2 * (1.0 / self.C), "var")
+        em.bound[self.mean.name] = lambda idx, r=gmean: r
+        em.bound[self.var.name] = lambda idx, r=var: r
+
 
 class _OnlineSoftmax:
     """Single pass for max(x) then sum(exp(x - max)): running max, rescaled running sum."""
@@ -602,6 +798,23 @@ class _OnlineSoftmax:
         scaled = em.assign(s * program.exp(m - gm), "scaled")
         gs = cross_lane(em, scaled, "sum", ws, T, nwaves, mapping, reduce, lds,
                         slot[self.sum.name], wg)
+        em.bound[self.max.name] = lambda idx, r=gm: r
+        em.bound[self.sum.name] = lambda idx, r=gs: r
+
+    fields = 2
+
+    def partial(self, em, acc, cl):
+        """(max, sum of exp(x - max)) of the workgroup's elements."""
+        m, s = acc
+        gm = cl(m, "max")
+        return [gm, cl(em.assign(s * program.exp(m - gm), "scaled"), "sum")]
+
+    def combine_parts(self, em, sweep):
+        """M = max_p m_p, S = sum_p s_p exp(m_p - M), in split order (two sweeps)."""
+        gm = em.assign(program.f32(NEG_INF), "gmax")
+        sweep(self, lambda r: [program.Assign(gm, program.maximum(gm, r[0]))])
+        gs = em.assign(program.f32(0.0), "gsum")
+        sweep(self, lambda r: [program.Assign(gs, gs + r[1] * program.exp(r[0] - gm))])
         em.bound[self.max.name] = lambda idx, r=gm: r
         em.bound[self.sum.name] = lambda idx, r=gs: r
 

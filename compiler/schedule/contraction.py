@@ -23,7 +23,7 @@ from gpusim.hw import Arch
 
 from compiler.lower.common import LoweringError
 from compiler.lower.common import ceil_div
-from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, SWIZZLES, Gemm,
+from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, STREAM_K, SWIZZLES, Gemm,
                                         check_schedule)
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
@@ -55,6 +55,10 @@ class Knobs:
     split_k: int = knob(DEFAULTS["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
                                       "partial sums in a workspace, then a reduction "
                                       "kernel that applies the epilogue once)")
+    stream_k: int = knob(DEFAULTS["stream_k"], "stream-K persistent workgroups per CU (0: off; W > 0: "
+                                        "W x CUs workgroups share the tiles x K-tiles "
+                                        "iterations evenly, a fix-up kernel sums each "
+                                        f"tile's segments; one of {STREAM_K})")
 
 
 TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
@@ -176,19 +180,21 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
                                      check_schedule(gemm, knobs, arch)))
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal
-    out = with_direct_conv(graph, dispatch, with_split_k(gemm, out, arch))
-    if any("split_k" in c.knobs for c in out):
-        # the direct conv is one kernel too: ``--fix split_k=1`` keeps it in the running
-        for c in out:
-            if c.knobs.get("lowering") == "direct":
-                c.knobs = {**c.knobs, "split_k": 1}
+    out = with_direct_conv(graph, dispatch, with_stream_k(gemm, with_split_k(gemm, out, arch), arch))
+    for name, off in (("split_k", 1), ("stream_k", 0)):
+        if any(name in c.knobs for c in out):
+            # the direct conv is one kernel too: ``--fix split_k=1`` (``stream_k=0``)
+            # keeps it in the running
+            for c in out:
+                if c.knobs.get("lowering") == "direct":
+                    c.knobs = {**c.knobs, name: off}
     return out
 
 
 def with_split_k(gemm, space: list, arch: Arch) -> list:
     """Split-K points for a GEMM whose tile grid does not fill the GPU: each point whose
     tiles number fewer than the CUs (with the vector-padded LDS rows) also gets one of
-    the legal splits S (``lower.contraction.SPLITS`` that divide its K tiles): the
+    the legal splits S (``lower.contraction.SPLITS`` up to its K tiles, even or not): the
     smallest that gives every CU a workgroup, else the largest (``split_k`` = 1 stays
     the one-kernel GEMM; more splits only add workspace traffic once every CU has a
     workgroup, fewer leave CUs idle); a point with no legal split gets one illegal point
@@ -225,6 +231,46 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
     for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
         if c.knobs and not c.fallback:
             c.knobs = {**c.knobs, "split_k": 1}
+    legal = [c for c in space if c.legal and not c.fallback]
+    rest = [c for c in space if not (c.legal and not c.fallback)]
+    return legal + [c for c in extra if c.legal] + rest + [c for c in extra if not c.legal]
+
+
+#: stream-K is offered where the one-kernel grid leaves a partial last wave of at most
+#: this many waves in all (further on, the tail is a small part of the time)
+STREAM_K_MAX_WAVES = 4
+
+
+def with_stream_k(gemm, space: list, arch: Arch) -> list:
+    """Stream-K points (``stream_k`` = 1: one persistent workgroup per CU) for each legal
+    one-kernel point (vector-padded LDS rows) whose tile grid does not divide evenly over
+    the CUs, with under ``STREAM_K_MAX_WAVES`` waves: there the last wave leaves CUs idle
+    (or, under one wave, most of them). Where the rule refuses it (too few MAC-loop
+    iterations, the i32 index range), the first such point is kept illegal with the
+    reason, and the dispatch keeps its other lowerings. The best-ranked legal stream-K
+    point is tried whatever the budget (``always``), so the search weighs it against
+    the one-kernel tiles and split-K. A dispatch with no such tile gets no ``stream_k``."""
+    extra = []
+    for c in space:
+        k = c.knobs
+        if not c.legal or c.fallback or k.get("split_k", 1) != 1 or k["lds_pad"] != 4:
+            continue
+        grid = gemm.batch * ceil_div(gemm.M, k["BM"]) * ceil_div(gemm.N, k["BN"])
+        if grid % arch.num_cus == 0 or grid >= STREAM_K_MAX_WAVES * arch.num_cus:
+            continue
+        knobs = {**k, "stream_k": 1}
+        why = check_schedule(gemm, knobs, arch)
+        if why and any(not e.legal for e in extra):
+            continue
+        extra.append(Candidate(knobs, not why, why, c.opt_in))
+    if not extra:
+        return space
+    first = next((c for c in extra if c.legal and not c.opt_in), None)
+    if first is not None:
+        first.always = True
+    for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
+        if c.knobs and not c.fallback and c.knobs.get("lowering") != "direct":
+            c.knobs = {**c.knobs, "stream_k": 0}
     legal = [c for c in space if c.legal and not c.fallback]
     rest = [c for c in space if not (c.legal and not c.fallback)]
     return legal + [c for c in extra if c.legal] + rest + [c for c in extra if not c.legal]

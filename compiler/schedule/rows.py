@@ -12,7 +12,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError
-from compiler.lower.reduction import (COLUMN_ROW_LANES, REGISTER_CACHE_ELEMS, ROW_DEFAULTS, RowShape, _single_pass_pair, check_schedule)
+from compiler.lower.reduction import (COLUMN_ROW_LANES, REGISTER_CACHE_ELEMS, ROW_DEFAULTS, ROW_SPLITS, RowShape, _single_pass_pair, check_schedule)
 from compiler.lower.reduction import lower_rows as lower  # noqa: F401  (the kind's lowering)
 from compiler.schedule import generic
 from compiler.schedule.common import Candidate, knob
@@ -38,6 +38,10 @@ class Knobs:
                                   "reduced axis")
     passes: str = knob(ROW_DEFAULTS["passes"], "multi: a pass per dependency level; single: Welford / "
                                 "online softmax for two dependent reductions")
+    row_splits: int = knob(ROW_DEFAULTS["row_splits"], "two-stage rows (mapping=workgroup): P > 1 "
+                                        "workgroups per row write partial states, a second "
+                                        "kernel combines them and applies the epilogue once; "
+                                        f"one of {ROW_SPLITS}")
 
 
 def _left_out(knobs: dict, ws: int, C: int) -> str:
@@ -108,7 +112,60 @@ def space(graph: Graph, dispatch, arch: Arch) -> list:
         if k not in seen:
             seen.add(k)
             uniq.append(c)
+    uniq = with_row_splits(rows, uniq, arch)
     # the always-lowerable point: the generic serial lowering handles whatever fusion formed
     fallback = generic.space(graph, dispatch, arch, "the fallback")[0]
     fallback.fallback = True
     return uniq + [fallback]
+
+
+#: the shortest split of a row the space offers (elements). A heuristic of the space, not
+#: a hardware figure: a row this short streams in well under the second kernel's launch
+#: (``Arch.launch_overhead_us``), so splitting it cannot win; ``--fix row_splits=P``
+#: still lowers any legal P
+TWO_STAGE_MIN_SPLIT = 512
+
+
+def with_row_splits(rows: RowShape, space: list, arch: Arch) -> list:
+    """Two-stage points where one workgroup per row cannot fill the GPU (rows under the
+    CU count): each legal ``mapping=workgroup``, ``cache=reread``, ``reduce=wave`` point
+    also gets ``row_splits`` P: the largest of ``ROW_SPLITS`` still under a workgroup per
+    CU and the smallest at or over it (fewer workgroups of more columns each, or a full
+    GPU: the search weighs them), each split at least ``TWO_STAGE_MIN_SPLIT`` elements.
+    Where the rule refuses every P (a second dependency level, i32 rows), one illegal
+    point says why and the dispatch keeps its one-kernel points. The point at 256 threads (else the first) is
+    tried whatever the budget."""
+    if rows.R >= arch.num_cus or rows.C < 2 * TWO_STAGE_MIN_SPLIT:
+        return space   # enough rows, or too short a row to split in two
+    extra, refused = [], None
+    for c in space:
+        k = c.knobs
+        if not c.legal or k["mapping"] != "workgroup" or k["cache"] != "reread" \
+                or k["reduce"] != "wave":
+            continue
+        ok, why = [], ""
+        for P in ROW_SPLITS[1:]:
+            reason = check_schedule(rows, {**k, "row_splits": P}, arch)
+            if reason:
+                why = why or reason
+            else:
+                ok.append(P)
+        ok = [P for P in ok if rows.C // P >= TWO_STAGE_MIN_SPLIT]
+        fills = [P for P in ok if rows.R * P >= arch.num_cus]
+        under = [P for P in ok if rows.R * P < arch.num_cus]
+        pick = under[-1:] + fills[:1]  # just under a workgroup per CU, and just over
+        for P in pick:
+            extra.append(Candidate({**k, "row_splits": P}, True, ""))
+        if not pick and refused is None and why:
+            refused = Candidate({**k, "row_splits": ROW_SPLITS[1]}, False, why)
+    if not extra and refused is None:
+        return space
+    if extra:
+        # tried whatever the budget: 256 threads, the widest vector, the fewer splits
+        # (under a workgroup per CU: one round, no straggling second one)
+        first = min(extra, key=lambda c: (c.knobs["workgroup"] != 256, -c.knobs["vector"],
+                                          c.knobs["row_splits"]))
+        first.always = True
+    for c in space:
+        c.knobs = {**c.knobs, "row_splits": 1}
+    return space + extra + ([refused] if refused is not None and not extra else [])

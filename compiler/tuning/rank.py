@@ -204,7 +204,8 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
             lanes.bind(s.var.name, s.start)
             trips = steady.trips(s)
             c.valu += mult * 2  # loop control, once per entry (the per-trip part below)
-            n = float(trips) if trips is not None else 1.0
+            n = float(trips) if trips is not None else (
+                s.trips_hint if s.trips_hint is not None else 1.0)
             if not s.unroll:
                 c.valu += mult * n
             _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
