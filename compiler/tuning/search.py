@@ -556,7 +556,10 @@ def _scored_of(row: dict, knobs: dict) -> Scored:
 def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
                       store=None, check_all: bool = True) -> None:
     """Runs every chosen kernel functionally in gpusim and compares with numpy: every
-    workgroup with ``check_all``, else the output tiles of a sample of workgroups
+    workgroup of every dispatch with ``check_all``, else the first instance of each
+    distinct kernel (identical layers run one program: ``sampling.one_instance_per_kernel``;
+    the others' ``check`` names it and their ``verified`` stays None) and the output tiles
+    of a sample of its workgroups
     (``compiler.tuning.sampling``; ``d.check`` says which) against the reference computed for
     those rows only (``compiler.ir.partial``; the kernel's inputs are given at the rows the
     reference says the sample reads, the rest of each buffer stays zero). A sampled check
@@ -572,18 +575,27 @@ def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
         f"sample:{sampling.EDGE}/{sampling.SPREAD}/{sampling.RANDOM}"
     keys = [None] * len(tuned)
     hits: dict = {}
+    kernels = [None if d.__dict__.get("_custom") else  # set by hand: not its knobs' lowering
+               f"{tunedb.dispatch_fingerprint(graph, d.dispatch)}|"
+               f"{tunedb.knobs_text(d.best.knobs)}" for d in tuned]
+    shared = {} if check_all else sampling.one_instance_per_kernel(kernels)
     if store is not None:
         where = tunedb.graph_fingerprint(graph)
         for i, d in enumerate(tuned):
-            if d.__dict__.get("_custom"):
-                continue  # a kernel set by hand is not the lowering of its knobs
-            fp = tunedb.dispatch_fingerprint(graph, d.dispatch)
+            if kernels[i] is None or i in shared:
+                continue
             keys[i] = tunedb.check_key(
-                f"{fp}|{tunedb.knobs_text(d.best.knobs)}", arch, version,
+                kernels[i], arch, version,
                 f"{where}|seed={seed}|{d.dispatch.inputs}|{d.dispatch.outputs}", extent)
         hits = store.get_many("checks", [k for k in keys if k])
     todo = []
     for i, d in enumerate(tuned):
+        if i in shared:
+            first = tuned[shared[i]]
+            d.max_error, d.verified = None, None
+            d.check = (f"{sampling.SHARED_PREFIX} {first.name}'s (checked there: one "
+                       f"instance of each distinct kernel is run; --check-all runs all)")
+            continue
         hit = hits.get(keys[i]) if keys[i] else None
         if hit is not None:
             d.max_error, d.verified, d.check = hit["max_error"], hit["verified"], hit["check"]

@@ -20,6 +20,7 @@ from compiler.ir.graph import DTYPES, Graph, GraphError
 from compiler.fusion import fuse
 from compiler.fusion.plan import execute_plan
 from compiler.ir.reference import evaluate, random_inputs
+from compiler.tuning import sampling
 from compiler.tuning.search import tune
 from compiler.cli.commands import common
 from compiler.cli.commands.cache import add_cache_options, store_of
@@ -192,9 +193,14 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
                            f"not scheduled: {e}")
     worst = max((d.max_error or 0.0) for d in result.dispatches)
     bad = [d.name for d in result.mismatches]
-    detail = (f"{len(result.dispatches)} kernel(s), {result.mode} plan, "
-              f"{result.total_time_us:.2f} us predicted on gfx942; "
-              f"{'every workgroup' if ctx.check_all else 'a sample of workgroups'} checked")
+    run = [d for d in result.dispatches if not d.check.startswith(sampling.SHARED_PREFIX)]
+    sampled = sum(" of " in d.check for d in run)
+    what = ("every workgroup of every dispatch checked" if ctx.check_all else
+            f"{len(run)} distinct kernel(s) run, one instance each (the other "
+            f"{len(result.dispatches) - len(run)} dispatch(es) run one of them); "
+            f"{sampled} of those on a sample of workgroups, the rest whole")
+    detail = (f"{len(result.dispatches)} dispatch(es), {result.mode} plan, "
+              f"{result.total_time_us:.2f} us predicted on gfx942; {what}")
     if bad:
         detail = "mismatch in " + ", ".join(bad) + "; " + detail
     return CheckResult("simulated kernels", "fail" if bad else "pass", worst,
