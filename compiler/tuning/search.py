@@ -188,6 +188,25 @@ DEFAULT = "default"
 DEFAULT_MIN, DEFAULT_MAX, DEFAULT_SHARE = 4, 24, 4
 
 
+class DefaultTimes(int):
+    """``budget=DefaultTimes(k)``: k times the default budget of each dispatch
+    (``default_budget``), e.g. the 4x of issue 26's plan-stability target; ``tune
+    --budget 4x`` on the command line."""
+
+    def __repr__(self) -> str:
+        return f"{int(self)}x"
+
+
+def dispatch_budget(budget, legal: int):
+    """Simulations for a dispatch of ``legal`` points under ``budget`` (None: every
+    point; ``DEFAULT``; ``DefaultTimes(k)``; or a number)."""
+    if budget == DEFAULT:
+        return default_budget(legal)
+    if isinstance(budget, DefaultTimes):
+        return int(budget) * default_budget(legal)
+    return budget
+
+
 def default_budget(legal: int) -> int:
     """Simulations per dispatch at the default setting: a quarter of the legal points
     (issue 26's target), at least ``DEFAULT_MIN`` (small spaces) and at most
@@ -438,7 +457,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
     plans = []
     for (d, space), fp in zip(spaces, fps):
         legal, illegal = legal_candidates(space, fixed, f"dispatch {d.name}")
-        b = default_budget(len(legal)) if budget == DEFAULT else budget
+        b = dispatch_budget(budget, len(legal))
         every = b is None or b >= len(legal)
         est = None
         if strategy != "random" and not every:
@@ -887,7 +906,7 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     if baseline:
         base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
                                **{**kw, "fixed": {}, "budget": DEFAULT if budget in (None, DEFAULT)
-                                  else min(budget, 24)})
+                                  or isinstance(budget, DefaultTimes) else min(budget, 24)})
         unfused_us = plan_time_us(base, arch, launch)
     if verify:  # the chosen plan's graph (horizontal fusion rewrites it)
         verify_dispatches(plan.graph, tuned, arch, seed, store=store, check_all=check_all)

@@ -33,11 +33,11 @@ def register(sub) -> None:
 def add_tune_options(p) -> None:
     p.add_argument("--arch", type=common.arch_value, default=DEFAULT_ARCH,
                    help="gfx90a, gfx942 or gfx1100 (default gfx942)")
-    p.add_argument("--budget", type=common.count_value, default=None, metavar="N",
+    p.add_argument("--budget", type=common.budget_value, default=None, metavar="N",
                    help="simulate at most N candidates per dispatch (default: a quarter of "
-                        "its legal points, 4 to 24): the best analytic estimates, a few "
-                        "seeded random ones, then the best one's neighbours; N at least the "
-                        "legal points simulates every point")
+                        "its legal points, 4 to 24; Nx: N times that): the best analytic "
+                        "estimates, a few seeded random ones, then the best one's "
+                        "neighbours; N at least the legal points simulates every point")
     p.add_argument("--workers", type=common.workers_value, default=1, metavar="N",
                    help=f"score candidates in N processes (1 to {common.MAX_WORKERS})")
     p.add_argument("--fix", type=common.fix_value, action="append", default=[],
