@@ -198,7 +198,10 @@ def tables(results: dict) -> str:
         verdict = "-" if not v else ("timed out" if v["rc"] is None else
                                      {0: "pass", 1: "FAIL"}.get(v["rc"], "error"))
         loads = "/".join(f"{s[k]['load_avg_1min']:.0f}" for k in ("cold", "verify") if k in s)
-        lines.append(f"| {NAMES.get(name, name)} | {worst} | {secs('cold')} | {secs('warm')} "
+        warm = secs("warm")
+        if s.get("cold", {}).get("rc", 0) is None and warm != "-":
+            warm += " (cold timed out: this run went on tuning)"
+        lines.append(f"| {NAMES.get(name, name)} | {worst} | {secs('cold')} | {warm} "
                      f"| {secs('verify')} | {verdict} | {loads or '-'} |")
     return "\n".join(lines)
 
@@ -255,7 +258,8 @@ def main(argv: list) -> int:
         os.replace(tmp, args.out)
 
     for name, path in paths.items():
-        results[name] = run_model(name, path, results.get(name, {}), args, save)
+        results[name] = results.get(name, {})  # saved after every step, in place
+        run_model(name, path, results[name], args, save)
     print(tables({n: results[n] for n in paths}))
     print("\nTimes in us are gpusim predictions (gfx942, simulated), not measurements; "
           "wall and CPU seconds are of this machine under the load shown.")
