@@ -90,7 +90,8 @@ def test_verify_mismatch_exits_1(capsys, monkeypatch):
 
 def test_verify_checks_a_sample_of_workgroups_unless_check_all(capsys, monkeypatch):
     """verify's simulated-kernels check samples workgroups by default (full-size models
-    have thousands per kernel) and checks all with --check-all; --budget is the tune's."""
+    have thousands per kernel) and checks all with --check-all; --budget is the tune's,
+    tune's default when not given (so verify checks the kernels tune chose)."""
     from compiler.cli.commands import verify
     seen = []
     real = verify.tune
@@ -99,12 +100,13 @@ def test_verify_checks_a_sample_of_workgroups_unless_check_all(capsys, monkeypat
         seen.append((kw["budget"], kw["check_all"]))
         return real(*a, **kw)
     monkeypatch.setattr(verify, "tune", spy)  # the name verify's check calls
-    for extra, want in (((), (6, False)), (("--check-all", "--budget", "2"), (2, True))):
+    for extra, want in (((), ("default", False)), (("--check-all", "--budget", "2"),
+                                                   (2, True))):
         code, out, _ = run(capsys, "verify", "softmax:rows=2,cols=4", "--json", *extra)
         detail = next(c["detail"] for c in json.loads(out)["checks"]
                       if c["name"] == "simulated kernels")
         assert code == 0 and seen[-1] == want
-        assert ("every workgroup" if want[1] else "a sample of workgroups") in detail
+        assert ("every workgroup" if want[1] else "one instance each") in detail
 
 
 def test_verify_skips_the_onnx_check_when_onnx_cannot_evaluate_the_model(

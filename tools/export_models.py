@@ -10,9 +10,10 @@ Needs torch and transformers, which are NOT dependencies of wavefuse or of its t
     /work/venv-export/bin/python tools/export_models.py gpt2_block  # some of them
     /work/venv-export/bin/python tools/export_models.py --full /tmp/models  # full size
 
-``--full DIR`` writes the four full-size models of issue 12 instead (BERT-base at sequence
-128, GPT-2 small at 128 tokens, ViT-B/16 and ResNet-50 at 224x224; the transformers
-default configurations, random weights): hundreds of MB, so never into ``tests/data``;
+``--full DIR`` writes the full-size models instead (issue 12's BERT-base at sequence
+128, GPT-2 small at 128 tokens, ViT-B/16 and ResNet-50 at 224x224, and issue 27's
+MobileNetV2 and ConvNeXt-T at 224x224; the transformers default configurations, random
+weights): hundreds of MB, so never into ``tests/data``;
 their manifest goes to ``DIR/MANIFEST.json``. ``tools/model_report.py`` reads them.
 
 Every module is built from a small configuration with a fixed seed, in eval mode, and
@@ -324,9 +325,30 @@ def b_resnet50():
     return m, (torch.randn(1, 3, 224, 224),), ["pixel_values"]
 
 
-#: issue 12's whole models at full size (``--full DIR``; not committed)
+def b_mobilenet_v2():
+    """The depthwise CNN of issue 27's per-model table: MobileNetV2 1.0 at 224x224
+    (depthwise 3x3 convs between 1x1 expansions, ReLU6 as Clip)."""
+    torch = _torch()
+    from transformers import MobileNetV2Config, MobileNetV2Model
+    m = _First.wrap(MobileNetV2Model(MobileNetV2Config(), add_pooling_layer=False).eval())
+    _randomise_bn(m)
+    return m, (torch.randn(1, 3, 224, 224),), ["pixel_values"]
+
+
+def b_convnext_tiny():
+    """The ConvNeXt-style net of issue 27's per-model table: ConvNeXt-T at 224x224
+    (7x7 depthwise convs, LayerNorm over the channels, inverted-bottleneck MLPs)."""
+    torch = _torch()
+    from transformers import ConvNextConfig, ConvNextModel
+    m = _First.wrap(ConvNextModel(ConvNextConfig()).eval())   # last_hidden_state: no pooling
+    return m, (torch.randn(1, 3, 224, 224),), ["pixel_values"]
+
+
+#: issue 12's whole models at full size (``--full DIR``; not committed), and issue 27's
+#: depthwise CNN and ConvNeXt-style net
 FULL = {"bert_base": b_bert_base, "gpt2_small": b_gpt2_small, "vit_b16": b_vit_b16,
-        "resnet50": b_resnet50}
+        "resnet50": b_resnet50, "mobilenet_v2": b_mobilenet_v2,
+        "convnext_tiny": b_convnext_tiny}
 
 
 #: Extra legacy-exporter options per fixture. Both exporters fold an eval-mode

@@ -21,7 +21,6 @@ derivative of each unary op is in ``errorbound`` (``RULES`` names every op's rul
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -31,12 +30,12 @@ import numpy as np
 CATEGORIES = ("unary", "binary", "compare", "logical", "elementwise", "reduce", "view",
               "injective", "contraction")
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
 def erf(x: np.ndarray) -> np.ndarray:
-    """Error function; numpy has none, and scipy is not a dependency."""
-    return _erf(x.astype(np.float64)).astype(np.float32)
+    """Error function; numpy has none, and scipy is not a dependency. ``math.erf`` (libm's
+    double erf) element by element, compiled by numba (a dependency already): through
+    ``np.vectorize`` it took a third of the reference's time on ViT-B/16's GELUs."""
+    from compiler.ir._erf import erf64  # lazy: numba compiles it on the first call
+    return erf64(np.asarray(x, np.float64)).astype(np.float32)
 
 
 @dataclass(frozen=True)

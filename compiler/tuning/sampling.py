@@ -10,8 +10,10 @@ output elements those workgroups wrote with the numpy reference for those rows o
 score matrix of a 4096-token attention is never computed whole; the kernel's inputs are
 given at the rows its sample reads, ``gpusim.Partial``). A kernel that reads an
 intermediate tensor first runs its sample once on zero inputs to learn which rows it
-writes. ``tune --check-all`` (and ``wavefuse verify``) runs and compares every workgroup
-against the whole reference instead.
+writes. Of identical dispatches (identical layers: one fingerprint, one schedule, so one
+program) only the first instance is run (``one_instance_per_kernel``).
+``tune --check-all`` and ``verify --check-all`` run and compare every workgroup of every
+dispatch against the whole reference instead.
 
 Which elements were written is read from the outputs: every output buffer starts filled
 with a sentinel (a NaN with a payload no arithmetic produces, or an unlikely integer),
@@ -56,6 +58,32 @@ def sample_workgroups(grid: int, seed: int = 0) -> list[int]:
             if int(w) not in chosen]
     chosen |= {int(w) for w in rest[:RANDOM]}
     return sorted(chosen)
+
+
+#: how ``DispatchTune.check`` of a dispatch not run (the same kernel as an earlier one) opens
+SHARED_PREFIX = "not run: the same kernel as"
+
+
+def one_instance_per_kernel(kernels: list) -> dict:
+    """{index: index of the first instance} for every dispatch whose kernel (its dispatch
+    fingerprint and knobs; None: never shared) an earlier dispatch already runs.
+
+    A fingerprint holds everything the lowering reads (weights by shape and dtype), so two
+    dispatches with one fingerprint and one schedule run one program on different data: the
+    12 identical layers of BERT-base are 12 runs of each layer kernel. A program that is
+    wrong is wrong for any data that reaches its wrong path; the first instance gets the
+    data of the shallowest layer, whose reference rows cost least to compute.
+    SIMPLIFICATION: a bug that only data of a deeper layer reaches (an overflow, a NaN
+    path) is found by ``--check-all`` only."""
+    first: dict = {}
+    out = {}
+    for i, k in enumerate(kernels):
+        if k is None:
+            continue
+        j = first.setdefault(k, i)
+        if j != i:
+            out[i] = j
+    return out
 
 
 def sentinel_like(dtype: str, shape) -> np.ndarray:

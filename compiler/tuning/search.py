@@ -188,6 +188,25 @@ DEFAULT = "default"
 DEFAULT_MIN, DEFAULT_MAX, DEFAULT_SHARE = 4, 24, 4
 
 
+class DefaultTimes(int):
+    """``budget=DefaultTimes(k)``: k times the default budget of each dispatch
+    (``default_budget``), e.g. the 4x of issue 26's plan-stability target; ``tune
+    --budget 4x`` on the command line."""
+
+    def __repr__(self) -> str:
+        return f"{int(self)}x"
+
+
+def dispatch_budget(budget, legal: int):
+    """Simulations for a dispatch of ``legal`` points under ``budget`` (None: every
+    point; ``DEFAULT``; ``DefaultTimes(k)``; or a number)."""
+    if budget == DEFAULT:
+        return default_budget(legal)
+    if isinstance(budget, DefaultTimes):
+        return int(budget) * default_budget(legal)
+    return budget
+
+
 def default_budget(legal: int) -> int:
     """Simulations per dispatch at the default setting: a quarter of the legal points
     (issue 26's target), at least ``DEFAULT_MIN`` (small spaces) and at most
@@ -438,7 +457,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
     plans = []
     for (d, space), fp in zip(spaces, fps):
         legal, illegal = legal_candidates(space, fixed, f"dispatch {d.name}")
-        b = default_budget(len(legal)) if budget == DEFAULT else budget
+        b = dispatch_budget(budget, len(legal))
         every = b is None or b >= len(legal)
         est = None
         if strategy != "random" and not every:
@@ -556,7 +575,10 @@ def _scored_of(row: dict, knobs: dict) -> Scored:
 def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
                       store=None, check_all: bool = True) -> None:
     """Runs every chosen kernel functionally in gpusim and compares with numpy: every
-    workgroup with ``check_all``, else the output tiles of a sample of workgroups
+    workgroup of every dispatch with ``check_all``, else the first instance of each
+    distinct kernel (identical layers run one program: ``sampling.one_instance_per_kernel``;
+    the others' ``check`` names it and their ``verified`` stays None) and the output tiles
+    of a sample of its workgroups
     (``compiler.tuning.sampling``; ``d.check`` says which) against the reference computed for
     those rows only (``compiler.ir.partial``; the kernel's inputs are given at the rows the
     reference says the sample reads, the rest of each buffer stays zero). A sampled check
@@ -572,18 +594,27 @@ def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
         f"sample:{sampling.EDGE}/{sampling.SPREAD}/{sampling.RANDOM}"
     keys = [None] * len(tuned)
     hits: dict = {}
+    kernels = [None if d.__dict__.get("_custom") else  # set by hand: not its knobs' lowering
+               f"{tunedb.dispatch_fingerprint(graph, d.dispatch)}|"
+               f"{tunedb.knobs_text(d.best.knobs)}" for d in tuned]
+    shared = {} if check_all else sampling.one_instance_per_kernel(kernels)
     if store is not None:
         where = tunedb.graph_fingerprint(graph)
         for i, d in enumerate(tuned):
-            if d.__dict__.get("_custom"):
-                continue  # a kernel set by hand is not the lowering of its knobs
-            fp = tunedb.dispatch_fingerprint(graph, d.dispatch)
+            if kernels[i] is None or i in shared:
+                continue
             keys[i] = tunedb.check_key(
-                f"{fp}|{tunedb.knobs_text(d.best.knobs)}", arch, version,
+                kernels[i], arch, version,
                 f"{where}|seed={seed}|{d.dispatch.inputs}|{d.dispatch.outputs}", extent)
         hits = store.get_many("checks", [k for k in keys if k])
     todo = []
     for i, d in enumerate(tuned):
+        if i in shared:
+            first = tuned[shared[i]]
+            d.max_error, d.verified = None, None
+            d.check = (f"{sampling.SHARED_PREFIX} {first.name}'s (checked there: one "
+                       f"instance of each distinct kernel is run; --check-all runs all)")
+            continue
         hit = hits.get(keys[i]) if keys[i] else None
         if hit is not None:
             d.max_error, d.verified, d.check = hit["max_error"], hit["verified"], hit["check"]
@@ -875,7 +906,7 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     if baseline:
         base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
                                **{**kw, "fixed": {}, "budget": DEFAULT if budget in (None, DEFAULT)
-                                  else min(budget, 24)})
+                                  or isinstance(budget, DefaultTimes) else min(budget, 24)})
         unfused_us = plan_time_us(base, arch, launch)
     if verify:  # the chosen plan's graph (horizontal fusion rewrites it)
         verify_dispatches(plan.graph, tuned, arch, seed, store=store, check_all=check_all)

@@ -56,6 +56,16 @@ def count_value(text: str) -> int:
     return _int_in(text, "a count of at least 1", 1, 2**31 - 1)
 
 
+def budget_value(text: str):
+    """``--budget``: N simulations per dispatch, or ``Nx``: N times the default budget of
+    each dispatch (``compiler.tuning.search.DefaultTimes``)."""
+    if text.strip().lower().endswith("x"):
+        from compiler.tuning.search import DefaultTimes
+        return DefaultTimes(_int_in(text.strip()[:-1], "Nx, N times the default budget "
+                                    "(N a count of at least 1)", 1, 1000))
+    return count_value(text)
+
+
 def workers_value(text: str) -> int:
     return _int_in(text, f"1 to {MAX_WORKERS} processes", 1, MAX_WORKERS)
 

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from gpusim.hw import DEFAULT_ARCH
 
+from compiler.tuning import sampling
 from compiler.tuning.cluster import Cluster, cap_workers, parse_address
 from compiler.tuning.search import DEFAULT, tune
 from compiler.cli.seed import (PUBLISHED, ROCMLIR_TILE, SEED_MODELS, epilogue_share, gains, published_gains)
@@ -32,11 +33,11 @@ def register(sub) -> None:
 def add_tune_options(p) -> None:
     p.add_argument("--arch", type=common.arch_value, default=DEFAULT_ARCH,
                    help="gfx90a, gfx942 or gfx1100 (default gfx942)")
-    p.add_argument("--budget", type=common.count_value, default=None, metavar="N",
+    p.add_argument("--budget", type=common.budget_value, default=None, metavar="N",
                    help="simulate at most N candidates per dispatch (default: a quarter of "
-                        "its legal points, 4 to 24): the best analytic estimates, a few "
-                        "seeded random ones, then the best one's neighbours; N at least the "
-                        "legal points simulates every point")
+                        "its legal points, 4 to 24; Nx: N times that): the best analytic "
+                        "estimates, a few seeded random ones, then the best one's "
+                        "neighbours; N at least the legal points simulates every point")
     p.add_argument("--workers", type=common.workers_value, default=1, metavar="N",
                    help=f"score candidates in N processes (1 to {common.MAX_WORKERS})")
     p.add_argument("--fix", type=common.fix_value, action="append", default=[],
@@ -172,8 +173,9 @@ def render_tune(result, console) -> None:
         t.add_column(col, justify=just, overflow="fold")
     for d in result.dispatches:
         c = d.best.counters
-        check = "-" if d.verified is None else ("ok" if d.verified else
-                                                 f"[red]MISMATCH {d.max_error:.2g}[/]")
+        check = ("shared" if d.check.startswith(sampling.SHARED_PREFIX) else "-") \
+            if d.verified is None else ("ok" if d.verified else
+                                        f"[red]MISMATCH {d.max_error:.2g}[/]")
         t.add_row(d.name, f"{d.best.time_us:.2f}", f"{d.best.time_us / d.roofline_us:.2f}",
                   f"{c.get('coalescing_pct', 0):.0f}",
                   f"{c.get('lds_bank_conflict_rate_pct', 0):.1f}",
@@ -206,6 +208,11 @@ def render_tune(result, console) -> None:
     console.print(f"plan choice: {result.plan_choice.get('reason', '')}")
     console.print("[dim]times are gpusim predictions (simulated cycles at the modelled "
                   "clock + launch overhead), not measurements[/]")
+    shared = sum(d.check.startswith(sampling.SHARED_PREFIX) for d in result.dispatches)
+    if shared:
+        console.print(f"values checked on {len(result.dispatches) - shared} distinct kernels; "
+                      f"{shared} dispatch(es) run one of those kernels and are marked "
+                      f"'shared' (--check-all checks every dispatch)")
     if result.mismatches:
         console.print("[red]simulated outputs differ from numpy for: "
                       + ", ".join(d.name for d in result.mismatches) + "[/]")

@@ -20,7 +20,8 @@ from compiler.ir.graph import DTYPES, Graph, GraphError
 from compiler.fusion import fuse
 from compiler.fusion.plan import execute_plan
 from compiler.ir.reference import evaluate, random_inputs
-from compiler.tuning.search import tune
+from compiler.tuning import sampling
+from compiler.tuning.search import DEFAULT, tune
 from compiler.cli.commands import common
 from compiler.cli.commands.cache import add_cache_options, store_of
 
@@ -52,7 +53,9 @@ class VerifyContext:
     # graph output name -> its rounding-error scale (compiler.ir.errorbound): how far another
     # honest evaluation may be from the reference, beyond the constant tolerance
     scales: dict = field(default_factory=dict)
-    budget: int = 6  # candidates per dispatch for the simulated-kernels check
+    # candidates per dispatch for the simulated-kernels check: tune's default, so that
+    # `tune MODEL` then `verify MODEL` checks the kernels tune chose, from its database
+    budget: object = DEFAULT
     store: object = None  # the tuning database (compiler.tuning.tunedb), None: this run only
     # every workgroup's values checked, or the output tiles of a sample of workgroups
     # (the default: a full-size model has thousands of workgroups per kernel)
@@ -192,16 +195,21 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
                            f"not scheduled: {e}")
     worst = max((d.max_error or 0.0) for d in result.dispatches)
     bad = [d.name for d in result.mismatches]
-    detail = (f"{len(result.dispatches)} kernel(s), {result.mode} plan, "
-              f"{result.total_time_us:.2f} us predicted on gfx942; "
-              f"{'every workgroup' if ctx.check_all else 'a sample of workgroups'} checked")
+    run = [d for d in result.dispatches if not d.check.startswith(sampling.SHARED_PREFIX)]
+    sampled = sum(" of " in d.check for d in run)
+    what = ("every workgroup of every dispatch checked" if ctx.check_all else
+            f"{len(run)} distinct kernel(s) run, one instance each (the other "
+            f"{len(result.dispatches) - len(run)} dispatch(es) run one of them); "
+            f"{sampled} of those on a sample of workgroups, the rest whole")
+    detail = (f"{len(result.dispatches)} dispatch(es), {result.mode} plan, "
+              f"{result.total_time_us:.2f} us predicted on gfx942; {what}")
     if bad:
         detail = "mismatch in " + ", ".join(bad) + "; " + detail
     return CheckResult("simulated kernels", "fail" if bad else "pass", worst,
                        numerics.tolerance("simulated", "f32"), detail)
 
 
-def run_checks(spec: str, graph: Graph, seed: int = 0, store=None, budget: int = 6,
+def run_checks(spec: str, graph: Graph, seed: int = 0, store=None, budget=DEFAULT,
                check_all: bool = False) -> list[CheckResult]:
     ctx = VerifyContext(spec, graph, seed, random_inputs(graph, seed), budget=budget,
                         store=store, check_all=check_all)
@@ -220,7 +228,8 @@ STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skip": "yellow"}
 def run(args) -> int:
     graph = common.load(args)
     with store_of(args) as store:
-        results = run_checks(args.model, graph, args.seed, store, args.budget,
+        results = run_checks(args.model, graph, args.seed, store,
+                             DEFAULT if args.budget is None else args.budget,
                              args.check_all)
     failed = any(r.failed for r in results)
     if args.json:
@@ -247,12 +256,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("verify", help="check a model's results against references")
     common.add_model(p)
     common.add_seed(p)
-    p.add_argument("--budget", type=common.count_value, default=6, metavar="N",
-                   help="candidates per dispatch for the simulated-kernels check (default "
-                        "6; the same N as `tune --budget N` reuses its tuning database)")
+    p.add_argument("--budget", type=common.budget_value, default=None, metavar="N",
+                   help="candidates per dispatch for the simulated-kernels check (default: "
+                        "tune's default; Nx: N times it); the same budget as `tune` reuses "
+                        "its tuning database, so verify checks the kernels tune chose")
     p.add_argument("--check-all", action="store_true",
-                   help="check the values of every workgroup of the tuned kernels, not the "
-                        "output tiles of a sample of them")
+                   help="check the values of every workgroup of every dispatch, not the "
+                        "first instance of each distinct kernel on the output tiles of a "
+                        "sample of its workgroups")
     add_cache_options(p)
     common.add_json(p)
     p.set_defaults(func=run)
