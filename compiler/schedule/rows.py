@@ -145,7 +145,7 @@ def with_row_splits(rows: RowShape, space: list, arch: Arch) -> list:
             continue
         ok, why = [], ""
         for P in ROW_SPLITS[1:]:
-            reason = check_schedule(rows, {**k, "row_splits": P}, arch)
+            reason = check_schedule(rows, {**ROW_DEFAULTS, **k, "row_splits": P}, arch)
             if reason:
                 why = why or reason
             else:
