@@ -29,6 +29,10 @@ CASES = [
     # 2 heads x 16 query blocks: keys split eight ways, then the combine
     ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8"),
      ("_fd_split", "_fd_combine"), "_fd_partial_out"),
+    # the same on the matrix cores: the MFMA split kernel, the same combine
+    ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8",
+                                   "--fix", "mma=mfma"),
+     ("_fd_split", "_fd_combine"), "_fd_partial_out"),
 ]
 
 

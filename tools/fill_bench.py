@@ -17,8 +17,10 @@ bandwidth, flops / FP32 vector peak) plus one launch)::
     python tools/fill_bench.py --onnx tests/data/resnet_bottleneck.onnx
 
 Cases: ResNet-50's 3x3 convolutions (NCHW, batch 1, bias and relu fused) at 28x28,
-14x14 and 7x7; BERT-base's FFN GEMMs (128 tokens, 768 <-> 3072, bias + gelu; the up
-projection also at 512 tokens, whose 64x64 tiles leave a partial second wave); attention
+14x14 and 7x7, its 1x1 (14x14, 1024 -> 256) and its 7x7 stride-2 stem (224x224, 3 -> 64);
+depthwise 3x3 (MobileNet, 14x14x512) and 7x7 (ConvNeXt, 14x14x384); BERT-base's FFN GEMMs
+(128 tokens, 768 <-> 3072, bias + gelu; the up projection also at 512 tokens, whose 64x64
+tiles leave a partial second wave); attention
 as decoding (one query row, 12 heads of 64, 1024-4096 keys) and at 1024 queries and keys
 with 4 heads.
 """
@@ -49,6 +51,17 @@ def conv3x3(hw: int, c: int) -> Graph:
     return g
 
 
+def conv(name: str, hw: int, c: int, o: int, k: int, stride: int = 1, groups: int = 1) -> Graph:
+    """A k x k NCHW convolution (same padding), bias and relu fused after it."""
+    g = Graph(name)
+    x, w = g.input("x", (1, c, hw, hw)), g.input("w", (o, c // groups, k, k))
+    bias = g.input("bias", (1, o, 1, 1))
+    p = k // 2
+    y = g.conv2d(x, w, stride=(stride, stride), padding=(p, p, p, p), groups=groups)
+    g.output(g.relu(g.add(y, bias)))
+    return g
+
+
 def ffn(tokens: int, d_in: int, d_out: int, act: bool) -> Graph:
     g = Graph(f"bert_ffn_{tokens}x{d_in}x{d_out}")
     x, w = g.input("x", (tokens, d_in)), g.input("w", (d_in, d_out))
@@ -68,6 +81,10 @@ def attention(heads: int, sq: int, sk: int, d: int = 64) -> Graph:
 CASES = {
     "conv28": lambda: conv3x3(28, 128), "conv14": lambda: conv3x3(14, 256),
     "conv7": lambda: conv3x3(7, 512),
+    "conv1x1": lambda: conv("resnet50_conv1x1_14x14_1024_256", 14, 1024, 256, 1),
+    "stem7x7": lambda: conv("resnet50_stem7x7_224_s2", 224, 3, 64, 7, stride=2),
+    "dw3x3": lambda: conv("mobilenet_dw3x3_14x14_512", 14, 512, 512, 3, groups=512),
+    "dw7x7": lambda: conv("convnext_dw7x7_14x14_384", 14, 384, 384, 7, groups=384),
     "ffn_up": lambda: ffn(128, 768, 3072, True), "ffn_down": lambda: ffn(128, 3072, 768, False),
     # 512 tokens: 384 tiles of 64x64 on 304 CUs, a partial second wave (stream-K's case)
     "ffn512_up": lambda: ffn(512, 768, 3072, True),

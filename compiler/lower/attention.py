@@ -35,7 +35,7 @@ the sums of the reference (numpy computes S, then the softmax row by row, then P
 adds one rounding per rescale, so its error grows with the number of key blocks. The
 MFMA variant sums each block of k products exactly and rounds once (as gpusim models the
 instruction), within the same bound.
-Flash-decoding (knob ``key_splits``, default 1; FMA micro-kernels only): the keys are
+Flash-decoding (knob ``key_splits``, default 1; FMA and MFMA tiles): the keys are
 split over KS workgroups per query block and a combine kernel merges their partial
 outputs, maxima and sums (:func:`lower_flash_decoding`; docs/kernels.md).
 
@@ -239,15 +239,13 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
 
 
 def _check_key_splits(a: Attention, s: dict) -> str:
-    """flash-decoding (``key_splits`` > 1): FMA micro-kernels only, the key blocks split
-    evenly, no causal block skip (a query block's last key bounds its loop there)."""
+    """flash-decoding (``key_splits`` > 1): the key blocks split evenly, no causal block
+    skip (a query block's last key bounds its loop there); FMA and MFMA tiles alike."""
     ks = int(s.get("key_splits", 1))
     if ks not in KEY_SPLITS:
         return f"key_splits={ks} not in {KEY_SPLITS}"
     if ks == 1:
         return ""
-    if s.get("mma", "fma") != "fma":
-        return "key_splits > 1 (flash-decoding) is lowered for mma=fma only"
     nkb = ceil_div(a.sk, s["BK"])
     if nkb % ks:
         return (f"key_splits={ks} does not divide the {nkb} key blocks of BK={s['BK']} "
@@ -319,10 +317,10 @@ def lower_attention(graph, dispatch, schedule: dict, arch: Arch) -> program.Kern
     why = check_schedule(a, s, arch)
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
-    if s.get("mma", "fma") == "mfma":
-        return _MfmaBuilder(a, s, arch.wave_size).build()
     if int(s.get("key_splits", 1)) > 1:
         return lower_flash_decoding(a, s, arch)
+    if s.get("mma", "fma") == "mfma":
+        return _MfmaBuilder(a, s, arch.wave_size).build()
     return _Builder(a, s, arch.wave_size).build()
 
 
@@ -344,8 +342,14 @@ def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> program.KernelSeq
        exp(m_s - M), O = sum_s w_s acc_s / sum_s w_s l_s, then PV's epilogue, once.
        Exactly the softmax: each acc_s and l_s is scaled by exp(m_s - M), which
        turns the split's exp(x - m_s) into exp(x - M).
+
+    The split kernel is the FMA micro-kernel's (``mma=fma``) or the matrix cores'
+    (``mma=mfma``, :class:`_MfmaBuilder`: each lane stores its O^T registers, four
+    consecutive head-dim columns of its query row, and the first k slot of a row its
+    (m, l)); both write the same workspaces, so one combine kernel serves both.
     """
-    split = _Builder(a, s, arch.wave_size, phase="split").build()
+    split_builder = _MfmaBuilder if s.get("mma", "fma") == "mfma" else _Builder
+    split = split_builder(a, s, arch.wave_size, phase="split").build()
     combine = _Builder(a, s, arch.wave_size, phase="combine").build_combine()
     wo, wst = workspace_names(a)
     ws = tuple(program.Buffer(b.name, b.dtype, b.shape, "out")
@@ -829,6 +833,12 @@ class _MfmaBuilder(_Builder):
         col = self.let(body, "col", lane % M, "i32")          # this lane's query (column)
         slot4 = self.let(body, "slot4", (lane // M) * 4, "i32")   # 4 * k slot
         bid = program.block_id()
+        kfirst = None
+        if self.phase == "split":  # workgroup = (key split, query block of a head)
+            nt = math.prod(a.batch) * nqb
+            ksplit = self.let(body, "ksplit", bid // nt, "i32")
+            bid = self.let(body, "qblock", bid % nt, "i32")
+            kfirst = self.let(body, "kfirst", ksplit * (ceil_div(Sk, BK) // self.KS), "i32")
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
         qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else program.i32(0)
         lrow = [self.let(body, "lrow", (wave * RM + k) * M + col, "i32") for k in range(RM)]
@@ -888,10 +898,13 @@ class _MfmaBuilder(_Builder):
         kb = program.Var("kb", "i32")
         ksrc = self.k_source()
         kidx = (lambda r, c: bidx + (r, c)) if ksrc != a.kt else (lambda r, c: bidx + (c, r))
-        nkb = program.i32(ceil_div(Sk, BK))
+        nkb = program.i32(ceil_div(Sk, BK) // self.KS)   # this split's key blocks
         if a.pat.causal and Sq == Sk:
             last = program.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
             nkb = self.let(body, "nkb", program.minimum((last + (BK - 1)) // BK, nkb), "i32")
+
+        def first_key(block):   # the key of this split's ``block``-th key block
+            return (block + kfirst) * BK if kfirst is not None else block * BK
 
         def stage(out, first_key, stores=None):
             self.copy_tile(out, "Ks", BK, D, LS, first_key, Sk, ksrc, kidx, "ik",
@@ -905,15 +918,15 @@ class _MfmaBuilder(_Builder):
             # and stores it to LDS after, so the load latency hides behind the MFMAs
             if s["q_in"] == "registers":
                 body.append(program.Barrier())   # Q read out of the K array
-            stage(body, program.i32(0))
+            stage(body, kfirst * BK if kfirst is not None else program.i32(0))
             loop = [program.Barrier()]
-            key0 = self.let(loop, "key0", kb * BK, "i32")
-            nxt = self.let(loop, "knext", program.minimum(kb + 1, nkb - 1) * BK, "i32")
+            key0 = self.let(loop, "key0", first_key(kb), "i32")
+            nxt = self.let(loop, "knext", first_key(program.minimum(kb + 1, nkb - 1)), "i32")
             late = []
             stage(loop, nxt, late)
         else:
             loop = [program.Barrier()]   # Q staged / the previous block's K, V no longer read
-            key0 = self.let(loop, "key0", kb * BK, "i32")
+            key0 = self.let(loop, "key0", first_key(kb), "i32")
             stage(loop, key0)
             loop.append(program.Barrier())
 
@@ -1013,6 +1026,8 @@ class _MfmaBuilder(_Builder):
         if g["prefetch"]:
             loop += [program.Barrier()] + late   # every wave is done with block kb
         body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop)))
+        if self.phase == "split":
+            return self.store_split_mfma(body, lrow, m, l_, oacc, slot4, across_slots, base)
 
         # O = acc / l through PV's epilogue; registers 4j..4j+3 are 4 consecutive columns
         outt = a.graph.op(a.out).type
@@ -1044,3 +1059,35 @@ class _MfmaBuilder(_Builder):
         return program.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
                         meta=_meta(a, s, g, mfma_shape=shape, threads_per_row=slots))
+
+    def store_split_mfma(self, body, lrow, m, l_, oacc, slot4, across_slots, base):
+        """Flash-decoding's split kernel on the matrix cores, its end: each lane's O^T
+        registers unnormalised (registers 4j .. 4j + 3: four consecutive head-dim columns
+        of its query row, one 16-byte store; the pad columns of DVP too, never read), and
+        each row's (m, l) by the row's first k slot (l summed over the slots first: each
+        slot holds a partial sum of the row's keys). Rows past Sq in a ragged last query
+        block are stored too: the workspace has BQ rows per block and the combine never
+        reads them."""
+        a, s, g = self.a, self.s, self.g
+        wo, wst = self.workspaces("out")
+        BQ, DVP, M, nacc = s["BQ"], g["DVP"], g["M"], g["nacc"]
+        wbase = self.let(body, "wtile", program.block_id() * BQ, "i32")
+        for k in range(len(lrow)):
+            row = self.let(body, "wrow", wbase + lrow[k], "i32")
+            for b, blk in enumerate(oacc[k]):
+                for r0 in range(0, nacc, 4):
+                    c0 = slot4 + (b * M + base(r0)) if b * M + base(r0) else slot4
+                    body.append(program.Store(wo.name, row * DVP + c0, tuple(blk[r0:r0 + 4])))
+            lsum = across_slots(body, l_[k], "sum")
+            body.append(program.If(program.as_expr(slot4).eq(0),
+                                   (program.Store(wst.name, row * 2, (m[k], lsum)),)))
+        lds = tuple(program.LdsArray(name, "f32", shp, g["LS"] - a.dk if name in ("Qs", "Ks")
+                                     else g["VS"] - a.dv)
+                    for name, shp in g["lds"].items())
+        body = self.em.provably_aligned(tuple(body), self.ws)
+        params = tuple(b for b in buffers(a.graph, a.dispatch) if b.intent == "in")
+        return program.Kernel(sanitize(f"{a.dispatch.name}_fd_split"),
+                              _used(params, body) + (wo, wst), self.KS * g["grid"], g["T"],
+                              body, lds=lds,
+                              meta=_meta(a, s, g, mfma_shape=g["shape"],
+                                         threads_per_row=g["slots"], flash_decoding="split"))

@@ -570,6 +570,7 @@ class _Builder:
         self.regs = RegisterNamer()
         self.em = ValueEmitter(graph, list(dispatch.ops), list(dispatch.inputs), self.regs)
         self.body: list = []
+        self.rows_cache: dict = {}   # (operand, staging step) -> hoisted row registers
 
     def zero(self):
         """0 in the accumulator's dtype."""
@@ -616,13 +617,11 @@ class _Builder:
             outer, inner = idiv(q, per_row), imul(imod(q, per_row), v)
             ro, ci = (outer, inner) if inner_is_c else (inner, outer)
             r, c = iadd(r0, ro), iadd(c0, ci)
-            valid = None
             # "the vector's last element is inside": the same test when the start is a
             # multiple of v, and one the validator's interval analysis can use
-            if opnd.rows % R:
-                valid = _and(valid, r < opnd.rows - (0 if inner_is_c else v - 1))
-            if opnd.cols % C:
-                valid = _and(valid, c < opnd.cols - (v - 1 if inner_is_c else 0))
+            row_test = r < opnd.rows - (0 if inner_is_c else v - 1) if opnd.rows % R else None
+            col_test = c < opnd.cols - (v - 1 if inner_is_c else 0) if opnd.cols % C else None
+            valid = _and(row_test, col_test)
             regs = tuple(self.var(f"st_{opnd.tensor}", self.dt) for _ in range(v))
             if opnd.via_emitter:
                 ix, _ = opnd.index_fn(b, r, c)
@@ -630,6 +629,20 @@ class _Builder:
                 with self.em.scope(loads):
                     val = self.em.value(opnd.tensor, ix)
                     loads.append(program.Assign(regs[0], val))
+            elif opnd.im2col is not None and kdim == "c":
+                # the tile row (an output position) is the same on every K tile: its
+                # part of the address and its guards are registers set before the loop
+                rows_part, col_part = self.hoisted_rows(opnd, step, r, ci, b, row_test, loads_out)
+                stmts.append(program.Assign(kv := self.var("im_k"), iadd(c0, rows_part["col"])))
+                c = kv
+                col_test = c < opnd.cols - (v - 1 if inner_is_c else 0) if opnd.cols % C else None
+
+                def let(hint, value, out=stmts):
+                    return self.let(f"im_{hint}", value, out) if isinstance(value, program.Expr) \
+                        and not isinstance(value, (program.Var, program.Const)) else value
+                off, pvalid = col_part(rows_part, kv, let)
+                valid = _and(_and(rows_part.get("row_ok"), col_test), pvalid)
+                loads = [program.Load(regs, opnd.buffer, off)]
             else:
                 off, pvalid = opnd.offset_fn(b, r, c)
                 valid = _and(valid, pvalid)
@@ -657,6 +670,24 @@ class _Builder:
             else:
                 loads_out += lstmts
                 stores_out += stmts
+
+    def hoisted_rows(self, opnd, step, r, c_local, b, row_valid, out):
+        """(the row part of ``opnd.im2col`` for this thread's row ``r`` of staging step
+        ``step``, the column part): the row part's values (and the row's own bounds test
+        ``row_valid``) become registers the first time, appended to ``out`` (the first
+        tile's loads, before the K loop, outside any guard), and are reused by every
+        later tile. The column's bounds test (a ragged last K tile) stays per tile."""
+        key = (opnd.tensor, step)
+        if key not in self.rows_cache:
+            rv = self.let("im_m", r, out)
+            col = self.let("im_c", c_local, out)
+            parts = {name: self.let(f"im_{name}", program.as_expr(v), out)
+                     for name, v in opnd.im2col[0](b, rv).items()}
+            parts["col"] = col
+            if row_valid is not None:
+                parts["row_ok"] = self.let("im_row_ok", row_valid, out)
+            self.rows_cache[key] = parts
+        return self.rows_cache[key], opnd.im2col[1]
 
     # ---------------------------------------------------------------- build
     def build(self) -> program.Kernel:

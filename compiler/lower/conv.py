@@ -18,6 +18,10 @@ memory and 4-wide loads along K are legal when C/G is a multiple of 4; for NCHW 
 Padding is never materialised: a tap outside the image is a predicated load whose
 register stays zero (``valid`` below); the contraction lowering puts the guard on the
 tile load. Only sides with padding get a test, so an unpadded conv has no guard at all.
+The A offset is also given split in two (``a_rows``/``a_cols``, the operand's
+``im2col``): the part of the output position, which the K loop's staging computes once
+per thread before the loop, and the part of k, computed per K tile (issue 27: the inline
+form made ResNet-50's split 3x3 convs CU-bound on address arithmetic).
 Depthwise (G = C) is the same formula with K = kH*kW and N = the channel multiplier.
 
 Each formula works on numbers or IR (``compiler.lower.operands``'s ``_add`` family), so
@@ -120,6 +124,39 @@ def setup_conv_gemm(gemm, dispatch) -> None:
                      _in_range(iw, 0 if pl else None, wd if pr else None))
         return dot(ix, st, base), valid
 
+    # The same A offsets split for the K loop (``Operand.im2col``): a part of the output
+    # position alone (image, y*sh - pt, x*sw - pl, and their offset; for a 1x1 conv also
+    # the padding test), which a staging thread keeps in registers across the whole K
+    # loop since its row of the tile never changes, and a part of k, computed per K tile.
+    # The inline form above re-derived (image, y, x) from m with divisions and moduli,
+    # and tested all four padding sides from scratch, for every element of every K tile.
+    sn, sc, sy, sx = (xst[0], xst[3], xst[1], xst[2]) if fmt == "NHWC" else xst
+
+    def a_rows(b, m):
+        _, _, base = xa
+        nb, y, x = _div(m, oh * ow), _mod(_div(m, ow), oh), _mod(m, ow)
+        yb, xb = _add(_mul(y, sh), -pt), _add(_mul(x, sw), -pl)
+        off = dot((nb, yb, xb), (sn, sy, sx), base)
+        if geo["groups"] > 1:
+            off = _add(off, _mul(_mul(b, cg), sc))
+        parts = {"yb": yb, "xb": xb, "off": off}
+        if kh == kw == 1 and any(geo["padding"]):  # no tap moves: the test is the row's
+            parts["valid"] = _and(_in_range(yb, 0 if pt else None, h if pb else None),
+                                  _in_range(xb, 0 if pl else None, wd if pr else None))
+        return parts
+
+    def a_cols(parts, k, let=lambda hint, v: v):
+        """``let(hint, value)`` may name a value once (a register) where it is used
+        twice: the kernel's expressions are evaluated as written, without CSE."""
+        ki, kj, ci = (let(n, v) for n, v in zip(("ky", "kx", "ci"), split_k(k)))
+        off = _add(parts["off"], dot((ci, ki, kj), (sc, dh * sy, dw * sx), 0))
+        if kh == kw == 1:
+            return off, parts.get("valid")
+        ih, iw = let("ih", _add(parts["yb"], _mul(ki, dh))), let("iw", _add(parts["xb"], _mul(kj, dw)))
+        valid = _and(_in_range(ih, 0 if pt else None, h if pb else None),
+                     _in_range(iw, 0 if pl else None, wd if pr else None))
+        return off, valid
+
     def b_offset(b, k, f):
         _, st, base = wa
         ki, kj, ci = split_k(k)
@@ -128,6 +165,8 @@ def setup_conv_gemm(gemm, dispatch) -> None:
         return dot(ix, st, base), None
 
     gemm.A = Operand(x_t, xa[0], gemm.M, gemm.K, a_offset)
+    if not flat_image:
+        gemm.A.im2col = (a_rows, a_cols)
     gemm.B = Operand(w_t, wa[0], gemm.K, gemm.N, b_offset)
     gemm.B.simplify_affine = True  # K = (ci, ky, kx) recombined: one provable stride
 

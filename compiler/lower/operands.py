@@ -68,6 +68,11 @@ class Operand:
         self.inner = "c"
         self.separable = False        # offset_fn is f(b) + g(r) + h(c), never invalid
         self.simplify_affine = False  # see _simplify_affine (conv filters set it)
+        #: (rows(b, r) -> {name: value}, cols(parts, c) -> (offset, valid)) or None: the
+        #: offset split into a part of the row alone and one of the column, the same
+        #: numbers as ``offset_fn`` (a conv's activation: ``compiler.lower.conv``), so a
+        #: K loop keeps the row part in registers (``_Builder.stage``)
+        self.im2col = None
 
     def analyse(self, batch: int):
         """Largest legal vector width along rows and cols, from the exact offset table."""

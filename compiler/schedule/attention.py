@@ -100,17 +100,20 @@ def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
 
 def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
     """Flash-decoding points for an attention whose query blocks do not fill the GPU
-    (decoding: one query row per head): each legal FMA point with the smallest query
-    block and fewer workgroups than CUs also gets one legal key split KS (``KEY_SPLITS`` that divide its key blocks): the
-    smallest that gives every CU a workgroup, else the largest. The split point of the
-    prior's best tile is tried whatever the budget (``always``). An attention whose query
-    blocks fill the GPU gets no ``key_splits`` knob."""
+    (decoding: one query row per head): each legal point (FMA and MFMA tiles alike) with
+    its kind's smallest query block and fewer workgroups than CUs also gets one legal key
+    split KS (``KEY_SPLITS`` that divide its key blocks): the smallest that gives every CU
+    a workgroup, else the largest. The split point of the prior's best tile (an FMA one
+    where there is one) is tried whatever the budget (``always``); the MFMA split points
+    are sampled like the MFMA tiles. An attention whose query blocks fill the GPU gets no
+    ``key_splits`` knob."""
     extra, first = [], None
-    fma = [c for c in space if c.legal and c.knobs.get("mma") == "fma"]
-    bq = min((c.knobs["BQ"] for c in fma), default=0)
-    for c in fma:
+    pts = [c for c in space if c.legal and c.knobs.get("mma") in ("fma", "mfma")]
+    bqs = {mma: min((c.knobs["BQ"] for c in pts if c.knobs["mma"] == mma), default=0)
+           for mma in ("fma", "mfma")}
+    for c in pts:
         k = c.knobs
-        if k["BQ"] != bq:
+        if k["BQ"] != bqs[k["mma"]]:
             continue  # a larger query block only computes more padding rows
         grid = math.prod(a.batch) * ceil_div(a.sq, k["BQ"])
         if grid >= arch.num_cus:

@@ -135,18 +135,33 @@ class TuneResult:
     plan_choice: dict = field(default_factory=dict)
     roofline_basis: str = ""  # which bandwidth the roofline divides by (roofline_basis())
     launch: str = "stream"    # how the host launches the dispatches (plan_time_us)
+    #: kernels the unfused baseline launches (a split dispatch of it launches two);
+    #: None: as many as its dispatches
+    unfused_kernels: int | None = None
 
     @property
     def mismatches(self) -> list:
         return [d for d in self.dispatches if d.verified is False]
 
+    @property
+    def kernels(self) -> int:
+        """Kernels the plan launches: one per dispatch, more for a kernel sequence."""
+        return sum(dispatch_kernels(d) for d in self.dispatches)
+
     def gain_split(self) -> dict:
-        """How much of fusion's predicted gain is launches and how much kernel time."""
+        """How much of fusion's predicted gain is launches and how much kernel time. The
+        launches are counted per kernel, not per dispatch: a split-K or flash-decoding
+        dispatch launches two kernels, each paying ``launch_overhead_us`` (the cost of
+        one more kernel under the result's ``launch``), so a plan that splits pays
+        launches that fusion's dispatch count alone would not show."""
         if self.unfused_time_us is None:
             return {}
-        launches = (self.unfused_dispatches - len(self.dispatches)) * self.launch_overhead_us
+        unfused = self.unfused_dispatches if self.unfused_kernels is None else \
+            self.unfused_kernels
+        launches = (unfused - self.kernels) * self.launch_overhead_us
         total = self.unfused_time_us - self.total_time_us
-        return {"total_us": total, "launch_us": launches, "kernel_us": total - launches}
+        return {"total_us": total, "launch_us": launches, "kernel_us": total - launches,
+                "kernels": self.kernels, "unfused_kernels": unfused}
 
     def to_json(self) -> dict:
         return {"model": self.model, "arch": self.arch.name, "mode": self.mode,
@@ -278,14 +293,22 @@ def dispatch_flops(graph: Graph, dispatch) -> int:
 LAUNCHES = ("stream", "graph")
 
 
+def dispatch_kernels(d) -> int:
+    """Kernels a tuned dispatch launches: 1, or the length of its kernel sequence (the
+    simulator's ``kernels`` counter of a ``KernelSequence``)."""
+    return int(d.best.counters.get("kernels", 1)) if d.best.counters else 1
+
+
 def plan_time_us(tuned: list, arch, launch: str = "stream") -> float:
     """A plan's predicted time: its kernels plus the host's launches. Every simulated
-    dispatch time includes one ``launch_overhead_us`` (a stream launch); with ``graph``
-    that is taken off and the HIP graph's cost for the whole sequence added instead."""
+    kernel's time includes one ``launch_overhead_us`` (a stream launch; a kernel
+    sequence's dispatch time, one per kernel); with ``graph`` those are taken off and the
+    HIP graph's cost for all the plan's kernels added instead."""
     if launch == "stream":
         return sum(d.best.time_us for d in tuned)
-    kernels = sum(d.best.time_us - arch.launch_overhead_us for d in tuned)
-    return kernels + arch.launch_cost_us(len(tuned), launch)
+    n = sum(dispatch_kernels(d) for d in tuned)
+    kernels = sum(d.best.time_us for d in tuned) - n * arch.launch_overhead_us
+    return kernels + arch.launch_cost_us(n, launch)
 
 
 def launch_per_dispatch_us(arch, launch: str = "stream") -> float:
@@ -901,13 +924,14 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     if "aggressive" in tried and SPLIT_ATTENTION in tried:
         plan.decisions.extend(attention_decisions(graph, tried["aggressive"][1],
                                                   tried[SPLIT_ATTENTION][1]))
-    unfused_us = None
+    unfused_us, unfused_kernels = None, None
     unfused = unfused_dispatches(graph)
     if baseline:
         base = tune_dispatches(graph, unfused, arch, label="unfused baseline",
                                **{**kw, "fixed": {}, "budget": DEFAULT if budget in (None, DEFAULT)
                                   or isinstance(budget, DefaultTimes) else min(budget, 24)})
         unfused_us = plan_time_us(base, arch, launch)
+        unfused_kernels = sum(dispatch_kernels(d) for d in base)
     if verify:  # the chosen plan's graph (horizontal fusion rewrites it)
         verify_dispatches(plan.graph, tuned, arch, seed, store=store, check_all=check_all)
     flops = sum(d.flops for d in tuned)
@@ -915,4 +939,4 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
     roof = roofline_us(nbytes, flops, arch, launches=0) + arch.launch_cost_us(1, launch)
     return TuneResult(graph.name, arch, chosen, plan, tuned, plan_time_us(tuned, arch, launch),
                       unfused_us, len(unfused), roof, launch_per_dispatch_us(arch, launch),
-                      choice, roofline_basis(nbytes, arch), launch)
+                      choice, roofline_basis(nbytes, arch), launch, unfused_kernels)

@@ -199,7 +199,8 @@ def render_tune(result, console) -> None:
         console.print(f"unfused baseline: {result.unfused_time_us:.2f} us in "
                       f"{result.unfused_dispatches} dispatches -> fused is "
                       f"[bold]{result.unfused_time_us / result.total_time_us:.2f}x[/] faster; "
-                      f"gain {g['total_us']:.2f} us = {g['launch_us']:.2f} us launches + "
+                      f"gain {g['total_us']:.2f} us = {g['launch_us']:.2f} us launches "
+                      f"({g['unfused_kernels']} -> {g['kernels']} kernels) + "
                       f"{g['kernel_us']:.2f} us kernel time (bytes, instructions)")
     console.print(f"roofline bound: {result.roofline_time_us:.2f} us "
                   f"(min bytes / {result.roofline_basis}, or flops / peak; plus one "
