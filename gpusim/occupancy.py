@@ -242,6 +242,8 @@ def _temps(e, uni: Uniformity, hoisted=frozenset()) -> int:
             held += 1 if n else 0
         return top
 
+    if isinstance(e, (int, float)):  # a loop bound given as a Python number: a constant
+        return 0
     if e.dtype == "i32" and not free(e):
         return peak(e)
     n = 0

@@ -199,13 +199,20 @@ def test_epilogue_writes_a_view_of_the_contraction(aggressive):
     assert [g.op(o).type.shape for o in d.outputs] == [(1, 2)]
     x = random_inputs(g)
     ref = evaluate(g, x)[g.outputs[0]]
+    simulated = 0
     for c in schedule_space(g, d, GFX942):
         if c.legal and not c.opt_in and c.knobs["KW"] == 1:
             k = lower(g, d, c.knobs)
-            res = gpusim.simulate(k, "gfx942", inputs={n: memory_image(g, n, v)
-                                                       for n, v in x.items()})
+            try:
+                res = gpusim.simulate(k, "gfx942", inputs={n: memory_image(g, n, v)
+                                                           for n, v in x.items()})
+            except gpusim.KernelError as e:  # too many estimated VGPRs for its workgroup:
+                assert "does not fit" in str(e), e  # the search drops such a tile too
+                continue
+            simulated += 1
             np.testing.assert_allclose(res.outputs[g.outputs[0]].reshape(ref.shape), ref,
                                        rtol=1e-5)
+    assert simulated
     for mode, err in check_plan(g):
         assert err == 0.0, mode
 

@@ -212,3 +212,30 @@ def test_integer_conv_keeps_to_the_implicit_gemm_and_simulates_exactly():
     assert conv.type.dtype == "i32" and "integer conv" in direct_applies(g, conv)
     res = tune(g, "gfx942", budget=2, baseline=False, check_all=True)
     assert not res.mismatches
+
+
+def test_conv_integer_and_qlinear_conv_against_onnx():
+    """The integer convolution exact; its requantised QLinearConv within one unit (the
+    float64 vs float32 requantisation of ``test_qlinear_matmul_...``)."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    w = rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+    y, want = _run_both([helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"],
+                                          pads=[1, 1, 1, 1])], {"x": x}, np.int32,
+                        (1, 4, 6, 6), [_init("w", w), _init("xz", np.uint8(128))])
+    np.testing.assert_array_equal(y, want)
+    inits = [_init("xs", np.float32(0.02)), _init("xz", np.uint8(128)), _init("w", w),
+             _init("ws", np.float32(0.01)), _init("wz", np.int8(0)),
+             _init("ys", np.float32(0.5)), _init("yz", np.uint8(100))]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                            ["y"], pads=[1, 1, 1, 1])
+    y, want = _run_both([node], {"x": x}, np.uint8, (1, 4, 6, 6), inits)
+    assert np.abs(y.astype(np.int64) - want.astype(np.int64)).max() <= 1
+
+
+def test_round_is_half_to_even_and_abs_exact():
+    x = np.array([[0.5, 1.5, 2.5, -0.5, -2.5, 3.7, -np.inf, -0.0]], np.float32)
+    for op in ("Round", "Abs"):
+        y, want = _run_both([helper.make_node(op, ["x"], ["y"])], {"x": x}, np.float32,
+                            x.shape, opset=18)
+        np.testing.assert_array_equal(y, want)

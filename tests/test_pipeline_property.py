@@ -83,16 +83,23 @@ def test_square_gemm_epilogue_keeps_its_transpose(aggressive, back):
     env = evaluate(g, random_inputs(g, 5), keep_all=True)
     values = {n: env[n] for n in g.topo_order() if g.op(n).kind in ("input", "constant")}
     (d,) = plan.dispatches
+    simulated = 0
     for c in schedule_space(g, d, GFX942):  # every placement and tile: the failing one
         if not c.legal:                       # was the first FMA tile, swizzle none
             continue
         k = lower(g, d, c.knobs, "gfx942")
         ins = {b.name: memory_image(g, b.name, values[b.name]) for b in k.buffers
                if b.intent == "in"}
-        res = gpusim.simulate(k, "gfx942", inputs=ins)
+        try:
+            res = gpusim.simulate(k, "gfx942", inputs=ins)
+        except gpusim.KernelError as e:  # a tile whose estimated VGPRs leave no room for
+            assert "does not fit" in str(e), e  # its workgroup: the search drops it too
+            continue
+        simulated += 1
         for o in d.outputs:
             np.testing.assert_allclose(np.asarray(res.outputs[o]).reshape(env[o].shape),
                                        env[o], rtol=1e-5, atol=1e-6, err_msg=str(c.knobs))
+    assert simulated
 
 
 @pytest.mark.parametrize("aggressive", [False, True])
