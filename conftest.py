@@ -34,6 +34,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("NUMBA_BOUNDSCHECK", "1")
+# a tune started by a test runs serially unless the test asks for workers: pytest-xdist's
+# workers already take the cores (compiler.tuning.cluster.default_workers)
+os.environ.setdefault("WAVEFUSE_WORKERS", "1")
 
 # Tests never read or write the user's tuning database: the session (and every
 # subprocess it starts) gets an empty one of its own, removed at the end.

@@ -134,3 +134,23 @@ def test_ctrl_c_cancels_and_leaves_no_worker(tmp_path):
     alive = [c for c in children if os.path.exists(f"/proc/{c}")
              and "zombie" not in open(f"/proc/{c}/status").read().lower()]
     assert not alive
+
+
+def test_a_tune_with_workers_starts_one_pool_and_matches_serial(monkeypatch):
+    # every plan, its rankings and the baseline share one pool forked after the plans'
+    # graphs exist (compiler.tuning.cluster.worker_pool), not a pool per round
+    from compiler.tuning.search import tune
+    made = []
+    real = cluster.ProcessPoolExecutor
+
+    def counting(*a, **k):
+        made.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(cluster, "ProcessPoolExecutor", counting)
+    g = load_model("mlp")
+    a = tune(g, "gfx942", budget=5, seed=3, verify=False)
+    b = tune(g, "gfx942", budget=5, seed=3, verify=False, workers=2)
+    assert made == [1] and not cluster._POOL
+    assert b.total_time_us == a.total_time_us and b.mode == a.mode
+    assert [d.best.knobs for d in a.dispatches] == [d.best.knobs for d in b.dispatches]
+    assert a.unfused_time_us == b.unfused_time_us

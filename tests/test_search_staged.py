@@ -12,7 +12,7 @@ from compiler.fusion import fuse
 from compiler.ir.models import load_model
 from compiler.lower import lower
 from compiler.schedule import schedule_space
-from compiler.tuning import rank, refine, staged, tunedb
+from compiler.tuning import rank, refine, search, staged, tunedb
 from compiler.tuning.search import (DEFAULT, default_budget, legal_candidates,
                                     tune_dispatches)
 
@@ -48,9 +48,30 @@ def test_staged_finds_the_best_of_a_small_space_with_a_quarter_of_it():
     legal = every.search["legal"]
     assert found.search["simulated"] <= max(default_budget(legal), legal // 4)
     assert found.best.time_us <= 1.05 * every.best.time_us
-    # every stage read and wrote the database: the estimates are there, keyed by version
-    assert sum(k.startswith(f"rank|{rank.version()}|")
-               for k in store._rows["scores"]) == legal
+    # every stage read and wrote the database: every point's bound is there, keyed by
+    # version, and the exact estimates of the points the search asked about, fewer
+    rows = store._rows["scores"]
+    assert sum(k.startswith(f"rbound|{rank.version()}|") for k in rows) == legal
+    assert 0 < sum(k.startswith(f"rank|{rank.version()}|") for k in rows) < legal
+
+
+def test_ranking_best_first_is_the_exact_order_counting_fewer_vgprs():
+    g, ds = _one("mlp:tokens=256,hidden=256,ffn=512")
+    legal, _ = legal_candidates(schedule_space(g, ds[0], GFX942), {}, "d")
+    exact = rank.rank_candidates(g, ds[0], legal, GFX942, lower)
+    bounds = rank.rank_candidates(g, ds[0], legal, GFX942, lower, bound=True)
+    assert all(b.us <= e.us * (1 + 1e-12) for b, e in zip(bounds, exact))
+    asked = []
+
+    def exact_of(i):
+        asked.append(i)
+        return exact[i]
+    r = rank.Ranking(bounds, exact_of)
+    order = sorted(range(len(legal)), key=lambda i: (exact[i].us, i))
+    assert r.best(8) == order[:8]
+    assert len(asked) < len(legal) // 2
+    sub = order[::3]
+    assert r.best(5, among=sub) == sorted(sub, key=lambda i: (exact[i].us, i))[:5]
 
 
 def test_a_warm_store_lowers_nothing_to_rank(monkeypatch):
@@ -59,6 +80,8 @@ def test_a_warm_store_lowers_nothing_to_rank(monkeypatch):
     a = tune_dispatches(g, ds, GFX942, budget=6, store=store)
     monkeypatch.setattr(rank, "rank_candidates",
                         lambda *a, **k: pytest.fail("ranked again with a warm store"))
+    monkeypatch.setattr(search, "lower",
+                        lambda *a, **k: pytest.fail("lowered again with a warm store"))
     b = tune_dispatches(g, ds, GFX942, budget=6, store=store)
     assert a[0].best.knobs == b[0].best.knobs
 

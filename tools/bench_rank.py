@@ -11,6 +11,13 @@ after ``--before`` (the Spearman of the two orders is printed: 1.00 is the same 
 
     python tools/bench_rank.py                       # attention 191 points, a BERT-base GEMM
     python tools/bench_rank.py --repeats 5 --sample 40
+    python tools/bench_rank.py --lazy                # every exact estimate vs rank.Ranking
+
+``--lazy`` compares, on the working tree alone, estimating every point exactly (what the
+search did before ``rank.Ranking``) with what the staged search now does: every point's
+lower bound (no VGPR count), then the exact estimates best-first until the top of the
+default budget is known; it prints both rates, how many exact estimates the lazy order
+counted and whether its top equals the full sort's.
 
 Wall times on whatever machine runs it (its load included); nothing here is simulated.
 """
@@ -73,7 +80,11 @@ def main(argv=None) -> int:
     p.add_argument("--sample", type=int, default=0,
                    help="rank a seeded sample of this many points per space (0: every point)")
     p.add_argument("--arch", default="gfx942")
+    p.add_argument("--lazy", action="store_true",
+                   help="every exact estimate against rank.Ranking's lazy order")
     a = p.parse_args(argv)
+    if a.lazy:
+        return lazy(a)
     if a.repeats < 1 or a.sample < 0:
         print("bench_rank: --repeats must be at least 1 and --sample at least 0",
               file=sys.stderr)
@@ -108,6 +119,43 @@ def main(argv=None) -> int:
         pb = n / statistics.median(times["before"])
         pa = n / statistics.median(times["after"])
         print(f"{label:34} {n:6d} {pb:8.1f} {pa:8.1f} {pa / pb:5.1f}x  {rho:9.2f}")
+    return 0
+
+
+def lazy(a) -> int:
+    from compiler.tuning.search import default_budget
+    arch = get_arch(a.arch)
+    print(f"ranking a space for the staged search, points per second (wall, this machine; "
+          f"median of {a.repeats}): every point exact vs bounds + lazy exact top")
+    print(f"{'space':34} {'points':>6} {'exact':>8} {'lazy':>8} {'ratio':>6} {'counted':>8}"
+          f"  same top")
+    for label, spec, which in SPACES:
+        g = load_model(spec)
+        d = fuse(g).dispatches[which]
+        legal, _ = legal_candidates(schedule_space(g, d, arch), {}, d.name)
+        k = max(1, math.ceil(default_budget(len(legal)) / 2))
+        times = {"exact": [], "lazy": []}
+        for _ in range(a.repeats):
+            rank._LATER.clear()
+            t0 = time.perf_counter()
+            exact = rank.rank_candidates(g, d, legal, arch, lower)
+            top = sorted(range(len(legal)), key=lambda i: (exact[i].us, i))[:k]
+            times["exact"].append(time.perf_counter() - t0)
+            rank._LATER.clear()
+            counted = []
+            t0 = time.perf_counter()
+            bounds = rank.rank_candidates(g, d, legal, arch, lower, bound=True)
+
+            def exact_of(i):
+                counted.append(i)
+                return rank.estimate(lower(g, d, legal[i].knobs, arch), arch)
+            got = rank.Ranking(bounds, exact_of).best(k)
+            times["lazy"].append(time.perf_counter() - t0)
+        n = len(legal)
+        pe = n / statistics.median(times["exact"])
+        pl = n / statistics.median(times["lazy"])
+        print(f"{label:34} {n:6d} {pe:8.1f} {pl:8.1f} {pl / pe:5.1f}x {len(counted):8d}"
+              f"  {'yes' if got == top else 'NO'}")
     return 0
 
 

@@ -70,6 +70,7 @@ or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from gpusim import program
@@ -495,13 +496,13 @@ class StreamK:
     def first(self, x):
         return ((x + 1) * self.G - 1) // self.iters
 
-    @property
+    @functools.cached_property
     def segments(self) -> int:
         """Most tiles one workgroup touches (the partial kernel's segment loop)."""
         return max((self.begin(g + 1) - 1) // self.nk - self.begin(g) // self.nk + 1
                    for g in range(self.G))
 
-    @property
+    @functools.cached_property
     def slots(self) -> int:
         """Most workgroups touching one tile (workspace slots per tile)."""
         return max(self.first((t + 1) * self.nk - 1) - self.first(t * self.nk) + 1

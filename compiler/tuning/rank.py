@@ -61,6 +61,8 @@ class Estimate:
     us: float
     features: dict
     error: str = ""
+    #: a lower bound (VGPRs not counted), see ``estimate``
+    bound: bool = False
 
     @property
     def ok(self) -> bool:
@@ -275,19 +277,90 @@ def _kernels(k) -> list:
     return list(k) if isinstance(k, (list, tuple)) else [k]
 
 
-def estimate(kernel, arch) -> Estimate:
+def estimate(kernel, arch, bound: bool = False) -> Estimate:
     """The analytic estimate of one lowered kernel (or a sequence of them, summed, each
-    kernel after the first paying its own launch, as the simulator charges it)."""
+    kernel after the first paying its own launch, as the simulator charges it).
+
+    ``bound``: a lower bound of the estimate, without counting the kernels' VGPRs
+    (occupancy as if each needed the fewest): the VGPR count is most of the estimate's
+    cost, and more VGPRs only lower occupancy, which never shortens the estimate (fewer
+    workgroups per CU: more rounds, fewer SIMDs busy, less latency hidden), so the exact
+    estimate is at least the bound. ``Ranking`` counts VGPRs only where the order needs it.
+    A bound that fails (LDS or wave slots) fails exactly too; it is marked exact."""
     kernels = _kernels(kernel)
     total, feats = (len(kernels) - 1) * arch.launch_overhead_us, {}
     for i, k in enumerate(kernels):
-        e = _later_kernel(k, arch) if i else _estimate_one(k, arch)
+        e = (_later_kernel(k, arch, bound) if i
+             else _estimate_one(k, arch, 1 if bound else None))
         if not e.ok:
             return e
         total += e.us
         for f, v in e.features.items():
             feats[f] = feats.get(f, 0.0) + v
-    return Estimate(total, feats)
+    return Estimate(total, feats, bound=bound)
+
+
+class Ranking:
+    """The order of a dispatch's legal points by exact estimate, computed best-first from
+    lower bounds (``estimate(..., bound=True)``): a point's exact estimate (its VGPRs
+    counted) is computed only when its bound reaches the head of the queue, so ranking a
+    space of N points for a search that simulates B of them counts the VGPRs of about B
+    points, not N (A*'s argument: an exact value at the head is no larger than any other
+    point's bound, hence than its exact value). The order it gives is the one sorting
+    every exact estimate would give, ties by index.
+
+    ``bounds``: an ``Estimate`` per point (bounds, or exact ones where known);
+    ``exact_of(i)``: point i's exact estimate (lowers and counts). ``forced`` holds the
+    points made exact by this ranking's own queries, so positions shown to users do not
+    depend on what a shared database happened to hold."""
+
+    def __init__(self, bounds: list, exact_of):
+        self._bounds = list(bounds)
+        self._exact_of = exact_of
+        self._exact: dict = {}
+        self.forced: set = set()
+
+    def __len__(self) -> int:
+        return len(self._bounds)
+
+    def bound(self, i: int) -> Estimate:
+        return self._exact.get(i) or self._bounds[i]
+
+    def __getitem__(self, i: int) -> Estimate:
+        """Point i's exact estimate (counted on first use)."""
+        e = self._exact.get(i)
+        if e is None:
+            b = self._bounds[i]
+            e = b if not b.bound else self._exact_of(i)
+            self._exact[i] = e
+        self.forced.add(i)
+        return e
+
+    def best(self, k: int, among=None) -> list:
+        """Up to ``k`` indices (of ``among``, default every point) in exact-estimate order,
+        points that fail to lower or fit last."""
+        import heapq
+        pool = range(len(self._bounds)) if among is None else among
+        heap = [(self.bound(i).us, i, i in self._exact or not self._bounds[i].bound)
+                for i in pool]
+        heapq.heapify(heap)
+        out = []
+        while heap and len(out) < k:
+            us, i, exact = heapq.heappop(heap)
+            if exact:
+                self.forced.add(i)
+                out.append(i)
+                continue
+            heapq.heappush(heap, (self[i].us, i, True))
+        return out
+
+    def position(self) -> dict:
+        """index -> position when points are ordered by their exact estimate where this
+        ranking computed it and by their bound elsewhere: exact at the top, where the
+        search looked, approximate below."""
+        key = lambda i: (self._exact[i] if i in self.forced else self._bounds[i]).us  # noqa: E731
+        return {i: r for r, i in enumerate(sorted(range(len(self._bounds)),
+                                                  key=lambda i: (key(i), i)))}
 
 
 #: estimates of the later kernels of sequences, by their text: split-K's sum of partials
@@ -296,19 +369,19 @@ def estimate(kernel, arch) -> Estimate:
 _LATER: dict = {}
 
 
-def _later_kernel(k, arch) -> Estimate:
-    key = (arch.name, repr(k))
+def _later_kernel(k, arch, bound: bool = False) -> Estimate:
+    key = (arch.name, repr(k), bound)
     e = _LATER.get(key)
     if e is None:
         if len(_LATER) > 256:
             _LATER.clear()
-        e = _LATER[key] = _estimate_one(k, arch)
+        e = _LATER[key] = _estimate_one(k, arch, 1 if bound else None)
     return Estimate(e.us, dict(e.features), e.error)
 
 
-def _estimate_one(k, arch) -> Estimate:
+def _estimate_one(k, arch, vgprs: int | None = None) -> Estimate:
     try:
-        occ = occupancy(k, arch)
+        occ = occupancy(k, arch, vgprs)
     except KernelError as e:
         return Estimate(math.inf, {}, str(e))
     c = _Counts()
@@ -369,9 +442,11 @@ def version() -> str:
 _VERSION: dict = {}
 
 
-def rank_candidates(graph, dispatch, candidates: list, arch, lower) -> list:
+def rank_candidates(graph, dispatch, candidates: list, arch, lower,
+                    bound: bool = False) -> list:
     """Estimate per candidate (same order); a candidate that fails to lower gets an
-    infinite estimate and its reason (it is never simulated)."""
+    infinite estimate and its reason (it is never simulated). ``bound``: lower bounds
+    (``estimate``)."""
     out = []
     for cand in candidates:
         knobs = cand.knobs if hasattr(cand, "knobs") else cand
@@ -380,7 +455,7 @@ def rank_candidates(graph, dispatch, candidates: list, arch, lower) -> list:
         except Exception as e:  # noqa: BLE001 - a lowering failure is a ranking fact
             out.append(Estimate(math.inf, {}, f"{type(e).__name__}: {e}"))
             continue
-        out.append(estimate(k, arch))
+        out.append(estimate(k, arch, bound))
     return out
 
 

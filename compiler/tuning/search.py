@@ -36,7 +36,7 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from compiler.tuning import cluster as runner
 from compiler.ir import numerics, partial
-from compiler.tuning import fusion_guard, rank, sampling, staged, tunedb
+from compiler.tuning import fusion_guard, rank, refine, sampling, staged, tunedb
 from compiler.ir.graph import Graph, GraphError
 from compiler.lower import LoweringError, dispatch_kind, lower
 from compiler.lower.common import memory_image
@@ -477,16 +477,22 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
     space_of = {d.name: space for d, space in spaces}
-    plans = []
+    plans, orders, rankings = [], {}, {}
     for (d, space), fp in zip(spaces, fps):
         legal, illegal = legal_candidates(space, fixed, f"dispatch {d.name}")
         b = dispatch_budget(budget, len(legal))
         every = b is None or b >= len(legal)
         est = None
         if strategy != "random" and not every:
-            est = _estimates(graph, d, fp, legal, arch, store, version)
+            # identical dispatches share one ranking (and run the same search)
+            if fp not in rankings:
+                rankings[fp] = _ranking(graph, d, fp, legal, arch, store, version,
+                                        workers, cluster)
+            est = rankings[fp]
+        if strategy == "staged" and fp not in orders:
+            orders[fp] = refine.knob_orders([c.knobs for c in legal])
         plans.append((d, legal, illegal, fp,
-                      staged.DispatchSearch(legal, est, b, seed, strategy)))
+                      staged.DispatchSearch(legal, est, b, seed, strategy, orders.get(fp))))
     task = None
     if progress:
         total = sum(s.budget for *_, s in plans)
@@ -558,13 +564,63 @@ def _estimates(graph, dispatch, fp, legal, arch, store, version) -> list:
     todo = [i for i, k in enumerate(keys) if k not in known]
     if todo:
         fresh = rank.rank_candidates(graph, dispatch, [legal[i] for i in todo], arch, lower)
-        rows = {keys[i]: {"us": e.us if math.isfinite(e.us) else None,
-                          "features": e.features, "error": e.error}
-                for i, e in zip(todo, fresh)}
+        rows = {keys[i]: _estimate_row(e) for i, e in zip(todo, fresh)}
         store.put_many("scores", rows, version)
         known.update(rows)
-    return [rank.Estimate(math.inf if known[k]["us"] is None else known[k]["us"],
-                          known[k]["features"], known[k]["error"]) for k in keys]
+    return [_estimate_of(known[k]) for k in keys]
+
+
+def _bound_job(graph, job) -> list:
+    dispatch, knobs, arch = job
+    return rank.rank_candidates(graph, dispatch, knobs, arch, lower, bound=True)
+
+
+def _ranking(graph, dispatch, fp, legal, arch, store, version, workers=1,
+             cluster=None) -> rank.Ranking:
+    """The legal points' ``rank.Ranking``: every point's lower bound (its VGPRs not
+    counted), the exact estimates counted as the search asks for them; both read from and
+    written to the tuning database (``rbound|`` and ``rank|`` keys with the estimator's
+    version), so a warm run lowers nothing."""
+    keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
+    rv = rank.version()
+    bound_keys = [f"rbound|{rv}|{k}" for k in keys]
+    exact_keys = [f"rank|{rv}|{k}" for k in keys]
+    known = store.get_many("scores", bound_keys)
+    todo = [i for i, k in enumerate(bound_keys) if k not in known]
+    if todo:
+        # in chunks over the workers (a chunk per worker and round of the pool's queue)
+        n = max(1, min(len(todo), 4 * max(workers, 1) if cluster is None else 64))
+        chunks = [todo[c::n] for c in range(n)]
+        done = runner.run_jobs(_bound_job, [(dispatch, [legal[i].knobs for i in c], arch)
+                                            for c in chunks],
+                               shared=graph, workers=workers, cluster=cluster)
+        fresh = {i: e for c, es in zip(chunks, done) for i, e in zip(c, es)}
+        rows = {bound_keys[i]: _estimate_row(fresh[i]) for i in todo}
+        store.put_many("scores", rows, version)
+        known.update(rows)
+    bounds = [_estimate_of(known[k]) for k in bound_keys]
+
+    def exact_of(i):
+        row = store.get_many("scores", [exact_keys[i]]).get(exact_keys[i])
+        if row is None:
+            try:
+                e = rank.estimate(lower(graph, dispatch, legal[i].knobs, arch), arch)
+            except Exception as err:  # noqa: BLE001 - a lowering failure is a ranking fact
+                e = rank.Estimate(math.inf, {}, f"{type(err).__name__}: {err}")
+            row = _estimate_row(e)
+            store.put_many("scores", {exact_keys[i]: row}, version)
+        return _estimate_of(row)
+    return rank.Ranking(bounds, exact_of)
+
+
+def _estimate_row(e: rank.Estimate) -> dict:
+    return {"us": e.us if math.isfinite(e.us) else None, "features": e.features,
+            "error": e.error, "bound": e.bound}
+
+
+def _estimate_of(row: dict) -> rank.Estimate:
+    return rank.Estimate(math.inf if row["us"] is None else row["us"], row["features"],
+                         row["error"], row.get("bound", False))
 
 
 def _spaces(graph, dispatches, fps, arch, store, version) -> list:
@@ -849,7 +905,6 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
               store=store, cluster=cluster, strategy=strategy)
     modes = ("aggressive", SEPARATE_CONTRACTIONS, SPLIT_ATTENTION, "conservative") \
         if mode == "auto" else (mode,)
-    tried = {}
     plans = {}
     bounds = {}
     for m in modes:
@@ -862,6 +917,17 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
             continue  # same plan as an earlier mode: nothing to compare
         plans[m] = (key, plan)
         bounds[m] = plan_lower_bound(plan.graph, plan.dispatches, arch)
+    with runner.worker_pool(workers if cluster is None else 1):
+        runner.share(graph, *(p.graph for _, p in plans.values()))
+        return _tune_plans(graph, arch, plans, bounds, modes, kw, budget=budget, seed=seed,
+                           prune=prune, launch=launch, baseline=baseline, verify=verify,
+                           store=store, check_all=check_all)
+
+
+def _tune_plans(graph, arch, plans, bounds, modes, kw, *, budget, seed, prune, launch,
+                baseline, verify, store, check_all) -> TuneResult:
+    """``tune`` after the plans are formed (inside its worker pool)."""
+    tried = {}
     pruned = {}
     # plans in order of their lower bounds: one whose bound cannot beat the best total
     # found so far is not tuned (its decision says so). The conservative plan is always

@@ -42,7 +42,7 @@ class DispatchSearch:
     column)."""
 
     def __init__(self, legal: list, estimates, budget: int | None, seed: int,
-                 strategy: str = "staged"):
+                 strategy: str = "staged", orders: dict | None = None):
         self.legal = legal
         self.knobs = [c.knobs for c in legal]
         self.estimates = estimates
@@ -56,13 +56,29 @@ class DispatchSearch:
         self.pending: list = []
         self._round = 0
         self._stale = 0
-        self._orders = refine.knob_orders(self.knobs) if strategy == "staged" else {}
+        # ``orders``: the knobs' value orders when the caller has them (identical
+        # dispatches of a model share one space)
+        self._orders = ({} if strategy != "staged" else
+                        orders if orders is not None else refine.knob_orders(self.knobs))
 
     # ------------------------------------------------------------------ proposals
-    def _order(self) -> list:
-        """Legal indices by analytic estimate (ties by space order); lowering failures
-        last."""
-        return sorted(range(len(self.legal)), key=lambda i: (self.estimates[i].us, i))
+    def _best(self, k: int, skip=(), among=None) -> list:
+        """Up to ``k`` legal indices not in ``skip`` (of ``among``, default all) by analytic
+        estimate, ties by space order; lowering failures last. ``estimates`` is a
+        ``rank.Ranking`` (exact estimates counted only for the points this asks about) or
+        a plain list of estimates."""
+        skip = set(skip)
+        pool = [i for i in (range(len(self.legal)) if among is None else among)
+                if i not in skip]
+        if hasattr(self.estimates, "best"):
+            return self.estimates.best(k, pool)
+        return sorted(pool, key=lambda i: (self.estimates[i].us, i))[:k]
+
+    def _position(self) -> dict:
+        if hasattr(self.estimates, "position"):
+            return self.estimates.position()
+        order = sorted(range(len(self.legal)), key=lambda i: (self.estimates[i].us, i))
+        return {i: r for r, i in enumerate(order)}
 
     def _left(self) -> int:
         return self.budget - len(self.times) - len(self.pending)
@@ -95,14 +111,13 @@ class DispatchSearch:
             for i in picks:
                 self.stage_of[i] = "random"
             return picks
-        order = [i for i in self._order() if i not in always]
         if self.strategy == "ranked":
-            top, explore = order[:max(0, self.budget - len(always))], []
+            top, explore = self._best(max(0, self.budget - len(always)), always), []
         else:
             n_explore = max(1, self.budget // 8) if self.budget >= 4 else 0
             n_top = max(1, math.ceil(self.budget / 2)) - len(always)
-            top = order[:max(0, n_top)]
-            rest = sorted(set(order) - set(top))
+            top = self._best(max(0, n_top), always)
+            rest = sorted(set(range(n)) - set(always) - set(top))
             rng = random.Random(self.seed)
             explore = sorted(rng.sample(rest, min(n_explore, len(rest))))
         for i in always:
@@ -118,31 +133,31 @@ class DispatchSearch:
         if not ok or self._stale >= STALE_ROUNDS:
             return []
         tried = set(self.times)
-        by_estimate = lambda i: (self.estimates[i].us, i)  # noqa: E731
         best = ok[0][1]
         near = [i for i in refine.neighbours(self.knobs[best], self.knobs, self._orders)
-                if i not in tried and self.estimates[i].ok]
+                if i not in tried]
         cross = []
         if len(ok) > 1:
             cross = [i for i in refine.crosses(self.knobs[best], self.knobs[ok[1][1]],
                                                self.knobs)
-                     if i not in tried and i not in near and self.estimates[i].ok]
+                     if i not in tried and i not in near]
         batch = max(1, math.ceil(self.budget / 4))
         batch = min(batch, self._left())
         one = [i for i in near if refine.distance(self.knobs[best], self.knobs[i],
                                                   self._orders) == 1]
         two = [i for i in near if i not in one]
-        picks = sorted(one, key=by_estimate)[:batch]
+
+        def best_ok(k, among):  # the k best estimates of ``among`` that lower and fit
+            return [i for i in self._best(k, among=among) if self.estimates[i].ok]
+        picks = best_ok(batch, one)
         room = batch - len(picks)
-        crosses = sorted(cross, key=by_estimate)[:min(room, max(1, batch // 4))] \
-            if room > 0 else []
+        crosses = best_ok(min(room, max(1, batch // 4)), cross) if room > 0 else []
         picks += crosses
-        picks += sorted(two, key=by_estimate)[:max(0, batch - len(picks))]
+        picks += best_ok(max(0, batch - len(picks)), two)
         for i in picks:
             self.stage_of[i] = "evolve" if i in crosses else "refine"
         if not picks:  # the neighbourhood is spent: the next points of the ranking
-            picks = [i for i in self._order() if i not in tried and self.estimates[i].ok]
-            picks = picks[:batch]
+            picks = best_ok(batch, [i for i in range(len(self.legal)) if i not in tried])
             for i in picks:
                 self.stage_of[i] = "rank"
         return picks
@@ -176,8 +191,10 @@ class DispatchSearch:
             if self.knobs[i] == winner_knobs:
                 stage = s
         curve, best = [], None
-        position = ({i: r for r, i in enumerate(self._order())}
-                    if self.estimates is not None else {})
+        if self.estimates is not None:
+            for i in self.simulated():  # the points shown carry their exact estimate
+                self.estimates[i]
+        position = self._position() if self.estimates is not None else {}
         for s, i, t in self.history:
             if t is not None and (best is None or t < best):
                 best = t

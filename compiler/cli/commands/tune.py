@@ -10,7 +10,7 @@ from rich.table import Table
 from gpusim.hw import DEFAULT_ARCH
 
 from compiler.tuning import sampling
-from compiler.tuning.cluster import Cluster, cap_workers, parse_address
+from compiler.tuning.cluster import Cluster, cap_workers, default_workers, parse_address
 from compiler.tuning.search import DEFAULT, tune
 from compiler.cli.seed import (PUBLISHED, ROCMLIR_TILE, SEED_MODELS, epilogue_share, gains, published_gains)
 from compiler.cli.seed import seed_rows as rows_of
@@ -38,8 +38,10 @@ def add_tune_options(p) -> None:
                         "its legal points, 4 to 24; Nx: N times that): the best analytic "
                         "estimates, a few seeded random ones, then the best one's "
                         "neighbours; N at least the legal points simulates every point")
-    p.add_argument("--workers", type=common.workers_value, default=1, metavar="N",
-                   help=f"score candidates in N processes (1 to {common.MAX_WORKERS})")
+    p.add_argument("--workers", type=common.workers_value, default=None, metavar="N",
+                   help=f"rank and score candidates in N processes (1 to "
+                        f"{common.MAX_WORKERS}; default $WAVEFUSE_WORKERS, else every core "
+                        f"this process may use)")
     p.add_argument("--fix", type=common.fix_value, action="append", default=[],
                    metavar="KNOB=VALUE",
                    help="pin a schedule knob, e.g. --fix swizzle=before_fusion (repeatable, "
@@ -77,7 +79,7 @@ def run_tune(args, quiet: bool):
     graph = common.load(args, whole=args.check_all)
     if args.cluster:
         parse_address(args.cluster)  # a bad address fails before any work
-    kw = dict(budget=DEFAULT if args.budget is None else args.budget, workers=cap_workers(args.workers), fixed=fixed,
+    kw = dict(budget=DEFAULT if args.budget is None else args.budget, workers=default_workers() if args.workers is None else cap_workers(args.workers), fixed=fixed,
               seed=args.seed, mode=args.mode, baseline=not args.no_baseline,
               check_all=args.check_all, launch=args.launch)
     with store_of(args) as store, \

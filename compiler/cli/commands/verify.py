@@ -21,6 +21,7 @@ from compiler.fusion import fuse
 from compiler.fusion.plan import execute_plan
 from compiler.ir.reference import evaluate, random_inputs
 from compiler.tuning import sampling
+from compiler.tuning.cluster import default_workers
 from compiler.tuning.search import DEFAULT, tune
 from compiler.cli.commands import common
 from compiler.cli.commands.cache import add_cache_options, store_of
@@ -188,7 +189,7 @@ def check_simulated(ctx: VerifyContext) -> CheckResult:
     try:
         result = tune(ctx.graph, DEFAULT_ARCH, budget=ctx.budget, seed=ctx.seed,
                       baseline=False, mode="auto", store=ctx.store,
-                      check_all=ctx.check_all)
+                      check_all=ctx.check_all, workers=default_workers())
     except GraphError as e:  # a dispatch no schedule lowers: this check fails, the
         # schedule-free checks before it still stand
         return CheckResult("simulated kernels", "fail", None, 1e-3,
