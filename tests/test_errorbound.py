@@ -220,3 +220,22 @@ def test_a_product_with_a_zero_term_keeps_the_zero_terms_error():
     assert out[g.outputs[0]][0, 0] == 0.0
     others = float(np.prod(np.exp(xv[0, 1:].astype(np.float64))))
     assert scales[g.outputs[0]][0, 0] == pytest.approx(others * scales[t.name][0, 0])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_a_causal_mask_of_minus_inf_leaves_every_scale_finite(dtype):
+    # issue 28: the mask's -inf gave the masked scores an infinite scale, and the softmax
+    # spread it to every later tensor (CLIP's f16 block verified with an allowance of inf)
+    g = Graph("masked")
+    q = g.input("q", (8, 16), dtype)
+    k = g.input("k", (16, 8), dtype)
+    mask = np.triu(np.full((8, 8), -np.inf), 1).astype(np.float32 if dtype == "f32"
+                                                        else np.float16)
+    scores = g.add(g.matmul(q, k), g.constant(mask, "mask"))
+    g.output(g.matmul(builders.softmax(g, scores), g.input("v", (8, 4), dtype)))
+    out, scales = errorbound.evaluate_with_scales(g, random_inputs(g, 0))
+    s = scales[g.outputs[0]]
+    assert np.all(np.isfinite(s)) and np.all(s > 0)
+    # tens of roundings of the output's size, not an allowance that accepts anything
+    u = errorbound.UNIT_ROUNDOFF[dtype]
+    assert float(np.max(s)) < 100 * u * float(np.max(np.abs(out[g.outputs[0]])))

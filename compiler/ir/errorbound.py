@@ -271,6 +271,20 @@ def _propagate(op: Op, args: list, scales: list, result, k: float) -> np.ndarray
     return np.sqrt(np.square(s) + np.square(np.broadcast_to(own, shape)))
 
 
+def _infinities_exact(s, result):
+    """An infinite result carries no rounding error (IEEE arithmetic gives -inf + x = -inf
+    exactly, and a comparison demands that infinities coincide), so its scale is 0.
+    Without this an attention mask's -inf gave its own rounding u*|inf| = inf, exp(-inf)'s
+    derivative at -inf +- inf made NaN, and the softmax's row sum carried an infinite
+    scale into every later tensor: CLIP's f16 block was verified with an allowance of inf
+    (issue 28). Overflow to inf in one evaluation only is still caught: the other's finite
+    value does not coincide."""
+    r = np.asarray(result)
+    if r.dtype.kind != "f" or not np.isinf(r).any():
+        return s
+    return np.where(np.isinf(r), 0.0, np.broadcast_to(s, r.shape))
+
+
 def _leaf(graph: Graph, name: str) -> Graph:
     """A graph of the one input, so ``reference.evaluate`` checks and converts its value."""
     t = graph.op(name).type
@@ -302,7 +316,8 @@ def evaluate_with_scales(graph: Graph, inputs: dict, keep=None):
             continue
         args = [env[i] for i in op.inputs]
         env[name] = eval_op(op, args)
-        scale[name] = _propagate(op, args, [scale[i] for i in op.inputs], env[name], k)
+        scale[name] = _infinities_exact(
+            _propagate(op, args, [scale[i] for i in op.inputs], env[name], k), env[name])
         for x in set(op.inputs):
             if last_use.get(x) == step and x not in keep:
                 del env[x], scale[x]
