@@ -63,15 +63,20 @@ def test_ranking_best_first_is_the_exact_order_counting_fewer_vgprs():
     assert all(b.us <= e.us * (1 + 1e-12) for b, e in zip(bounds, exact))
     asked = []
 
-    def exact_of(i):
-        asked.append(i)
-        return exact[i]
-    r = rank.Ranking(bounds, exact_of)
+    def exact_of(indices):
+        asked.extend(indices)
+        return [exact[i] for i in indices]
     order = sorted(range(len(legal)), key=lambda i: (exact[i].us, i))
-    assert r.best(8) == order[:8]
-    assert len(asked) < len(legal) // 2
     sub = order[::3]
-    assert r.best(5, among=sub) == sorted(sub, key=lambda i: (exact[i].us, i))[:5]
+    positions = []
+    for batch in (1, 3):  # the workers' batch: a few more counted, the same answers
+        asked.clear()
+        r = rank.Ranking(bounds, exact_of, batch=batch)
+        assert r.best(8) == order[:8]
+        assert len(asked) < len(legal) // 2
+        assert r.best(5, among=sub) == sorted(sub, key=lambda i: (exact[i].us, i))[:5]
+        positions.append(r.position())
+    assert positions[0] == positions[1]
 
 
 def test_a_warm_store_lowers_nothing_to_rank(monkeypatch):

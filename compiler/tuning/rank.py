@@ -310,13 +310,17 @@ class Ranking:
     every exact estimate would give, ties by index.
 
     ``bounds``: an ``Estimate`` per point (bounds, or exact ones where known);
-    ``exact_of(i)``: point i's exact estimate (lowers and counts). ``forced`` holds the
-    points made exact by this ranking's own queries, so positions shown to users do not
-    depend on what a shared database happened to hold."""
+    ``exact_of(indices)``: those points' exact estimates (lowers and counts), a list;
+    ``batch``: how many bound heads are made exact at once (the workers' count: a few
+    exact estimates more than needed, computed in parallel). ``forced`` holds the points
+    this ranking's callers used (emitted by ``best`` or read by index), the same at any
+    batch, so positions shown to users depend neither on the worker count nor on what a
+    shared database happened to hold."""
 
-    def __init__(self, bounds: list, exact_of):
+    def __init__(self, bounds: list, exact_of, batch: int = 1):
         self._bounds = list(bounds)
         self._exact_of = exact_of
+        self._batch = max(1, int(batch))
         self._exact: dict = {}
         self.forced: set = set()
 
@@ -326,15 +330,20 @@ class Ranking:
     def bound(self, i: int) -> Estimate:
         return self._exact.get(i) or self._bounds[i]
 
+    def _make_exact(self, indices: list) -> None:
+        todo = [i for i in indices if i not in self._exact and self._bounds[i].bound]
+        for i in indices:
+            if not self._bounds[i].bound:
+                self._exact.setdefault(i, self._bounds[i])
+        if todo:
+            for i, e in zip(todo, self._exact_of(todo)):
+                self._exact[i] = e
+
     def __getitem__(self, i: int) -> Estimate:
         """Point i's exact estimate (counted on first use)."""
-        e = self._exact.get(i)
-        if e is None:
-            b = self._bounds[i]
-            e = b if not b.bound else self._exact_of(i)
-            self._exact[i] = e
+        self._make_exact([i])
         self.forced.add(i)
-        return e
+        return self._exact[i]
 
     def best(self, k: int, among=None) -> list:
         """Up to ``k`` indices (of ``among``, default every point) in exact-estimate order,
@@ -346,18 +355,24 @@ class Ranking:
         heapq.heapify(heap)
         out = []
         while heap and len(out) < k:
-            us, i, exact = heapq.heappop(heap)
+            us, i, exact = heap[0]
             if exact:
+                heapq.heappop(heap)
                 self.forced.add(i)
                 out.append(i)
                 continue
-            heapq.heappush(heap, (self[i].us, i, True))
+            group = []
+            while heap and len(group) < self._batch and not heap[0][2]:
+                group.append(heapq.heappop(heap)[1])
+            self._make_exact(group)
+            for j in group:
+                heapq.heappush(heap, (self._exact[j].us, j, True))
         return out
 
     def position(self) -> dict:
         """index -> position when points are ordered by their exact estimate where this
-        ranking computed it and by their bound elsewhere: exact at the top, where the
-        search looked, approximate below."""
+        ranking's callers used it and by their bound elsewhere: exact at the top, where
+        the search looked, approximate below."""
         key = lambda i: (self._exact[i] if i in self.forced else self._bounds[i]).us  # noqa: E731
         return {i: r for r, i in enumerate(sorted(range(len(self._bounds)),
                                                   key=lambda i: (key(i), i)))}

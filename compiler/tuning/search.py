@@ -570,6 +570,11 @@ def _estimates(graph, dispatch, fp, legal, arch, store, version) -> list:
     return [_estimate_of(known[k]) for k in keys]
 
 
+def _exact_job(graph, job) -> rank.Estimate:
+    dispatch, knobs, arch = job
+    return rank.rank_candidates(graph, dispatch, [knobs], arch, lower)[0]
+
+
 def _bound_job(graph, job) -> list:
     dispatch, knobs, arch = job
     return rank.rank_candidates(graph, dispatch, knobs, arch, lower, bound=True)
@@ -600,17 +605,16 @@ def _ranking(graph, dispatch, fp, legal, arch, store, version, workers=1,
         known.update(rows)
     bounds = [_estimate_of(known[k]) for k in bound_keys]
 
-    def exact_of(i):
-        row = store.get_many("scores", [exact_keys[i]]).get(exact_keys[i])
-        if row is None:
-            try:
-                e = rank.estimate(lower(graph, dispatch, legal[i].knobs, arch), arch)
-            except Exception as err:  # noqa: BLE001 - a lowering failure is a ranking fact
-                e = rank.Estimate(math.inf, {}, f"{type(err).__name__}: {err}")
-            row = _estimate_row(e)
-            store.put_many("scores", {exact_keys[i]: row}, version)
-        return _estimate_of(row)
-    return rank.Ranking(bounds, exact_of)
+    def exact_of(indices):
+        rows = store.get_many("scores", [exact_keys[i] for i in indices])
+        todo = [i for i in indices if exact_keys[i] not in rows]
+        done = runner.run_jobs(_exact_job, [(dispatch, legal[i].knobs, arch) for i in todo],
+                               shared=graph, workers=workers, cluster=cluster)
+        fresh = {exact_keys[i]: _estimate_row(e) for i, e in zip(todo, done)}
+        store.put_many("scores", fresh, version)
+        rows.update(fresh)
+        return [_estimate_of(rows[exact_keys[i]]) for i in indices]
+    return rank.Ranking(bounds, exact_of, batch=max(1, workers))
 
 
 def _estimate_row(e: rank.Estimate) -> dict:
