@@ -26,7 +26,8 @@ STAGE_STYLE = {"rank": "cyan", "explore": "magenta", "refine": "green", "evolve"
 class SearchRow:
     n: int                  # simulation number, 1-based
     stage: str
-    analytic_rank: int | None   # 1 = best estimate among the legal points
+    analytic_rank: int | None   # 1 = best estimate among the legal points (exact where
+    #                             the search looked, lower bounds elsewhere: rank.Ranking)
     time_us: float | None
     best_us: float | None
     knobs: dict
