@@ -26,6 +26,10 @@ CASES = [
     # the fix-up kernel sums each tile's segments (loops with per-workgroup bounds)
     ("conv_add_relu:c=2048,k=128", ("--fix", "stream_k=1"),
      ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
+    # stream-K with one K tile (K = BK = 16): 385 tiles on 304 workgroups, no K loop in
+    # the partial kernel (the case that once had a dead loop reading past the filter)
+    ("conv_add_relu:h=33,w=33,c=16,k=330", ("--fix", "stream_k=1", "--fix", "BK=16"),
+     ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
     # 2 heads x 16 query blocks: keys split eight ways, then the combine
     ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8"),
      ("_fd_split", "_fd_combine"), "_fd_partial_out"),
