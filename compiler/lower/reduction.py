@@ -241,6 +241,9 @@ def _check_row_splits(rows: RowShape, s: dict, wg: int, vec: int) -> str:
         return f"row_splits={P}: the f32 workspace holds f32 partials only (an i32 row)"
     if s["mapping"] == "columns":  # a chunk: one element per slice of the workgroup
         step = wg // int(s["row_lanes"])
+        if ceil_div(P, step) > COLUMN_STATES_PER_THREAD:
+            return (f"row_splits={P}: the combine spreads a row's states over its {step} "
+                    f"slices, at most {COLUMN_STATES_PER_THREAD} per thread")
     else:
         step = wg * vec
     chunks = ceil_div(rows.C, step)
@@ -281,6 +284,9 @@ def _check_columns(rows: RowShape, s: dict, ws: int, wg: int, vec: int, row_lane
 #: the knobs ``lower_rows`` assumes when a schedule leaves one out
 ROW_DEFAULTS = {"mapping": "wave", "workgroup": 256, "vector": 1, "cache": "reread",
                 "reduce": "wave", "passes": "multi", "row_lanes": 64, "row_splits": 1}
+#: two-stage ``mapping=columns``: states of a row one combine thread holds in registers
+#: (loaded together; more splits per slice are refused)
+COLUMN_STATES_PER_THREAD = 4
 #: row_splits values (two-stage rows, :func:`_check_row_splits`)
 ROW_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -557,11 +563,16 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
     kernel combines its slices in LDS as above and the threads of slice 0 store the
     rows' partial states (``_Reduce``, ``_Welford``, ``_OnlineSoftmax``: the same as
     for contiguous rows) to the f32 workspace ``[split][field][row]``: a wave's lanes
-    on consecutive rows store, and later load, consecutive words. The combine kernel's
-    threads each load their row's P states in split order (rolled loops; every slice of
-    a row loads the same words) and merge them as contiguous rows do, then store the
-    per-element outputs of their split's chunks and, in split 0's slice 0, the per-row
-    outputs; a pool (nothing per element) combines with one workgroup per block."""
+    on consecutive rows store, and later load, consecutive words. In the combine kernel
+    the row's P states are spread over the slices as its elements are: slice j loads
+    splits j, j + slices, ... (at most ``COLUMN_STATES_PER_THREAD``, independent loads
+    issued together), folds them in that order, and the slices' folds meet in LDS as in
+    the partial kernel (``merge_states``; fixed orders, so deterministic and the same in
+    every workgroup of the block), then it stores the per-element outputs of its split's
+    chunks and, in split 0's slice 0, the per-row outputs; a pool (nothing per element)
+    combines with one workgroup per block. (Merging the states in one serial loop per
+    thread, as contiguous rows do, left the combine latency-bound: a dependent load per
+    split and sweep, 8 us of a 12 us combine for a 768-channel norm split 16 ways.)"""
     ws = arch.wave_size
     wg, row_lanes, cache = int(s["workgroup"]), int(s["row_lanes"]), s["cache"]
     slices = wg // row_lanes
@@ -672,18 +683,25 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
                                A * blocks_per_outer * P, wg, ws, row_lanes, slices, workspace,
                                stage, 1)
     if stage == "combine":
-        def sweep(item, body_fn):
-            """A rolled loop over the row's P partial states of ``item``, in split order:
-            each trip loads one state (lanes on consecutive rows: consecutive words)."""
-            p = program.Var(em.regs.new("sp"), "i32")
-            regs = tuple(program.Var(em.regs.new("wp"), "f32") for _ in range(item.fields))
-            inner = tuple(program.Load((x,), workspace.name,
-                                       ws_index(p, offset[item.name] + f))
-                          for f, x in enumerate(regs)) + tuple(body_fn(regs))
-            stmts.append(program.For(p, program.i32(0), program.i32(P), 1, inner, rolled=True))
+        # the row's P states spread over the slices: slice j holds splits j, j + slices,
+        # ... (loaded up front, independent loads; a split past P holds the void state)
+        slots = iter(range(len(red_slot), 10 ** 6))
 
+        def cl(acc, kind):
+            return cross_lane(em, acc, kind, row_lanes, wg, slices, "columns", s["reduce"],
+                              lds, next(slots), wg)
         for item in group:
-            item.combine_parts(em, sweep)
+            states = []
+            for i in range(ceil_div(P, slices)):
+                sp = iadd(slice_, i * slices)
+                regs = tuple(em.assign(v, "wp") for v in item.void_state())
+                loads = tuple(program.Load((x,), workspace.name,
+                                           ws_index(sp, offset[item.name] + f))
+                              for f, x in enumerate(regs))
+                stmts.extend(loads if (i + 1) * slices <= P
+                             else (program.If(program.as_expr(sp) < P, loads),))
+                states.append(regs)
+            item.merge_states(em, states, cl)
     else:
         for group in groups:
             accs = {item.name: item.init(em) for item in group}
@@ -798,6 +816,21 @@ class _Reduce:
     def combine_op(self):
         return COMBINE[self.op.kind]
 
+    def void_state(self):
+        """The state of no elements (a split a combine thread does not hold)."""
+        return [identity(self.combine_op, "f32")]
+
+    def merge_states(self, em, states, cl):
+        """``mapping=columns``' combine: this thread's states folded in order, then the
+        slices' folds combined by ``cl`` (in slice order: deterministic)."""
+        part = em.assign(states[0][0], "comb")
+        for r in states[1:]:
+            em.stmts.append(program.Assign(part, program.BinOp(self.combine_op, part, r[0])))
+        total = cl(part, self.kind)
+        if self.count is not None:
+            total = _mean_of(em, total, self.count)
+        em.bound[self.name] = lambda idx, r=total: r
+
 
 class _Welford:
     """Single pass for mean((x - mean(x))^2): Welford's update per lane (count, running
@@ -862,6 +895,24 @@ class _Welford:
         em.bound[self.mean.name] = lambda idx, r=gmean: r
         em.bound[self.var.name] = lambda idx, r=var: r
 
+    def void_state(self):
+        return [program.f32(0.0)] * 3   # count 0: adds nothing to either sum
+
+    def merge_states(self, em, states, cl):
+        """The same merge over this thread's states, each sum completed across the
+        slices by ``cl``; the states stay in registers for the second sum."""
+        tot = em.assign(program.f32(0.0), "smean")
+        for r in states:
+            em.stmts.append(program.Assign(tot, program.fma(r[0], r[1], tot)))
+        gmean = em.assign(cl(tot, "sum") * (1.0 / self.C), "mean")
+        m2 = em.assign(program.f32(0.0), "m2")
+        for r in states:
+            dev = em.assign(r[1] - gmean, "sdev")
+            em.stmts.append(program.Assign(m2, m2 + program.fma(r[0] * dev, dev, r[2])))
+        var = em.assign(cl(m2, "sum") * (1.0 / self.C), "var")
+        em.bound[self.mean.name] = lambda idx, r=gmean: r
+        em.bound[self.var.name] = lambda idx, r=var: r
+
 
 class _OnlineSoftmax:
     """Single pass for max(x) then sum(exp(x - max)): running max, rescaled running sum."""
@@ -903,6 +954,23 @@ class _OnlineSoftmax:
         sweep(self, lambda r: [program.Assign(gm, program.maximum(gm, r[0]))])
         gs = em.assign(program.f32(0.0), "gsum")
         sweep(self, lambda r: [program.Assign(gs, gs + r[1] * program.exp(r[0] - gm))])
+        em.bound[self.max.name] = lambda idx, r=gm: r
+        em.bound[self.sum.name] = lambda idx, r=gs: r
+
+    def void_state(self):
+        return [program.f32(NEG_INF), program.f32(0.0)]  # a zero sum: adds nothing
+
+    def merge_states(self, em, states, cl):
+        """M = max over the slices of this thread's maxima; S likewise of its
+        ``s_p exp(m_p - M)``."""
+        m = em.assign(states[0][0], "gmax")
+        for r in states[1:]:
+            em.stmts.append(program.Assign(m, program.maximum(m, r[0])))
+        gm = cl(m, "max")
+        gs = em.assign(program.f32(0.0), "gsum")
+        for r in states:
+            em.stmts.append(program.Assign(gs, gs + r[1] * program.exp(r[0] - gm)))
+        gs = cl(gs, "sum")
         em.bound[self.max.name] = lambda idx, r=gm: r
         em.bound[self.sum.name] = lambda idx, r=gs: r
 
