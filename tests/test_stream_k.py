@@ -226,13 +226,22 @@ def test_sequence_time_and_workspace():
 
 
 def test_space_offers_stream_k_where_tiles_do_not_divide():
-    """A ResNet 3x3 conv at 14x14 (104 tiles of 16x32 on 304 CUs) gets stream-K points,
-    one tried whatever the budget; a GEMM whose tiles divide evenly over the CUs gets no
+    """A ResNet 3x3 conv at 14x14 (104 tiles of 16x32 on 304 CUs) gets stream-K points
+    with one and two workgroups per CU, one (W = 1) tried whatever the budget; a GEMM whose tiles divide evenly over the CUs gets no
     stream_k knob; a conv too small for it keeps an illegal point saying why."""
     g = conv3x3(hw=14, c=256)
     space = schedule_space(g, whole(g), GFX942)
     sk = [c for c in space if c.knobs.get("stream_k")]
-    assert any(c.legal and c.always for c in sk)
+    assert any(c.legal and c.always and c.knobs["stream_k"] == 1 for c in sk)
+    # W = 2 beside each legal W = 1 point whose 608 workgroups the rule allows
+    ones = {tuple(sorted({**c.knobs, "stream_k": 0}.items())) for c in sk
+            if c.legal and c.knobs["stream_k"] == 1}
+    twos = {tuple(sorted({**c.knobs, "stream_k": 0}.items())) for c in sk
+            if c.legal and c.knobs["stream_k"] == 2}
+    assert twos and twos <= ones
+    for c in sk:
+        if c.legal and c.knobs["stream_k"] == 2:
+            assert not check_schedule(Gemm(g, whole(g)), c.knobs, GFX942)
     assert all(c.knobs.get("stream_k", 0) == 0 for c in space if c.legal and c.fallback)
     even = matmul(64 * 19, 64 * 16, 64, act=False)  # 304 tiles of 64x64
     assert not any(c.knobs.get("stream_k") and c.knobs["BM"] == 64 and c.knobs["BN"] == 64
