@@ -43,6 +43,11 @@ def _long_loop_kernels(spec, pick, count, seed=0, unfused=False, knobs=lambda k:
                 k = lower(g, d, c.knobs, ARCH)
             except Exception:  # an illegal point the space could not see: not ours to test
                 continue
+            try:  # a tile whose estimated VGPRs leave no room: the search skips it too
+                for kk in kernels_of(k):
+                    gpusim.occupancy(kk, ARCH)
+            except gpusim.KernelError:
+                continue
             for kk in kernels_of(k):  # a split-K sequence: each of its kernels
                 if steady.long_loop(kk) is not None and len(out) < count:
                     out.append(kk)
