@@ -27,7 +27,6 @@ from gpusim.program import (
     Assign, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
     Mfma, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce,
 )
-from gpusim.program import walk as walk_stmts
 
 INF = float("inf")
 UNIFORM_SPECIALS = ("block_id", "wave_size", "wave_id")
@@ -313,6 +312,8 @@ class Intervals:
                     if kind == "expr":
                         iv = self.interval(x, {})
                     elif kind == "loop":
+                        if self.never_runs(x):
+                            continue  # the counter takes no value: no bound from it
                         s0 = self.interval(x.start, {})
                         s1 = self.interval(x.stop, {})
                         hi = s1[1] - 1
@@ -331,6 +332,12 @@ class Intervals:
                     changed = True
             if not changed:
                 break
+
+    def never_runs(self, loop) -> bool:
+        """The loop provably runs no trip: its start's least value is at least its
+        stop's greatest (the step is positive). Its counter then takes no value, and its
+        body is dead code (a split K loop whose every segment has one K tile)."""
+        return self.interval(loop.start, {})[0] >= self.interval(loop.stop, {})[1]
 
     def interval(self, e, guards: dict):
         key = expr_key(e)
@@ -480,7 +487,17 @@ def store_ranges(kernel, wave_size: int, block: int, scalars: dict | None = None
     iv = Intervals(kernel, wave_size, scalars, block=block)
     out: dict = {}
     unbounded = set()
-    for s in walk_stmts(kernel.body):
+
+    def live(body):  # a loop that runs no trip stores nothing
+        for s in body:
+            yield s
+            if isinstance(s, For) and not iv.never_runs(s):
+                yield from live(s.body)
+            elif isinstance(s, If):
+                yield from live(s.then)
+                yield from live(s.orelse)
+
+    for s in live(kernel.body):
         if isinstance(s, Store):
             lo, hi = iv.interval(s.index, {})
             if lo == -INF or hi == INF:

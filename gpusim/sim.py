@@ -610,6 +610,14 @@ def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
     runs: dict = {}
     name = loop.stmt.var.name
     tried = 0
+    short = [b for b in steady.broadcast_advances(kernel, loop)
+             if b is None or b < arch.l1_line_bytes / steady.MAX_PERIOD]
+    if short:
+        walk = "an advance its index does not show" if None in short else \
+            f"{min(short)} bytes per trip"
+        return None, (f"; every trip of the loop {name!r} simulated (a broadcast load walks "
+                      f"{walk}: its trips share cache lines over more than "
+                      f"{steady.MAX_PERIOD} trips)"), 0.0
     for ns in steady.CUTS:
         if 2 * sum(ns) > loop.trips:
             break

@@ -29,6 +29,16 @@ miss every 32 trips), so its cost repeats with period p. The cuts are spaced by
 ``MAX_PERIOD`` trips, which spans periods up to that whole; a loop loading fewer than
 ``line / MAX_PERIOD`` bytes per cache line per trip (from the cuts' counters) runs in full.
 
+Broadcast loads. A load whose index is wave-uniform (every lane reads the same words: a
+two-stage combine kernel's loop over the splits' partial states) is one line per wave
+however many lanes read it, so the counters' bytes per line (lanes x width) say nothing
+of how far it walks. Its walk is read from its index instead: the counter's coefficient
+in the index's affine form (``broadcast_advances``). A loop with a broadcast load that
+advances by less than ``line / MAX_PERIOD`` bytes per trip, or by an amount the index
+does not show as a constant coefficient (the counter behind a register, a division),
+runs in full: its misses come once per line, over more trips than the cuts span (the
+combine's 64 splits of one word each: one miss every 32 trips, 5% of the time unseen).
+
 SIMPLIFICATION: the trips after the cut cost what the steady trips before it cost. A loop
 whose later trips revisit data its earlier ones brought into a cache (a pointer chase over
 a small ring, a second sweep of a region) gets faster after the cut, which three short runs
@@ -46,8 +56,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpusim.analysis import stmt_defs
-from gpusim.program import Const, For, If, Kernel, Store, walk
+from gpusim.analysis import (
+    Uniformity, affine_form, expr_key, expr_vars, stmt_defs, stmt_exprs,
+)
+from gpusim.program import DTYPE_BYTES, Const, For, If, Kernel, Load, Store, walk
 
 MIN_TRIPS = 64                  # shorter loops run in full
 CUTS = ((4, 8, 12), (8, 16, 24))  # trips of the three truncated runs, tried in order
@@ -89,6 +101,42 @@ def long_loop(kernel: Kernel, min_trips: int = MIN_TRIPS) -> Loop | None:
     """The kernel's one long loop (see the module docstring), or None."""
     found = _outer_long(kernel.body, [], min_trips)
     return found[0] if len(found) == 1 else None
+
+
+def broadcast_advances(kernel: Kernel, loop: Loop) -> list:
+    """Bytes per trip by which each wave-uniform global load in ``loop`` that moves with
+    its counter advances (None where its index is not the counter times a constant plus
+    a part that does not move: the counter read through a register the loop computes, or
+    inside a division). Loads that do not move with the counter are left out."""
+    counter = loop.stmt.var.name
+    moving = {counter}   # the counter and the registers the loop computes from it
+    grew = True
+    while grew:
+        grew = False
+        for x in walk(loop.stmt.body):
+            if any(expr_vars(e) & moving for e in stmt_exprs(x)):
+                new = {d.name for d in stmt_defs(x)} - moving
+                moving |= new
+                grew = grew or bool(new)
+    uni = Uniformity(kernel.body)
+    key = expr_key(loop.stmt.var)
+    out = []
+    for x in walk(loop.stmt.body):
+        if not (isinstance(x, Load) and uni.is_uniform(x.index)
+                and expr_vars(x.index) & moving):
+            continue
+        terms, _ = affine_form(x.index)
+        if expr_vars(x.index) & moving != {counter} or key not in terms or any(
+                _mentions(k, key) for k in terms if k != key):
+            out.append(None)
+            continue
+        out.append(abs(terms[key]) * loop.stmt.step * DTYPE_BYTES[kernel.buffer(x.buffer).dtype])
+    return out
+
+
+def _mentions(key, target) -> bool:
+    """True when the expression key ``key`` contains ``target``'s."""
+    return key == target or isinstance(key, tuple) and any(_mentions(k, target) for k in key)
 
 
 def stores_nothing(s: For) -> bool:

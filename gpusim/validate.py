@@ -16,8 +16,9 @@ Each check raises ``KernelError`` with a one-line message naming the problem and
 - provable out-of-bounds: the index interval (``Intervals``, refined by enclosing
   ``e < bound`` guards) lies outside the buffer and is attained (an affine index of
   independent ids and constant-bound loop counters, not under a guard), or lies wholly
-  outside it. Anything else is not a proof (interval analysis over-approximates), and
-  the simulator still stops with a KernelError on any real out-of-bounds access;
+  outside it; the body of a loop that provably runs no trip is dead code, not checked.
+  Anything else is not a proof (interval analysis over-approximates), and the simulator
+  still stops with a KernelError on any real out-of-bounds access;
 - MFMA: only on an arch with matrix cores (CDNA: gfx90a, gfx942), a known single-block
   f32 shape with its number of distinct f32 accumulators, a block of whole waves, and
   wave-uniform control flow around it (every lane takes part);
@@ -328,7 +329,8 @@ def _check_bounds(k, arch, buffers, lds, scalars):
                 visit(s.then, g, provable and ok)
                 visit(s.orelse, guards, False)  # else arm: its implied guards are not tracked
             elif isinstance(s, For):
-                visit(s.body, guards, provable)
+                if not iv.never_runs(s):  # dead code cannot access anything
+                    visit(s.body, guards, provable)
             elif isinstance(s, (Load, Store, LdsLoad, LdsStore)) and provable:
                 regs = s.dsts if isinstance(s, (Load, LdsLoad)) else s.values
                 if isinstance(s, (Load, Store)):

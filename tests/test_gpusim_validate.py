@@ -8,7 +8,7 @@ from gpusim import ARCHES, KernelError, get_arch, simulate, validate
 from gpusim import microbench as mb
 from gpusim.program import (
     Assign, Barrier, Buffer, For, If, Kernel, LdsArray, Load, Store, Var, block_id, f32,
-    i32, lane, thread_id, wave_id,
+    i32, lane, maximum, minimum, thread_id, wave_id,
 )
 
 
@@ -62,6 +62,21 @@ def test_guarded_and_uniform_cases_are_accepted():
     validate(kern([If(thread_id() + 1 < 64, (Load((X,), "a", thread_id() + 1),))]), "gfx942")
     validate(kern([If(block_id() < 1, (Barrier(),)), If(wave_id() < 1, (Barrier(),))]), "gfx942")
     validate(kern([Load((X, Y), "a", thread_id() % 16 * 2)]), "gfx942")
+
+
+def test_a_loop_that_never_runs_is_dead_code():
+    """A loop whose start is at least its stop on every workgroup (a per-workgroup K
+    loop when every segment has one K tile) runs no trip: an index past the end in its
+    body is no proof of an out-of-bounds access; a loop that may run one trip still is."""
+    kt = Var("kt", "i32")
+    dead = For(kt, maximum(i32(0), block_id()), minimum(i32(1), block_id() + 1) - 1, 1,
+               (Load((X,), "a", (kt + 1) * 64 + thread_id()),))
+    validate(kern([dead], grid=4), "gfx942")
+    simulate(kern([dead], grid=4), "gfx942")
+    live = For(kt, maximum(i32(0), block_id()), minimum(i32(1), block_id() + 1), 1,
+               (Load((X,), "a", (kt + 1) * 64 + thread_id()),))
+    with pytest.raises(KernelError, match=r"elements \[64, 127\] but it has 64"):
+        validate(kern([live], grid=4), "gfx942")
 
 
 def test_runtime_out_of_bounds_is_reported():

@@ -4,6 +4,7 @@ kernel compiles with hipcc for gfx90a and gfx940 and `check` finds the ISA in ag
 with the simulator (widths, LDS, scratch, occupancy)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -25,6 +26,10 @@ CASES = [
     # stream-K: 304 persistent workgroups walk the tiles x K-tiles of a 2048-deep 1x1 conv,
     # the fix-up kernel sums each tile's segments (loops with per-workgroup bounds)
     ("conv_add_relu:c=2048,k=128", ("--fix", "stream_k=1"),
+     ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
+    # stream-K with one K tile (K = BK = 16): 385 tiles on 304 workgroups, no K loop in
+    # the partial kernel (the case that once had a dead loop reading past the filter)
+    ("conv_add_relu:h=33,w=33,c=16,k=330", ("--fix", "stream_k=1", "--fix", "BK=16"),
      ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
     # 2 heads x 16 query blocks: keys split eight ways, then the combine
     ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8"),
@@ -57,3 +62,38 @@ def test_sequence_exports_compiles_and_checks(model, extra, suffixes, workspace,
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
         assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+
+
+def test_two_stage_columns_compile_and_check(tmp_path):
+    """Two-stage strided rows (``mapping=columns``, ``row_splits``): a channel LayerNorm of
+    NCHW (Welford states, per-element combine), a softmax over channels (online softmax
+    states, a ragged block of rows) and an NHWC global pool (the combine one workgroup
+    per block): both kernels of each compile with hipcc for gfx90a and gfx940 and
+    `check` finds no disagreement."""
+    from codegen_hip import check_dir, write_project
+    from compiler.fusion import fuse
+    from compiler.lower import lower
+    from test_lower_rows import _strided_graph
+    cases = [("layernorm", (1, 768, 7, 7), (1,), {"workgroup": 256, "row_lanes": 16,
+                                                  "passes": "single", "row_splits": 16}),
+             ("softmax", (1, 64, 10, 10), (1,), {"workgroup": 128, "row_lanes": 32,
+                                                 "passes": "single", "row_splits": 4}),
+             ("mean", (1, 7, 7, 2048), (1, 2), {"workgroup": 256, "row_lanes": 32,
+                                                "row_splits": 2})]
+    kernels, launches = [], []
+    for i, (kind, shape, axes, knobs) in enumerate(cases):
+        g = _strided_graph(kind, shape, axes)
+        seq = lower(g, fuse(g).dispatches[0], {"mapping": "columns", **knobs}, "gfx942")
+        ws = seq.workspaces[0].name
+        for k in seq.kernels:
+            k = dataclasses.replace(k, name=f"cols{i}_{k.name}")
+            kernels.append(k)
+            launches.append((k, {p.name: f"c{i}_{p.name}" if p.name == ws
+                                 else f"{k.name}/{p.name}" for p in k.params}))
+    report = check_dir(write_project(tmp_path / "export", kernels, launches, {}),
+                       ("gfx90a", "gfx940"))
+    assert len(report["kernels"]) == 2 * len(kernels)
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")
+        assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+    assert not report["disagreements"], [d["message"] for d in report["disagreements"]]

@@ -8,10 +8,11 @@ divide evenly over the CUs and the search can pick it."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import gpusim
 from gpusim import program
@@ -80,11 +81,11 @@ def test_partition_covers_every_iteration_once(tiles, nk, cus):
         assert sorted(j for (tt, j) in slots if tt == t) == list(range(count))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open bug found at merge: m=33, n=33, k=16 on 2 CUs, the stream-K partial kernel's "
-    "B load can reach rows 16-17 of a 16-row operand (gpusim's validator refuses it); "
-    "passed on its branch before the merges with the im2col split and i32 staging"))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# one K tile (K = BK) with tiles left over for two CUs: the partial kernel once had a K
+# loop that never ran whose body staged K tile 1, past the operand (the validator refused)
+@example(m=33, n=33, k=16, cus=2, kw=1, swizzle="none")
+@example(m=33, n=33, k=16, cus=2, kw=2, swizzle="before_fusion")
 @given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 200),
        cus=st.integers(2, 13), kw=st.sampled_from([1, 2]),
        swizzle=st.sampled_from(["none", "after_fusion", "before_fusion"]))
@@ -106,6 +107,60 @@ def test_stream_k_matmul_equals_numpy(m, n, k, cus, kw, swizzle):
     ws = k_.workspaces[0].name
     assert not any(b.intent == "out" for b in partial.buffers if b.name != ws)
     _assert_matches(g, k_, arch)
+
+
+# FMA tiles of other shapes, K group splits, vector widths and LDS layouts; MFMA tiles
+STREAM_K_TILES = [
+    dict(BM=32, BN=32, BK=16, TM=4, TN=4, KW=1, vec_a=4, vec_b=4, lds_pad=1),
+    dict(BM=64, BN=32, BK=8, TM=4, TN=4, KW=2, vec_a=2, vec_b=4, lds_pad="xor"),
+    dict(BM=16, BN=64, BK=32, TM=2, TN=4, KW=1, vec_a=1, vec_b=2, lds_pad=0),
+    dict(BM=32, BN=16, BK=4, TM=2, TN=2, KW=4, vec_a=4, vec_b=1, lds_pad=4),
+    {**MFMA_TILES[0], "mma": "mfma", "vec_a": 1, "vec_b": 1, "lds_pad": 4},
+    {**MFMA_TILES[1], "mma": "mfma", "vec_a": 1, "vec_b": 1, "lds_pad": 4, "mfma_lanes": "m"},
+]
+
+
+@st.composite
+def k_for(draw, bk):
+    """K: often a small multiple of BK (whole K tiles, so no guard on the K rows), one
+    K tile and one more or less, else anything up to 200."""
+    return draw(st.one_of(st.sampled_from([bk, 2 * bk, 3 * bk]),
+                          st.integers(1, 3).map(lambda q: max(1, q * bk + 1 - 2 * (q % 2))),
+                          st.integers(1, 200)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ti=st.sampled_from(range(len(STREAM_K_TILES))), m=st.integers(1, 80),
+       n=st.integers(1, 80), cus=st.integers(2, 8), w=st.sampled_from([1, 2]),
+       data=st.data())
+def test_stream_k_tiles_stay_in_bounds(ti, m, n, cus, w, data):
+    """Every tile shape, ragged or whole M, N and K, any CU count: a legal point lowers
+    to kernels the validator accepts, the simulator runs them without touching memory
+    outside a buffer (its runtime check; NUMBA_BOUNDSCHECK too) and the values equal
+    numpy. K is drawn in the tile's own K-tile size, so K = BK is common."""
+    t = STREAM_K_TILES[ti]
+    k = data.draw(k_for(t["BK"]), label="k")
+    g = matmul(m, n, k)
+    arch = few_cus(cus)
+    gemm, s = Gemm(g, whole(g)), {**FMA, **t, "swizzle": "none", "stream_k": w}
+    for name in ("vec_a", "vec_b"):  # the widest vector the operand's row length allows
+        while re.match(rf"{name}=\d misaligned", check_schedule(gemm, s, arch)):
+            s[name] //= 2
+    if check_schedule(gemm, s, arch):
+        return
+    k_ = lower_contraction(g, whole(g), s, arch)
+    for kernel in k_.kernels:
+        gpusim.validate(kernel, arch)
+    _assert_matches(g, k_, arch)
+
+
+def test_stream_k_one_k_tile_has_no_k_loop():
+    """K = BK: every segment is the one K tile staged before it, so the partial kernel's
+    only loop is the segment loop."""
+    g, arch = matmul(33, 33, 16), few_cus(2)
+    k_ = lower_contraction(g, whole(g), {**FMA, "stream_k": 1}, arch)
+    loops = [s for s in program.walk(k_.kernels[0].body) if isinstance(s, program.For)]
+    assert [s.rolled for s in loops] == [True]
 
 
 @pytest.mark.parametrize("gi", [0, 1, 2, 3, 4])
@@ -171,13 +226,22 @@ def test_sequence_time_and_workspace():
 
 
 def test_space_offers_stream_k_where_tiles_do_not_divide():
-    """A ResNet 3x3 conv at 14x14 (104 tiles of 16x32 on 304 CUs) gets stream-K points,
-    one tried whatever the budget; a GEMM whose tiles divide evenly over the CUs gets no
+    """A ResNet 3x3 conv at 14x14 (104 tiles of 16x32 on 304 CUs) gets stream-K points
+    with one and two workgroups per CU, one (W = 1) tried whatever the budget; a GEMM whose tiles divide evenly over the CUs gets no
     stream_k knob; a conv too small for it keeps an illegal point saying why."""
     g = conv3x3(hw=14, c=256)
     space = schedule_space(g, whole(g), GFX942)
     sk = [c for c in space if c.knobs.get("stream_k")]
-    assert any(c.legal and c.always for c in sk)
+    assert any(c.legal and c.always and c.knobs["stream_k"] == 1 for c in sk)
+    # W = 2 beside each legal W = 1 point whose 608 workgroups the rule allows
+    ones = {tuple(sorted({**c.knobs, "stream_k": 0}.items())) for c in sk
+            if c.legal and c.knobs["stream_k"] == 1}
+    twos = {tuple(sorted({**c.knobs, "stream_k": 0}.items())) for c in sk
+            if c.legal and c.knobs["stream_k"] == 2}
+    assert twos and twos <= ones
+    for c in sk:
+        if c.legal and c.knobs["stream_k"] == 2:
+            assert not check_schedule(Gemm(g, whole(g)), c.knobs, GFX942)
     assert all(c.knobs.get("stream_k", 0) == 0 for c in space if c.legal and c.fallback)
     even = matmul(64 * 19, 64 * 16, 64, act=False)  # 304 tiles of 64x64
     assert not any(c.knobs.get("stream_k") and c.knobs["BM"] == 64 and c.knobs["BN"] == 64

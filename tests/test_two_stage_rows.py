@@ -6,6 +6,7 @@ rules refuse with a reason; the space offers it only where rows cannot fill the 
 search takes it with its value check."""
 from __future__ import annotations
 
+import math
 import shutil
 
 import numpy as np
@@ -23,7 +24,7 @@ from compiler.lower.reduction import ROW_DEFAULTS, ROW_SPLITS, RowShape, check_s
 from compiler.schedule import schedule_space
 from compiler.tuning.search import tune_dispatches, verify_dispatches
 
-from test_lower_rows import run_dispatch
+from test_lower_rows import _strided_graph, run_dispatch
 
 BASE = {"mapping": "workgroup", "workgroup": 128, "vector": 2, "cache": "reread",
         "reduce": "wave", "passes": "single"}
@@ -96,7 +97,7 @@ def test_rules_refuse_with_a_reason():
     assert "dependency levels" in check_schedule(rows, {**BASE, "passes": "multi",
                                                         "row_splits": 2, "row_lanes": 64},
                                                  GFX942)
-    assert "mapping=workgroup only" in check_schedule(
+    assert "mapping=workgroup or columns" in check_schedule(
         rows, {**BASE, "mapping": "wave", "workgroup": 64, "row_splits": 2, "row_lanes": 64},
         GFX942)
     assert "cache=reread" in check_schedule(rows, {**BASE, "cache": "registers",
@@ -118,6 +119,68 @@ def test_space_offers_splits_only_for_few_rows():
     many = load_model("layernorm:rows=4096,cols=1024")
     assert not any("row_splits" in c.knobs for c in schedule_space(many, fuse(many).dispatches[0],
                                                                    GFX942))
+
+
+# ------------------------------------------------- strided rows (mapping=columns), two-stage
+COLUMN_SHAPES = [((1, 96, 10, 10), (1,)), ((2, 24, 7, 7), (1,)), ((1, 7, 7, 40), (1, 2)),
+                 ((3, 70, 33), (1,)), ((1, 300, 5, 5), (1,)), ((2, 5, 9, 48), (1, 2))]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["layernorm", "softmax", "mean"]),
+       shape_axes=st.sampled_from(COLUMN_SHAPES), wg=st.sampled_from([64, 128, 256]),
+       row_lanes=st.sampled_from([16, 32, 64]), P=st.sampled_from(ROW_SPLITS[1:]),
+       passes=st.sampled_from(["single", "multi"]))
+def test_two_stage_columns_equal_numpy(kind, shape_axes, wg, row_lanes, P, passes):
+    """Strided rows split over P workgroups per block of ``row_lanes`` rows: values equal
+    numpy (ragged blocks of rows, ragged splits of the reduced axis, Welford and online
+    softmax states, pools over two axes), or the rule refuses and the lowering says so."""
+    shape, axes = shape_axes
+    if kind == "softmax":
+        axes = axes[:1]
+    g = _strided_graph(kind, shape, axes)
+    d = fuse(g).dispatches[0]
+    knobs = {"mapping": "columns", "workgroup": wg, "row_lanes": row_lanes,
+             "passes": passes, "row_splits": P}
+    rows = RowShape(g, d)
+    why = check_schedule(rows, {**ROW_DEFAULTS, **knobs}, GFX942)
+    if why:
+        with pytest.raises(LoweringError):
+            lower(g, d, knobs, GFX942)
+        return
+    k, res = run_dispatch(g, d, knobs)
+    partial, combine = k.kernels
+    blocks = math.prod(rows.outer) * -(-rows.inner_size // row_lanes)
+    assert partial.grid == blocks * P
+    assert combine.grid == (blocks if kind == "mean" else blocks * P)
+    assert not any(b.intent == "out" for b in partial.buffers if b.name != k.workspaces[0].name)
+
+
+def test_two_stage_columns_state_loads_are_coalesced():
+    """The workspace is ``[split][field][row]``: the partial kernel's stores and the
+    combine's loads of a wave's rows are consecutive words, as its strided row loads."""
+    g = _strided_graph("layernorm", (1, 768, 8, 8), (1,))
+    d = fuse(g).dispatches[0]
+    k, res = run_dispatch(g, d, {"mapping": "columns", "workgroup": 256, "row_lanes": 16,
+                                 "passes": "single", "row_splits": 16})
+    assert [r.counters["coalescing_pct"] for r in res.parts] == [100, 100]
+
+
+def test_space_offers_column_splits_where_blocks_do_not_fill_the_gpu():
+    """ConvNeXt's last-stage channel norm (49 rows: 4 blocks of 16 to 1 of 64) gets
+    two-stage columns points, one tried whatever the budget, none over two workgroups
+    per CU; a norm with blocks enough for every CU (8 images of 56x56: 392 to 1568
+    blocks) gets none."""
+    few = _strided_graph("layernorm", (1, 768, 7, 7), (1,))
+    sp = schedule_space(few, fuse(few).dispatches[0], GFX942)
+    two = [c for c in sp if c.knobs.get("row_splits", 1) > 1]
+    assert two and all(c.legal and c.knobs["mapping"] == "columns" for c in two)
+    assert sum(c.always for c in two) == 1
+    assert all(4 * 16 // c.knobs["row_lanes"] * c.knobs["row_splits"] <= 2 * GFX942.num_cus
+               for c in two)
+    many = _strided_graph("layernorm", (8, 96, 56, 56), (1,))
+    assert not any(c.knobs.get("row_splits", 1) > 1
+                   for c in schedule_space(many, fuse(many).dispatches[0], GFX942))
 
 
 @pytest.mark.parametrize("arch", [GFX942, GFX90A], ids=lambda a: a.name)

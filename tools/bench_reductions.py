@@ -4,6 +4,7 @@ simulated predictions of ``tune`` (gpusim, not measurements), printed as tables.
     python tools/bench_reductions.py reductions     # strided rows: before / after
     python tools/bench_reductions.py models [SPEC ...] [--budget N]
     python tools/bench_reductions.py two-stage      # few long rows: one kernel / two
+    python tools/bench_reductions.py two-stage-columns  # the same for strided rows
 
 ``reductions`` tunes, for each case, the dispatch as it was lowered before
 ``mapping=columns`` existed (pinned to the serial fallback, ``--fix lowering=generic``:
@@ -14,7 +15,9 @@ prints the totals, the roofline, the dispatch count and the plan the search chos
 aggressive plan now holds the wide GEMMs of ``compiler.fusion.horizontal`` and passes the
 fusion guard). ``two-stage`` compares, on few-long-row cases, the search pinned to one kernel
 (``row_splits=1``: a workgroup per row) with the best of that and the two-stage
-candidates (``row_splits`` > 1), and shows what the free search picks at the budget. Every number is deterministic (the seeded search), so one run is the
+candidates (``row_splits`` > 1), and shows what the free search picks at the budget;
+``two-stage-columns`` does the same on strided rows (``mapping=columns``: channel norms
+of NCHW, global pools of NHWC) whose blocks of rows do not fill the GPU. Every number is deterministic (the seeded search), so one run is the
 median of any number of runs.
 """
 from __future__ import annotations
@@ -78,7 +81,18 @@ TWO_STAGE_CASES = (lambda: load_model("layernorm:rows=8,cols=65536"),
                    pool_large)
 
 
-def two_stage(budget) -> None:
+#: strided rows whose column blocks do not fill the GPU: ConvNeXt-T's channel LayerNorms
+#: (NCHW, a norm over C) at its four stages, and the global average pools of ResNet-50
+#: and ConvNeXt-T on NHWC (a mean over H and W, rows strided by the channels)
+COLUMN_TWO_STAGE_CASES = (lambda: layernorm_nchw(c=96, h=56, w=56),
+                          lambda: layernorm_nchw(c=192, h=28, w=28),
+                          lambda: layernorm_nchw(c=384, h=14, w=14),
+                          lambda: layernorm_nchw(c=768, h=7, w=7),
+                          lambda: pool_nhwc(c=2048),
+                          lambda: pool_nhwc(c=768))
+
+
+def two_stage(budget, cases=TWO_STAGE_CASES) -> None:
     """Per row dispatch: "one kernel" is the search pinned to ``row_splits=1``; "two-stage"
     the best of that and of up to ``budget`` two-stage candidates of the same space (the
     always-tried one first, then a seeded sample), scored as the search scores them (as
@@ -94,10 +108,11 @@ def two_stage(budget) -> None:
     arch = get_arch(ARCH)
     print(f"few long rows on {arch.name}, budget {budget} (simulated us; x roof = time / "
           f"(bytes at the achievable bandwidth + one launch))")
-    print(f"{'case':<24} {'roof':>6} {'one kernel':>10} {'x':>5} {'two-stage':>9} {'x':>5} "
+    print(f"{'case':<32} {'roof':>6} {'one kernel':>10} {'x':>5} {'two-stage':>9} {'x':>5} "
           f"{'gain':>6} {'free search':>11}  two-stage chosen")
-    for case in TWO_STAGE_CASES:
+    for case in cases:
         g = case()
+        shape = "x".join(str(n) for n in g.op(g.inputs[0]).type.shape)
         for d in fuse(g).dispatches:
             space = schedule_space(g, d, arch)
             if not any(c.knobs.get("row_splits", 1) > 1 for c in space):
@@ -116,11 +131,42 @@ def two_stage(budget) -> None:
                 if sc.ok and sc.time_us < best.time_us:
                     best = sc
                     chosen = " ".join(f"{k}={c.knobs[k]}" for k in
-                                      ("workgroup", "vector", "passes", "row_splits"))
-            print(f"{g.name[:24]:<24} {roof:>6.2f} {before.time_us:>10.2f} "
+                                      ("mapping", "workgroup", "vector", "row_lanes",
+                                       "passes", "row_splits") if k in c.knobs)
+            name = f"{g.name} {shape}"
+            print(f"{name[:32]:<32} {roof:>6.2f} {before.time_us:>10.2f} "
                   f"{before.time_us / roof:>5.2f} {best.time_us:>9.2f} {best.time_us / roof:>5.2f} "
                   f"{before.time_us / best.time_us:>5.2f}x {free.time_us:>11.2f}  {chosen}")
             sys.stdout.flush()
+
+
+def _tuned(graph, budget, fixed=None, launch="stream"):
+    return tune(graph, ARCH, budget=budget, fixed=fixed or {}, baseline=False, launch=launch)
+
+
+def reductions(budget) -> None:
+    print(f"strided reductions on {ARCH} (simulated us; x roofline = time / (bytes at the "
+          f"achievable bandwidth + one launch))")
+    print("(kernel x roof: the same without the launch on either side)")
+    print(f"{'case':<20} {'before us':>10} {'x roof':>7} {'kernel x':>9} {'after us':>9} "
+          f"{'x roof':>7} {'kernel x':>9} {'speedup':>8}  after: mapping")
+    for case in CASES:
+        g = case()
+        before = _tuned(g, budget, {"lowering": "generic"})
+        after = _tuned(g, budget)
+        b, a = before.total_time_us, after.total_time_us
+        roof = after.roofline_time_us
+        lo = after.arch.launch_overhead_us
+        kroof = roof - lo
+        kb, ka = b - len(before.dispatches) * lo, a - len(after.dispatches) * lo
+        knobs = "; ".join(" ".join(f"{k}={v}" for k, v in d.best.knobs.items()
+                                   if k in ("mapping", "workgroup", "row_lanes", "lowering"))
+                          for d in after.dispatches)
+        print(f"{g.name:<20} {b:>10.2f} {b / roof:>7.2f} {kb / kroof:>9.1f} {a:>9.2f} "
+              f"{a / roof:>7.2f} {ka / kroof:>9.1f} {b / a:>7.2f}x  {knobs} "
+              f"({len(before.dispatches)} -> "
+              f"{len(after.dispatches)} dispatches, {after.mode} plan)")
+        sys.stdout.flush()
 
 
 def models(specs, budget) -> None:
@@ -144,7 +190,7 @@ def models(specs, budget) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("reductions", "models", "two-stage"))
+    p.add_argument("what", choices=("reductions", "models", "two-stage", "two-stage-columns"))
     p.add_argument("specs", nargs="*", default=["encoder_layer"])
     p.add_argument("--budget", type=int, default=4)
     a = p.parse_args(argv)
@@ -152,6 +198,8 @@ def main(argv=None) -> int:
         reductions(a.budget)
     elif a.what == "two-stage":
         two_stage(a.budget)
+    elif a.what == "two-stage-columns":
+        two_stage(a.budget, COLUMN_TWO_STAGE_CASES)
     else:
         models(a.specs, a.budget)
     return 0

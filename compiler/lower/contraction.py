@@ -1015,6 +1015,11 @@ class _Builder:
         kt = self.var("kt")
         k0 = self.var("k0")
         uneven = self.phase == "partial" and ceil_div(self.gemm.K, BK) % self.S
+        if self.sk is not None and self.sk.nk == 1:
+            # every segment is the one K tile already staged: no K loop. (Emitted, its
+            # body would stage K tile 1, past the operand, in a loop that never runs.)
+            self.body += compute() + [program.Barrier()]
+            return
         if self.sk is not None or uneven:
             # stream-K's segment or an uneven split: K tiles kt0 .. kt1-1 (>= 1 of them)
             kbody: list = [program.Assign(k0, imul(iadd(kt, 1), BK))]

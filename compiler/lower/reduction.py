@@ -193,11 +193,12 @@ def check_schedule(rows: RowShape, s: dict, arch: Arch) -> str:
         return f"mapping={mapping!r}; use wave, workgroup or columns"
     if wg % ws or not ws <= wg <= max_wg:
         return f"workgroup={wg} must be a multiple of the wave size {ws}, at most {max_wg}"
+    if mapping == "columns":
+        return (_check_columns(rows, s, ws, wg, vec, row_lanes)
+                or _check_row_splits(rows, s, wg, vec))
     why = _check_row_splits(rows, s, wg, vec)
     if why:
         return why
-    if mapping == "columns":
-        return _check_columns(rows, s, ws, wg, vec, row_lanes)
     if row_lanes != ROW_DEFAULTS["row_lanes"]:
         return "row_lanes is a knob of mapping=columns only"
     if not rows.trailing:
@@ -223,9 +224,9 @@ def _check_row_splits(rows: RowShape, s: dict, wg: int, vec: int) -> str:
         return f"row_splits={P!r} not in {ROW_SPLITS}"
     if P == 1:
         return ""
-    if s["mapping"] != "workgroup":
-        return (f"row_splits={P}: two-stage rows split a contiguous row over workgroups "
-                f"(mapping=workgroup only)")
+    if s["mapping"] not in ("workgroup", "columns"):
+        return (f"row_splits={P}: two-stage rows split a row over workgroups "
+                f"(mapping=workgroup or columns)")
     if s["cache"] != "reread":
         return f"row_splits={P}: each split reads its columns again in the second kernel (cache=reread)"
     try:
@@ -238,9 +239,16 @@ def _check_row_splits(rows: RowShape, s: dict, wg: int, vec: int) -> str:
                 f"variance or a max and sum of exp)")
     if any(REG_DTYPE[rows.graph.op(r.inputs[0]).type.dtype] != "f32" for r in rows.reductions):
         return f"row_splits={P}: the f32 workspace holds f32 partials only (an i32 row)"
-    chunks = ceil_div(rows.C, wg * vec)
+    if s["mapping"] == "columns":  # a chunk: one element per slice of the workgroup
+        step = wg // int(s["row_lanes"])
+        if ceil_div(P, step) > COLUMN_STATES_PER_THREAD:
+            return (f"row_splits={P}: the combine spreads a row's states over its {step} "
+                    f"slices, at most {COLUMN_STATES_PER_THREAD} per thread")
+    else:
+        step = wg * vec
+    chunks = ceil_div(rows.C, step)
     if (P - 1) * ceil_div(chunks, P) >= chunks:
-        return (f"row_splits={P}: the row's {chunks} chunks of {wg * vec} columns leave a "
+        return (f"row_splits={P}: the row's {chunks} chunks of {step} columns leave a "
                 f"split without columns")
     return ""
 
@@ -276,6 +284,9 @@ def _check_columns(rows: RowShape, s: dict, ws: int, wg: int, vec: int, row_lane
 #: the knobs ``lower_rows`` assumes when a schedule leaves one out
 ROW_DEFAULTS = {"mapping": "wave", "workgroup": 256, "vector": 1, "cache": "reread",
                 "reduce": "wave", "passes": "multi", "row_lanes": 64, "row_splits": 1}
+#: two-stage ``mapping=columns``: states of a row one combine thread holds in registers
+#: (loaded together; more splits per slice are refused)
+COLUMN_STATES_PER_THREAD = 4
 #: row_splits values (two-stage rows, :func:`_check_row_splits`)
 ROW_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -297,19 +308,21 @@ def lower_rows(graph: Graph, dispatch, schedule: dict, arch: Arch):
        then the per-element outputs of its split's columns and, in split 0, the per-row
        outputs, so the epilogue runs once per element. Without per-element outputs (a
        pool) the combine runs one workgroup per row.
+
+    ``mapping=columns`` splits the same way (:func:`_lower_columns`): the workgroups of a
+    block of ``row_lanes`` rows each take P contiguous shares of the reduced axis.
     """
     rows = RowShape(graph, dispatch)
     s = {**ROW_DEFAULTS, **schedule}
     why = check_schedule(rows, s, arch)
     if why:
         raise LoweringError(why)
-    if s["mapping"] == "columns":
-        return _lower_columns(graph, dispatch, rows, s, schedule, arch)
     P = int(s["row_splits"])
+    build = _lower_columns if s["mapping"] == "columns" else _rows_kernel
     if P == 1:
-        return _rows_kernel(graph, dispatch, rows, s, schedule, arch)
-    partial = _rows_kernel(graph, dispatch, rows, s, schedule, arch, stage="partial")
-    combine = _rows_kernel(graph, dispatch, rows, s, schedule, arch, stage="combine")
+        return build(graph, dispatch, rows, s, schedule, arch)
+    partial = build(graph, dispatch, rows, s, schedule, arch, stage="partial")
+    combine = build(graph, dispatch, rows, s, schedule, arch, stage="combine")
     ws = partial.buffer(rows_workspace_name(dispatch))
     meta = {**combine.meta, "row_splits": P, "workspace_bytes": ws.size * 4}
     return program.KernelSequence(sanitize(f"{dispatch.name}_rows"), (partial, combine),
@@ -528,7 +541,7 @@ def _rows_spanned(rows: RowShape, shape) -> int:
 
 
 def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: dict,
-                   arch: Arch):
+                   arch: Arch, stage=None):
     """``mapping=columns``: rows whose elements are strided (a norm over the channels of
     NCHW: the reduced axis is not the last) are read coalesced by putting ``row_lanes``
     lanes on consecutive rows (the contiguous axis) and spreading the reduced axis over
@@ -541,27 +554,57 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
 
     A row index past the tensor (the inner size not a multiple of ``row_lanes``) is
     clamped to the last row for loads, so every thread reaches every barrier, and its
-    stores are skipped. One kernel: where these workgroups cannot fill the GPU, the
-    two-stage variant (partials to global memory, then a combine kernel) waits for a
-    dispatch that lowers to a sequence of kernels."""
+    stores are skipped.
+
+    Two-stage (``stage`` "partial" / "combine", ``row_splits`` = P > 1: where those
+    workgroups cannot fill the GPU): each block of ``row_lanes`` rows gets P workgroups,
+    workgroup (block, split) walking the split's share of the ``ceil(C / slices)``
+    chunks of the reduced axis (P contiguous shares, the last guarded). The partial
+    kernel combines its slices in LDS as above and the threads of slice 0 store the
+    rows' partial states (``_Reduce``, ``_Welford``, ``_OnlineSoftmax``: the same as
+    for contiguous rows) to the f32 workspace ``[split][field][row]``: a wave's lanes
+    on consecutive rows store, and later load, consecutive words. In the combine kernel
+    the row's P states are spread over the slices as its elements are: slice j loads
+    splits j, j + slices, ... (at most ``COLUMN_STATES_PER_THREAD``, independent loads
+    issued together), folds them in that order, and the slices' folds meet in LDS as in
+    the partial kernel (``merge_states``; fixed orders, so deterministic and the same in
+    every workgroup of the block), then it stores the per-element outputs of its split's
+    chunks and, in split 0's slice 0, the per-row outputs; a pool (nothing per element)
+    combines with one workgroup per block. (Merging the states in one serial loop per
+    thread, as contiguous rows do, left the combine latency-bound: a dependent load per
+    split and sweep, 8 us of a 12 us combine for a 768-channel norm split 16 ways.)"""
     ws = arch.wave_size
     wg, row_lanes, cache = int(s["workgroup"]), int(s["row_lanes"]), s["cache"]
     slices = wg // row_lanes
     C, B = rows.C, rows.inner_size
     A = math.prod(rows.outer)
+    R = A * B
     blocks_per_outer = ceil_div(B, row_lanes)
-    n_it = ceil_div(C, slices)
-    ragged_k, ragged_b = C % slices != 0, B % row_lanes != 0
+    n_chunks = ceil_div(C, slices)
+    P = int(s["row_splits"]) if stage else 1
+    n_it = ceil_div(n_chunks, P)    # this split's chunks (all of them when P = 1)
+    ragged_k, ragged_b = n_it * P * slices != C, B % row_lanes != 0
 
     em = ValueEmitter(graph, dispatch.ops, dispatch.inputs, RegisterNamer(), cse=True)
     stmts: list = []
     em.stmts = stmts
+    groups = _phase_groups(graph, dispatch, rows, s["passes"])
+    red_names = {r.name for r in rows.reductions}
+    row_outs = [o for o in dispatch.outputs if rows.per_element(graph.op(o).type.shape)
+                and o not in red_names]
+    per_row = [o for o in dispatch.outputs if o not in row_outs]
+    P_grid = 1 if stage == "combine" and not row_outs else P
     if row_lanes == ws:
         rlane, slice_ = program.lane(), program.wave_id()
     else:
         rlane = em.assign(imod(program.thread_id(), row_lanes), "rlane", "i32")
         slice_ = em.assign(idiv(program.thread_id(), row_lanes), "slice", "i32")
     blk = program.block_id()
+    if P_grid > 1:
+        split = em.assign(imod(blk, P_grid), "split", "i32")
+        blk = em.assign(idiv(blk, P_grid), "rowblk", "i32")
+    else:
+        split = program.i32(0)
     if A > 1 and blocks_per_outer > 1:
         a = em.assign(idiv(blk, blocks_per_outer), "outer", "i32")
         bb = imod(blk, blocks_per_outer)
@@ -577,6 +620,8 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
         if len(rows.inner) > 1 else (b_read,)
 
     def idx_at(it, named):
+        if P_grid > 1:
+            it = iadd(imul(split, n_it), it)
         k = iadd(imul(it, slices), slice_)
         if named:  # a named index lets the bounds check see the guard on it
             k = em.assign(k, "k", "i32")
@@ -602,26 +647,74 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
                 body_fn(idxs)
         em.stmts.append(program.For(it_var, program.i32(0), program.i32(n_it), 1, tuple(inner)))
 
-    red_names = {r.name for r in rows.reductions}
     lds: list = []
     red_slot = {r.name: i for i, r in enumerate(rows.reductions)}
-    for group in _phase_groups(graph, dispatch, rows, s["passes"]):
+    in_range = (b < B) if ragged_b else None
+    workspace = None
+    if stage:
+        (group,) = groups
+        offset, fields = {}, 0
+        for item in group:
+            offset[item.name] = fields
+            fields += item.fields
+        workspace = program.Buffer(rows_workspace_name(dispatch), "f32", (R * P * fields,),
+                                   "out" if stage == "partial" else "in")
+        row_id = em.assign(iadd(imul(a, B), b_read), "wsrow", "i32")
+
+    def ws_index(sp, f):  # word of field f of split sp's state of this thread's row
+        return iadd(imul(iadd(imul(sp, fields), f), R), row_id)
+
+    if stage == "partial":
         accs = {item.name: item.init(em) for item in group}
         row_loop(lambda idxs: [item.accumulate(em, idxs, accs[item.name]) for item in group])
-        for item in group:
-            # cross_lane's columns branch reads ws as the row lanes, nwaves as the slices
-            item.finish(em, accs[item.name], rows, row_lanes, wg, slices, "columns",
-                        s["reduce"], lds, red_slot, wg)
+        slots = iter(range(len(red_slot), 10 ** 6))
 
-    in_range = (b < B) if ragged_b else None
-    first_row = program.land(blk.eq(0), program.as_expr(rlane).eq(0))
+        def cl(acc, kind):  # the columns branch reads ws as the row lanes, nwaves as slices
+            return cross_lane(em, acc, kind, row_lanes, wg, slices, "columns", s["reduce"],
+                              lds, next(slots), wg)
+        st = []
+        for item in group:
+            for f, v in enumerate(item.partial(em, accs[item.name], cl)):
+                st.append(program.Store(workspace.name, ws_index(split, offset[item.name] + f),
+                                        (v,)))
+        first = program.as_expr(slice_).eq(0)
+        stmts.append(program.If(program.land(first, in_range) if ragged_b else first, tuple(st)))
+        return _columns_kernel(graph, dispatch, rows, schedule, em, stmts, lds,
+                               A * blocks_per_outer * P, wg, ws, row_lanes, slices, workspace,
+                               stage, 1)
+    if stage == "combine":
+        # the row's P states spread over the slices: slice j holds splits j, j + slices,
+        # ... (loaded up front, independent loads; a split past P holds the void state)
+        slots = iter(range(len(red_slot), 10 ** 6))
+
+        def cl(acc, kind):
+            return cross_lane(em, acc, kind, row_lanes, wg, slices, "columns", s["reduce"],
+                              lds, next(slots), wg)
+        for item in group:
+            states = []
+            for i in range(ceil_div(P, slices)):
+                sp = iadd(slice_, i * slices)
+                regs = tuple(em.assign(v, "wp") for v in item.void_state())
+                loads = tuple(program.Load((x,), workspace.name,
+                                           ws_index(sp, offset[item.name] + f))
+                              for f, x in enumerate(regs))
+                stmts.extend(loads if (i + 1) * slices <= P
+                             else (program.If(program.as_expr(sp) < P, loads),))
+                states.append(regs)
+            item.merge_states(em, states, cl)
+    else:
+        for group in groups:
+            accs = {item.name: item.init(em) for item in group}
+            row_loop(lambda idxs: [item.accumulate(em, idxs, accs[item.name]) for item in group])
+            for item in group:
+                # cross_lane's columns branch reads ws as the row lanes, nwaves as the slices
+                item.finish(em, accs[item.name], rows, row_lanes, wg, slices, "columns",
+                            s["reduce"], lds, red_slot, wg)
+
+    first_row = program.land(program.as_expr(blk).eq(0), program.as_expr(rlane).eq(0))
 
     def guarded(stmt, cond):
         return program.If(cond, (stmt,)) if cond is not None else stmt
-
-    row_outs = [o for o in dispatch.outputs if rows.per_element(graph.op(o).type.shape)
-                and o not in red_names]
-    per_row = [o for o in dispatch.outputs if o not in row_outs]
 
     def store_row(idxs):
         for o in row_outs:
@@ -642,17 +735,30 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
                 ix = ix if ix else (program.i32(0),)
                 em.stmts.append(program.Store(o, em.offset(t, ix), (em.value(o, ix),)))
         cond = program.as_expr(slice_).eq(0)
+        if P_grid > 1:
+            cond = program.land(cond, program.as_expr(split).eq(0))
         stmts.append(program.If(program.land(cond, in_range) if ragged_b else cond, tuple(st)))
+    return _columns_kernel(graph, dispatch, rows, schedule, em, stmts, lds,
+                           A * blocks_per_outer * P_grid, wg, ws, row_lanes, slices, workspace,
+                           stage, len(groups) + (1 if row_outs else 0))
+
+
+def _columns_kernel(graph, dispatch, rows, schedule, em, stmts, lds, grid, wg, ws, row_lanes,
+                    slices, workspace, stage, passes_over_row):
+    """The ``Kernel`` of :func:`_lower_columns`'s statements."""
     body = em.provably_aligned(tuple(stmts), ws)
-    return program.Kernel(sanitize(dispatch.name), buffers(graph, dispatch), A * blocks_per_outer,
-                    wg, body, lds=tuple(lds),
-                    meta={"dispatch": dispatch.name, "kind": "row_reduction",
-                          "schedule": dict(schedule), "rows": rows.R, "cols": C,
-                          "mapping": "columns", "row_lanes": row_lanes, "slices": slices,
-                          "passes_over_row": len(_phase_groups(graph, dispatch, rows,
-                                                               s["passes"]))
-                          + (1 if row_outs else 0),
-                          "loads": sorted(set(em.loads))})
+    params = buffers(graph, dispatch)
+    name = sanitize(dispatch.name)
+    meta = {"dispatch": dispatch.name, "kind": "row_reduction", "schedule": dict(schedule),
+            "rows": rows.R, "cols": rows.C, "mapping": "columns", "row_lanes": row_lanes,
+            "slices": slices, "passes_over_row": passes_over_row,
+            "loads": sorted(set(em.loads))}
+    if stage:
+        used = {x.buffer for x in program.walk(body) if isinstance(x, (program.Load, program.Store))}
+        params = tuple(p for p in params if p.name in used) + (workspace,)
+        name = sanitize(f"{dispatch.name}_rows_{stage}")
+        meta["row_splits_phase"] = stage
+    return program.Kernel(name, params, grid, wg, body, lds=tuple(lds), meta=meta)
 
 
 # ------------------------------------------------------------------------- phase items
@@ -709,6 +815,21 @@ class _Reduce:
     @property
     def combine_op(self):
         return COMBINE[self.op.kind]
+
+    def void_state(self):
+        """The state of no elements (a split a combine thread does not hold)."""
+        return [identity(self.combine_op, "f32")]
+
+    def merge_states(self, em, states, cl):
+        """``mapping=columns``' combine: this thread's states folded in order, then the
+        slices' folds combined by ``cl`` (in slice order: deterministic)."""
+        part = em.assign(states[0][0], "comb")
+        for r in states[1:]:
+            em.stmts.append(program.Assign(part, program.BinOp(self.combine_op, part, r[0])))
+        total = cl(part, self.kind)
+        if self.count is not None:
+            total = _mean_of(em, total, self.count)
+        em.bound[self.name] = lambda idx, r=total: r
 
 
 class _Welford:
@@ -774,6 +895,24 @@ class _Welford:
         em.bound[self.mean.name] = lambda idx, r=gmean: r
         em.bound[self.var.name] = lambda idx, r=var: r
 
+    def void_state(self):
+        return [program.f32(0.0)] * 3   # count 0: adds nothing to either sum
+
+    def merge_states(self, em, states, cl):
+        """The same merge over this thread's states, each sum completed across the
+        slices by ``cl``; the states stay in registers for the second sum."""
+        tot = em.assign(program.f32(0.0), "smean")
+        for r in states:
+            em.stmts.append(program.Assign(tot, program.fma(r[0], r[1], tot)))
+        gmean = em.assign(cl(tot, "sum") * (1.0 / self.C), "mean")
+        m2 = em.assign(program.f32(0.0), "m2")
+        for r in states:
+            dev = em.assign(r[1] - gmean, "sdev")
+            em.stmts.append(program.Assign(m2, m2 + program.fma(r[0] * dev, dev, r[2])))
+        var = em.assign(cl(m2, "sum") * (1.0 / self.C), "var")
+        em.bound[self.mean.name] = lambda idx, r=gmean: r
+        em.bound[self.var.name] = lambda idx, r=var: r
+
 
 class _OnlineSoftmax:
     """Single pass for max(x) then sum(exp(x - max)): running max, rescaled running sum."""
@@ -815,6 +954,23 @@ class _OnlineSoftmax:
         sweep(self, lambda r: [program.Assign(gm, program.maximum(gm, r[0]))])
         gs = em.assign(program.f32(0.0), "gsum")
         sweep(self, lambda r: [program.Assign(gs, gs + r[1] * program.exp(r[0] - gm))])
+        em.bound[self.max.name] = lambda idx, r=gm: r
+        em.bound[self.sum.name] = lambda idx, r=gs: r
+
+    def void_state(self):
+        return [program.f32(NEG_INF), program.f32(0.0)]  # a zero sum: adds nothing
+
+    def merge_states(self, em, states, cl):
+        """M = max over the slices of this thread's maxima; S likewise of its
+        ``s_p exp(m_p - M)``."""
+        m = em.assign(states[0][0], "gmax")
+        for r in states[1:]:
+            em.stmts.append(program.Assign(m, program.maximum(m, r[0])))
+        gm = cl(m, "max")
+        gs = em.assign(program.f32(0.0), "gsum")
+        for r in states:
+            em.stmts.append(program.Assign(gs, gs + r[1] * program.exp(r[0] - gm)))
+        gs = cl(gs, "sum")
         em.bound[self.max.name] = lambda idx, r=gm: r
         em.bound[self.sum.name] = lambda idx, r=gs: r
 

@@ -242,12 +242,13 @@ STREAM_K_MAX_WAVES = 4
 
 
 def with_stream_k(gemm, space: list, arch: Arch) -> list:
-    """Stream-K points (``stream_k`` = 1: one persistent workgroup per CU) for each legal
-    one-kernel point (vector-padded LDS rows) whose tile grid does not divide evenly over
-    the CUs, with under ``STREAM_K_MAX_WAVES`` waves: there the last wave leaves CUs idle
-    (or, under one wave, most of them). Where the rule refuses it (too few MAC-loop
-    iterations, the i32 index range), the first such point is kept illegal with the
-    reason, and the dispatch keeps its other lowerings. The best-ranked legal stream-K
+    """Stream-K points (``stream_k`` = 1: one persistent workgroup per CU, and 2: two,
+    where the rule allows that too) for each legal one-kernel point (vector-padded LDS
+    rows) whose tile grid does not divide evenly over the CUs, with under
+    ``STREAM_K_MAX_WAVES`` waves: there the last wave leaves CUs idle (or, under one
+    wave, most of them). Where the rule refuses W = 1 (too few MAC-loop iterations, the
+    i32 index range), the first such point is kept illegal with the reason, and the
+    dispatch keeps its other lowerings. The best-ranked legal stream-K
     point is tried whatever the budget (``always``), so the search weighs it against
     the one-kernel tiles and split-K. A dispatch with no such tile gets no ``stream_k``."""
     extra = []
@@ -263,6 +264,11 @@ def with_stream_k(gemm, space: list, arch: Arch) -> list:
         if why and any(not e.legal for e in extra):
             continue
         extra.append(Candidate(knobs, not why, why, c.opt_in))
+        two = {**k, "stream_k": 2}
+        if not why and not check_schedule(gemm, two, arch):
+            # two workgroups per CU, each walking half the share: where two fit a CU,
+            # one's global loads hide behind the other's math (the search weighs it)
+            extra.append(Candidate(two, True, "", c.opt_in))
     if not extra:
         return space
     first = next((c for c in extra if c.legal and not c.opt_in), None)

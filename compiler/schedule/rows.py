@@ -6,6 +6,7 @@ the :mod:`compiler.schedule.generic` fallback instead.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpusim.hw import Arch
@@ -38,7 +39,7 @@ class Knobs:
                                   "reduced axis")
     passes: str = knob(ROW_DEFAULTS["passes"], "multi: a pass per dependency level; single: Welford / "
                                 "online softmax for two dependent reductions")
-    row_splits: int = knob(ROW_DEFAULTS["row_splits"], "two-stage rows (mapping=workgroup): P > 1 "
+    row_splits: int = knob(ROW_DEFAULTS["row_splits"], "two-stage rows (mapping=workgroup or columns): P > 1 "
                                         "workgroups per row write partial states, a second "
                                         "kernel combines them and applies the epilogue once; "
                                         f"one of {ROW_SPLITS}")
@@ -127,22 +128,31 @@ TWO_STAGE_MIN_SPLIT = 512
 
 
 def with_row_splits(rows: RowShape, space: list, arch: Arch) -> list:
-    """Two-stage points where one workgroup per row cannot fill the GPU (rows under the
+    """Two-stage points where one workgroup per row (or, for ``mapping=columns``, per
+    block of ``row_lanes`` strided rows) cannot fill the GPU (those workgroups under the
     CU count): each legal ``mapping=workgroup``, ``cache=reread``, ``reduce=wave`` point
-    also gets ``row_splits`` P: the largest of ``ROW_SPLITS`` still under a workgroup per
-    CU and the smallest at or over it (fewer workgroups of more columns each, or a full
-    GPU: the search weighs them), each split at least ``TWO_STAGE_MIN_SPLIT`` elements.
+    and each legal ``mapping=columns``, ``cache=reread`` point also gets ``row_splits``
+    P: the largest of ``ROW_SPLITS`` still under a workgroup per CU and the smallest at
+    or over it (fewer workgroups of more columns each, or a full GPU: the search weighs
+    them), each split's workgroup reading at least ``TWO_STAGE_MIN_SPLIT`` elements.
     Where the rule refuses every P (a second dependency level, i32 rows), one illegal
     point says why and the dispatch keeps its one-kernel points. The point at 256 threads (else the first) is
     tried whatever the budget."""
-    if rows.R >= arch.num_cus or rows.C < 2 * TWO_STAGE_MIN_SPLIT:
-        return space   # enough rows, or too short a row to split in two
     extra, refused = [], None
+    outer = math.prod(rows.outer)
     for c in space:
         k = c.knobs
-        if not c.legal or k["mapping"] != "workgroup" or k["cache"] != "reread" \
-                or k["reduce"] != "wave":
+        if not c.legal or k["cache"] != "reread":
             continue
+        if k["mapping"] == "workgroup" and k["reduce"] == "wave":
+            lanes, groups = 1, rows.R              # a workgroup per (contiguous) row
+        elif k["mapping"] == "columns":
+            lanes = k["row_lanes"]                 # a workgroup per block of strided rows
+            groups = outer * -(-rows.inner_size // lanes)
+        else:
+            continue
+        if groups >= arch.num_cus or lanes * rows.C < 2 * TWO_STAGE_MIN_SPLIT:
+            continue   # enough workgroups, or too little to split in two
         ok, why = [], ""
         for P in ROW_SPLITS[1:]:
             reason = check_schedule(rows, {**ROW_DEFAULTS, **k, "row_splits": P}, arch)
@@ -150,9 +160,9 @@ def with_row_splits(rows: RowShape, space: list, arch: Arch) -> list:
                 why = why or reason
             else:
                 ok.append(P)
-        ok = [P for P in ok if rows.C // P >= TWO_STAGE_MIN_SPLIT]
-        fills = [P for P in ok if rows.R * P >= arch.num_cus]
-        under = [P for P in ok if rows.R * P < arch.num_cus]
+        ok = [P for P in ok if lanes * rows.C // P >= TWO_STAGE_MIN_SPLIT]
+        fills = [P for P in ok if groups * P >= arch.num_cus]
+        under = [P for P in ok if groups * P < arch.num_cus]
         pick = under[-1:] + fills[:1]  # just under a workgroup per CU, and just over
         for P in pick:
             extra.append(Candidate({**k, "row_splits": P}, True, ""))
