@@ -133,7 +133,8 @@ def _own_reads_writes(s):
     elif isinstance(s, (Shuffle, WaveReduce)):
         _expr_vars(s.value, reads); writes = [s.dst]
     elif isinstance(s, Mfma):
-        _expr_vars(s.a, reads); _expr_vars(s.b, reads)
+        for x in s.a_items + s.b_items:
+            _expr_vars(x, reads)
         reads.update(v.name for v in s.acc); writes = list(s.acc)
     elif isinstance(s, For):
         _expr_vars(s.start, reads); _expr_vars(s.stop, reads); writes = [s.var]
