@@ -167,6 +167,8 @@ def test_integer_gemm_simulates_exactly(tmp_path):
 
 
 def test_integer_gemm_refuses_mfma_in_one_reason():
+    """matmul_integer's operands are uint8 less a zero point of 131 and uint8 weights less
+    per-column zero points: neither fits the int8 matrix cores' signed byte."""
     from compiler.lower.contraction import Gemm, check_schedule
     from gpusim.hw import ARCHES
     g = load_onnx(DTYPES / "matmul_integer.onnx")
@@ -175,7 +177,53 @@ def test_integer_gemm_refuses_mfma_in_one_reason():
     s = {"BM": 32, "BN": 32, "BK": 16, "TM": 32, "TN": 32, "KW": 1, "lds_pad": 0,
          "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "mfma", "split_k": 1}
     why = check_schedule(Gemm(g, d), s, ARCHES["gfx942"])
-    assert "integer GEMMs" in why
+    assert "int8 matrix cores need both operands in [-128, 127]" in why
+    assert "[-131, 124]" in why and "\n" not in why
+
+
+def _int8_shapes(res):
+    from gpusim.program import MFMA_PACK, Mfma, kernels_of, walk
+    return {s.shape for d in res.dispatches if d.kernel is not None
+            for k in kernels_of(d.kernel) for s in walk(k.body)
+            if isinstance(s, Mfma) and MFMA_PACK[s.shape][1] == "i8"}
+
+
+@pytest.mark.parametrize("name,arch,shape", [("qlinear_matmul", "gfx942", "32x32x16i8"),
+                                              ("qlinear_matmul", "gfx90a", "16x16x16i8"),
+                                              ("qlinear_conv", "gfx90a", "16x16x16i8")])
+def test_int8_gemm_on_the_matrix_cores_is_exact(name, arch, shape):
+    """A uint8 activation less its zero point of 128 times int8 weights fits a signed
+    byte: mma=mfma uses the arch's int8 MFMA, every workgroup equal to the reference."""
+    from compiler.tuning.search import tune
+    g = load_onnx(DTYPES / f"{name}.onnx")
+    res = tune(g, arch, budget=2, baseline=False, check_all=True, fixed={"mma": "mfma"})
+    assert not res.mismatches
+    assert _int8_shapes(res) == {shape}
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), m=st.integers(1, 40), k=st.integers(1, 80),
+       n=st.integers(1, 40), unsigned=st.booleans(), arch=st.sampled_from(["gfx90a", "gfx942"]))
+def test_int8_mfma_gemm_equals_numpy(seed, m, k, n, unsigned, arch):
+    """MatMulInteger of int8 (or uint8 less 128) by int8 weights, any sizes (edge tiles,
+    K not a multiple of the MFMA's), on the int8 matrix cores: exact against numpy."""
+    from compiler.tuning.search import tune
+    rng = np.random.default_rng(seed)
+    a_t = TensorProto.UINT8 if unsigned else TensorProto.INT8
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    inits = [_init("w", w)]
+    ins = ["a", "w"]
+    if unsigned:
+        inits.append(_init("a_zp", np.array(128, np.uint8)))
+        ins.append("a_zp")
+    node = helper.make_node("MatMulInteger", ins, ["y"])
+    gr = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", a_t, [m, k])],
+                           [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])], inits)
+    model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 21)])
+    g = from_model(model)
+    res = tune(g, arch, budget=1, baseline=False, check_all=True, fixed={"mma": "mfma"}, seed=seed % 7)
+    assert not res.mismatches
+    assert _int8_shapes(res)
 
 
 @pytest.mark.parametrize("attrs,msg", [({"block_size": 2}, "blocked quantization")])
