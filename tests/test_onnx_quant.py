@@ -287,3 +287,25 @@ def test_round_is_half_to_even_and_abs_exact():
         y, want = _run_both([helper.make_node(op, ["x"], ["y"])], {"x": x}, np.float32,
                             x.shape, opset=18)
         np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.hip
+@pytest.mark.parametrize("name,arch,mfma", [("qlinear_matmul", "gfx942", "v_mfma_i32_32x32x16_i8"),
+                                             ("qlinear_conv", "gfx90a", "v_mfma_i32_16x16x16i8"),
+                                             ("../dtypes/bf16_mlp", "gfx90a", "bf16_1k")])
+def test_mfma_export_compiles_and_check_agrees(name, arch, mfma, tmp_path, capsys):
+    """The int8 and bf16 MFMA kernels, exported, compile for gfx90a and gfx940 and
+    ``check`` finds no disagreement (widths, LDS bytes, scratch, occupancy)."""
+    import json
+    import shutil
+    from compiler.cli import main
+    if shutil.which("hipcc") is None:
+        pytest.skip("hipcc not installed (Debian package 'hipcc')")
+    out = tmp_path / "proj"
+    assert main(["export", str(DTYPES / f"{name}.onnx"), "-o", str(out), "--arch", arch,
+                 "--budget", "2", "--fix", "mma=mfma", "--no-baseline", "--json"]) == 0
+    capsys.readouterr()
+    assert any(mfma in p.read_text() for p in out.glob("*.hip"))
+    rc = main(["check", str(out), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and not report["disagreements"], [d["message"] for d in report["disagreements"]]

@@ -900,7 +900,11 @@ class _Builder:
         _, _, ks, nacc, _ = program.MFMA_SHAPES[shape]
         kpack = program.MFMA_PACK[shape][0]
         va, vb = int(s["vec_a"]), int(s["vec_b"])
-        rv = mfma_read_width(s)
+        # int8: one 4-byte LDS read per element. The i32-staged operands hold one byte
+        # each; hipcc, seeing only the low bytes used by the packing, splits a wider read
+        # into ds_read2_b32 pairs (gfx90a/gfx940, qlinear_matmul/qlinear_conv exports),
+        # which ``check`` counts as the IR's 4-byte reads merged in pairs
+        rv = 1 if program.MFMA_PACK[shape][1] == "i8" else mfma_read_width(s)
         lanes_m = s.get("mfma_lanes", "n") == "m"
         bkw = BK // KW
         ks //= kpack   # k slots: lanes TM apart supply different K runs
