@@ -17,7 +17,16 @@ source a reader sees is exactly the program gpusim simulated:
 - ``Mfma`` packs its accumulator registers into a ``floatx16``/``floatx4`` vector, calls
   ``__builtin_amdgcn_mfma_f32_32x32x2f32`` / ``..._16x16x4f32`` (cbsz, abid, blgp = 0:
   the single-block form) and unpacks the result; hipcc keeps the vector in AGPRs/VGPRs,
-  so the packing costs no instructions once the accumulators live across the loop;
+  so the packing costs no instructions once the accumulators live across the loop.
+  The int8 and bf16 shapes (``program.MFMA_PACK``) pack each lane's items first: int8 as
+  the low bytes of an ``int`` (4) or ``long`` (8), bf16 as ``shortx4`` of
+  ``wf_float_to_bf16`` (nearest even, the rounding gpusim simulates), into an
+  ``intx16``/``intx4`` or ``floatx16``/``floatx4`` accumulator. The call goes through a
+  ``wf_mfma_*`` helper that picks the arch's builtin (hipcc 5.2: gfx90a has only
+  ``__builtin_amdgcn_mfma_i32_32x32x8i8``/``16x16x16i8``, gfx940 only ``..._32x32x16_i8``/
+  ``16x16x32_i8``; each refuses the other's), so one source compiles for both: an 8-byte
+  pack on gfx90a is two 4-byte MFMAs (each lane's items 0-3, then 4-7: the same sum), a
+  4-byte pack on gfx940 the 8-byte MFMA with zero high bytes;
 - ``WaveReduce`` is a butterfly of ``__shfl_xor`` over ``warpSize`` lanes, so one source
   is correct for wave64 (CDNA) and wave32 (RDNA). Like the IR, it assumes every lane of
   the wave takes part.
@@ -34,7 +43,7 @@ import numpy as np
 
 from gpusim.program import (
     Assign, Barrier, BinOp, Buffer, Cast, Const, DTYPE_BYTES, Expr, Fma, For, If, Kernel,
-    LdsLoad, LdsStore, Load, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Special, Store,
+    LdsLoad, LdsStore, Load, MFMA_PACK, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Special, Store,
     UnOp, Var, WaveReduce, as_expr, walk, COMPARISONS, IR_BINARY, IR_UNARY,
 )
 
@@ -72,6 +81,56 @@ _BF16_DEF = ("// bfloat16 <-> float on raw bits: widening is exact; narrowing ro
 _MFMA_TYPES = ("// MFMA accumulator vectors (CDNA matrix cores).\n"
                "typedef float floatx16 __attribute__((ext_vector_type(16)));\n"
                "typedef float floatx4 __attribute__((ext_vector_type(4)));\n")
+
+_MFMA_PACKED_TYPES = ("typedef int intx16 __attribute__((ext_vector_type(16)));\n"
+                      "typedef int intx4 __attribute__((ext_vector_type(4)));\n"
+                      "typedef short shortx4 __attribute__((ext_vector_type(4)));\n"
+                      "#if defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)\n"
+                      "#define WF_CDNA3 1  // the 8-byte int8 MFMAs; CDNA2's 4-byte ones are gone\n"
+                      "#endif\n")
+
+#: the int8 packing and per-arch MFMA helpers (only those a kernel calls are printed):
+#: an operand is the low byte of each i32 item, as gpusim's engine reads it
+_MFMA_HELPERS = {
+    "wf_pack_i8x4": ("__device__ __forceinline__ int wf_pack_i8x4(int x0, int x1, int x2, int x3) {\n"
+                     "    return (int)((x0 & 0xff) | ((x1 & 0xff) << 8) | ((x2 & 0xff) << 16)\n"
+                     "                 | ((unsigned)x3 << 24));\n}\n"),
+    "wf_pack_i8x8": ("__device__ __forceinline__ long wf_pack_i8x8(int x0, int x1, int x2, int x3,\n"
+                     "                                             int x4, int x5, int x6, int x7) {\n"
+                     "    unsigned lo = (x0 & 0xff) | ((x1 & 0xff) << 8) | ((x2 & 0xff) << 16) | ((unsigned)x3 << 24);\n"
+                     "    unsigned hi = (x4 & 0xff) | ((x5 & 0xff) << 8) | ((x6 & 0xff) << 16) | ((unsigned)x7 << 24);\n"
+                     "    return (long)(((unsigned long)hi << 32) | lo);\n}\n"),
+    "wf_mfma_32x32x8i8": ("__device__ __forceinline__ intx16 wf_mfma_32x32x8i8(int a, int b, intx16 c) {\n"
+                          "#if WF_CDNA3\n"
+                          "    return __builtin_amdgcn_mfma_i32_32x32x16_i8((long)(unsigned)a, (long)(unsigned)b, c, 0, 0, 0);\n"
+                          "#else\n"
+                          "    return __builtin_amdgcn_mfma_i32_32x32x8i8(a, b, c, 0, 0, 0);\n"
+                          "#endif\n}\n"),
+    "wf_mfma_16x16x16i8": ("__device__ __forceinline__ intx4 wf_mfma_16x16x16i8(int a, int b, intx4 c) {\n"
+                           "#if WF_CDNA3\n"
+                           "    return __builtin_amdgcn_mfma_i32_16x16x32_i8((long)(unsigned)a, (long)(unsigned)b, c, 0, 0, 0);\n"
+                           "#else\n"
+                           "    return __builtin_amdgcn_mfma_i32_16x16x16i8(a, b, c, 0, 0, 0);\n"
+                           "#endif\n}\n"),
+    "wf_mfma_32x32x16i8": ("__device__ __forceinline__ intx16 wf_mfma_32x32x16i8(long a, long b, intx16 c) {\n"
+                           "#if WF_CDNA3\n"
+                           "    return __builtin_amdgcn_mfma_i32_32x32x16_i8(a, b, c, 0, 0, 0);\n"
+                           "#else\n"
+                           "    c = __builtin_amdgcn_mfma_i32_32x32x8i8((int)a, (int)b, c, 0, 0, 0);\n"
+                           "    return __builtin_amdgcn_mfma_i32_32x32x8i8((int)(a >> 32), (int)(b >> 32), c, 0, 0, 0);\n"
+                           "#endif\n}\n"),
+    "wf_mfma_16x16x32i8": ("__device__ __forceinline__ intx4 wf_mfma_16x16x32i8(long a, long b, intx4 c) {\n"
+                           "#if WF_CDNA3\n"
+                           "    return __builtin_amdgcn_mfma_i32_16x16x32_i8(a, b, c, 0, 0, 0);\n"
+                           "#else\n"
+                           "    c = __builtin_amdgcn_mfma_i32_16x16x16i8((int)a, (int)b, c, 0, 0, 0);\n"
+                           "    return __builtin_amdgcn_mfma_i32_16x16x16i8((int)(a >> 32), (int)(b >> 32), c, 0, 0, 0);\n"
+                           "#endif\n}\n"),
+    "wf_mfma_32x32x8bf16": ("__device__ __forceinline__ floatx16 wf_mfma_32x32x8bf16(shortx4 a, shortx4 b, floatx16 c) {\n"
+                            "    return __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, c, 0, 0, 0);\n}\n"),
+    "wf_mfma_16x16x16bf16": ("__device__ __forceinline__ floatx4 wf_mfma_16x16x16bf16(shortx4 a, shortx4 b, floatx4 c) {\n"
+                             "    return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, c, 0, 0, 0);\n}\n"),
+}
 
 
 def f32_literal(value: float) -> str:
@@ -133,7 +192,8 @@ def _own_reads_writes(s):
     elif isinstance(s, (Shuffle, WaveReduce)):
         _expr_vars(s.value, reads); writes = [s.dst]
     elif isinstance(s, Mfma):
-        _expr_vars(s.a, reads); _expr_vars(s.b, reads)
+        for x in s.a_items + s.b_items:
+            _expr_vars(x, reads)
         reads.update(v.name for v in s.acc); writes = list(s.acc)
     elif isinstance(s, For):
         _expr_vars(s.start, reads); _expr_vars(s.stop, reads); writes = [s.var]
@@ -461,16 +521,28 @@ class _Printer:
         if s.shape not in MFMA_SHAPES:
             raise ValueError(f"unknown MFMA shape {s.shape!r}")
         nacc = MFMA_SHAPES[s.shape][3]
+        inst = MFMA_SHAPES[s.shape][4]
+        kpack, kind, acc_dt = MFMA_PACK[s.shape]
         if len(s.acc) != nacc:
-            raise ValueError(f"v_mfma_f32_{s.shape} needs {nacc} accumulators, got {len(s.acc)}")
-        vt = f"floatx{nacc}"
+            raise ValueError(f"{inst} needs {nacc} accumulators, got {len(s.acc)}")
+        vt = f"{'float' if acc_dt == 'f32' else 'int'}x{nacc}"
         tmp = self.namer.fresh("mfma_acc")
         regs = [self.reg(v.name) for v in s.acc]
-        a = self.convert(self.expr(s.a), s.a.dtype, "f32")
-        b = self.convert(self.expr(s.b), s.b.dtype, "f32")
         self.emit(f"{vt} {tmp} = {{{', '.join(regs)}}};", depth)
-        self.emit(f"{tmp} = __builtin_amdgcn_mfma_f32_{s.shape}({a}, {b}, {tmp}, 0, 0, 0);"
-                  f"  // v_mfma_f32_{s.shape}", depth)
+        if kind == "f32":
+            a = self.convert(self.expr(s.a), s.a.dtype, "f32")
+            b = self.convert(self.expr(s.b), s.b.dtype, "f32")
+            self.emit(f"{tmp} = __builtin_amdgcn_mfma_f32_{s.shape}({a}, {b}, {tmp}, 0, 0, 0);"
+                      f"  // {inst}", depth)
+        else:
+            ops = []
+            for items in (s.a_items, s.b_items):
+                vals = [self.expr(x) for x in items]
+                if kind == "bf16":
+                    ops.append(f"shortx4{{{', '.join(f'(short)wf_float_to_bf16({v})' for v in vals)}}}")
+                else:
+                    ops.append(f"wf_pack_i8x{kpack}({', '.join(vals)})")
+            self.emit(f"{tmp} = wf_mfma_{s.shape}({ops[0]}, {ops[1]}, {tmp});  // {inst}", depth)
         for i, v in enumerate(s.acc):
             self.emit(f"{self.lhs(v, s)} = {tmp}[{i}];", depth)
 
@@ -621,7 +693,10 @@ def emit_kernel(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH,
         parts.append(_HALF4_DEF)
     if "wf_bf16_to_float" in body or "wf_float_to_bf16" in body:
         parts.append(_BF16_DEF)
-    if "__builtin_amdgcn_mfma" in body:
+    if "__builtin_amdgcn_mfma" in body or "wf_mfma_" in body:
         parts.append(_MFMA_TYPES)
+    used = [h for h in _MFMA_HELPERS if h + "(" in body]
+    if used:
+        parts.append(_MFMA_PACKED_TYPES + "".join(_MFMA_HELPERS[h] for h in used))
     parts.append(body)
     return "\n".join(parts)

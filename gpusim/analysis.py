@@ -117,7 +117,7 @@ def stmt_exprs(s):
     if isinstance(s, (Shuffle, WaveReduce)):
         return (s.value,)
     if isinstance(s, Mfma):  # the accumulators are read (C) and written (D)
-        return (s.a, s.b) + tuple(s.acc)
+        return s.a_items + s.b_items + tuple(s.acc)
     return ()
 
 

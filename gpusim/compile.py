@@ -31,7 +31,7 @@ import numpy as np
 from gpusim import engine
 from gpusim.analysis import Uniformity, expr_vars, stmt_defs
 from gpusim.program import (
-    Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, MFMA_SHAPES,
+    Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, MFMA_PACK, MFMA_SHAPES,
     Mfma, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk, DTYPE_BYTES,
     IR_BINARY, IR_UNARY,
 )
@@ -61,7 +61,7 @@ class Program:
     inst_stmt: np.ndarray     # int64 [n]: statement index (walk order) of each instruction
     stmt_main: dict           # statement index -> its main instruction (memory op / root)
     statements: list          # walk order
-    mfma_regs: np.ndarray = None  # int32 [n_mfma, 16]: accumulator f registers per Mfma
+    mfma_regs: np.ndarray = None  # int32 [n_mfma, 32]: accumulators, a and b items per Mfma
 
 
 class _Compiler:
@@ -308,17 +308,24 @@ class _Compiler:
                          cat=engine.CAT_LDS, isf=d[0], nvalu=steps, reads=[self.uid(*v)])
 
     def _mfma(self, s) -> int:
-        """A matrix-core op; its accumulator registers go in the MFMA register table."""
-        a = self.expr(s.a)
-        b = self.expr(s.b)
+        """A matrix-core op; its registers go in the MFMA register table: a row of 16
+        accumulators, then the ``kpack`` items of a (columns 16-23) and of b (24-31).
+        K_WIDTH holds M (32 or 16), K_AUX kpack, K_C the row, K_ISF 1 for an f32
+        accumulator (0: i32), K_A the operand kind (0 f32, 1 bf16, 2 int8)."""
+        kpack, kind, acc_dt = MFMA_PACK[s.shape]
+        a = [self.expr(x) for x in s.a_items]
+        b = [self.expr(x) for x in s.b_items]
         accs = [self.var(v)[1] for v in s.acc]
+        isf = 1 if acc_dt == "f32" else 0
         row = len(self.mfma_rows)
-        self.mfma_rows.append(accs + [0] * (16 - len(accs)))
-        shape_code = list(MFMA_SHAPES).index(s.shape)
+        self.mfma_rows.append(accs + [0] * (16 - len(accs))
+                              + [x[1] for x in a] + [0] * (8 - kpack)
+                              + [x[1] for x in b] + [0] * (8 - kpack))
         return self.emit(
-            engine.OP_MFMA, 0, a[1], b[1], row, width=shape_code, cat=engine.CAT_MFMA,
-            mult=self.arch.mfma_cycles(s.shape), isf=1,
-            reads=[self.uid(*a), self.uid(*b)] + [self.uid(1, r) for r in accs])
+            engine.OP_MFMA, 0, ("f32", "bf16", "i8").index(kind), 0, row,
+            aux=kpack, width=MFMA_SHAPES[s.shape][0], cat=engine.CAT_MFMA,
+            mult=self.arch.mfma_cycles(s.shape), isf=isf,
+            reads=[self.uid(*x) for x in a + b] + [self.uid(isf, r) for r in accs])
 
     def _if(self, s, si, depth) -> None:
         """IF, the then-body, ELSE and the else-body when there is one, ENDIF; the jumps
@@ -402,4 +409,4 @@ def compile_kernel(kernel, arch) -> Program:
                    fconst=c.fconst, iconst=c.iconst, scalar_regs=c.scalar_regs,
                    inst_stmt=np.array(c.row_stmt, dtype=np.int64),
                    stmt_main=c.stmt_main, statements=c.statements,
-                   mfma_regs=np.array(c.mfma_rows or [[0] * 16], dtype=np.int32).reshape(-1, 16))
+                   mfma_regs=np.array(c.mfma_rows or [[0] * 32], dtype=np.int32).reshape(-1, 32))

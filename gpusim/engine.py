@@ -469,7 +469,7 @@ def new_state(p, n_inst=1):
                  np.zeros((nsimd, NCAT), np.float64), np.zeros(NFREE, np.float64), np.zeros(1, np.int64))
     sc = Scratch(np.zeros(W * 2, np.int64), np.zeros(W, np.int64), np.zeros(W, np.int64),
                  np.zeros(8, np.int64), np.zeros(4 * W, np.int64), np.zeros(p.nbanks, np.int64),
-                 np.zeros(W, np.float64), np.zeros(W, np.float64), np.zeros(W, np.int64),
+                 np.zeros(8 * W, np.float64), np.zeros(8 * W, np.float64), np.zeros(W, np.int64),
                  np.zeros(W, np.int64), np.zeros((n_inst, W), np.int64),
                  np.full(n_inst, -1, np.int64), np.zeros((n_inst, 2 * W), np.int64),
                  np.zeros((n_inst, 2 * W), np.int64), np.full((n_inst, 3), -1, np.int64),
@@ -1461,23 +1461,44 @@ def exec_wave_reduce(p, prog, pc, s, t, wv, cu, sc, counters):
 # ------------------------------------------------------------------------------ MFMA
 def exec_mfma(p, prog, pc, s, simd, t, wv, cu, sc, counters):
     """One matrix-core instruction: every lane takes part (the validator requires full,
-    uniform waves); the SIMD's matrix core is busy ``K_MULT`` cycles."""
+    uniform waves); the SIMD's matrix core is busy ``K_MULT`` cycles.
+
+    Lane ``l`` supplies items ``e`` < kpack of A row ``l % M`` and of B column ``l % M`` at
+    k = kpack * (l // M) + e (``program.mfma_a_elem``). Float shapes: products and sum in
+    f64, one rounding to the f32 accumulator (a bf16 operand rounded to bf16 first, as the
+    HIP packing does). int8: each operand is its register's low byte, sign-extended, the
+    sum exact and wrapped to 32 bits, as the hardware's i32 accumulator."""
     W = p.W
     code = prog.code
     mfma_regs = prog.mfma_regs
     F = wv.F
-    fvals = sc.fvals
-    gvals = sc.gvals
-    a = code[pc, K_A]
-    b = code[pc, K_B]
-    mdim = 32 if code[pc, K_WIDTH] == 0 else 16
-    kdim = 2 if mdim == 32 else 4
+    I = wv.I
+    kind = code[pc, K_A]          # 0 f32, 1 bf16, 2 int8
+    mdim = code[pc, K_WIDTH]
+    kp = code[pc, K_AUX]
+    isf = code[pc, K_ISF]
+    slots = W // mdim
+    kdim = slots * kp
     nacc = mdim * mdim // W
     mcyc = float(code[pc, K_MULT])
     row = code[pc, K_C]
+    # operands snapshot first (an operand register may also be an accumulator): lane l's
+    # item e at [l * 8 + e] of the scratch (8 * W long for the widest pack)
+    av = sc.fvals
+    bv = sc.gvals
     for l in range(W):
-        fvals[l] = np.float64(F[s, a, l])
-        gvals[l] = np.float64(F[s, b, l])
+        for e in range(kp):
+            ra = mfma_regs[row, 16 + e]
+            rb = mfma_regs[row, 24 + e]
+            if kind == 2:
+                av[l * 8 + e] = ((np.int64(I[s, ra, l]) + 128) & 255) - 128
+                bv[l * 8 + e] = ((np.int64(I[s, rb, l]) + 128) & 255) - 128
+            elif kind == 1:
+                av[l * 8 + e] = round_bf16(np.float64(F[s, ra, l]))
+                bv[l * 8 + e] = round_bf16(np.float64(F[s, rb, l]))
+            else:
+                av[l * 8 + e] = np.float64(F[s, ra, l])
+                bv[l * 8 + e] = np.float64(F[s, rb, l])
     for l in range(W):
         j = l % mdim
         for r in range(nacc):
@@ -1486,17 +1507,27 @@ def exec_mfma(p, prog, pc, s, simd, t, wv, cu, sc, counters):
             else:
                 i = 4 * (l // 16) + r
             reg = mfma_regs[row, r]
-            acc_v = np.float64(F[s, reg, l])
-            for kk in range(kdim):
-                acc_v += fvals[i + mdim * kk] * gvals[j + mdim * kk]
-            F[s, reg, l] = acc_v
+            if isf:
+                acc_v = np.float64(F[s, reg, l])
+                for kk in range(slots):
+                    for e in range(kp):
+                        acc_v += av[(i + mdim * kk) * 8 + e] * bv[(j + mdim * kk) * 8 + e]
+                F[s, reg, l] = acc_v
+            else:
+                acc_i = np.int64(I[s, reg, l])
+                for kk in range(slots):
+                    for e in range(kp):
+                        acc_i += np.int64(av[(i + mdim * kk) * 8 + e]) * np.int64(bv[(j + mdim * kk) * 8 + e])
+                acc_i = ((acc_i + 2147483648) & 4294967295) - 2147483648
+                I[s, reg, l] = acc_i
     counters[N_MFMA] += 1
     counters[N_MFMA_FLOPS] += 2 * mdim * mdim * kdim
     cu.mfma_free[simd] = t + mcyc
     for r in range(nacc):
         reg = mfma_regs[row, r]
-        wv.RREADY[s, reg] = t + mcyc
-        wv.RPROD[s, reg] = pc
+        ur = reg if isf else p.nf + reg
+        wv.RREADY[s, ur] = t + mcyc
+        wv.RPROD[s, ur] = pc
 
 
 # ------------------------------------------------------------------------------ barriers and wave end

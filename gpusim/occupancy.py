@@ -511,7 +511,8 @@ def _hipcc_ranges(body, lin: _Linearisation, ranges: dict, alias, licm, mfma_loo
             licm_regs.add(reg)
         r = ranges.setdefault(reg, [a, b])
         r[0], r[1] = min(r[0], a), max(r[1], b)
-    for loop in _interleaved_loops(body):  # hipcc interleaves reads with FMAs
+    interleaved = _interleaved_loops(body)
+    for loop in interleaved:  # hipcc interleaves reads with FMAs
         _cap_fragment_reads(loop, lin.point_of, lin.points, ranges, alias, FRAGMENT_CAP)
     for run, at in _sunk_tile_reads(lin.top):  # FMAs sunk past the barrier: reads live to it
         for s in run:
@@ -534,7 +535,49 @@ def _hipcc_ranges(body, lin: _Linearisation, ranges: dict, alias, licm, mfma_loo
         for name, r in ranges.items():
             if a <= r[0] <= b and name in frag_regs and r[0] > first_frag:
                 r[0] = first_frag
+    for loop in _integer_mac_loops(body):  # integer MACs sunk past the barrier
+        if any(loop is x for x in interleaved):
+            continue
+        a, b = lin.loop_span(loop)
+        reads = [alias.get(v.name, v.name) for x in loop.body if isinstance(x, LdsLoad)
+                 for v in x.dsts]
+        first = min((ranges[r][0] for r in reads if r in ranges), default=None)
+        for r in reads:
+            if r in ranges and first is not None:
+                ranges[r][0] = min(ranges[r][0], first)
+                ranges[r][1] = max(ranges[r][1], b)
     return licm_regs
+
+
+def _integer_macs(stmts) -> bool:
+    """Whether ``stmts`` (one level) hold an i32 multiply-accumulate ``acc = acc + a * b``
+    (an integer GEMM's K step: ``compiler.lower.contraction``'s ``mac``)."""
+    for x in stmts:
+        if isinstance(x, Assign) and x.dst.dtype == "i32" and isinstance(x.value, BinOp) \
+                and x.value.op == "add":
+            parts = (x.value.a, x.value.b)
+            if any(isinstance(p, Var) and p.name == x.dst.name for p in parts) and \
+                    any(isinstance(p, BinOp) and p.op == "mul" for p in parts):
+                return True
+    return False
+
+
+def _integer_mac_loops(body) -> list:
+    """Kept K loops of an integer GEMM (i32 multiply-accumulates, LDS fragment reads, no
+    MFMA). hipcc issues every fragment read of the K tile before the first multiply and
+    sinks the ``v_mul_lo_u32``/``v_add3_u32`` chains past the loop's barrier (its gfx940
+    ISA of matmul_integer's 16x64x16 tile: 20 ``ds_read_b128`` up front, the products
+    computed before the next tile's LDS stores; 102 VGPRs, 59 estimated by the plain
+    live ranges): the reads stay live to the loop's end. A loop ``_interleaved_loops``
+    takes (a guarded scalar next-tile load) keeps that rule, as for f32: conv_integer's
+    1x16x64 tile issues 14 of 20 reads up front, then the rest between the MACs (87)."""
+    out = []
+    for s in walk(body):
+        if isinstance(s, For) and _stays_loop(s) and _integer_macs(s.body) and \
+                not any(isinstance(x, (For, Mfma)) for x in walk(s.body)) and \
+                any(isinstance(x, LdsLoad) for x in s.body):
+            out.append(s)
+    return out
 
 
 #: the fraction of a K tile's fragment registers hipcc keeps live at once in a K loop it
@@ -899,7 +942,11 @@ def _stays_loop(loop: For) -> bool:
     trips = _trips(loop)
     if trips is None:
         return True
-    return trips > 1 and trips * sum(1 for _ in walk(loop.body)) > FULL_UNROLL_STATEMENTS
+    # an i32 multiply-accumulate is two LLVM instructions (mul, add) where an f32 FMA is
+    # one: matmul_integer's 3-trip 16x64x16 K loop (110 statements, 64 of them MACs) is
+    # kept by hipcc (gfx90a and gfx940), unrolled by the plain count (330 < 440)
+    size = sum(2 if _integer_macs((x,)) else 1 for x in walk(loop.body))
+    return trips > 1 and trips * size > FULL_UNROLL_STATEMENTS
 
 
 def _hoisted_lds_reads(body, alias) -> dict:

@@ -397,25 +397,49 @@ class WaveReduce(Stmt):
     op: str
 
 
-#: MFMA shapes (single-block f32 variants, CDNA wave64): name -> (M, N, K, accumulator
-#: registers per lane, the instruction hipcc issues).
+#: MFMA shapes (single-block variants, CDNA wave64): name -> (M, N, K, accumulator
+#: registers per lane, the instruction hipcc issues). The f32 shapes take one element of
+#: A and of B per lane; the packed ones (``MFMA_PACK``) take ``kpack`` consecutive K
+#: elements per lane (4 int8 in a 32-bit register, 8 in a 64-bit pair, 4 bf16 in a pair).
 MFMA_SHAPES = {
     "32x32x2f32": (32, 32, 2, 16, "v_mfma_f32_32x32x2f32"),
     "16x16x4f32": (16, 16, 4, 4, "v_mfma_f32_16x16x4f32"),
+    # int8 x int8 -> i32 (exact, wraps at 32 bits). CDNA2 (gfx90a) has the 4-byte forms,
+    # CDNA3 (gfx940-class) replaced them by the 8-byte ones (LLVM: v_mfma_i32_32x32x8i8 is
+    # "NotGFX940"; v_mfma_i32_32x32x16_i8 is gfx940's; hipcc 5.2 refuses each on the other).
+    "32x32x8i8": (32, 32, 8, 16, "v_mfma_i32_32x32x8i8"),
+    "16x16x16i8": (16, 16, 16, 4, "v_mfma_i32_16x16x16i8"),
+    "32x32x16i8": (32, 32, 16, 16, "v_mfma_i32_32x32x16_i8"),
+    "16x16x32i8": (16, 16, 32, 4, "v_mfma_i32_16x16x32_i8"),
+    # bf16 x bf16 -> f32: the "_1k" forms (4 bf16 per lane) on gfx90a, spelled
+    # v_mfma_f32_32x32x8_bf16 on gfx940-class; one builtin for both in hipcc 5.2
+    "32x32x8bf16": (32, 32, 8, 16, "v_mfma_f32_32x32x8bf16_1k"),
+    "16x16x16bf16": (16, 16, 16, 4, "v_mfma_f32_16x16x16bf16_1k"),
+}
+#: shape -> (elements of A and of B per lane (kpack), operand kind, accumulator dtype).
+#: Operand kind "f32": f32 registers; "bf16": f32 registers holding bf16 values (rounded
+#: to nearest even when packed, as ``wf_float_to_bf16``); "i8": i32 registers whose low
+#: byte is the int8 operand (the hardware reads only that byte: a value outside
+#: [-128, 127] wraps, so the lowering may use i8 shapes only on operands known in range).
+MFMA_PACK = {
+    "32x32x2f32": (1, "f32", "f32"), "16x16x4f32": (1, "f32", "f32"),
+    "32x32x8i8": (4, "i8", "i32"), "16x16x16i8": (4, "i8", "i32"),
+    "32x32x16i8": (8, "i8", "i32"), "16x16x32i8": (8, "i8", "i32"),
+    "32x32x8bf16": (4, "bf16", "f32"), "16x16x16bf16": (4, "bf16", "f32"),
 }
 MFMA_WAVE = 64  # MFMA is a wave64 instruction (CDNA only)
 
 
-def mfma_a_elem(shape: str, lane: int) -> tuple:
-    """(i, k): the element of A (M x K) that ``lane`` supplies as operand ``a``."""
-    m, _, _, _, _ = MFMA_SHAPES[shape]
-    return lane % m, lane // m
+def mfma_a_elem(shape: str, lane: int, item: int = 0) -> tuple:
+    """(i, k): the element of A (M x K) that ``lane`` supplies as item ``item`` of ``a``."""
+    m, kpack = MFMA_SHAPES[shape][0], MFMA_PACK[shape][0]
+    return lane % m, kpack * (lane // m) + item
 
 
-def mfma_b_elem(shape: str, lane: int) -> tuple:
-    """(k, j): the element of B (K x N) that ``lane`` supplies as operand ``b``."""
-    _, n, _, _, _ = MFMA_SHAPES[shape]
-    return lane // n, lane % n
+def mfma_b_elem(shape: str, lane: int, item: int = 0) -> tuple:
+    """(k, j): the element of B (K x N) that ``lane`` supplies as item ``item`` of ``b``."""
+    n, kpack = MFMA_SHAPES[shape][1], MFMA_PACK[shape][0]
+    return kpack * (lane // n) + item, lane % n
 
 
 def mfma_acc_elem(shape: str, lane: int, r: int) -> tuple:
@@ -426,34 +450,50 @@ def mfma_acc_elem(shape: str, lane: int, r: int) -> tuple:
     return 4 * (lane // 16) + r, lane % 16
 
 
+def mfma_items(x) -> tuple:
+    """An Mfma operand as the tuple of its per-lane items (one Expr for the f32 shapes)."""
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
 @dataclass(frozen=True, eq=False)
 class Mfma(Stmt):
-    """acc += A @ B on the wave's matrix core: one ``v_mfma_f32_<shape>`` (CDNA only).
+    """acc += A @ B on the wave's matrix core: one ``v_mfma_*`` (CDNA only).
 
-    A whole-wave (64-lane) instruction: each lane supplies one f32 element of A (``a``)
-    and one of B (``b``), and holds ``len(acc)`` f32 elements of the M x N accumulator,
-    which is read (C) and written (D = C + A @ B). Lane mappings, for lane ``l`` and
-    accumulator register ``r`` (the layout of the CDNA ISA guides and AMD's matrix
-    instruction calculator; ``mfma_a_elem``/``mfma_b_elem``/``mfma_acc_elem`` compute them):
+    A whole-wave (64-lane) instruction: each lane supplies ``kpack`` consecutive K elements
+    of A (``a``) and of B (``b``) (``MFMA_PACK``: one f32 for the f32 shapes, a tuple of 4
+    or 8 expressions for the bf16 and int8 ones), and holds ``len(acc)`` elements of the
+    M x N accumulator (f32, or i32 for int8), which is read (C) and written
+    (D = C + A @ B). Lane mappings, for lane ``l``, item ``e`` and accumulator register
+    ``r`` (the layout of the CDNA ISA guides and AMD's matrix instruction calculator;
+    ``mfma_a_elem``/``mfma_b_elem``/``mfma_acc_elem`` compute them):
 
-    - ``32x32x2f32`` (M = N = 32, K = 2, 16 accumulators, 16 passes):
-      ``a`` = A[l % 32][l // 32], ``b`` = B[l // 32][l % 32];
+    - 32 x 32 shapes (16 accumulators): ``a[e]`` = A[l % 32][kpack * (l // 32) + e],
+      ``b[e]`` = B[kpack * (l // 32) + e][l % 32];
       ``acc[r]`` = C[8 * (r // 4) + 4 * (l // 32) + r % 4][l % 32]: column = lane % 32,
       rows in groups of 4 registers, lanes 32-63 hold the 4 rows after lanes 0-31's.
-    - ``16x16x4f32`` (M = N = 16, K = 4, 4 accumulators, 8 passes):
-      ``a`` = A[l % 16][l // 16], ``b`` = B[l // 16][l % 16];
-      ``acc[r]`` = C[4 * (l // 16) + r][l % 16].
+    - 16 x 16 shapes (4 accumulators): ``a[e]`` = A[l % 16][kpack * (l // 16) + e],
+      ``b[e]`` = B[kpack * (l // 16) + e][l % 16]; ``acc[r]`` = C[4 * (l // 16) + r][l % 16].
 
     Only the single-block variants (no CBSZ/ABID/BLGP broadcast modifiers). Every lane of
     the wave takes part: the validator requires a block that is a whole number of waves
-    and wave-uniform control flow around the statement. Products are exact in f64, the
-    K products and C are summed in f64 and rounded once to f32 (the hardware's internal
-    order is not specified; results agree to f32 rounding).
+    and wave-uniform control flow around the statement. Float shapes: products are exact
+    in f64, the K products and C are summed in f64 and rounded once to f32 (the
+    hardware's internal order is not specified; results agree to f32 rounding); a bf16
+    operand is rounded to bf16 first (what the packing does). int8 shapes: each operand
+    is its register's low byte, sign-extended, the sum exact and wrapped to 32 bits.
     """
     acc: tuple
-    a: Expr
-    b: Expr
+    a: object   # Expr, or a tuple of kpack Exprs (packed shapes)
+    b: object
     shape: str = "32x32x2f32"
+
+    @property
+    def a_items(self) -> tuple:
+        return mfma_items(self.a)
+
+    @property
+    def b_items(self) -> tuple:
+        return mfma_items(self.b)
 
 
 # --------------------------------------------------------------------------- declarations

@@ -32,7 +32,7 @@ from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
     DTYPES, Assign, Barrier, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
-    MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Store, UnOp, Var, WaveReduce, walk,
+    MFMA_PACK, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Store, UnOp, Var, WaveReduce, walk,
 )
 
 REDUCE_OPS = ("sum", "max", "min")
@@ -243,24 +243,32 @@ def _check_mfma(k, arch, s, where, check_var):
     if s.shape not in MFMA_SHAPES:
         raise KernelError(f"{k.name}: {where} has MFMA shape {s.shape!r}; use one of "
                           f"{', '.join(MFMA_SHAPES)}")
+    inst = MFMA_SHAPES[s.shape][4]
     if s.shape not in arch.mfma_passes:
-        raise KernelError(f"{k.name}: {where}: {arch.name} has no matrix cores for "
-                          f"v_mfma_f32_{s.shape} (MFMA is CDNA only: gfx90a, gfx942); use FMA")
+        have = ", ".join(arch.mfma_passes) or "none (MFMA is CDNA only: gfx90a, gfx942); use FMA"
+        raise KernelError(f"{k.name}: {where}: {arch.name} has no {inst}; its MFMA shapes: {have}")
     if k.block % arch.wave_size:
         raise KernelError(f"{k.name}: {where}: MFMA needs whole waves, but block {k.block} is not a "
                           f"multiple of {arch.wave_size}")
     nacc = MFMA_SHAPES[s.shape][3]
+    kpack, kind, acc_dt = MFMA_PACK[s.shape]
     if len(s.acc) != nacc:
-        raise KernelError(f"{k.name}: {where}: v_mfma_f32_{s.shape} has {nacc} accumulator registers "
+        raise KernelError(f"{k.name}: {where}: {inst} has {nacc} accumulator registers "
                           f"per lane, got {len(s.acc)}")
     for v in s.acc:
-        if not isinstance(v, Var) or v.dtype != "f32":
-            raise KernelError(f"{k.name}: {where}: MFMA accumulators must be f32 registers")
+        if not isinstance(v, Var) or v.dtype != acc_dt:
+            raise KernelError(f"{k.name}: {where}: {inst} accumulators must be {acc_dt} registers")
         check_var(v, where)
     if len({v.name for v in s.acc}) != nacc:
         raise KernelError(f"{k.name}: {where}: MFMA accumulators must be distinct registers")
-    if s.a.dtype != "f32" or s.b.dtype != "f32":
-        raise KernelError(f"{k.name}: {where}: MFMA operands a and b must be f32; cast them")
+    op_dt = "i32" if kind == "i8" else "f32"
+    for name, items in (("a", s.a_items), ("b", s.b_items)):
+        if len(items) != kpack:
+            raise KernelError(f"{k.name}: {where}: {inst} takes {kpack} element(s) of {name} per "
+                              f"lane, got {len(items)}")
+        if any(x.dtype != op_dt for x in items):
+            raise KernelError(f"{k.name}: {where}: {inst} operands must be {op_dt} "
+                              f"({kind} values); cast them")
 
 
 def _check_mfma_uniform(k, uni: Uniformity):

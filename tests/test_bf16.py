@@ -149,3 +149,17 @@ def test_an_unsupported_float_dtype_is_still_refused_in_one_line():
     with pytest.raises(UnsupportedError) as e:
         from_model(m, "t")
     assert "DOUBLE (needed by float64 exports)" in str(e.value)
+
+
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx942"])
+def test_bf16_gemm_uses_the_bf16_matrix_cores(arch):
+    """Both operands bf16: mma=mfma picks v_mfma_f32_*bf16_1k (products exact, f32
+    accumulation, as the FMA path), every workgroup within the reference's bound."""
+    from compiler.tuning.search import tune
+    from gpusim.program import MFMA_PACK, Mfma, kernels_of, walk
+    g = load_onnx(DTYPES / "bf16_mlp.onnx")
+    res = tune(g, arch, budget=2, baseline=False, check_all=True, fixed={"mma": "mfma"})
+    assert not res.mismatches
+    kinds = {MFMA_PACK[s.shape][1] for d in res.dispatches if d.kernel is not None
+             for k in kernels_of(d.kernel) for s in walk(k.body) if isinstance(s, Mfma)}
+    assert kinds == {"bf16"}

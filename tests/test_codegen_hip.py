@@ -5,6 +5,7 @@ All kernels are exported once and compiled in parallel by a module-scoped fixtur
 No AMD GPU here: the harness is compiled and linked, not run.
 """
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -242,4 +243,37 @@ def test_integer_reduction_kernels_compile_to_integer_instructions(tmp_path):
             assert f"{inst}_i32" in text or f"{inst}3_i32" in text, inst
             assert f"{inst}_f32" not in text and f"{inst}3_f32" not in text, inst
         assert "v_mul_lo_u32" in text
+        assert parse_asm(text)["scratch_bytes"] == 0
+
+
+#: the instruction hipcc issues for each packed shape, per checked arch: the native one,
+#: or the other arch's form (gfx90a: two 4-byte int8 MFMAs; gfx940: the 8-byte one)
+_PACKED_ISA = {
+    "32x32x8i8": {"gfx90a": ("v_mfma_i32_32x32x8i8", 1), "gfx940": ("v_mfma_i32_32x32x16_i8", 1)},
+    "16x16x16i8": {"gfx90a": ("v_mfma_i32_16x16x16i8", 1), "gfx940": ("v_mfma_i32_16x16x32_i8", 1)},
+    "32x32x16i8": {"gfx90a": ("v_mfma_i32_32x32x8i8", 2), "gfx940": ("v_mfma_i32_32x32x16_i8", 1)},
+    "16x16x32i8": {"gfx90a": ("v_mfma_i32_16x16x16i8", 2), "gfx940": ("v_mfma_i32_16x16x32_i8", 1)},
+    "32x32x8bf16": {"gfx90a": ("v_mfma_f32_32x32x8bf16_1k", 1), "gfx940": ("v_mfma_f32_32x32x8_bf16", 1)},
+    "16x16x16bf16": {"gfx90a": ("v_mfma_f32_16x16x16bf16_1k", 1), "gfx940": ("v_mfma_f32_16x16x16_bf16", 1)},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_PACKED_ISA))
+def test_packed_mfma_compiles_for_both_cdna_archs(shape, tmp_path):
+    """An int8 or bf16 Mfma prints through its wf_mfma_* helper: one source compiles for
+    gfx90a and gfx940 (hipcc 5.2 knows only each arch's own int8 builtins) to the matrix
+    core instructions, nothing spilled."""
+    from test_gpusim_mfma_packed import one_packed_mfma
+    from codegen_hip.check import compile_to_asm, parse_asm
+    from codegen_hip.emit import emit_kernel
+    kernel, _ = one_packed_mfma(shape)
+    src = tmp_path / "packed.hip"
+    src.write_text(emit_kernel(kernel, "gfx942"))
+    for arch in ARCHS:
+        asm = tmp_path / f"packed.{arch}.s"
+        res = compile_to_asm(src, arch, asm)
+        assert res["rc"] == 0, res["stderr"][-2000:]
+        text = asm.read_text()
+        inst, count = _PACKED_ISA[shape][arch]
+        assert len(re.findall(rf"^\s*{inst}\b", text, re.M)) == count, (arch, inst)
         assert parse_asm(text)["scratch_bytes"] == 0

@@ -8,14 +8,14 @@ from gpusim import microbench as mb
 from gpusim.errors import KernelError
 from gpusim.hw import get_arch
 from gpusim.program import (
-    MFMA_SHAPES, Assign, Buffer, If, Kernel, Load, Mfma, Store, Var, f32, lane,
+    MFMA_PACK, MFMA_SHAPES, Assign, Buffer, If, Kernel, Load, Mfma, Store, Var, f32, lane,
     mfma_a_elem, mfma_acc_elem, mfma_b_elem,
 )
 from gpusim.validate import validate
 
 from test_gpusim_functional import _same
 
-SHAPES = list(MFMA_SHAPES)
+SHAPES = [s for s in MFMA_SHAPES if MFMA_PACK[s][0] == 1]  # the f32 shapes (packed: test_gpusim_mfma_packed)
 
 
 def one_mfma(shape, n_acc=None):

@@ -77,6 +77,7 @@ from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
+from compiler.ir.ranges import fits_int8
 from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load)
 from compiler.lower.conv import conv_root_index, setup_conv_gemm
 from compiler.lower.operands import Operand, _add, _affine_strides, _and, _div, _mod, _mul
@@ -126,6 +127,29 @@ class Gemm:
         for opnd in (self.A, self.B):
             opnd.analyse(self.batch)
         self._propagate_layout(dispatch)
+        self.mfma_kind, self.mfma_why = self._mfma_operands()
+        self.arch = None  # set by lower_contraction: the arch picks the MFMA instruction
+
+    def _mfma_operands(self) -> tuple:
+        """(the MFMA operand kind, '' or why this GEMM has none): "i8" for an integer GEMM
+        whose operands both lie in [-128, 127] (``compiler.ir.ranges``: the int8 matrix
+        cores read one signed byte per element), "bf16" when both operands are bf16
+        tensors (exact in the bf16 MFMA, f32 accumulation as the FMA path), else "f32"."""
+        g = self.graph
+        if self.dtype == "i32":
+            bad = []
+            for role, opnd in (("A", self.A), ("B", self.B)):
+                ok, (lo, hi) = fits_int8(g, opnd.tensor)
+                if not ok:
+                    bad.append(f"{role} {opnd.tensor!r} spans [{lo:g}, {hi:g}]")
+            if bad:
+                return None, ("int8 matrix cores need both operands in [-128, 127]: "
+                              + ", ".join(bad) + " (a uint8 tensor less a zero point other "
+                              "than 128, or a runtime zero point)")
+            return "i8", ""
+        if all(g.op(o.tensor).type.dtype == "bf16" for o in (self.A, self.B)):
+            return "bf16", ""
+        return "f32", ""
 
     def _propagate_layout(self, dispatch):
         """Output index maps and, when an output is a view of the result in another
@@ -273,9 +297,23 @@ def read_width(s) -> int:
     return 1
 
 
+def mfma_shape(gemm: Gemm, TM: int, arch: Arch | None) -> str:
+    """The MFMA instruction of a TM x TM wave block for this GEMM's operands on ``arch``:
+    the f32 form, or the arch's bf16 or int8 one (int8: 32x32x8 / 16x16x16 on gfx90a,
+    32x32x16 / 16x16x32 on gfx942, ``program.MFMA_PACK``)."""
+    kind = getattr(gemm, "mfma_kind", "f32") or "f32"
+    if kind == "f32" or arch is None:
+        return MFMA_FOR_BLOCK[TM]
+    for shape, (_, k, _) in program.MFMA_PACK.items():
+        if k == kind and program.MFMA_SHAPES[shape][0] == TM and shape in arch.mfma_passes:
+            return shape
+    return MFMA_FOR_BLOCK[TM]
+
+
 def mfma_read_width(s) -> int:
     """mma=mfma: each lane reads a run of (BK/KW)/k consecutive K elements (its k slot's
-    share of the wave group's K slice); the widest aligned LDS read that divides it."""
+    share of the wave group's K slice; k = the f32 form's K, the number of k slots of
+    every shape of that block size); the widest aligned LDS read that divides it."""
     steps = (int(s["BK"]) // int(s.get("KW", 1))) // program.MFMA_SHAPES[MFMA_FOR_BLOCK[int(s["TM"])]][2]
     if s["lds_pad"] == 1:
         return 1
@@ -298,18 +336,21 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if BM % TM or BN % TN:
         return f"micro-tile {TM}x{TN} does not divide block tile {BM}x{BN}"
     group = (BM // TM) * (BN // TN)
-    if gemm.dtype == "i32":  # the integer GEMM keeps to the single-kernel FMA path
-        if mma != "fma":
-            return "mma=mfma: integer GEMMs use the i32 multiply-add path (no int8 MFMA yet)"
-        if s["swizzle"] != "none" or int(s.get("KW", 1)) != 1 or int(s.get("split_k", 1)) != 1:
-            return ("integer GEMMs stage only i32 operand tiles in LDS: swizzle=none, KW=1, "
-                    "split_k=1")
+    if gemm.dtype == "i32":  # the integer GEMM keeps to a single kernel
+        if mma == "mfma" and gemm.mfma_kind != "i8":
+            return f"mma=mfma: {gemm.mfma_why}"
+        if s["swizzle"] != "none" or int(s.get("split_k", 1)) != 1 or int(s.get("stream_k", 0)) \
+                or (mma == "fma" and int(s.get("KW", 1)) != 1):
+            return ("integer GEMMs stage only i32 operand tiles in LDS: swizzle=none, "
+                    "split_k=1, no stream-K, and KW=1 with mma=fma")
     if mma == "mfma":
         if not arch.mfma_passes:
             return f"mma=mfma: {arch.name} has no MFMA matrix cores (CDNA only)"
         if TM != TN or TM not in MFMA_FOR_BLOCK:
             return f"mma=mfma: the wave block TMxTN={TM}x{TN} must be 32x32 or 16x16"
-        shape = MFMA_FOR_BLOCK[TM]
+        shape = mfma_shape(gemm, TM, arch)
+        if program.MFMA_PACK[shape][1] != (gemm.mfma_kind or "f32"):
+            return f"mma=mfma: {arch.name} has no {gemm.mfma_kind} MFMA for a {TM}x{TN} block"
         kstep, nacc = program.MFMA_SHAPES[shape][2], program.MFMA_SHAPES[shape][3]
         if s["lds_pad"] == "xor":
             return "mma=mfma reads LDS with plain row addresses; lds_pad=xor is not supported"
@@ -404,6 +445,7 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch):
     then the reduction kernel that applies the epilogue once."""
     s = {**DEFAULTS, **schedule}
     gemm = Gemm(graph, dispatch)
+    gemm.arch = arch
     why = check_schedule(gemm, s, arch)
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
@@ -563,7 +605,7 @@ class _Builder:
         self.mma = s.get("mma", "fma")
         self.dt = gemm.dtype  # register, LDS and accumulator dtype (f32 or i32)
         if self.mma == "mfma":  # one wave per TM x TN block, 64 lanes each
-            self.shape = MFMA_FOR_BLOCK[self.TM]
+            self.shape = mfma_shape(gemm, self.TM, gemm.arch)
             self.group *= program.MFMA_WAVE
         self.threads = self.group * self.KW
         self.pad = _pad_elems(s["lds_pad"])
@@ -857,10 +899,16 @@ class _Builder:
         BM, BK, TM, TN, KW = self.BM, self.BK, self.TM, self.TN, self.KW
         shape = self.shape
         _, _, ks, nacc, _ = program.MFMA_SHAPES[shape]
+        kpack = program.MFMA_PACK[shape][0]
         va, vb = int(s["vec_a"]), int(s["vec_b"])
-        rv = mfma_read_width(s)
+        # int8: one 4-byte LDS read per element. The i32-staged operands hold one byte
+        # each; hipcc, seeing only the low bytes used by the packing, splits a wider read
+        # into ds_read2_b32 pairs (gfx90a/gfx940, qlinear_matmul/qlinear_conv exports),
+        # which ``check`` counts as the IR's 4-byte reads merged in pairs
+        rv = 1 if program.MFMA_PACK[shape][1] == "i8" else mfma_read_width(s)
         lanes_m = s.get("mfma_lanes", "n") == "m"
         bkw = BK // KW
+        ks //= kpack   # k slots: lanes TM apart supply different K runs
         steps = bkw // ks
         t = program.thread_id()
         b, m0, n0, tiles_m, tiles_n = self.tile_origin()
@@ -876,7 +924,7 @@ class _Builder:
         wm = self.let("wm", imul(imod(wg, waves_m), TM))   # wave block origin in the tile
         wn = self.let("wn", imul(idiv(wg, waves_m), TN))
         lane = program.lane()
-        acc_regs = tuple(self.let(f"acc{r}", program.f32(0.0)) for r in range(nacc))
+        acc_regs = tuple(self.let(f"acc{r}", self.zero()) for r in range(nacc))
         a_base, b_base = 0, BM * self.row_len
         # LDS addresses of this lane's run: row (m or n) = block origin + lane % TM,
         # k = kg * bkw + (lane // TM) * steps
@@ -891,15 +939,21 @@ class _Builder:
 
         def compute():
             out = []
+            xs, ys = [], []   # a packed shape's items, kpack consecutive K of the lane's run
             for q0 in range(0, steps, rv):
-                av = tuple(self.var("fa", "f32") for _ in range(rv))
-                bv = tuple(self.var("fb", "f32") for _ in range(rv))
+                av = tuple(self.var("fa", self.dt) for _ in range(rv))
+                bv = tuple(self.var("fb", self.dt) for _ in range(rv))
                 out.append(program.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
                 out.append(program.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
                 for e in range(rv):
                     # lanes along M: the block computed is C^T = B^T A^T
                     x, y = (bv[e], av[e]) if lanes_m else (av[e], bv[e])
-                    out.append(program.Mfma(acc_regs, x, y, shape))
+                    xs.append(x)
+                    ys.append(y)
+                    if len(xs) == kpack:
+                        out.append(program.Mfma(acc_regs, xs[0] if kpack == 1 else tuple(xs),
+                                                ys[0] if kpack == 1 else tuple(ys), shape))
+                        xs, ys = [], []
             return out
 
         if self.phase != "reduce":
@@ -1066,7 +1120,7 @@ class _Builder:
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
-                parts = [self.var("part", "f32") for _ in range(self.KW)]
+                parts = [self.var("part", self.dt) for _ in range(self.KW)]
                 stmts = [program.LdsLoad((parts[h],), "lds", iadd(self.tig, (h * TT + e) * G))
                          for h in range(self.KW)]
                 total = parts[0]

@@ -31,6 +31,7 @@ import numpy as np
 
 import gpusim
 from gpusim import steady
+from gpusim import program
 from gpusim.program import KernelSequence
 from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
@@ -346,10 +347,18 @@ def plan_lower_bound(graph: Graph, dispatches: list, arch) -> float:
     L2's peak bandwidth (the fastest level a kernel streams from) or its flops at the FP32
     peak, whichever is longer, plus its launch overhead (simulated-model figures, so a
     bound on the simulator's predictions, not on hardware)."""
-    # the faster of the vector FMA peak and the matrix cores' f32 peak (gfx90a's MFMA runs
-    # twice its vector rate): a bound must hold for every candidate, MFMA ones included
-    mfma = max((2 * math.prod(int(x) for x in shape[:-3].split("x")) * arch.simds_per_cu
-                / arch.mfma_cycles(shape) for shape in arch.mfma_passes), default=0)
+    # the faster of the vector FMA peak and the matrix cores' peak for the operand kinds
+    # the dispatches' contractions may use (f32; bf16 and int8 where the graph has such
+    # GEMMs: ``compiler.lower.contraction.Gemm.mfma_kind``; gfx90a's f32 MFMA runs twice
+    # its vector rate): a bound must hold for every candidate, MFMA ones included
+    kinds = {"f32"}
+    for d in dispatches:
+        root = graph.op(d.root)
+        if root.kind in ("matmul", "conv2d"):
+            kinds.add({"i32": "i8", "bf16": "bf16"}.get(root.type.dtype, "f32"))
+    mfma = max((2 * math.prod(program.MFMA_SHAPES[shape][:3]) * arch.simds_per_cu
+                / arch.mfma_cycles(shape) for shape in arch.mfma_passes
+                if program.MFMA_PACK[shape][1] in kinds), default=0)
     peak = max(arch.peak_fp32_flops_per_clk_per_cu, mfma) * arch.num_cus * arch.clock_ghz * 1e9
     l2 = max(arch.l2_bytes_per_clk, arch.l2_read_bytes_per_clk) * arch.clock_ghz * 1e9
     return sum(max(dispatch_bytes(graph, d) / l2,

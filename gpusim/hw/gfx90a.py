@@ -54,7 +54,8 @@ GFX90A = Arch(
     hbm_write_bytes_per_s=1.526e12,
     l2_read_bytes_per_s=4014.12 * 2**30,
     l2_write_bytes_per_s=2403.75 * 2**30,
-    mfma_passes={"32x32x2f32": 16, "16x16x4f32": 8},
+    mfma_passes={"32x32x2f32": 16, "16x16x4f32": 8, "32x32x8i8": 16, "16x16x16i8": 8,
+                 "32x32x8bf16": 16, "16x16x16bf16": 8},
     sources={
         "num_cus": "S1: 110 CUs per GCD",
         "clock_ghz": "S3: 1.7 GHz peak engine clock",
@@ -100,7 +101,13 @@ GFX90A = Arch(
         "graph_node_us": "ROCm/rocm-systems issue #10834 (2026-08-27): HIP graph replay, 941 serialized nodes on gfx1100 (W7900), 3.865 us per node; ASSUMPTION: no CDNA figure is published, the cost is the HIP runtime's AQL batch submission, taken to be the same here",
         "mfma_passes": ("S17 (LLVM SISchedule.td, gfx90a (CDNA2)): v_mfma_f32_32x32x2f32 16 passes, "
                         "16x16x4f32 8 passes, 4 cycles per pass; cross-check S2/S3: 32*32*2*2 "
-                        "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU"),
+                        "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU. "
+                        "int8 and bf16: S3 (MI250X peaks: matrix BF16 383 TFLOP/s, INT8 383 TOPS "
+                        "over 220 CUs at 1.7 GHz = 1024 ops/clk/CU) and AMD lab notes 'AMD matrix "
+                        "cores' (gpuopen.com/learn/amd-lab-notes/amd-lab-notes-matrix-cores-readme: "
+                        "MI250X BF16 1024, INT8 1024 FLOPs/clock/CU): 256 per SIMD per cycle, so "
+                        "v_mfma_i32_32x32x8i8 and v_mfma_f32_32x32x8bf16_1k (32*32*8*2 = 16384) "
+                        "take 64 cycles = 16 passes, the 16x16x16 forms 8"),
         "peak_fp32_flops_per_clk_per_cu": "S3: 128 FP32 vector FLOPs/clk/CU",
         "hbm_read_bytes_per_s": ("gpu-benches (github te42kyfo/gpu-benches, gpu-stream/mi210.txt; MI210, 104 CUs): read kernel at "
                                  "1024-thread blocks (100% occupancy) 1345 GB/s (peak 1.6 TB/s); validated by ChipBenchmarker's "

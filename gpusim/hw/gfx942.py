@@ -61,7 +61,8 @@ GFX942 = Arch(
     mall_read_bytes_per_s=5399.65 * 2**30,
     mall_write_bytes_per_s=5090.35 * 2**30,
     mall_latency_cycles=500,
-    mfma_passes={"32x32x2f32": 16, "16x16x4f32": 8},
+    mfma_passes={"32x32x2f32": 16, "16x16x4f32": 8, "32x32x16i8": 8, "16x16x32i8": 4,
+                 "32x32x8bf16": 8, "16x16x16bf16": 4},
     sources={
         "num_cus": "S1: 304 CUs, 38 per XCD",
         "clock_ghz": "S15: 2.1 GHz peak engine clock",
@@ -107,7 +108,14 @@ GFX942 = Arch(
         "graph_node_us": "ROCm/rocm-systems issue #10834 (2026-08-27): HIP graph replay, 941 serialized nodes on gfx1100 (W7900), 3.865 us per node; ASSUMPTION: no CDNA figure is published, the cost is the HIP runtime's AQL batch submission, taken to be the same here",
         "mfma_passes": ("S17 (LLVM SISchedule.td, gfx940-class (CDNA3)): v_mfma_f32_32x32x2f32 16 passes, "
                         "16x16x4f32 8 passes, 4 cycles per pass; cross-check S2/S3: 32*32*2*2 "
-                        "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU"),
+                        "FLOPs per 64 cycles x 4 SIMDs = 256 FP32 matrix FLOPs/clk/CU. "
+                        "int8 and bf16: S2 (MI300X peaks: matrix BF16 1307.4 TFLOP/s = 2048 "
+                        "FLOPs/clk/CU, INT8 2614.9 TOPS = 4096 ops/clk/CU over 304 CUs at 2.1 GHz; "
+                        "'triple the performance for FP16 and BF16 ... 6.8 times for INT8' vs "
+                        "MI250X), so 512 FLOPs (1024 int8 ops) per SIMD per cycle: v_mfma_f32_32x32x8_bf16 "
+                        "(16384 FLOPs) 32 cycles = 8 passes, 16x16x16 4; v_mfma_i32_32x32x16_i8 "
+                        "(32768 ops) 8 passes, 16x16x32 4; HARDWARE.md: 32x32x8 f16 is 8 passes "
+                        "on gfx940-class (S17)"),
         "peak_fp32_flops_per_clk_per_cu": "S2: 256 FP32 vector FLOPs/clk/CU (163 TFLOP/s)",
         "hbm_read_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): main readBandwidth 3689.67 GiB/s (3.96 TB/s; peak 5.3)",
         "hbm_write_bytes_per_s": "mt4g sample_results/AMD Instinct MI300X VF (github caps-tum/mt4g): main writeBandwidth 4116.64 GiB/s (4.42 TB/s)",
