@@ -77,7 +77,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
 from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load)
-from compiler.lower.conv import conv_root_index, setup_conv_gemm
+from compiler.lower.conv import K_ORDERS, conv_root_index, setup_conv_gemm, tap_tile_why
 from compiler.lower.operands import Operand, _add, _affine_strides, _and, _div, _mod, _mul
 from compiler.lower.emitter import (RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key)
 from compiler.lower.layout import (forward_index, is_identity, output_maps, output_vectors, unit_only_reshape)
@@ -93,7 +93,7 @@ MMAS = ("fma", "mfma")
 MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1,
-            "stream_k": 0}
+            "stream_k": 0, "k_order": "layout"}
 #: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
 #: or one more K tiles, see check_schedule)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -107,11 +107,15 @@ MFMA_FOR_BLOCK = {32: "32x32x2f32", 16: "16x16x4f32"}
 class Gemm:
     """The GEMM view of a matmul/conv root: sizes, operands, root index of (b, m, n)."""
 
-    def __init__(self, graph: Graph, dispatch):
+    def __init__(self, graph: Graph, dispatch, k_order: str = "layout"):
         self.graph = graph
         root = graph.op(dispatch.root)
         self.root = root
         self.kind = root.kind
+        #: a conv's K order (``compiler.lower.conv.K_ORDERS``); a matmul's is "layout"
+        self.k_order = k_order
+        if k_order != "layout" and root.kind != "conv2d":
+            raise LoweringError(f"k_order={k_order!r}: only a conv has taps to order")
         #: the accumulator's dtype: f32, or i32 for an integer GEMM (MatMulInteger,
         #: QLinearMatMul: exact products and sums, wrapping at 32 bits as the hardware's)
         self.dtype = "i32" if root.type.dtype == "i32" else "f32"
@@ -198,7 +202,7 @@ class Gemm:
 
     # ---------------------------------------------------------------- conv
     def _conv(self, dispatch):
-        setup_conv_gemm(self, dispatch)
+        setup_conv_gemm(self, dispatch, self.k_order)
 
     # ---------------------------------------------------------------- root index
     def root_index(self, b, m, n):
@@ -345,6 +349,15 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         inner_len = tile[1] if opnd.inner == "c" else tile[0]
         if inner_len % v:
             return f"{name}={v} does not divide the tile's inner size {inner_len}"
+    k_order = s.get("k_order", "layout")
+    if k_order not in K_ORDERS:
+        return f"k_order={k_order!r} not in {K_ORDERS}"
+    if k_order != gemm.k_order:
+        return f"k_order={k_order!r}: the GEMM view was built for k_order={gemm.k_order!r}"
+    if k_order == "tap":
+        why = tap_tile_why(gemm.geo, BK)
+        if why:
+            return why
     S = int(s.get("split_k", 1))
     if S not in SPLITS:
         return f"split_k={S} not in {SPLITS}"
@@ -402,7 +415,7 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch):
     ``split_k`` > 1 a ``KernelSequence``: the partial kernel (see :func:`lower_split_k`)
     then the reduction kernel that applies the epilogue once."""
     s = {**DEFAULTS, **schedule}
-    gemm = Gemm(graph, dispatch)
+    gemm = Gemm(graph, dispatch, s["k_order"])
     why = check_schedule(gemm, s, arch)
     if why:
         raise LoweringError(f"dispatch {dispatch.name!r}: {why}")
@@ -604,6 +617,8 @@ class _Builder:
         dim with ``v``-wide loads and stored K-innermost: a vector along K stays one
         ds_write (split when a 1-element pad misaligns it), a vector along M/N becomes
         ``v`` transposing ds_write_b32."""
+        if opnd.taps is not None:
+            return self.stage_taps(opnd, v, tile, base, r0, c0, b, loads_out, stores_out, kdim)
         R, C = tile
         inner_is_c = opnd.inner == "c"
         outer_len, inner_len = (R, C) if inner_is_c else (C, R)
@@ -664,6 +679,82 @@ class _Builder:
                           for e in range(v)]
             if total % self.threads and step == total // self.threads:
                 # registers of a partial step: defined on every path for the validator
+                loads_out += [program.Assign(x, self.zero()) for x in regs]
+                loads_out.append(program.If(q < total, tuple(lstmts)))
+                stores_out.append(program.If(q < total, tuple(stmts)))
+            else:
+                loads_out += lstmts
+                stores_out += stmts
+
+    def stage_taps(self, opnd, v, tile, base, r0, c0, b, loads_out, stores_out, kdim):
+        """:meth:`stage` for a conv operand in ``k_order=tap`` (``Operand.taps``): the K
+        tile lies inside one filter tap (BK divides C/G), so its tap, first channel and
+        their offset are computed once per tile as wave-uniform scalars; each staged
+        element adds its per-thread register (set before the K loop, like its LDS store
+        address and the tap mask of its output position) to that: one VALU add, plus a
+        shift and a mask for the padding test. No K bounds test: K = taps x C/G is a
+        whole number of tiles."""
+        R, C = tile
+        inner_is_c = opnd.inner == "c"
+        outer_len, inner_len = (R, C) if inner_is_c else (C, R)
+        per_row = inner_len // v
+        total = outer_len * per_row
+        t = program.thread_id()
+        along_k = opnd.inner == kdim
+        fixed, per_tile = opnd.taps
+        k0, x0 = (c0, r0) if kdim == "c" else (r0, c0)
+        xsize, xtile = (opnd.rows, R) if kdim == "c" else (opnd.cols, C)
+        along_x = not along_k  # the load's vector runs along the non-K index
+        uniform = {}
+
+        def let_tile(hint, value):  # one scalar register per K tile and operand
+            if hint not in uniform:
+                uniform[hint] = self.let(f"tp_{hint}", program.as_expr(value), loads_out) \
+                    if isinstance(value, program.Expr) and not isinstance(
+                        value, (program.Var, program.Const)) else value
+            return uniform[hint]
+        xor = self.s["lds_pad"] == "xor" and self.BK // 4 > 1
+        for step in range(ceil_div(total, self.threads)):
+            q = iadd(t, step * self.threads)
+            outer, inner = idiv(q, per_row), imul(imod(q, per_row), v)
+            ro, co = (outer, inner) if inner_is_c else (inner, outer)
+            xl, kl = (ro, co) if kdim == "c" else (co, ro)
+            row, k = (ro, co) if kdim == "c" else (co, ro)
+            key = ("taps", opnd.tensor, step)
+            if key not in self.rows_cache:  # the first tile: before the K loop
+                x = self.let("tp_x", iadd(x0, xl), loads_out)
+                kr = self.let("tp_kl", kl, loads_out)
+                parts = {n: self.let(f"tp_{n}", program.as_expr(val), loads_out)
+                         for n, val in fixed(b, x, kr).items()}
+                if xsize % xtile:
+                    parts["x_ok"] = self.let(
+                        "tp_x_ok", x < xsize - (v - 1 if along_x else 0), loads_out)
+                if not xor:
+                    parts["lds"] = self.let("tp_lds", self.lds_index(base, row, k), loads_out)
+                self.rows_cache[key] = parts
+            parts = self.rows_cache[key]
+            off, tvalid = per_tile(parts, k0, let_tile)
+            valid = _and(parts.get("x_ok"), tvalid)
+            regs = tuple(self.var(f"st_{opnd.tensor}", self.dt) for _ in range(v))
+            loads = [program.Load(regs, opnd.buffer, off)]
+            if valid is None:
+                lstmts = loads
+            else:
+                lstmts = [program.Assign(x, self.zero()) for x in regs]
+                lstmts.append(program.If(valid, tuple(loads)))
+
+            def lds_at(de_row, de_k):
+                if "lds" in parts:
+                    return iadd(parts["lds"], de_row * self.row_len + de_k) \
+                        if de_row or de_k else parts["lds"]
+                return self.lds_index(base, iadd(row, de_row), iadd(k, de_k))
+            if along_k and (self.pad != 1 or v == 1):
+                stmts = [program.LdsStore("lds", lds_at(0, 0), regs)]
+            elif along_k:
+                stmts = [program.LdsStore("lds", lds_at(0, e), (regs[e],)) for e in range(v)]
+            else:
+                stmts = [program.LdsStore("lds", lds_at(e, 0), (regs[e],)) for e in range(v)]
+            if total % self.threads and step == total // self.threads:
                 loads_out += [program.Assign(x, self.zero()) for x in regs]
                 loads_out.append(program.If(q < total, tuple(lstmts)))
                 stores_out.append(program.If(q < total, tuple(stmts)))

@@ -25,6 +25,7 @@ from compiler.lower.common import LoweringError
 from compiler.lower.common import ceil_div
 from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, STREAM_K, SWIZZLES, Gemm,
                                         check_schedule)
+from compiler.lower.conv import tap_order_why
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
 from compiler.lower.layout import forward_index, output_maps
@@ -55,6 +56,10 @@ class Knobs:
     split_k: int = knob(DEFAULTS["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
                                       "partial sums in a workspace, then a reduction "
                                       "kernel that applies the epilogue once)")
+    k_order: str = knob(DEFAULTS["k_order"], "a conv's K order: layout (NCHW: (ci, ky, kx), NHWC: "
+                                      "(ky, kx, ci)) or tap ((ky, kx, ci) with BK dividing "
+                                      "C/G: each K tile inside one tap, its address part "
+                                      "wave-uniform; compiler.lower.conv)")
     stream_k: int = knob(DEFAULTS["stream_k"], "stream-K persistent workgroups per CU (0: off; W > 0: "
                                         "W x CUs workgroups share the tiles x K-tiles "
                                         "iterations evenly, a fix-up kernel sums each "
@@ -178,8 +183,10 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             knobs = {**base, name: 4}
             illegal.append(Candidate(knobs, False,
                                      check_schedule(gemm, knobs, arch)))
+    tap_legal, tap_illegal = tap_points(graph, dispatch, gemm, arch)
+    legal += tap_legal
     legal.sort(key=lambda c: _prior(c.knobs))
-    out = legal + [fallback_candidate(gemm, arch)] + illegal
+    out = legal + [fallback_candidate(gemm, arch)] + illegal + tap_illegal
     out = with_direct_conv(graph, dispatch, with_stream_k(gemm, with_split_k(gemm, out, arch), arch))
     for name, off in (("split_k", 1), ("stream_k", 0)):
         if any(name in c.knobs for c in out):
@@ -189,6 +196,39 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
                 if c.knobs.get("lowering") == "direct":
                     c.knobs = {**c.knobs, name: off}
     return out
+
+
+def tap_points(graph, dispatch, gemm, arch: Arch) -> tuple[list, list]:
+    """(legal, illegal) ``k_order=tap`` points of a conv (``compiler.lower.conv``): each
+    tile (vector-padded LDS rows) whose BK divides C/G, crossed with the swizzle
+    placements, on the tap-ordered GEMM view (kept as ``gemm.tap_view`` for the split-K
+    and stream-K points built on them); a conv the order cannot stage gets one illegal
+    point saying why. A matmul gets none."""
+    gemm.tap_view = None
+    if gemm.kind != "conv2d":
+        return [], []
+    why = tap_order_why(gemm.geo)
+    if why:
+        return [], [Candidate({**FALLBACK, "k_order": "tap"}, False, why)]
+    tg = gemm.tap_view = Gemm(graph, dispatch, "tap")
+    va, vb = tg.A.max_vec[tg.A.inner], tg.B.max_vec[tg.B.inner]
+    legal, illegal = [], []
+    points = [("fma", t) for t in TILES] + [("mfma", t) for t in MFMA_TILES]
+    for mma, (bm, bn, bk, tm, tn, kw) in points:
+        for swz in SWIZZLES:
+            knobs = {"mma": mma, "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "KW": kw,
+                     "lds_pad": 4, "vec_a": va, "vec_b": vb, "swizzle": swz, "k_order": "tap"}
+            why = check_schedule(tg, knobs, arch)
+            if why and (mma == "mfma" and not arch.mfma_passes or illegal):
+                continue  # one illegal point says why
+            opt_in = "mma" if mma == "mfma" and (bm, bn, bk, tm, tn, kw) in MFMA_OPT_IN else ""
+            (illegal if why else legal).append(Candidate(knobs, not why, why, opt_in))
+    return legal, illegal
+
+
+def view(gemm, knobs: dict):
+    """The GEMM view a point's knobs were checked on (``k_order=tap``: the tap order's)."""
+    return gemm.tap_view if knobs.get("k_order") == "tap" else gemm
 
 
 def with_split_k(gemm, space: list, arch: Arch) -> list:
@@ -209,13 +249,14 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
         grid = gemm.batch * ceil_div(gemm.M, k["BM"]) * ceil_div(gemm.N, k["BN"])
         if grid >= arch.num_cus or k["lds_pad"] != 4:
             continue  # the padding choice is the one-kernel space's (first tile only)
-        ok = [S for S in SPLITS[1:] if not check_schedule(gemm, {**k, "split_k": S}, arch)]
+        ok = [S for S in SPLITS[1:] if not check_schedule(view(gemm, k), {**k, "split_k": S}, arch)]
         under = [S for S in ok if grid * S < arch.num_cus]
         fills = [S for S in ok if grid * S >= arch.num_cus]
         tries = fills[:1] or under[-1:]
         if not tries:
             knobs = {**k, "split_k": SPLITS[1]}
-            extra.append(Candidate(knobs, False, check_schedule(gemm, knobs, arch), c.opt_in))
+            extra.append(Candidate(knobs, False, check_schedule(view(gemm, k), knobs, arch),
+                                   c.opt_in))
         for S in tries:
             cand = Candidate({**k, "split_k": S}, True, "", c.opt_in)
             extra.append(cand)
@@ -259,7 +300,7 @@ def with_stream_k(gemm, space: list, arch: Arch) -> list:
         if grid % arch.num_cus == 0 or grid >= STREAM_K_MAX_WAVES * arch.num_cus:
             continue
         knobs = {**k, "stream_k": 1}
-        why = check_schedule(gemm, knobs, arch)
+        why = check_schedule(view(gemm, k), knobs, arch)
         if why and any(not e.legal for e in extra):
             continue
         extra.append(Candidate(knobs, not why, why, c.opt_in))
