@@ -93,7 +93,7 @@ MMAS = ("fma", "mfma")
 MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1,
-            "stream_k": 0, "k_order": "layout"}
+            "stream_k": 0, "k_order": "layout", "tap_mask": 0}
 #: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
 #: or one more K tiles, see check_schedule)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -358,6 +358,12 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         why = tap_tile_why(gemm.geo, BK)
         if why:
             return why
+    tap_mask = s.get("tap_mask", 0)
+    if tap_mask not in (0, 1):
+        return f"tap_mask={tap_mask!r} not in (0, 1)"
+    if tap_mask and gemm.A.im2col_mask is None:
+        return ("tap_mask=1: only a conv of several taps in k_order=layout has a padding "
+                "test per tap to keep as a mask")
     S = int(s.get("split_k", 1))
     if S not in SPLITS:
         return f"split_k={S} not in {SPLITS}"
@@ -647,7 +653,9 @@ class _Builder:
             elif opnd.im2col is not None and kdim == "c":
                 # the tile row (an output position) is the same on every K tile: its
                 # part of the address and its guards are registers set before the loop
-                rows_part, col_part = self.hoisted_rows(opnd, step, r, ci, b, row_test, loads_out)
+                rows_part, col_part = self.hoisted_rows(
+                    opnd, step, r, ci, b, row_test, loads_out,
+                    None if self.s["lds_pad"] == "xor" else self.lds_index(base, ro, ci))
                 stmts.append(program.Assign(kv := self.var("im_k"), iadd(c0, rows_part["col"])))
                 c = kv
                 col_test = c < opnd.cols - (v - 1 if inner_is_c else 0) if opnd.cols % C else None
@@ -669,14 +677,9 @@ class _Builder:
                 stmts.append(program.If(valid, tuple(loads)))
             lstmts, stmts = stmts, []
             row, k = (ro, ci) if kdim == "c" else (ci, ro)
-            if along_k and (self.pad != 1 or v == 1):
-                stmts.append(program.LdsStore("lds", self.lds_index(base, row, k), regs))
-            elif along_k:
-                stmts += [program.LdsStore("lds", self.lds_index(base, row, iadd(k, e)), (regs[e],))
-                          for e in range(v)]
-            else:
-                stmts += [program.LdsStore("lds", self.lds_index(base, iadd(row, e), k), (regs[e],))
-                          for e in range(v)]
+            held = self.rows_cache.get((opnd.tensor, step), {}).get("lds") \
+                if opnd.im2col is not None and kdim == "c" else None
+            stmts += self.lds_stores(base, row, k, regs, along_k, held)
             if total % self.threads and step == total // self.threads:
                 # registers of a partial step: defined on every path for the validator
                 loads_out += [program.Assign(x, self.zero()) for x in regs]
@@ -685,6 +688,23 @@ class _Builder:
             else:
                 loads_out += lstmts
                 stores_out += stmts
+
+    def lds_stores(self, base, row, k, regs, along_k, held=None) -> list:
+        """The LDS stores of one staged vector at (row, k) of a K-innermost tile: one
+        store along K (split when a 1-element pad misaligns it), ``v`` transposing
+        stores along M/N. ``held``: a register holding the (row, k) address, set
+        before the K loop (the other elements are constant offsets from it)."""
+        v = len(regs)
+
+        def at(dr, dk):
+            if held is not None:
+                return iadd(held, dr * self.row_len + dk) if dr or dk else held
+            return self.lds_index(base, iadd(row, dr) if dr else row, iadd(k, dk) if dk else k)
+        if along_k and (self.pad != 1 or v == 1):
+            return [program.LdsStore("lds", at(0, 0), regs)]
+        if along_k:
+            return [program.LdsStore("lds", at(0, e), (regs[e],)) for e in range(v)]
+        return [program.LdsStore("lds", at(e, 0), (regs[e],)) for e in range(v)]
 
     def stage_taps(self, opnd, v, tile, base, r0, c0, b, loads_out, stores_out, kdim):
         """:meth:`stage` for a conv operand in ``k_order=tap`` (``Operand.taps``): the K
@@ -742,18 +762,7 @@ class _Builder:
             else:
                 lstmts = [program.Assign(x, self.zero()) for x in regs]
                 lstmts.append(program.If(valid, tuple(loads)))
-
-            def lds_at(de_row, de_k):
-                if "lds" in parts:
-                    return iadd(parts["lds"], de_row * self.row_len + de_k) \
-                        if de_row or de_k else parts["lds"]
-                return self.lds_index(base, iadd(row, de_row), iadd(k, de_k))
-            if along_k and (self.pad != 1 or v == 1):
-                stmts = [program.LdsStore("lds", lds_at(0, 0), regs)]
-            elif along_k:
-                stmts = [program.LdsStore("lds", lds_at(0, e), (regs[e],)) for e in range(v)]
-            else:
-                stmts = [program.LdsStore("lds", lds_at(e, 0), (regs[e],)) for e in range(v)]
+            stmts = self.lds_stores(base, row, k, regs, along_k, parts.get("lds"))
             if total % self.threads and step == total // self.threads:
                 loads_out += [program.Assign(x, self.zero()) for x in regs]
                 loads_out.append(program.If(q < total, tuple(lstmts)))
@@ -762,23 +771,29 @@ class _Builder:
                 loads_out += lstmts
                 stores_out += stmts
 
-    def hoisted_rows(self, opnd, step, r, c_local, b, row_valid, out):
+    def hoisted_rows(self, opnd, step, r, c_local, b, row_valid, out, lds_at=None):
         """(the row part of ``opnd.im2col`` for this thread's row ``r`` of staging step
         ``step``, the column part): the row part's values (and the row's own bounds test
         ``row_valid``) become registers the first time, appended to ``out`` (the first
         tile's loads, before the K loop, outside any guard), and are reused by every
         later tile. The column's bounds test (a ragged last K tile) stays per tile."""
         key = (opnd.tensor, step)
+        # tap_mask=1: the padding test as a bit of a tap mask, and the element's LDS
+        # store address held in a register too (``Operand.im2col_mask``)
+        split = opnd.im2col_mask if int(self.s.get("tap_mask", 0)) and \
+            opnd.im2col_mask is not None else opnd.im2col
         if key not in self.rows_cache:
             rv = self.let("im_m", r, out)
             col = self.let("im_c", c_local, out)
             parts = {name: self.let(f"im_{name}", program.as_expr(v), out)
-                     for name, v in opnd.im2col[0](b, rv).items()}
+                     for name, v in split[0](b, rv).items()}
             parts["col"] = col
             if row_valid is not None:
                 parts["row_ok"] = self.let("im_row_ok", row_valid, out)
+            if split is opnd.im2col_mask and lds_at is not None:
+                parts["lds"] = self.let("im_lds", lds_at, out)
             self.rows_cache[key] = parts
-        return self.rows_cache[key], opnd.im2col[1]
+        return self.rows_cache[key], split[1]
 
     # ---------------------------------------------------------------- build
     def build(self) -> program.Kernel:

@@ -222,44 +222,52 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
         tp = let("tap", _div(k0, cg))
         return tp, let("ky", _div(tp, kw)), let("kx", _mod(tp, kw)), let("ci0", _mod(k0, cg))
 
-    def a_fixed(b, m, kl):
-        parts = a_rows(b, m)
-        parts.pop("valid", None)  # kh*kw > 1 here: the taps move the test
-        parts["off"] = _add(parts["off"], _mul(kl, sc))
-        tests = [(ky, _in_range(_add(parts["yb"], ky * dh), 0 if pt else None, h if pb else None))
-                 for ky in range(kh)]
-        tests_x = [(kx, _in_range(_add(parts["xb"], kx * dw), 0 if pl else None, wd if pr else None))
-                   for kx in range(kw)]
-        del parts["yb"], parts["xb"]  # only the mask reads them (before the K loop)
+    def tap_mask(parts):
+        """The per-thread tap mask of an output position (``yb``, ``xb`` popped): bit
+        ky*kW + kx set when that tap is inside the image ("mask"), or a row mask and a
+        column mask past ``MASK_BITS`` taps; nothing when the conv has no padding."""
+        yb, xb = parts.pop("yb"), parts.pop("xb")
         if not any(geo["padding"]):
             return parts
 
-        def bits(tests, shift):
+        def bits(tests):
             out = 0
             for i, ok in tests:
-                out = _add(out, _mul(ok, 1 << (i * shift))) if ok is not None else \
-                    _add(out, 1 << (i * shift))
+                out = _add(out, _mul(ok, 1 << i) if ok is not None else 1 << i)
             return out
-        xrow = bits(tests_x, 1)
-        if kh * kw <= MASK_BITS:  # one mask: bit ky*kw + kx
+        tests_y = [(ky, _in_range(_add(yb, ky * dh), 0 if pt else None, h if pb else None))
+                   for ky in range(kh)]
+        xrow = bits([(kx, _in_range(_add(xb, kx * dw), 0 if pl else None, wd if pr else None))
+                     for kx in range(kw)])
+        if kh * kw <= MASK_BITS:
             mask = 0
-            for ky, ok in tests:
+            for ky, ok in tests_y:
                 row = _mul(xrow, 1 << (ky * kw))
                 mask = _add(mask, _mul(ok, row) if ok is not None else row)
             parts["mask"] = mask
         else:
-            parts["ymask"], parts["xmask"] = bits(tests, 1), xrow
+            parts["ymask"], parts["xmask"] = bits(tests_y), xrow
         return parts
+
+    def tap_valid(parts, tp, ky, kx):
+        """The padding test of tap (ky, kx) = ``tp`` from :func:`tap_mask`'s registers."""
+        if "mask" in parts:
+            return (parts["mask"] >> tp) & 1
+        if "ymask" in parts:
+            return (parts["ymask"] >> ky) & (parts["xmask"] >> kx) & 1
+        return None
+
+    def a_fixed(b, m, kl):
+        parts = a_rows(b, m)
+        parts.pop("valid", None)  # kh*kw > 1 here: the taps move the test
+        parts["off"] = _add(parts["off"], _mul(kl, sc))
+        return tap_mask(parts)
 
     def a_tile(parts, k0, let):
         tp, ky, kx, ci0 = tile_tap(k0, let)
         off = _add(parts["off"], let("a_tap_off", _add(_add(_mul(ci0, sc), _mul(ky, dh * sy)),
                                                           _mul(kx, dw * sx))))
-        if "mask" in parts:
-            return off, (parts["mask"] >> tp) & 1
-        if "ymask" in parts:
-            return off, (parts["ymask"] >> ky) & (parts["xmask"] >> kx) & 1
-        return off, None
+        return off, tap_valid(parts, tp, ky, kx)
 
     def b_fixed(b, f, kl):
         _, _, base = wa
@@ -271,11 +279,24 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
         return _add(parts["off"], let("b_tap_off", _add(_add(_mul(ci0, sci), _mul(ky, sky)),
                                                         _mul(kx, skx)))), None
 
+    # tap_mask=1 on the layout order's split: the row part keeps the tap mask instead of
+    # the input row and column, and the column part tests one bit of it
+    def a_rows_mask(b, m):
+        return tap_mask(a_rows(b, m))
+
+    def a_cols_mask(parts, k, let=lambda hint, v: v):
+        ki, kj, ci = (let(n, v) for n, v in zip(("ky", "kx", "ci"), split_k(k)))
+        off = _add(parts["off"], dot((ci, ki, kj), (sc, dh * sy, dw * sx), 0))
+        return off, tap_valid(parts, let("tap", _add(_mul(ki, kw), kj)) if "mask" in parts
+                              else None, ki, kj)
+
     gemm.A = Operand(x_t, xa[0], gemm.M, gemm.K, a_offset)
     if tap:
         gemm.A.taps = (a_fixed, a_tile)
     elif not flat_image:
         gemm.A.im2col = (a_rows, a_cols)
+        if kh * kw > 1:
+            gemm.A.im2col_mask = (a_rows_mask, a_cols_mask)
     gemm.B = Operand(w_t, wa[0], gemm.K, gemm.N, b_offset)
     gemm.B.simplify_affine = True  # K = (ci, ky, kx) recombined: one provable stride
     if tap:

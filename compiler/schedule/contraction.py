@@ -60,6 +60,10 @@ class Knobs:
                                       "(ky, kx, ci)) or tap ((ky, kx, ci) with BK dividing "
                                       "C/G: each K tile inside one tap, its address part "
                                       "wave-uniform; compiler.lower.conv)")
+    tap_mask: int = knob(DEFAULTS["tap_mask"], "k_order=layout conv: 1 keeps each staged row's "
+                                        "padding test as a tap mask and its LDS store "
+                                        "address in registers set before the K loop (0: "
+                                        "both recomputed per K tile)")
     stream_k: int = knob(DEFAULTS["stream_k"], "stream-K persistent workgroups per CU (0: off; W > 0: "
                                         "W x CUs workgroups share the tiles x K-tiles "
                                         "iterations evenly, a fix-up kernel sums each "
@@ -184,6 +188,9 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             illegal.append(Candidate(knobs, False,
                                      check_schedule(gemm, knobs, arch)))
     tap_legal, tap_illegal = tap_points(graph, dispatch, gemm, arch)
+    if gemm.A.im2col_mask is not None:  # tap_mask=1 on each vector-padded point
+        legal += [Candidate({**c.knobs, "tap_mask": 1}, True, "", c.opt_in)
+                  for c in legal if c.knobs["lds_pad"] == 4]
     legal += tap_legal
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal + tap_illegal
