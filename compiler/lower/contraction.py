@@ -744,8 +744,10 @@ class _Builder:
             if key not in self.rows_cache:  # the first tile: before the K loop
                 x = self.let("tp_x", iadd(x0, xl), loads_out)
                 kr = self.let("tp_kl", kl, loads_out)
+                named = fixed(b, x, kr, lambda hint, val: self.let(
+                    f"tp_{hint}", program.as_expr(val), loads_out))
                 parts = {n: self.let(f"tp_{n}", program.as_expr(val), loads_out)
-                         for n, val in fixed(b, x, kr).items()}
+                         for n, val in named.items()}
                 if xsize % xtile:
                     parts["x_ok"] = self.let(
                         "tp_x_ok", x < xsize - (v - 1 if along_x else 0), loads_out)
@@ -785,8 +787,10 @@ class _Builder:
         if key not in self.rows_cache:
             rv = self.let("im_m", r, out)
             col = self.let("im_c", c_local, out)
+            named = split[0](b, rv, lambda hint, v: self.let(f"im_{hint}", program.as_expr(v), out)) \
+                if split is opnd.im2col_mask else split[0](b, rv)
             parts = {name: self.let(f"im_{name}", program.as_expr(v), out)
-                     for name, v in split[0](b, rv).items()}
+                     for name, v in named.items()}
             parts["col"] = col
             if row_valid is not None:
                 parts["row_ok"] = self.let("im_row_ok", row_valid, out)

@@ -222,13 +222,16 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
         tp = let("tap", _div(k0, cg))
         return tp, let("ky", _div(tp, kw)), let("kx", _mod(tp, kw)), let("ci0", _mod(k0, cg))
 
-    def tap_mask(parts):
+    def tap_mask(parts, let=lambda hint, v: v):
         """The per-thread tap mask of an output position (``yb``, ``xb`` popped): bit
         ky*kW + kx set when that tap is inside the image ("mask"), or a row mask and a
-        column mask past ``MASK_BITS`` taps; nothing when the conv has no padding."""
+        column mask past ``MASK_BITS`` taps; nothing when the conv has no padding.
+        ``let`` names a value used more than once (the input row and column, the column
+        bits): the kernel's expressions are evaluated as written."""
         yb, xb = parts.pop("yb"), parts.pop("xb")
         if not any(geo["padding"]):
             return parts
+        yb, xb = let("yb", yb), let("xb", xb)
 
         def bits(tests):
             out = 0
@@ -240,6 +243,7 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
         xrow = bits([(kx, _in_range(_add(xb, kx * dw), 0 if pl else None, wd if pr else None))
                      for kx in range(kw)])
         if kh * kw <= MASK_BITS:
+            xrow = let("xrow", xrow)
             mask = 0
             for ky, ok in tests_y:
                 row = _mul(xrow, 1 << (ky * kw))
@@ -257,11 +261,11 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
             return (parts["ymask"] >> ky) & (parts["xmask"] >> kx) & 1
         return None
 
-    def a_fixed(b, m, kl):
+    def a_fixed(b, m, kl, let=lambda hint, v: v):
         parts = a_rows(b, m)
         parts.pop("valid", None)  # kh*kw > 1 here: the taps move the test
         parts["off"] = _add(parts["off"], _mul(kl, sc))
-        return tap_mask(parts)
+        return tap_mask(parts, let)
 
     def a_tile(parts, k0, let):
         tp, ky, kx, ci0 = tile_tap(k0, let)
@@ -281,14 +285,19 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
 
     # tap_mask=1 on the layout order's split: the row part keeps the tap mask instead of
     # the input row and column, and the column part tests one bit of it
-    def a_rows_mask(b, m):
-        return tap_mask(a_rows(b, m))
+    def a_rows_mask(b, m, let=lambda hint, v: v):
+        return tap_mask(a_rows(b, m), let)
 
     def a_cols_mask(parts, k, let=lambda hint, v: v):
-        ki, kj, ci = (let(n, v) for n, v in zip(("ky", "kx", "ci"), split_k(k)))
+        if fmt == "NHWC":  # (ky, kx, ci): the tap is k // C/G
+            tp = let("tap", _div(k, cg))
+            ci = let("ci", _mod(k, cg))
+        else:  # (ci, ky, kx): the tap is k % (kH*kW)
+            tp = let("tap", _mod(k, kh * kw))
+            ci = _div(k, kh * kw)
+        ki, kj = let("ky", _div(tp, kw)), let("kx", _mod(tp, kw))
         off = _add(parts["off"], dot((ci, ki, kj), (sc, dh * sy, dw * sx), 0))
-        return off, tap_valid(parts, let("tap", _add(_mul(ki, kw), kj)) if "mask" in parts
-                              else None, ki, kj)
+        return off, tap_valid(parts, tp, ki, kj)
 
     gemm.A = Operand(x_t, xa[0], gemm.M, gemm.K, a_offset)
     if tap:

@@ -187,18 +187,23 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             knobs = {**base, name: 4}
             illegal.append(Candidate(knobs, False,
                                      check_schedule(gemm, knobs, arch)))
+    n_plain = len(legal)
     tap_legal, tap_illegal = tap_points(graph, dispatch, gemm, arch)
     if gemm.A.im2col_mask is not None:  # tap_mask=1 on each vector-padded point
         legal += [Candidate({**c.knobs, "tap_mask": 1}, True, "", c.opt_in)
                   for c in legal if c.knobs["lds_pad"] == 4]
     legal += tap_legal
+    if len(legal) + len(tap_illegal) > n_plain:  # every point names both (pins match them)
+        for c in legal + illegal:
+            c.knobs = {**c.knobs, "k_order": c.knobs.get("k_order", "layout"),
+                       "tap_mask": c.knobs.get("tap_mask", 0)}
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal + tap_illegal
     out = with_direct_conv(graph, dispatch, with_stream_k(gemm, with_split_k(gemm, out, arch), arch))
-    for name, off in (("split_k", 1), ("stream_k", 0)):
+    for name, off in (("split_k", 1), ("stream_k", 0), ("k_order", "layout"), ("tap_mask", 0)):
         if any(name in c.knobs for c in out):
             # the direct conv is one kernel too: ``--fix split_k=1`` (``stream_k=0``)
-            # keeps it in the running
+            # keeps it in the running; it has no K order either
             for c in out:
                 if c.knobs.get("lowering") == "direct":
                     c.knobs = {**c.knobs, name: off}
