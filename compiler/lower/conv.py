@@ -273,7 +273,7 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
                                                           _mul(kx, dw * sx))))
         return off, tap_valid(parts, tp, ky, kx)
 
-    def b_fixed(b, f, kl):
+    def b_fixed(b, f, kl, let=lambda hint, v: v):
         _, _, base = wa
         fo = _add(_mul(b, og), f) if geo["groups"] > 1 else f
         return {"off": _add(_add(base, _mul(fo, so)), _mul(kl, sci))}
