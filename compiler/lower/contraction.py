@@ -93,10 +93,12 @@ MMAS = ("fma", "mfma")
 MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1,
-            "stream_k": 0, "k_order": "layout", "tap_mask": 0}
+            "stream_k": 0, "k_order": "layout", "tap_mask": 0, "prefetch": 1}
 #: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
 #: or one more K tiles, see check_schedule)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+#: prefetch values: K tiles of global loads in flight ahead of the math (register sets)
+PREFETCH = (1, 2)
 #: stream_k values: persistent workgroups per CU (0: off; see :class:`StreamK`)
 STREAM_K = (0, 1, 2)
 #: mma=mfma: the wave block TM x TN picks the instruction.
@@ -358,6 +360,12 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         why = tap_tile_why(gemm.geo, BK)
         if why:
             return why
+    prefetch = s.get("prefetch", 1)
+    if prefetch not in PREFETCH:
+        return f"prefetch={prefetch!r} not in {PREFETCH}"
+    if prefetch == 2 and (s.get("stream_k", 0) or ceil_div(gemm.K, BK) % int(s.get("split_k", 1))):
+        return ("prefetch=2: stream-K's and an uneven split-K's per-workgroup K bounds keep "
+                "one tile of prefetch")
     tap_mask = s.get("tap_mask", 0)
     if tap_mask not in (0, 1):
         return f"tap_mask={tap_mask!r} not in (0, 1)"
@@ -408,7 +416,7 @@ def vgpr_estimate(s, threads) -> int:
     """Accumulators + one K-vector of A and B per micro-tile row/column + staged elements
     + LDS row addresses + index registers (mfma: the block's accumulators per lane)."""
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
-    staging = ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)
+    staging = (ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)) * int(s.get("prefetch", 1))
     if s.get("mma", "fma") == "mfma":
         nacc = program.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][3]
         return nacc + 2 * mfma_read_width(s) + staging + 2 + 16
@@ -1135,6 +1143,8 @@ class _Builder:
                                          trips_hint=trips))
             self.body += compute() + [program.Barrier()]
             return
+        if nk > 2 and int(self.s.get("prefetch", 1)) == 2:
+            return self.k_loop_two_ahead(stage_tile, compute, nk)
         if nk > 1:
             k_next = imul(iadd(kt, 1), BK)
             if self.phase == "partial":
@@ -1143,6 +1153,42 @@ class _Builder:
             lo, st = stage_tile(k0)
             kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
             self.body.append(program.For(kt, program.i32(0), program.i32(nk - 1), 1, tuple(kbody)))
+        self.body += compute() + [program.Barrier()]
+
+    def k_loop_two_ahead(self, stage_tile, compute, nk):
+        """The K loop with two tiles of register prefetch (``prefetch=2``): the global
+        loads of tile t+2 are issued before the math on tile t, into the register set
+        that tile t's LDS store freed one step earlier, so a load has two steps of math
+        and barriers to arrive instead of one (a workgroup alone on its SIMDs waits out
+        the whole global latency every K tile otherwise). Two register sets A and B
+        alternate, so the loop body is two steps; an odd step and the last two tiles are
+        peeled (every load stays inside K, as in :meth:`k_loop`)."""
+        BK = self.BK
+        base = self.k_base if self.phase == "partial" else 0
+        ka, kb = self.var("k0a"), self.var("k0b")
+        lo_a, st_a = stage_tile(ka)
+        lo_b, st_b = stage_tile(kb)
+
+        def k_of(tile):
+            return iadd(base, tile) if self.phase == "partial" else tile
+
+        def step(k_var, k_value, loads, stores):  # issue one set's loads, math, store the other
+            return ([program.Assign(k_var, k_value)] + loads + compute() + [program.Barrier()]
+                    + stores + [program.Barrier()])
+        # tile 0 is in LDS (stage_first_tile); tile 1 goes to set B
+        self.body += [program.Assign(kb, k_of(program.i32(BK)))] + lo_b
+        pairs, odd = divmod(nk - 2, 2)
+        if pairs:
+            p = self.var("kp")
+            first = k_of(imul(iadd(imul(p, 2), 2), BK))
+            second = k_of(imul(iadd(imul(p, 2), 3), BK))
+            body = step(ka, first, lo_a, st_b) + step(kb, second, lo_b, st_a)
+            self.body.append(program.For(p, program.i32(0), program.i32(pairs), 1, tuple(body)))
+        last_stores = st_b
+        if odd:  # tile nk-1 goes to set A
+            self.body += step(ka, k_of(program.i32((nk - 1) * BK)), lo_a, st_b)
+            last_stores = st_a
+        self.body += compute() + [program.Barrier()] + last_stores + [program.Barrier()]
         self.body += compute() + [program.Barrier()]
 
     # ---------------------------------------------------------------- split-K combine
