@@ -7,9 +7,10 @@ gpusim's model of the arch, not measurements).
 candidates; "split" the best of that and of up to ``--budget`` split-K / flash-decoding
 candidates of the same space (the one the search always tries first, then a seeded
 sample); "stream-K" the best of that and of up to ``--budget`` stream-K candidates
-(likewise); "taps" the best of that and of up to ``--budget`` points with the conv
-staging knobs (``tap_mask=1``, ``k_order=tap``; likewise, one-kernel and split points
-alike), each scored as the search scores a candidate: what the search finds when the split points join the
+(likewise); "taps" the best of that, of up to ``--budget`` points with the staging
+knobs (``tap_mask=1``, ``k_order=tap``, ``prefetch=2``; likewise, one-kernel and split
+points alike) and of the search with nothing pinned (its ranking sees every point), each
+scored as the search scores a candidate: what the search finds when the split points join the
 same sample, without a second draw of the one-kernel points muddying the comparison. The roofline of a dispatch is the search's
 (``compiler.tuning.search.roofline_us``: max(bytes across its boundary / achievable
 bandwidth, flops / FP32 vector peak) plus one launch)::
@@ -95,10 +96,12 @@ CASES = {
 }
 SPLIT_KNOBS = ("split_k", "key_splits")
 #: each knob's one-kernel value
-OFF = {"split_k": 1, "key_splits": 1, "stream_k": 0, "k_order": "layout", "tap_mask": 0}
-#: the conv staging knobs (``compiler.lower.conv``: the tap mask, the tap-major K order),
-#: pinned to their defaults in the first three columns; the last column adds their points
-TAP_KNOBS = ("k_order", "tap_mask")
+OFF = {"split_k": 1, "key_splits": 1, "stream_k": 0, "k_order": "layout", "tap_mask": 0,
+       "prefetch": 1}
+#: the staging knobs (``compiler.lower.conv``: the tap mask, the tap-major K order; two
+#: tiles of prefetch), pinned to their defaults in the first three columns; the last
+#: column adds their points
+TAP_KNOBS = ("k_order", "tap_mask", "prefetch")
 
 
 def _tune(graph, dispatches, arch, budget, fixed):
@@ -151,13 +154,17 @@ def bench(graph, arch, budget: int, kinds=("contraction", "attention")) -> list[
                 sk_choice = {"stream_k": c.knobs["stream_k"],
                              "tile": f"{c.knobs['BM']}x{c.knobs['BN']}x{c.knobs['BK']}"}
         after_sk, tap_choice = best, sk_choice
-        for c in sampled(lambda k: not plain(k)):
-            sc = score(graph, d, c.knobs, arch)
+        free = _tune(graph, [d], arch, budget, {})[0].best if any(
+            n in knobs for n in TAP_KNOBS) else None
+        for knobs_c, sc in ([(c.knobs, None) for c in sampled(lambda k: not plain(k))]
+                            + ([(free.knobs, free)] if free else [])):
+            sc = sc or score(graph, d, knobs_c, arch)
             if sc.ok and sc.time_us < best.time_us:
                 best = sc
-                tap_choice = {n: c.knobs[n] for n in ("k_order", "tap_mask", "split_k",
-                                                      "stream_k", "mma") if n in c.knobs}
-                tap_choice["tile"] = f"{c.knobs['BM']}x{c.knobs['BN']}x{c.knobs['BK']}"
+                tap_choice = {n: knobs_c[n] for n in TAP_KNOBS + ("split_k", "stream_k", "mma")
+                              if n in knobs_c}
+                if "BM" in knobs_c:
+                    tap_choice["tile"] = f"{knobs_c['BM']}x{knobs_c['BN']}x{knobs_c['BK']}"
         rows.append({"graph": graph.name, "dispatch": d.name, "kind": before.kind,
                      "roofline_us": roof, "before_us": before.best.time_us,
                      "split_us": after_split.time_us, "split": split,

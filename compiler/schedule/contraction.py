@@ -60,6 +60,9 @@ class Knobs:
                                       "(ky, kx, ci)) or tap ((ky, kx, ci) with BK dividing "
                                       "C/G: each K tile inside one tap, its address part "
                                       "wave-uniform; compiler.lower.conv)")
+    prefetch: int = knob(DEFAULTS["prefetch"], "K tiles of global loads in flight ahead of the "
+                                        "math (register sets; 2 is one-kernel or even "
+                                        "split-K only)")
     tap_mask: int = knob(DEFAULTS["tap_mask"], "k_order=layout conv: 1 keeps each staged row's "
                                         "padding test as a tap mask and its LDS store "
                                         "address in registers set before the K loop (0: "
@@ -197,10 +200,20 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
         for c in legal + illegal:
             c.knobs = {**c.knobs, "k_order": c.knobs.get("k_order", "layout"),
                        "tap_mask": c.knobs.get("tap_mask", 0)}
+    # two tiles of prefetch on each vector-padded point with more than two K tiles (with
+    # fewer it is the same kernel); every point then names the knob
+    deep = [Candidate({**c.knobs, "prefetch": 2}, True, "", c.opt_in) for c in legal
+            if c.knobs["lds_pad"] == 4 and ceil_div(gemm.K, c.knobs["BK"]) > 2]
+    deep = [c for c in deep if not check_schedule(view(gemm, c.knobs), c.knobs, arch)]
+    if deep:
+        for c in legal + illegal + tap_illegal:
+            c.knobs = {**c.knobs, "prefetch": 1}
+        legal += deep
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal + tap_illegal
     out = with_direct_conv(graph, dispatch, with_stream_k(gemm, with_split_k(gemm, out, arch), arch))
-    for name, off in (("split_k", 1), ("stream_k", 0), ("k_order", "layout"), ("tap_mask", 0)):
+    for name, off in (("split_k", 1), ("stream_k", 0), ("k_order", "layout"), ("tap_mask", 0),
+                      ("prefetch", 1)):
         if any(name in c.knobs for c in out):
             # the direct conv is one kernel too: ``--fix split_k=1`` (``stream_k=0``)
             # keeps it in the running; it has no K order either
