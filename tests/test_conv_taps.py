@@ -4,7 +4,9 @@
   filter tap; its tap part is wave-uniform per tile and a staged element's address is one
   per-thread register plus it (``Operand.taps``, ``_Builder.stage_taps``);
 - ``tap_mask=1``: the layout order's padding test as one bit of a per-thread tap mask
-  set before the K loop (``Operand.im2col_mask``).
+  set before the K loop (``Operand.im2col_mask``);
+- ``prefetch=2`` (any contraction): two K tiles of global loads in flight
+  (``_Builder.k_loop_two_ahead``).
 
 Both split forms give exactly the offsets and padding tests of the inline formula; values
 equal numpy in gpusim (hypothesis over shapes, strides, padding, dilation, groups, both
@@ -30,6 +32,8 @@ from test_conv_im2col import _conv
 from test_lower_contraction import run_functional, whole
 
 FMA = dict(BM=32, BN=32, BK=16, TM=4, TN=4, KW=1, lds_pad=4, swizzle="none")
+#: the search's first FMA tile (``compiler.schedule.contraction.TILES[0]``)
+FMA_SEARCH = dict(BM=16, BN=32, BK=64, TM=2, TN=4, KW=8, lds_pad=4, swizzle="none")
 MFMA = dict(mma="mfma", BM=16, BN=16, BK=16, TM=16, TN=16, KW=4, lds_pad=4,
             swizzle="before_fusion")
 
@@ -135,6 +139,41 @@ def test_values_equal_numpy(fmt, cg, groups, o, hw, k, stride, dil, pad, n, knob
         np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k_tiles=st.integers(3, 8),
+       ragged=st.integers(0, 15), mma=st.booleans(), split=st.sampled_from([1, 2]),
+       conv=st.booleans())
+def test_two_tiles_of_prefetch_equal_numpy(m, n, k_tiles, ragged, mma, split, conv):
+    """Odd and even K tile counts (the peeled odd step), a ragged last K tile, split-K."""
+    from compiler.ir.graph import Graph
+    if conv:
+        g = _conv("NCHW", c=k_tiles * 2, o=8, hw=(5, 6))  # K = 18 * k_tiles: 3x3 taps
+    else:
+        g = Graph(f"mm_{m}_{n}")
+        kk = 16 * k_tiles - (ragged if not mma else 0)
+        y = g.matmul(g.input("a", (m, kk)), g.input("b", (kk, n)))
+        g.output(g.relu(y))
+    gm = Gemm(g, whole(g))
+    s = {**(MFMA if mma else FMA), "prefetch": 2}
+    s.update(zip(("vec_a", "vec_b"), _widths(gm)))
+    nk = -(-gm.K // s["BK"])
+    if split > 1 and nk % split == 0 and nk // split > 2:
+        s["split_k"] = split
+    assert check_schedule(gm, s, GFX942) == ""
+    res, ref = run_functional(g, lower_contraction(g, whole(g), s, GFX942))
+    for out in g.outputs:
+        np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
+
+
+def test_prefetch_rules():
+    g = _conv("NCHW", c=16, o=8)
+    gm = Gemm(g, whole(g))
+    base = {**FMA, "vec_a": 1, "vec_b": 1, "prefetch": 2}
+    assert "per-workgroup K bounds" in check_schedule(gm, {**base, "stream_k": 1}, GFX942)
+    assert "per-workgroup K bounds" in check_schedule(gm, {**base, "split_k": 4}, GFX942)
+    assert "prefetch=3" in check_schedule(gm, {**base, "prefetch": 3}, GFX942)
+
+
 def test_tap_k_loop_adds_one_register_to_a_uniform_value():
     """Every activation and filter load in the K loop reads ``register + uniform``: the
     per-thread part was set before the loop, the tap part is the tile's scalar."""
@@ -191,7 +230,8 @@ def test_rules_refuse_with_a_reason():
                     reason="hipcc not installed (Debian package 'hipcc')")
 @pytest.mark.parametrize("knobs", [
     {**FMA, "BK": 16, "k_order": "tap"}, {**FMA, "tap_mask": 1},
-    {**MFMA, "k_order": "tap"}, {**MFMA, "tap_mask": 1}])
+    {**MFMA, "k_order": "tap"}, {**MFMA, "tap_mask": 1},
+    {**FMA_SEARCH, "prefetch": 2}, {**MFMA, "tap_mask": 1, "prefetch": 2}])
 def test_hip_compiles_and_checks(knobs, tmp_path):
     from codegen_hip import check_dir, to_json, write_project
     g = _conv("NCHW", c=32, o=32, hw=(14, 14))

@@ -203,7 +203,8 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
     # two tiles of prefetch on each vector-padded point with more than two K tiles (with
     # fewer it is the same kernel); every point then names the knob
     deep = [Candidate({**c.knobs, "prefetch": 2}, True, "", c.opt_in) for c in legal
-            if c.knobs["lds_pad"] == 4 and ceil_div(gemm.K, c.knobs["BK"]) > 2]
+            if c.knobs["lds_pad"] == 4 and ceil_div(gemm.K, c.knobs["BK"]) > 2
+            and staged_per_thread(c.knobs) <= PREFETCH2_MAX_STAGED]
     deep = [c for c in deep if not check_schedule(view(gemm, c.knobs), c.knobs, arch)]
     if deep:
         for c in legal + illegal + tap_illegal:
@@ -237,6 +238,10 @@ def tap_points(graph, dispatch, gemm, arch: Arch) -> tuple[list, list]:
         return [], [Candidate({**FALLBACK, "k_order": "tap"}, False, why)]
     tg = gemm.tap_view = Gemm(graph, dispatch, "tap")
     va, vb = tg.A.max_vec[tg.A.inner], tg.B.max_vec[tg.B.inner]
+    # the order makes an OIHW filter strided along K (scalar filter loads, 1/9 of each
+    # line per tile of a 3x3): slower than the layout order on every ResNet-50 3x3 tile
+    # measured (docs/kernels.md), so there it is opt-in (``--fix k_order=tap``)
+    strided = "k_order" if vb < gemm.B.max_vec[gemm.B.inner] else ""
     legal, illegal = [], []
     points = [("fma", t) for t in TILES] + [("mfma", t) for t in MFMA_TILES]
     for mma, (bm, bn, bk, tm, tn, kw) in points:
@@ -246,9 +251,24 @@ def tap_points(graph, dispatch, gemm, arch: Arch) -> tuple[list, list]:
             why = check_schedule(tg, knobs, arch)
             if why and (mma == "mfma" and not arch.mfma_passes or illegal):
                 continue  # one illegal point says why
-            opt_in = "mma" if mma == "mfma" and (bm, bn, bk, tm, tn, kw) in MFMA_OPT_IN else ""
+            opt_in = "mma" if mma == "mfma" and (bm, bn, bk, tm, tn, kw) in MFMA_OPT_IN \
+                else strided
             (illegal if why else legal).append(Candidate(knobs, not why, why, opt_in))
     return legal, illegal
+
+
+#: prefetch=2 is offered where one register set stages at most this many elements per
+#: thread: a 64-thread 32x32x16 FMA tile (16 per set) took 298 VGPRs under hipcc and
+#: spilled, against gpusim's estimate of 220 (tests/test_conv_taps.py)
+PREFETCH2_MAX_STAGED = 8
+
+
+def staged_per_thread(k: dict) -> int:
+    """Elements of A and B one thread stages per K tile."""
+    threads = (k["BM"] // k["TM"]) * (k["BN"] // k["TN"]) * k["KW"]
+    if k["mma"] == "mfma":
+        threads *= 64  # one wave per TM x TN block (wave64: MFMA is CDNA only)
+    return ceil_div(k["BM"] * k["BK"], threads) + ceil_div(k["BK"] * k["BN"], threads)
 
 
 def view(gemm, knobs: dict):
