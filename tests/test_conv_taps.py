@@ -245,3 +245,34 @@ def test_hip_compiles_and_checks(knobs, tmp_path):
         assert e["rc"] == 0, e.get("stderr")
         assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
     assert report["disagreements"] == [], to_json(report["disagreements"])
+
+
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+def test_depthwise_7x7_gets_the_direct_lowering_and_equals_numpy(fmt):
+    """49 taps per output (ConvNeXt's depthwise 7x7): within ``DIRECT_MAX_TAPS``, so the
+    space offers the direct lowering beside the implicit GEMM's 1-column tiles."""
+    from compiler.lower import lower
+    g = _conv(fmt, c=8, o=8, groups=8, hw=(9, 8), k=(7, 7), pad=(3, 3, 3, 3))
+    d = whole(g)
+    direct = [c.knobs for c in schedule_space(g, d, GFX942)
+              if c.legal and c.knobs.get("lowering") == "direct"]
+    assert direct
+    res, ref = run_functional(g, lower(g, d, direct[0], "gfx942"))
+    for out in g.outputs:
+        np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+def test_depthwise_7x7_direct_compiles_and_checks(tmp_path):
+    from codegen_hip import check_dir, to_json, write_project
+    from compiler.lower import lower
+    g = _conv("NCHW", c=32, o=32, groups=32, hw=(14, 14), k=(7, 7), pad=(3, 3, 3, 3))
+    k = lower(g, whole(g), {"lowering": "direct", "workgroup": 256}, "gfx942")
+    out = write_project(tmp_path / "export", [k], [(k, {b.name: b.name for b in k.buffers})], {})
+    report = check_dir(out, ("gfx90a", "gfx940"))
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")
+        assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+    assert report["disagreements"] == [], to_json(report["disagreements"])
