@@ -89,6 +89,11 @@ TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
 MFMA_TILES = [
     (32, 32, 64, 32, 32, 4), (32, 32, 128, 32, 32, 8), (32, 32, 32, 32, 32, 8),
     (32, 64, 64, 32, 32, 2), (64, 64, 32, 32, 32, 1), (16, 16, 64, 16, 16, 4),
+    # two 16x16 blocks side by side along N: half the workgroups of 16x16x64 (ResNet-50's
+    # 3x3 conv at 28x28: 196 workgroups, one per CU, instead of 392 with 88 CUs doubled);
+    # its VGPR estimate met hipcc (38-42, gfx90a and gfx940) on the three points of that
+    # conv checked (prefetch 1 and 2, tap_mask 0 and 1; docs/kernels.md)
+    (16, 32, 64, 16, 16, 4),
 ]
 
 #: MFMA tiles that stay opt-in (``--fix mma=mfma``); the others are default candidates on
