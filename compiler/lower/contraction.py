@@ -64,8 +64,11 @@ workgroups each walk an even share of the tiles x K-tiles iterations across tile
 boundaries, storing one partial per tile segment; a fix-up kernel sums each tile's
 segments in order and applies the epilogue once (:func:`lower_stream_k`).
 
-Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
-LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
+Two tiles of register prefetch (knob ``prefetch`` = 2, :meth:`_Builder.k_loop_two_ahead`):
+two register sets alternate, so a tile's global loads have two steps of math to arrive.
+
+Simplifications: f32 math (f16 buffers widen on load); register prefetch only (one or
+two tiles), no LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
 or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
 """
 from __future__ import annotations

@@ -6,7 +6,9 @@ for small-M GEMMs that cannot fill the GPU with workgroups), LDS row padding ``l
 (0, 1 element: odd stride but scalar LDS reads, 4: one 16 B vector, "xor" chunks), global
 load widths ``vec_a``/``vec_b`` (the widest legal, not a free knob: narrower only issues
 more instructions), the output ``swizzle`` placement and ``mma``: ``fma`` (VALU
-micro-tiles) or ``mfma`` (one matrix-core block per wave, CDNA only).
+micro-tiles) or ``mfma`` (one matrix-core block per wave, CDNA only); ``prefetch`` (K
+tiles of loads in flight) and, for a conv, the staging knobs ``tap_mask`` and ``k_order``
+(``compiler.lower.conv``), each crossed with the tiles where it applies (issue 27).
 
 The tiles are a short ranked list (small-M tiles with split-K first, then the classic
 64x64); each is crossed with the swizzle placements, and the first tile also with every
