@@ -129,7 +129,7 @@ def test_space_marks_illegal_points_with_reasons():
     g = models.conv_add_relu()
     cands = contraction_space(g, whole(g), GFX942)
     legal = [c for c in cands if c.legal and c.knobs.get("split_k", 1) == 1]
-    assert 30 <= len(legal) <= 160  # 34 of them prefetch=2 (issue 27, docs/kernels.md)
+    assert 30 <= len(legal) <= 160  # with the prefetch=2 points (issue 27, docs/kernels.md)
     # split-K (7x7 output: few tiles) adds at most one split point per one-kernel point
     assert len([c for c in cands if c.legal]) <= 2 * len(legal)
     assert legal[0].knobs["KW"] > 1 and legal[0].knobs["vec_a"] == 4
