@@ -130,7 +130,7 @@ def test_space_marks_illegal_points_with_reasons():
     cands = contraction_space(g, whole(g), GFX942)
     legal = [c for c in cands if c.legal and c.knobs.get("split_k", 1) == 1
              and not c.knobs.get("stream_k")]
-    assert 30 <= len(legal) <= 120
+    assert 30 <= len(legal) <= 160  # with the prefetch=2 points (issue 27, docs/kernels.md)
     # split-K (7x7 output: few tiles) adds at most one split point per one-kernel point,
     # stream-K at most two (stream_k=1 and 2)
     assert len([c for c in cands if c.legal]) <= 4 * len(legal)
@@ -186,7 +186,7 @@ def test_simulated_outputs_equal_reference(gi, swizzle):
     g = graphs()[gi]
     d = whole(g)
     cands = [c for c in contraction_space(g, d, GFX942) if c.legal]
-    knobs = next(c.knobs for c in cands if c.knobs["swizzle"] == swizzle)
+    knobs = next(c.knobs for c in cands if c.knobs.get("swizzle") == swizzle)
     k = lower_contraction(g, d, {**knobs, "BM": 32, "BN": 32, "BK": 16, "TM": 4, "TN": 4,
                                  "KW": 2 if swizzle == "after_fusion" else 1}, GFX942)
     res, ref = run_functional(g, k)

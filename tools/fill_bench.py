@@ -7,7 +7,10 @@ gpusim's model of the arch, not measurements).
 candidates; "split" the best of that and of up to ``--budget`` split-K / flash-decoding
 candidates of the same space (the one the search always tries first, then a seeded
 sample); "stream-K" the best of that and of up to ``--budget`` stream-K candidates
-(likewise), each scored as the search scores a candidate: what the search finds when the split points join the
+(likewise); "taps" the best of that, of up to ``--budget`` points with the staging
+knobs (``tap_mask=1``, ``k_order=tap``, ``prefetch=2``; likewise, one-kernel and split
+points alike) and of the search with nothing pinned (its ranking sees every point), each
+scored as the search scores a candidate: what the search finds when the split points join the
 same sample, without a second draw of the one-kernel points muddying the comparison. The roofline of a dispatch is the search's
 (``compiler.tuning.search.roofline_us``: max(bytes across its boundary / achievable
 bandwidth, flops / FP32 vector peak) plus one launch)::
@@ -93,7 +96,12 @@ CASES = {
 }
 SPLIT_KNOBS = ("split_k", "key_splits")
 #: each knob's one-kernel value
-OFF = {"split_k": 1, "key_splits": 1, "stream_k": 0}
+OFF = {"split_k": 1, "key_splits": 1, "stream_k": 0, "k_order": "layout", "tap_mask": 0,
+       "prefetch": 1}
+#: the staging knobs (``compiler.lower.conv``: the tap mask, the tap-major K order; two
+#: tiles of prefetch), pinned to their defaults in the first three columns; the last
+#: column adds their points
+TAP_KNOBS = ("k_order", "tap_mask", "prefetch")
 
 
 def _tune(graph, dispatches, arch, budget, fixed):
@@ -116,6 +124,8 @@ def bench(graph, arch, budget: int, kinds=("contraction", "attention")) -> list[
         space = schedule_space(graph, d, arch)
         knobs = {k for c in space for k in c.knobs}
         off = {k: v for k, v in OFF.items() if k in knobs}
+        tap_off = {k: OFF[k] for k in TAP_KNOBS}
+        plain = lambda k: all(k.get(n, v) == v for n, v in tap_off.items())  # noqa: E731
         roof = roofline_us(dispatch_bytes(graph, d), dispatch_flops(graph, d), arch)
         t0 = time.perf_counter()
         before = _tune(graph, [d], arch, budget, off)[0]
@@ -129,24 +139,37 @@ def bench(graph, arch, budget: int, kinds=("contraction", "attention")) -> list[
             random.Random(0).shuffle(rest)
             return (first + rest)[:budget]
 
-        if off:
+        if {k: v for k, v in off.items() if k not in TAP_KNOBS}:
             split = "1 (one kernel)"
-            for c in sampled(lambda k: any(k.get(n, 1) > 1 for n in SPLIT_KNOBS)):
+            for c in sampled(lambda k: plain(k) and any(k.get(n, 1) > 1 for n in SPLIT_KNOBS)):
                 sc = score(graph, d, c.knobs, arch)
                 if sc.ok and sc.time_us < best.time_us:
                     best = sc
                     split = {k: c.knobs[k] for k in SPLIT_KNOBS if k in c.knobs}
         after_split, sk_choice = best, split
-        for c in sampled(lambda k: k.get("stream_k", 0) > 0):
+        for c in sampled(lambda k: plain(k) and k.get("stream_k", 0) > 0):
             sc = score(graph, d, c.knobs, arch)
             if sc.ok and sc.time_us < best.time_us:
                 best = sc
                 sk_choice = {"stream_k": c.knobs["stream_k"],
                              "tile": f"{c.knobs['BM']}x{c.knobs['BN']}x{c.knobs['BK']}"}
+        after_sk, tap_choice = best, sk_choice
+        free = _tune(graph, [d], arch, budget, {})[0].best if any(
+            n in knobs for n in TAP_KNOBS) else None
+        for knobs_c, sc in ([(c.knobs, None) for c in sampled(lambda k: not plain(k))]
+                            + ([(free.knobs, free)] if free else [])):
+            sc = sc or score(graph, d, knobs_c, arch)
+            if sc.ok and sc.time_us < best.time_us:
+                best = sc
+                tap_choice = {n: knobs_c[n] for n in TAP_KNOBS + ("split_k", "stream_k", "mma")
+                              if n in knobs_c}
+                if "BM" in knobs_c:
+                    tap_choice["tile"] = f"{knobs_c['BM']}x{knobs_c['BN']}x{knobs_c['BK']}"
         rows.append({"graph": graph.name, "dispatch": d.name, "kind": before.kind,
                      "roofline_us": roof, "before_us": before.best.time_us,
                      "split_us": after_split.time_us, "split": split,
-                     "after_us": best.time_us, "chosen": sk_choice,
+                     "after_us": after_sk.time_us, "chosen": sk_choice,
+                     "taps_us": best.time_us, "taps": tap_choice,
                      "wall_s": time.perf_counter() - t0})
     return rows
 
@@ -171,22 +194,25 @@ def main(argv=None) -> int:
         graphs = [CASES[c]() for c in args.cases.split(",")]
     rows = []
     print(f"{'dispatch':40} {'roof us':>7} {'before':>8} {'x':>5} {'split':>8} {'x':>5} "
-          f"{'stream-K':>8} {'x':>5}  chosen   (simulated predictions, {arch.name}, budget "
-          f"{args.budget})")
+          f"{'stream-K':>8} {'x':>5} {'taps':>8} {'x':>5}  chosen   (simulated predictions, "
+          f"{arch.name}, budget {args.budget})")
     for g in graphs:
         for r in bench(g, arch, args.budget):
             rows.append(r)
-            xb, xs, xa = (r[k] / r["roofline_us"] for k in ("before_us", "split_us", "after_us"))
+            xb, xs, xa, xt = (r[k] / r["roofline_us"]
+                              for k in ("before_us", "split_us", "after_us", "taps_us"))
             print(f"{(r['graph'] + '/' + r['dispatch'])[-40:]:40} {r['roofline_us']:7.2f} "
                   f"{r['before_us']:8.2f} {xb:5.1f} {r['split_us']:8.2f} {xs:5.1f} "
-                  f"{r['after_us']:8.2f} {xa:5.1f}  {r['chosen']}", flush=True)
+                  f"{r['after_us']:8.2f} {xa:5.1f} {r['taps_us']:8.2f} {xt:5.1f}  "
+                  f"{r['chosen']} -> {r['taps']}", flush=True)
     if rows:
         gains = [r["split_us"] / r["after_us"] for r in rows]
         print(f"median gain of stream-K over split {statistics.median(gains):.2f}x over "
               f"{len(rows)} dispatches; worst x-roofline before "
               f"{max(r['before_us'] / r['roofline_us'] for r in rows):.1f}, split "
               f"{max(r['split_us'] / r['roofline_us'] for r in rows):.1f}, stream-K "
-              f"{max(r['after_us'] / r['roofline_us'] for r in rows):.1f}")
+              f"{max(r['after_us'] / r['roofline_us'] for r in rows):.1f}, taps "
+              f"{max(r['taps_us'] / r['roofline_us'] for r in rows):.1f}")
     return 0
 
 

@@ -64,8 +64,11 @@ workgroups each walk an even share of the tiles x K-tiles iterations across tile
 boundaries, storing one partial per tile segment; a fix-up kernel sums each tile's
 segments in order and applies the epilogue once (:func:`lower_stream_k`).
 
-Simplifications: f32 math (f16 buffers widen on load); one register prefetch stage, no
-LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
+Two tiles of register prefetch (knob ``prefetch`` = 2, :meth:`_Builder.k_loop_two_ahead`):
+two register sets alternate, so a tile's global loads have two steps of math to arrive.
+
+Simplifications: f32 math (f16 buffers widen on load); register prefetch only (one or
+two tiles), no LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
 or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
 """
 from __future__ import annotations
@@ -79,7 +82,7 @@ from gpusim.hw import Arch
 from compiler.ir.graph import Graph
 from compiler.ir.ranges import fits_int8
 from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load)
-from compiler.lower.conv import conv_root_index, setup_conv_gemm
+from compiler.lower.conv import K_ORDERS, conv_root_index, setup_conv_gemm, tap_tile_why
 from compiler.lower.operands import Operand, _add, _affine_strides, _and, _div, _mod, _mul
 from compiler.lower.emitter import (RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key)
 from compiler.lower.layout import (forward_index, is_identity, output_maps, output_vectors, unit_only_reshape)
@@ -95,10 +98,12 @@ MMAS = ("fma", "mfma")
 MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1,
-            "stream_k": 0}
+            "stream_k": 0, "k_order": "layout", "tap_mask": 0, "prefetch": 1}
 #: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
 #: or one more K tiles, see check_schedule)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+#: prefetch values: K tiles of global loads in flight ahead of the math (register sets)
+PREFETCH = (1, 2)
 #: stream_k values: persistent workgroups per CU (0: off; see :class:`StreamK`)
 STREAM_K = (0, 1, 2)
 #: mma=mfma: the wave block TM x TN picks the instruction.
@@ -109,11 +114,15 @@ MFMA_FOR_BLOCK = {32: "32x32x2f32", 16: "16x16x4f32"}
 class Gemm:
     """The GEMM view of a matmul/conv root: sizes, operands, root index of (b, m, n)."""
 
-    def __init__(self, graph: Graph, dispatch):
+    def __init__(self, graph: Graph, dispatch, k_order: str = "layout"):
         self.graph = graph
         root = graph.op(dispatch.root)
         self.root = root
         self.kind = root.kind
+        #: a conv's K order (``compiler.lower.conv.K_ORDERS``); a matmul's is "layout"
+        self.k_order = k_order
+        if k_order != "layout" and root.kind != "conv2d":
+            raise LoweringError(f"k_order={k_order!r}: only a conv has taps to order")
         #: the accumulator's dtype: f32, or i32 for an integer GEMM (MatMulInteger,
         #: QLinearMatMul: exact products and sums, wrapping at 32 bits as the hardware's)
         self.dtype = "i32" if root.type.dtype == "i32" else "f32"
@@ -223,7 +232,7 @@ class Gemm:
 
     # ---------------------------------------------------------------- conv
     def _conv(self, dispatch):
-        setup_conv_gemm(self, dispatch)
+        setup_conv_gemm(self, dispatch, self.k_order)
 
     # ---------------------------------------------------------------- root index
     def root_index(self, b, m, n):
@@ -387,6 +396,27 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         inner_len = tile[1] if opnd.inner == "c" else tile[0]
         if inner_len % v:
             return f"{name}={v} does not divide the tile's inner size {inner_len}"
+    k_order = s.get("k_order", "layout")
+    if k_order not in K_ORDERS:
+        return f"k_order={k_order!r} not in {K_ORDERS}"
+    if k_order != gemm.k_order:
+        return f"k_order={k_order!r}: the GEMM view was built for k_order={gemm.k_order!r}"
+    if k_order == "tap":
+        why = tap_tile_why(gemm.geo, BK)
+        if why:
+            return why
+    prefetch = s.get("prefetch", 1)
+    if prefetch not in PREFETCH:
+        return f"prefetch={prefetch!r} not in {PREFETCH}"
+    if prefetch == 2 and (s.get("stream_k", 0) or ceil_div(gemm.K, BK) % int(s.get("split_k", 1))):
+        return ("prefetch=2: stream-K's and an uneven split-K's per-workgroup K bounds keep "
+                "one tile of prefetch")
+    tap_mask = s.get("tap_mask", 0)
+    if tap_mask not in (0, 1):
+        return f"tap_mask={tap_mask!r} not in (0, 1)"
+    if tap_mask and gemm.A.im2col_mask is None:
+        return ("tap_mask=1: only a conv of several taps in k_order=layout has a padding "
+                "test per tap to keep as a mask")
     S = int(s.get("split_k", 1))
     if S not in SPLITS:
         return f"split_k={S} not in {SPLITS}"
@@ -431,7 +461,7 @@ def vgpr_estimate(s, threads) -> int:
     """Accumulators + one K-vector of A and B per micro-tile row/column + staged elements
     + LDS row addresses + index registers (mfma: the block's accumulators per lane)."""
     BM, BN, BK, TM, TN = (int(s[k]) for k in ("BM", "BN", "BK", "TM", "TN"))
-    staging = ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)
+    staging = (ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)) * int(s.get("prefetch", 1))
     if s.get("mma", "fma") == "mfma":
         nacc = program.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][3]
         return nacc + 2 * mfma_read_width(s) + staging + 2 + 16
@@ -444,7 +474,7 @@ def lower_contraction(graph: Graph, dispatch, schedule: dict, arch: Arch):
     ``split_k`` > 1 a ``KernelSequence``: the partial kernel (see :func:`lower_split_k`)
     then the reduction kernel that applies the epilogue once."""
     s = {**DEFAULTS, **schedule}
-    gemm = Gemm(graph, dispatch)
+    gemm = Gemm(graph, dispatch, s["k_order"])
     gemm.arch = arch
     why = check_schedule(gemm, s, arch)
     if why:
@@ -647,6 +677,8 @@ class _Builder:
         dim with ``v``-wide loads and stored K-innermost: a vector along K stays one
         ds_write (split when a 1-element pad misaligns it), a vector along M/N becomes
         ``v`` transposing ds_write_b32."""
+        if opnd.taps is not None:
+            return self.stage_taps(opnd, v, tile, base, r0, c0, b, loads_out, stores_out, kdim)
         R, C = tile
         inner_is_c = opnd.inner == "c"
         outer_len, inner_len = (R, C) if inner_is_c else (C, R)
@@ -675,7 +707,9 @@ class _Builder:
             elif opnd.im2col is not None and kdim == "c":
                 # the tile row (an output position) is the same on every K tile: its
                 # part of the address and its guards are registers set before the loop
-                rows_part, col_part = self.hoisted_rows(opnd, step, r, ci, b, row_test, loads_out)
+                rows_part, col_part = self.hoisted_rows(
+                    opnd, step, r, ci, b, row_test, loads_out,
+                    None if self.s["lds_pad"] == "xor" else self.lds_index(base, ro, ci))
                 stmts.append(program.Assign(kv := self.var("im_k"), iadd(c0, rows_part["col"])))
                 c = kv
                 col_test = c < opnd.cols - (v - 1 if inner_is_c else 0) if opnd.cols % C else None
@@ -697,14 +731,9 @@ class _Builder:
                 stmts.append(program.If(valid, tuple(loads)))
             lstmts, stmts = stmts, []
             row, k = (ro, ci) if kdim == "c" else (ci, ro)
-            if along_k and (self.pad != 1 or v == 1):
-                stmts.append(program.LdsStore("lds", self.lds_index(base, row, k), regs))
-            elif along_k:
-                stmts += [program.LdsStore("lds", self.lds_index(base, row, iadd(k, e)), (regs[e],))
-                          for e in range(v)]
-            else:
-                stmts += [program.LdsStore("lds", self.lds_index(base, iadd(row, e), k), (regs[e],))
-                          for e in range(v)]
+            held = self.rows_cache.get((opnd.tensor, step), {}).get("lds") \
+                if opnd.im2col is not None and kdim == "c" else None
+            stmts += self.lds_stores(base, row, k, regs, along_k, held)
             if total % self.threads and step == total // self.threads:
                 # registers of a partial step: defined on every path for the validator
                 loads_out += [program.Assign(x, self.zero()) for x in regs]
@@ -714,23 +743,115 @@ class _Builder:
                 loads_out += lstmts
                 stores_out += stmts
 
-    def hoisted_rows(self, opnd, step, r, c_local, b, row_valid, out):
+    def lds_stores(self, base, row, k, regs, along_k, held=None) -> list:
+        """The LDS stores of one staged vector at (row, k) of a K-innermost tile: one
+        store along K (split when a 1-element pad misaligns it), ``v`` transposing
+        stores along M/N. ``held``: a register holding the (row, k) address, set
+        before the K loop (the other elements are constant offsets from it)."""
+        v = len(regs)
+
+        def at(dr, dk):
+            if held is not None:
+                return iadd(held, dr * self.row_len + dk) if dr or dk else held
+            return self.lds_index(base, iadd(row, dr) if dr else row, iadd(k, dk) if dk else k)
+        if along_k and (self.pad != 1 or v == 1):
+            return [program.LdsStore("lds", at(0, 0), regs)]
+        if along_k:
+            return [program.LdsStore("lds", at(0, e), (regs[e],)) for e in range(v)]
+        return [program.LdsStore("lds", at(e, 0), (regs[e],)) for e in range(v)]
+
+    def stage_taps(self, opnd, v, tile, base, r0, c0, b, loads_out, stores_out, kdim):
+        """:meth:`stage` for a conv operand in ``k_order=tap`` (``Operand.taps``): the K
+        tile lies inside one filter tap (BK divides C/G), so its tap, first channel and
+        their offset are computed once per tile as wave-uniform scalars; each staged
+        element adds its per-thread register (set before the K loop, like its LDS store
+        address and the tap mask of its output position) to that: one VALU add, plus a
+        shift and a mask for the padding test. No K bounds test: K = taps x C/G is a
+        whole number of tiles."""
+        R, C = tile
+        inner_is_c = opnd.inner == "c"
+        outer_len, inner_len = (R, C) if inner_is_c else (C, R)
+        per_row = inner_len // v
+        total = outer_len * per_row
+        t = program.thread_id()
+        along_k = opnd.inner == kdim
+        fixed, per_tile = opnd.taps
+        k0, x0 = (c0, r0) if kdim == "c" else (r0, c0)
+        xsize, xtile = (opnd.rows, R) if kdim == "c" else (opnd.cols, C)
+        along_x = not along_k  # the load's vector runs along the non-K index
+        uniform = {}
+
+        def let_tile(hint, value):  # one scalar register per K tile and operand
+            if hint not in uniform:
+                uniform[hint] = self.let(f"tp_{hint}", program.as_expr(value), loads_out) \
+                    if isinstance(value, program.Expr) and not isinstance(
+                        value, (program.Var, program.Const)) else value
+            return uniform[hint]
+        xor = self.s["lds_pad"] == "xor" and self.BK // 4 > 1
+        for step in range(ceil_div(total, self.threads)):
+            q = iadd(t, step * self.threads)
+            outer, inner = idiv(q, per_row), imul(imod(q, per_row), v)
+            ro, co = (outer, inner) if inner_is_c else (inner, outer)
+            xl, kl = (ro, co) if kdim == "c" else (co, ro)
+            row, k = (ro, co) if kdim == "c" else (co, ro)
+            key = ("taps", opnd.tensor, step)
+            if key not in self.rows_cache:  # the first tile: before the K loop
+                x = self.let("tp_x", iadd(x0, xl), loads_out)
+                kr = self.let("tp_kl", kl, loads_out)
+                named = fixed(b, x, kr, lambda hint, val: self.let(
+                    f"tp_{hint}", program.as_expr(val), loads_out))
+                parts = {n: self.let(f"tp_{n}", program.as_expr(val), loads_out)
+                         for n, val in named.items()}
+                if xsize % xtile:
+                    parts["x_ok"] = self.let(
+                        "tp_x_ok", x < xsize - (v - 1 if along_x else 0), loads_out)
+                if not xor:
+                    parts["lds"] = self.let("tp_lds", self.lds_index(base, row, k), loads_out)
+                self.rows_cache[key] = parts
+            parts = self.rows_cache[key]
+            off, tvalid = per_tile(parts, k0, let_tile)
+            valid = _and(parts.get("x_ok"), tvalid)
+            regs = tuple(self.var(f"st_{opnd.tensor}", self.dt) for _ in range(v))
+            loads = [program.Load(regs, opnd.buffer, off)]
+            if valid is None:
+                lstmts = loads
+            else:
+                lstmts = [program.Assign(x, self.zero()) for x in regs]
+                lstmts.append(program.If(valid, tuple(loads)))
+            stmts = self.lds_stores(base, row, k, regs, along_k, parts.get("lds"))
+            if total % self.threads and step == total // self.threads:
+                loads_out += [program.Assign(x, self.zero()) for x in regs]
+                loads_out.append(program.If(q < total, tuple(lstmts)))
+                stores_out.append(program.If(q < total, tuple(stmts)))
+            else:
+                loads_out += lstmts
+                stores_out += stmts
+
+    def hoisted_rows(self, opnd, step, r, c_local, b, row_valid, out, lds_at=None):
         """(the row part of ``opnd.im2col`` for this thread's row ``r`` of staging step
         ``step``, the column part): the row part's values (and the row's own bounds test
         ``row_valid``) become registers the first time, appended to ``out`` (the first
         tile's loads, before the K loop, outside any guard), and are reused by every
         later tile. The column's bounds test (a ragged last K tile) stays per tile."""
         key = (opnd.tensor, step)
+        # tap_mask=1: the padding test as a bit of a tap mask, and the element's LDS
+        # store address held in a register too (``Operand.im2col_mask``)
+        split = opnd.im2col_mask if int(self.s.get("tap_mask", 0)) and \
+            opnd.im2col_mask is not None else opnd.im2col
         if key not in self.rows_cache:
             rv = self.let("im_m", r, out)
             col = self.let("im_c", c_local, out)
+            named = split[0](b, rv, lambda hint, v: self.let(f"im_{hint}", program.as_expr(v), out)) \
+                if split is opnd.im2col_mask else split[0](b, rv)
             parts = {name: self.let(f"im_{name}", program.as_expr(v), out)
-                     for name, v in opnd.im2col[0](b, rv).items()}
+                     for name, v in named.items()}
             parts["col"] = col
             if row_valid is not None:
                 parts["row_ok"] = self.let("im_row_ok", row_valid, out)
+            if split is opnd.im2col_mask and lds_at is not None:
+                parts["lds"] = self.let("im_lds", lds_at, out)
             self.rows_cache[key] = parts
-        return self.rows_cache[key], opnd.im2col[1]
+        return self.rows_cache[key], split[1]
 
     # ---------------------------------------------------------------- build
     def build(self) -> program.Kernel:
@@ -1085,6 +1206,8 @@ class _Builder:
                                          trips_hint=trips))
             self.body += compute() + [program.Barrier()]
             return
+        if nk > 2 and int(self.s.get("prefetch", 1)) == 2:
+            return self.k_loop_two_ahead(stage_tile, compute, nk)
         if nk > 1:
             k_next = imul(iadd(kt, 1), BK)
             if self.phase == "partial":
@@ -1093,6 +1216,45 @@ class _Builder:
             lo, st = stage_tile(k0)
             kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
             self.body.append(program.For(kt, program.i32(0), program.i32(nk - 1), 1, tuple(kbody)))
+        self.body += compute() + [program.Barrier()]
+
+    def k_loop_two_ahead(self, stage_tile, compute, nk):
+        """The K loop with two tiles of register prefetch (``prefetch=2``): the global
+        loads of tile t+2 are issued before the math on tile t, into the register set
+        that tile t's LDS store freed one step earlier, so a load has two steps of math
+        and barriers to arrive instead of one (a workgroup alone on its SIMDs waits out
+        the whole global latency every K tile otherwise). Two register sets A and B
+        alternate, so the loop body is two steps; an odd step and the last two tiles are
+        peeled (every load stays inside K, as in :meth:`k_loop`)."""
+        BK = self.BK
+        base = self.k_base if self.phase == "partial" else 0
+        ka, kb = self.var("k0a"), self.var("k0b")
+        lo_a, st_a = stage_tile(ka)
+        lo_b, st_b = stage_tile(kb)
+
+        def k_of(tile):
+            return iadd(base, tile) if self.phase == "partial" else tile
+
+        def step(k_var, k_value, loads, stores):  # issue one set's loads, math, store the other
+            return ([program.Assign(k_var, k_value)] + loads + compute() + [program.Barrier()]
+                    + stores + [program.Barrier()])
+        # tile 0 is in LDS (stage_first_tile); tile 1 goes to set B
+        self.body += [program.Assign(kb, k_of(program.i32(BK)))] + lo_b
+        pairs, odd = divmod(nk - 2, 2)
+        if pairs:
+            p = self.var("kp")
+            first = k_of(imul(iadd(imul(p, 2), 2), BK))
+            second = k_of(imul(iadd(imul(p, 2), 3), BK))
+            body = step(ka, first, lo_a, st_b) + step(kb, second, lo_b, st_a)
+            # rolled: hipcc unrolling it whole keeps every tile's loads live at once (a
+            # 32x32 FMA tile reached 298 VGPRs and spilled, against 220 estimated)
+            self.body.append(program.For(p, program.i32(0), program.i32(pairs), 1, tuple(body),
+                                         rolled=True))
+        last_stores = st_b
+        if odd:  # tile nk-1 goes to set A
+            self.body += step(ka, k_of(program.i32((nk - 1) * BK)), lo_a, st_b)
+            last_stores = st_a
+        self.body += compute() + [program.Barrier()] + last_stores + [program.Barrier()]
         self.body += compute() + [program.Barrier()]
 
     # ---------------------------------------------------------------- split-K combine

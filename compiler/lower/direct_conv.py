@@ -21,7 +21,11 @@ from compiler.lower.emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod
 
 #: The direct lowering unrolls every tap of a group's window per output element; past
 #: this many (C/G * kH * kW) the implicit GEMM's tiled reuse wins and the code would bloat.
-DIRECT_MAX_TAPS = 32
+#: 49 covers a 7x7 depthwise conv (ConvNeXt): at 32 it went through the implicit GEMM
+#: with N = 1 (one filter per group, a 1-column tile), 15.86 us simulated for ConvNeXt's
+#: 14x14x384 against 7.45 direct (issue 27; docs/kernels.md). The direct points are
+#: always tried beside the GEMM's, so the search keeps whichever is faster.
+DIRECT_MAX_TAPS = 49
 DIRECT_WORKGROUPS = (64, 256)
 
 

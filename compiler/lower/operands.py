@@ -73,6 +73,14 @@ class Operand:
         #: numbers as ``offset_fn`` (a conv's activation: ``compiler.lower.conv``), so a
         #: K loop keeps the row part in registers (``_Builder.stage``)
         self.im2col = None
+        #: (fixed(b, x, kl) -> {name: value}, tile(parts, k0, let) -> (offset, valid)) or
+        #: None: a conv operand in ``k_order=tap`` (``compiler.lower.conv``): the part of
+        #: its non-K index x and in-tile K index kl, kept in registers across the K loop,
+        #: and the K tile's wave-uniform part (``_Builder.stage_taps``)
+        self.taps = None
+        #: ``im2col``'s variant with the padding test as one bit of a per-thread tap mask
+        #: (the schedule knob ``tap_mask``), or None
+        self.im2col_mask = None
 
     def analyse(self, batch: int):
         """Largest legal vector width along rows and cols, from the exact offset table."""

@@ -6,7 +6,9 @@ for small-M GEMMs that cannot fill the GPU with workgroups), LDS row padding ``l
 (0, 1 element: odd stride but scalar LDS reads, 4: one 16 B vector, "xor" chunks), global
 load widths ``vec_a``/``vec_b`` (the widest legal, not a free knob: narrower only issues
 more instructions), the output ``swizzle`` placement and ``mma``: ``fma`` (VALU
-micro-tiles) or ``mfma`` (one matrix-core block per wave, CDNA only).
+micro-tiles) or ``mfma`` (one matrix-core block per wave, CDNA only); ``prefetch`` (K
+tiles of loads in flight) and, for a conv, the staging knobs ``tap_mask`` and ``k_order``
+(``compiler.lower.conv``), each crossed with the tiles where it applies (issue 27).
 
 The tiles are a short ranked list (small-M tiles with split-K first, then the classic
 64x64); each is crossed with the swizzle placements, and the first tile also with every
@@ -25,6 +27,7 @@ from compiler.lower.common import LoweringError
 from compiler.lower.common import ceil_div
 from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, STREAM_K, SWIZZLES, Gemm,
                                         check_schedule)
+from compiler.lower.conv import tap_order_why
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
 from compiler.lower.layout import forward_index, output_maps
@@ -55,6 +58,17 @@ class Knobs:
     split_k: int = knob(DEFAULTS["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
                                       "partial sums in a workspace, then a reduction "
                                       "kernel that applies the epilogue once)")
+    k_order: str = knob(DEFAULTS["k_order"], "a conv's K order: layout (NCHW: (ci, ky, kx), NHWC: "
+                                      "(ky, kx, ci)) or tap ((ky, kx, ci) with BK dividing "
+                                      "C/G: each K tile inside one tap, its address part "
+                                      "wave-uniform; compiler.lower.conv)")
+    prefetch: int = knob(DEFAULTS["prefetch"], "K tiles of global loads in flight ahead of the "
+                                        "math (register sets; 2 is one-kernel or even "
+                                        "split-K only)")
+    tap_mask: int = knob(DEFAULTS["tap_mask"], "k_order=layout conv: 1 keeps each staged row's "
+                                        "padding test as a tap mask and its LDS store "
+                                        "address in registers set before the K loop (0: "
+                                        "both recomputed per K tile)")
     stream_k: int = knob(DEFAULTS["stream_k"], "stream-K persistent workgroups per CU (0: off; W > 0: "
                                         "W x CUs workgroups share the tiles x K-tiles "
                                         "iterations evenly, a fix-up kernel sums each "
@@ -77,6 +91,11 @@ TILES = [  # (BM, BN, BK, TM, TN, KW), best-first prior
 MFMA_TILES = [
     (32, 32, 64, 32, 32, 4), (32, 32, 128, 32, 32, 8), (32, 32, 32, 32, 32, 8),
     (32, 64, 64, 32, 32, 2), (64, 64, 32, 32, 32, 1), (16, 16, 64, 16, 16, 4),
+    # two 16x16 blocks side by side along N: half the workgroups of 16x16x64 (ResNet-50's
+    # 3x3 conv at 28x28: 196 workgroups, one per CU, instead of 392 with 88 CUs doubled);
+    # its VGPR estimate met hipcc (38-42, gfx90a and gfx940) on the three points of that
+    # conv checked (prefetch 1 and 2, tap_mask 0 and 1; docs/kernels.md)
+    (16, 32, 64, 16, 16, 4),
 ]
 
 #: MFMA tiles that stay opt-in (``--fix mma=mfma``); the others are default candidates on
@@ -178,17 +197,90 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             knobs = {**base, name: 4}
             illegal.append(Candidate(knobs, False,
                                      check_schedule(gemm, knobs, arch)))
+    n_plain = len(legal)
+    tap_legal, tap_illegal = tap_points(graph, dispatch, gemm, arch)
+    if gemm.A.im2col_mask is not None:  # tap_mask=1 on each vector-padded point
+        legal += [Candidate({**c.knobs, "tap_mask": 1}, True, "", c.opt_in)
+                  for c in legal if c.knobs["lds_pad"] == 4]
+    legal += tap_legal
+    if len(legal) + len(tap_illegal) > n_plain:  # every point names both (pins match them)
+        for c in legal + illegal:
+            c.knobs = {**c.knobs, "k_order": c.knobs.get("k_order", "layout"),
+                       "tap_mask": c.knobs.get("tap_mask", 0)}
+    # two tiles of prefetch on each vector-padded point with more than two K tiles (with
+    # fewer it is the same kernel); every point then names the knob
+    deep = [Candidate({**c.knobs, "prefetch": 2}, True, "", c.opt_in) for c in legal
+            if c.knobs["lds_pad"] == 4 and ceil_div(gemm.K, c.knobs["BK"]) > 2
+            and staged_per_thread(c.knobs) <= PREFETCH2_MAX_STAGED]
+    deep = [c for c in deep if not check_schedule(view(gemm, c.knobs), c.knobs, arch)]
+    if deep:
+        for c in legal + illegal + tap_illegal:
+            c.knobs = {**c.knobs, "prefetch": 1}
+        legal += deep
     legal.sort(key=lambda c: _prior(c.knobs))
-    out = legal + [fallback_candidate(gemm, arch)] + illegal
+    out = legal + [fallback_candidate(gemm, arch)] + illegal + tap_illegal
     out = with_direct_conv(graph, dispatch, with_stream_k(gemm, with_split_k(gemm, out, arch), arch))
-    for name, off in (("split_k", 1), ("stream_k", 0)):
+    for name, off in (("split_k", 1), ("stream_k", 0), ("k_order", "layout"), ("tap_mask", 0),
+                      ("prefetch", 1)):
         if any(name in c.knobs for c in out):
             # the direct conv is one kernel too: ``--fix split_k=1`` (``stream_k=0``)
-            # keeps it in the running
+            # keeps it in the running; it has no K order either
             for c in out:
                 if c.knobs.get("lowering") == "direct":
                     c.knobs = {**c.knobs, name: off}
     return out
+
+
+def tap_points(graph, dispatch, gemm, arch: Arch) -> tuple[list, list]:
+    """(legal, illegal) ``k_order=tap`` points of a conv (``compiler.lower.conv``): each
+    tile (vector-padded LDS rows) whose BK divides C/G, crossed with the swizzle
+    placements, on the tap-ordered GEMM view (kept as ``gemm.tap_view`` for the split-K
+    and stream-K points built on them); a conv the order cannot stage gets one illegal
+    point saying why. A matmul gets none."""
+    gemm.tap_view = None
+    if gemm.kind != "conv2d":
+        return [], []
+    why = tap_order_why(gemm.geo)
+    if why:
+        return [], [Candidate({**FALLBACK, "k_order": "tap"}, False, why)]
+    tg = gemm.tap_view = Gemm(graph, dispatch, "tap")
+    va, vb = tg.A.max_vec[tg.A.inner], tg.B.max_vec[tg.B.inner]
+    # the order makes an OIHW filter strided along K (scalar filter loads, 1/9 of each
+    # line per tile of a 3x3): slower than the layout order on every ResNet-50 3x3 tile
+    # measured (docs/kernels.md), so there it is opt-in (``--fix k_order=tap``)
+    strided = "k_order" if vb < gemm.B.max_vec[gemm.B.inner] else ""
+    legal, illegal = [], []
+    points = [("fma", t) for t in TILES] + [("mfma", t) for t in MFMA_TILES]
+    for mma, (bm, bn, bk, tm, tn, kw) in points:
+        for swz in SWIZZLES:
+            knobs = {"mma": mma, "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn, "KW": kw,
+                     "lds_pad": 4, "vec_a": va, "vec_b": vb, "swizzle": swz, "k_order": "tap"}
+            why = check_schedule(tg, knobs, arch)
+            if why and (mma == "mfma" and not arch.mfma_passes or illegal):
+                continue  # one illegal point says why
+            opt_in = "mma" if mma == "mfma" and (bm, bn, bk, tm, tn, kw) in MFMA_OPT_IN \
+                else strided
+            (illegal if why else legal).append(Candidate(knobs, not why, why, opt_in))
+    return legal, illegal
+
+
+#: prefetch=2 is offered where one register set stages at most this many elements per
+#: thread: a 64-thread 32x32x16 FMA tile (16 per set) took 298 VGPRs under hipcc and
+#: spilled, against gpusim's estimate of 220 (tests/test_conv_taps.py)
+PREFETCH2_MAX_STAGED = 8
+
+
+def staged_per_thread(k: dict) -> int:
+    """Elements of A and B one thread stages per K tile."""
+    threads = (k["BM"] // k["TM"]) * (k["BN"] // k["TN"]) * k["KW"]
+    if k["mma"] == "mfma":
+        threads *= 64  # one wave per TM x TN block (wave64: MFMA is CDNA only)
+    return ceil_div(k["BM"] * k["BK"], threads) + ceil_div(k["BK"] * k["BN"], threads)
+
+
+def view(gemm, knobs: dict):
+    """The GEMM view a point's knobs were checked on (``k_order=tap``: the tap order's)."""
+    return gemm.tap_view if knobs.get("k_order") == "tap" else gemm
 
 
 def with_split_k(gemm, space: list, arch: Arch) -> list:
@@ -209,13 +301,14 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
         grid = gemm.batch * ceil_div(gemm.M, k["BM"]) * ceil_div(gemm.N, k["BN"])
         if grid >= arch.num_cus or k["lds_pad"] != 4:
             continue  # the padding choice is the one-kernel space's (first tile only)
-        ok = [S for S in SPLITS[1:] if not check_schedule(gemm, {**k, "split_k": S}, arch)]
+        ok = [S for S in SPLITS[1:] if not check_schedule(view(gemm, k), {**k, "split_k": S}, arch)]
         under = [S for S in ok if grid * S < arch.num_cus]
         fills = [S for S in ok if grid * S >= arch.num_cus]
         tries = fills[:1] or under[-1:]
         if not tries:
             knobs = {**k, "split_k": SPLITS[1]}
-            extra.append(Candidate(knobs, False, check_schedule(gemm, knobs, arch), c.opt_in))
+            extra.append(Candidate(knobs, False, check_schedule(view(gemm, k), knobs, arch),
+                                   c.opt_in))
         for S in tries:
             cand = Candidate({**k, "split_k": S}, True, "", c.opt_in)
             extra.append(cand)
@@ -260,7 +353,7 @@ def with_stream_k(gemm, space: list, arch: Arch) -> list:
         if grid % arch.num_cus == 0 or grid >= STREAM_K_MAX_WAVES * arch.num_cus:
             continue
         knobs = {**k, "stream_k": 1}
-        why = check_schedule(gemm, knobs, arch)
+        why = check_schedule(view(gemm, k), knobs, arch)
         if why and any(not e.legal for e in extra):
             continue
         extra.append(Candidate(knobs, not why, why, c.opt_in))
