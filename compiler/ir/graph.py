@@ -288,6 +288,13 @@ class Graph:
     def __len__(self):
         return self.g.number_of_nodes()
 
+    def __getstate__(self):
+        """Pickled (for a worker or a cluster) without the lowering's per-dispatch
+        analyses (``compiler.lower.contraction.analysed_gemm``): a cache, rebuilt there."""
+        state = dict(self.__dict__)
+        state.pop("_analysed_gemms", None)
+        return state
+
     def __contains__(self, name):
         return name in self.g
 
