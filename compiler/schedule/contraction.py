@@ -208,10 +208,14 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
             c.knobs = {**c.knobs, "k_order": c.knobs.get("k_order", "layout"),
                        "tap_mask": c.knobs.get("tap_mask", 0)}
     # two tiles of prefetch on each vector-padded point with more than two K tiles (with
-    # fewer it is the same kernel); every point then names the knob
+    # fewer it is the same kernel); every point then names the knob. Not for an integer
+    # GEMM (i32 accumulator): hipcc treats its K loop differently (kept, every fragment
+    # read hoisted: docs/dtypes.md) and MatMulInteger's 4-K-tile GEMM with prefetch=2 took
+    # 324-328 VGPRs under hipcc on gfx90a against an estimate of 67 (one wave per SIMD)
     deep = [Candidate({**c.knobs, "prefetch": 2}, True, "", c.opt_in) for c in legal
             if c.knobs["lds_pad"] == 4 and ceil_div(gemm.K, c.knobs["BK"]) > 2
-            and staged_per_thread(c.knobs) <= PREFETCH2_MAX_STAGED]
+            and staged_per_thread(c.knobs) <= PREFETCH2_MAX_STAGED
+            and gemm.dtype != "i32"]
     deep = [c for c in deep if not check_schedule(view(gemm, c.knobs), c.knobs, arch)]
     if deep:
         for c in legal + illegal + tap_illegal:
