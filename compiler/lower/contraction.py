@@ -468,6 +468,17 @@ def vgpr_estimate(s, threads) -> int:
     return TM * TN + read_width(s) * (TM + TN) + staging + TM + TN + 16
 
 
+def _staging_walk(opnd, v: int, tile, kdim: str) -> tuple:
+    """How a tile is staged: (whether the operand's contiguous dim is its columns, vectors
+    per contiguous row, vectors in the tile, whether the vectors run along K): shared by
+    ``stage`` and ``stage_taps``, which walk a tile the same way."""
+    R, C = tile
+    inner_is_c = opnd.inner == "c"
+    outer_len, inner_len = (R, C) if inner_is_c else (C, R)
+    per_row = inner_len // v
+    return inner_is_c, per_row, outer_len * per_row, opnd.inner == kdim
+
+
 # ------------------------------------------------------------------ the lowering
 def analysed_gemm(graph: Graph, dispatch, k_order: str) -> Gemm:
     """``Gemm(graph, dispatch, k_order)``, built once per dispatch and K order and kept on
@@ -700,12 +711,8 @@ class _Builder:
         if opnd.taps is not None:
             return self.stage_taps(opnd, v, tile, base, r0, c0, b, loads_out, stores_out, kdim)
         R, C = tile
-        inner_is_c = opnd.inner == "c"
-        outer_len, inner_len = (R, C) if inner_is_c else (C, R)
-        per_row = inner_len // v
-        total = outer_len * per_row
+        inner_is_c, per_row, total, along_k = _staging_walk(opnd, v, tile, kdim)
         t = program.thread_id()
-        along_k = opnd.inner == kdim
         for step in range(ceil_div(total, self.threads)):
             q = iadd(t, step * self.threads)
             stmts = []
@@ -789,12 +796,8 @@ class _Builder:
         shift and a mask for the padding test. No K bounds test: K = taps x C/G is a
         whole number of tiles."""
         R, C = tile
-        inner_is_c = opnd.inner == "c"
-        outer_len, inner_len = (R, C) if inner_is_c else (C, R)
-        per_row = inner_len // v
-        total = outer_len * per_row
+        inner_is_c, per_row, total, along_k = _staging_walk(opnd, v, tile, kdim)
         t = program.thread_id()
-        along_k = opnd.inner == kdim
         fixed, per_tile = opnd.taps
         k0, x0 = (c0, r0) if kdim == "c" else (r0, c0)
         xsize, xtile = (opnd.rows, R) if kdim == "c" else (opnd.cols, C)
