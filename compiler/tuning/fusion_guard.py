@@ -42,18 +42,19 @@ def _same_op(ga, gb, n) -> bool:
     return a.kind == b.kind and a.inputs == b.inputs and a.type == b.type
 
 
-def parts_of(plan, d, conservative, tuned_c) -> list:
+def parts_of(plan, d, conservative, tuned_c, part_ops: list | None = None) -> list:
     """The tuned conservative dispatches whose compute ops all lie in dispatch ``d``
-    (a conservative dispatch recomputing nothing outside ``d``)."""
+    (a conservative dispatch recomputing nothing outside ``d``). ``part_ops``: each
+    conservative dispatch's compute ops, when the caller asks for many ``d``."""
     ops = _compute_ops(plan.graph, d)
-    out = []
-    for c, t in zip(conservative.dispatches, tuned_c):
-        cops = _compute_ops(conservative.graph, c)
+    if part_ops is None:
+        part_ops = [_compute_ops(conservative.graph, c) for c in conservative.dispatches]
+    out, covered = [], set()
+    for cops, t in zip(part_ops, tuned_c):
         if cops and cops <= ops and all(_same_op(plan.graph, conservative.graph, n)
                                         for n in cops):
             out.append(t)
-    covered = set().union(*(_compute_ops(conservative.graph, t.dispatch) for t in out)) \
-        if out else set()
+            covered |= cops
     return out if covered == ops else []
 
 
@@ -92,8 +93,9 @@ def guard(plan, tuned: list, conservative, tuned_c: list, launch_delta_us: float
     beyond the stream launch its simulated time includes (a HIP graph's per-node cost
     minus it), so the comparison counts launches as the plan total does."""
     dispatches, out, decisions = [], [], []
+    part_ops = [_compute_ops(conservative.graph, c) for c in conservative.dispatches]
     for i, (d, t) in enumerate(zip(plan.dispatches, tuned)):
-        parts = parts_of(plan, d, conservative, tuned_c)
+        parts = parts_of(plan, d, conservative, tuned_c, part_ops)
         if len(parts) < 2:
             dispatches.append(d)
             out.append(t)

@@ -37,11 +37,10 @@ from gpusim.hw import DEFAULT_ARCH, Arch, get_arch
 
 from compiler.tuning import cluster as runner
 from compiler.ir import numerics, partial
-from compiler.tuning import fusion_guard, rank, refine, sampling, staged, tunedb
+from compiler.tuning import fusion_guard, plancache, rank, refine, sampling, staged, tunedb
 from compiler.ir.graph import Graph, GraphError
 from compiler.lower import LoweringError, dispatch_kind, lower
 from compiler.lower.common import memory_image
-from compiler.fusion import fuse
 from compiler.fusion.plan import Decision, unfused_dispatches
 from compiler.ir.reference import evaluate, random_inputs
 from compiler.schedule import Candidate, check_pins, schedule_space
@@ -374,12 +373,12 @@ SPLIT_ATTENTION = "split-attention"
 SEPARATE_CONTRACTIONS = "separate-contractions"
 
 
-def _part_figures(parts: list) -> dict:
+def _part_figures(parts: list, lds_of=lambda d: d.kernel.lds_bytes) -> dict:
     """Time, HBM bytes, LDS and occupancy of some tuned dispatches (one plan's attention)."""
     return {"us": round(sum(d.best.time_us for d in parts), 3),
             "dispatches": len(parts),
             "hbm_bytes": int(sum(d.best.counters.get("hbm_bytes", 0) for d in parts)),
-            "lds_bytes": max((d.kernel.lds_bytes for d in parts), default=0),
+            "lds_bytes": max((lds_of(d) for d in parts), default=0),
             "waves_per_simd": min((d.best.counters.get("occupancy_waves_per_simd", 0)
                                    for d in parts), default=0)}
 
@@ -389,12 +388,23 @@ def attention_decisions(graph: Graph, fused: list, split: list) -> list:
     dispatches of the same ops in the 3-dispatch plan, with time, HBM bytes, LDS use and
     occupancy of both (simulated predictions)."""
     out = []
+    lds: dict = {}   # identical layers lower to one kernel: its LDS bytes, once
+
+    def lds_of(t):
+        where = getattr(t, "_lower", None)
+        if t.__dict__.get("_kernel") is not None or where is None:
+            return t.kernel.lds_bytes
+        key = (tunedb.dispatch_fingerprint(where[0], t.dispatch),
+               tunedb.knobs_text(t.best.knobs))
+        if key not in lds:
+            lds[key] = t.kernel.lds_bytes
+        return lds[key]
     for d in fused:
         if d.kind != "attention":
             continue
         ops = {n for n in d.dispatch.ops if not graph.op(n).is_view}
         parts = [s for s in split if ops & set(s.dispatch.ops)]
-        f, u = _part_figures([d]), _part_figures(parts)
+        f, u = _part_figures([d], lds_of), _part_figures(parts, lds_of)
         win = f["us"] <= u["us"]
         why = (f"fused attention {f['us']:.2f} us in 1 dispatch ({f['hbm_bytes']} B HBM, "
                f"{f['lds_bytes']} B LDS, {f['waves_per_simd']:.0f} waves/SIMD) vs "
@@ -486,30 +496,33 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
     space_of = {d.name: space for d, space in spaces}
-    plans, orders, rankings = [], {}, {}
+    plans, searches = [], {}
     for (d, space), fp in zip(spaces, fps):
         legal, illegal = legal_candidates(space, fixed, f"dispatch {d.name}")
-        b = dispatch_budget(budget, len(legal))
-        every = b is None or b >= len(legal)
-        est = None
-        if strategy != "random" and not every:
-            # identical dispatches share one ranking (and run the same search)
-            if fp not in rankings:
-                rankings[fp] = _ranking(graph, d, fp, legal, arch, store, version,
-                                        workers, cluster)
-            est = rankings[fp]
-        if strategy == "staged" and fp not in orders:
-            orders[fp] = refine.knob_orders([c.knobs for c in legal])
-        plans.append((d, legal, illegal, fp,
-                      staged.DispatchSearch(legal, est, b, seed, strategy, orders.get(fp))))
+        if fp not in searches:
+            # identical dispatches (one fingerprint: the same space, pins and budget) run
+            # one search: its proposals depend only on the space, the ranking, the seed and
+            # the simulated times, which are the same for every instance
+            b = dispatch_budget(budget, len(legal))
+            every = b is None or b >= len(legal)
+            est = None
+            if strategy != "random" and not every:
+                est = _ranking(graph, d, fp, legal, arch, store, version, workers, cluster)
+            orders = _knob_orders(fp, arch, version, fixed, legal) \
+                if strategy == "staged" else None
+            searches[fp] = staged.DispatchSearch(legal, est, b, seed, strategy, orders)
+        plans.append((d, legal, illegal, fp, searches[fp]))
+    # one entry per distinct search: the first dispatch that runs it
+    firsts = list({fp: i for i, (*_, fp, _) in reversed(list(enumerate(plans)))}.values())
+    firsts.sort()
     task = None
     if progress:
-        total = sum(s.budget for *_, s in plans)
+        total = sum(plans[i][4].budget for i in firsts)
         task = progress.add_task(f"{label or 'scoring'} ({len(plans)} dispatches, "
-                                 f"{len({fp for *_, fp, _ in plans})} distinct)", total=total)
+                                 f"{len(firsts)} distinct)", total=total)
     results: dict = {}  # score key -> row, this run's and the store's
     while True:
-        round_ = [(i, p[4].propose()) for i, p in enumerate(plans)]
+        round_ = [(i, plans[i][4].propose()) for i in firsts]
         if not any(picks for _, picks in round_):
             break
         keys = {i: [tunedb.score_key(plans[i][3], arch, plans[i][1][j].knobs, version)
@@ -533,7 +546,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         results.update(fresh)
         for i, picks in round_:
             plans[i][4].observe([results[k]["time_us"] for k in keys[i]])
-    out = []
+    out, summaries = [], {}
     for d, legal, illegal, fp, search in plans:
         simulated = search.simulated()
         scored = [_scored_of(results[tunedb.score_key(fp, arch, legal[j].knobs, version)],
@@ -556,10 +569,26 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         nbytes, flops = dispatch_bytes(graph, d), dispatch_flops(graph, d)
         t = DispatchTune(d.name, dispatch_kind(graph, d), d, ok[0], ok, illegal, None,
                          nbytes, flops, roofline_us(nbytes, flops, arch))
-        t.search = search.summary(ok[0].knobs)
+        if fp not in summaries:
+            summaries[fp] = search.summary(ok[0].knobs)
+        t.search = summaries[fp]
         t._lower = (graph, arch)
         out.append(t)
     return out
+
+
+_ORDERS: dict = {}
+
+
+def _knob_orders(fp, arch, version, fixed, legal) -> dict:
+    """``refine.knob_orders`` of a dispatch's legal points, once per process for a
+    fingerprint and pins (a tune's plans share most of their dispatches)."""
+    key = (tunedb.space_key(fp, arch, version), tunedb.knobs_text(fixed))
+    if key not in _ORDERS:
+        if len(_ORDERS) > 4096:
+            _ORDERS.clear()
+        _ORDERS[key] = refine.knob_orders([c.knobs for c in legal])
+    return _ORDERS[key]
 
 
 def _estimates(graph, dispatch, fp, legal, arch, store, version) -> list:
@@ -641,7 +670,7 @@ def _spaces(graph, dispatches, fps, arch, store, version) -> list:
     the store (a pure function of the dispatch, the arch and the lowering sources)."""
     keys = [tunedb.space_key(fp, arch, version) for fp in fps]
     known = store.get_many("spaces", keys)
-    fresh, out = {}, []
+    fresh, out, made = {}, [], {}
     for d, key in zip(dispatches, keys):
         if key not in known:
             space = schedule_space(graph, d, arch)
@@ -649,7 +678,9 @@ def _spaces(graph, dispatches, fps, arch, store, version) -> list:
             known[key] = rows
             if json.loads(json.dumps(rows)) == rows:  # knob values JSON keeps as they are
                 fresh[key] = rows
-        out.append([Candidate(**r) for r in known[key]])
+        if key not in made:  # identical dispatches share the (never modified) candidates
+            made[key] = [Candidate(**r) for r in known[key]]
+        out.append(list(made[key]))
     store.put_many("spaces", fresh, version)
     return out
 
@@ -920,11 +951,14 @@ def tune(graph: Graph, arch: Arch | str = DEFAULT_ARCH, *, budget=None, workers=
         if mode == "auto" else (mode,)
     plans = {}
     bounds = {}
+    structure = plancache.structure_fingerprint(graph)
     for m in modes:
         # the attention rule's fused dispatch is one candidate, its 3-dispatch plan another;
         # the wide GEMM of sibling projections one, the separate projections another
-        plan = fuse(graph, aggressive=(m != "conservative"), attention=(m != SPLIT_ATTENTION),
-                    horizontal_gemms=m in ("aggressive", SPLIT_ATTENTION))
+        # (each plan remembered in the store: a warm run forms none)
+        plan = plancache.fused(graph, store, structure, aggressive=(m != "conservative"),
+                               attention=(m != SPLIT_ATTENTION),
+                               horizontal_gemms=m in ("aggressive", SPLIT_ATTENTION))
         key = tuple(tuple(d.ops) for d in plan.dispatches)
         if any(p_key == key for p_key, _ in plans.values()):
             continue  # same plan as an earlier mode: nothing to compare
