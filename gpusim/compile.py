@@ -43,7 +43,9 @@ CMP = {k: o.engine for k, o in IR_BINARY.items() if o.kind == "cmp"}
 UN = {k: o.engine for k, o in IR_UNARY.items()}
 TRANSCENDENTAL = tuple(k for k, o in {**IR_BINARY, **IR_UNARY}.items() if o.transcendental)
 SPECIAL_REG = {"thread_id": 0, "lane": 1, "wave_id": 2, "block_id": 3, "wave_size": 4}
-MEM_KIND = {"f32": 0, "f16": 1, "i32": 2, "bf16": 3}
+#: element kind of each memory dtype, the engine's ``store_elem`` rule (2, 4, 5: integer
+#: memory, held in the int arrays; 4 and 5 one byte per element)
+MEM_KIND = {"f32": 0, "f16": 1, "i32": 2, "bf16": 3, "i8": 4, "u8": 5}
 REDUCE = {"sum": engine.R_SUM, "max": engine.R_MAX, "min": engine.R_MIN}
 
 
