@@ -1,0 +1,122 @@
+"""int8/uint8 tensors in one byte per element (issue 28, item 2): which tensors the
+importer stores as bytes, the i8/u8 kernel buffers and LDS tiles, simulated values
+against numpy, and the bytes an int8 GEMM moves against the widened i32 storage."""
+import pathlib
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import gpusim
+from compiler.frontends.onnx import from_model, load_onnx
+from compiler.fusion import fuse
+from compiler.lower import lower
+from compiler.lower.common import buffers
+from compiler.lower.contraction import Gemm, lds_elems
+from compiler.tuning.search import tune
+
+DTYPES = pathlib.Path(__file__).parent / "data" / "dtypes"
+
+
+def _model(nodes, ins, outs, inits=()):
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(*i) for i in ins],
+                          [helper.make_tensor_value_info(*o) for o in outs], list(inits))
+    return from_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+
+
+def _int8_gemm(m, k, n, seed=0):
+    w = np.random.default_rng(seed).integers(-128, 128, (k, n)).astype(np.int8)
+    return _model([helper.make_node("MatMulInteger", ["a", "w"], ["y"])],
+                  [("a", TensorProto.INT8, [m, k])], [("y", TensorProto.INT32, [m, n])],
+                  [onnx.numpy_helper.from_array(w, "w")]), w
+
+
+@pytest.mark.parametrize("name,byte_buffers", [
+    # the activation quantisation writes the uint8 activation less its zero point of 128:
+    # an i32 value the range analysis puts in [-128, 127], stored as i8; the weights are i8
+    ("qlinear_matmul", {"d0_sub_9": {"sub_9": "i8"}, "d1_matmul_10": {"sub_9": "i8", "b": "i8"}}),
+    ("qlinear_conv", {"d0_sub_9": {"sub_9": "i8"}, "d1_conv2d_10": {"sub_9": "i8", "w": "i8"}}),
+    # uint8 input less a zero point of 131 spans [-131, 124]: the difference stays i32
+    ("matmul_integer", {"d0_sub_0": {"a": "u8"}, "d1_y": {}}),
+])
+def test_fixtures_store_their_8bit_tensors_as_bytes(name, byte_buffers):
+    g = load_onnx(DTYPES / f"{name}.onnx")
+    got = {d.name: {b.name: b.dtype for b in buffers(g, d) if b.dtype in ("i8", "u8")}
+           for d in fuse(g).dispatches}
+    assert got == byte_buffers
+
+
+def test_quantize_and_dequantize_kernels_write_and_read_bytes():
+    """QuantizeLinear to a uint8 output and DequantizeLinear of an int8 input: the u8/i8
+    buffers, simulated on every workgroup equal to the reference (exact)."""
+    scale = onnx.numpy_helper.from_array(np.array(0.05, np.float32), "s")
+    zp = onnx.numpy_helper.from_array(np.array(17, np.uint8), "zp")
+    g = _model([helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"])],
+               [("x", TensorProto.FLOAT, [8, 300])], [("q", TensorProto.UINT8, [8, 300])],
+               [scale, zp])
+    res = tune(g, "gfx942", budget=1, baseline=False, check_all=True)
+    assert not res.mismatches
+    assert [b.dtype for d in res.dispatches for b in d.kernel.buffers] == ["f32", "u8"]
+    zp8 = onnx.numpy_helper.from_array(np.array(-3, np.int8), "zp")
+    g = _model([helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["x"])],
+               [("q", TensorProto.INT8, [8, 300])], [("x", TensorProto.FLOAT, [8, 300])],
+               [scale, zp8])
+    res = tune(g, "gfx90a", budget=1, baseline=False, check_all=True)
+    assert not res.mismatches
+    assert [b.dtype for d in res.dispatches for b in d.kernel.buffers] == ["i8", "f32"]
+
+
+_MFMA = {"BM": 32, "BN": 32, "BK": 64, "TM": 32, "TN": 32, "KW": 2, "lds_pad": 4,
+         "vec_a": 4, "vec_b": 4, "swizzle": "none", "mma": "mfma", "split_k": 1}
+_FMA = {"BM": 32, "BN": 64, "BK": 16, "TM": 2, "TN": 4, "KW": 1, "lds_pad": 0,
+        "vec_a": 4, "vec_b": 4, "swizzle": "none", "mma": "fma", "split_k": 1}
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+@pytest.mark.parametrize("knobs", [_MFMA, _FMA], ids=["mfma", "fma"])
+def test_int8_gemm_is_exact_and_moves_a_quarter_of_the_bytes(arch, knobs):
+    """MatMulInteger int8 x int8 weights: the byte kernel equals numpy; its global loads
+    ask for a quarter of the widened kernel's bytes (A and B, 1 byte an element instead
+    of 4; the i32 result is the same), and on the matrix cores its operand tiles take a
+    quarter of the LDS (plus the KW=2 partial sums' own i32 array)."""
+    m, k, n = 64, 256, 96
+    g, w = _int8_gemm(m, k, n)
+    d = next(d for d in fuse(g).dispatches if g.op(d.root).kind == "matmul")
+    kern = lower(g, d, knobs, arch)
+    assert {b.name: b.dtype for b in kern.buffers} == {"a": "i8", "w": "i8", "y": "i32"}
+    a = np.random.default_rng(1).integers(-128, 128, (m, k)).astype(np.int8)
+    r = gpusim.simulate(kern, arch, {"a": a, "w": w})
+    assert np.array_equal(r.outputs["y"], a.astype(np.int64) @ w.astype(np.int64))
+    c8 = gpusim.simulate(kern, arch, functional=False).counters
+    saved, g.byte_tensors = g.byte_tensors, {}
+    try:
+        wide = lower(g, d, knobs, arch)
+    finally:
+        g.byte_tensors = saved
+    assert {b.dtype for b in wide.buffers} == {"i32"}
+    c32 = gpusim.simulate(wide, arch, functional=False).counters
+    assert c8["global_load_bytes"] * 4 == c32["global_load_bytes"]
+    assert c8["global_store_bytes"] == c32["global_store_bytes"]
+    if knobs["mma"] == "mfma":
+        tiles = (32 + 32) * (64 + 4)
+        assert [(x.dtype, x.nbytes) for x in kern.lds] == [("i8", tiles),
+                                                          ("i32", 4 * 2 * 32 * 32)]
+        # i32 tiles (earlier rounds) took 4 bytes an element in one array with the
+        # partial sums: max(tiles, KW * BM * BN) = tiles elements here
+        assert lds_elems(Gemm(g, d), _MFMA) == tiles
+    else:  # the FMA path's i32 tiles: the products need no byte, only the loads shrink
+        assert kern.lds_bytes == wide.lds_bytes
+
+
+def test_byte_storage_follows_a_rename_and_is_refused_on_floats():
+    from compiler.ir.graph import Graph, GraphError, Value
+    g = Graph("g")
+    x = g.input("x", (4,), "i32")
+    f = g.input("f", (4,), "f32")
+    g.set_byte_storage(x.name, "u8")
+    g.rename("x", "x2")
+    assert g.byte_storage("x2") == "u8" and g.tensor_bytes("x2") == 4
+    assert g.byte_storage(g.reshape(Value(g, "x2"), (2, 2)).name) == "u8"  # a view: the same bytes
+    with pytest.raises(GraphError, match="only i32 tensors"):
+        g.set_byte_storage(f.name, "i8")
