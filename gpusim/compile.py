@@ -282,6 +282,10 @@ class _Compiler:
         regs = [self.var(v) for v in s.dsts] if load else [self.expr(v) for v in s.values]
         width = len(regs)
         nbytes = width * DTYPE_BYTES[dtype]
+        # LDS phase groups by bytes per lane. SIMPLIFICATION: 1- and 2-byte accesses
+        # (ds_read_u8/u16, ds_write_b8/b16) are grouped as ds_read_b32 (two halves of 32
+        # lanes), their conflicts counted on the dwords they touch (lanes on one dword
+        # broadcast); no measurement of the sub-dword forms was found
         wc = 0 if nbytes <= 4 else (1 if nbytes <= 8 else 2)
         reads = [self.uid(*idx)] + ([] if load else [self.uid(*r) for r in regs])
         if glob:

@@ -120,3 +120,42 @@ def test_byte_storage_follows_a_rename_and_is_refused_on_floats():
     assert g.byte_storage(g.reshape(Value(g, "x2"), (2, 2)).name) == "u8"  # a view: the same bytes
     with pytest.raises(GraphError, match="only i32 tensors"):
         g.set_byte_storage(f.name, "i8")
+
+
+@pytest.mark.hip
+def test_int8_fma_gemm_export_reads_bytes_and_checks_clean(tmp_path, capsys):
+    """MatMulInteger int8 x int8 weights on the FMA path, exported for gfx942: the kernel
+    takes ``signed char`` buffers (char4 loads: one dword), the harness's .npy inputs are
+    int8 and it compiles; ``check`` on gfx90a and gfx940 finds no disagreement (widths,
+    LDS bytes, occupancy)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    from compiler.cli import main
+    if shutil.which("hipcc") is None:
+        pytest.skip("hipcc not installed (Debian package 'hipcc')")
+    g_model = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.INT8, [64, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [64, 128])],
+        [onnx.numpy_helper.from_array(
+            np.random.default_rng(0).integers(-128, 128, (128, 128)).astype(np.int8), "w")])
+    path = tmp_path / "int8.onnx"
+    onnx.save(helper.make_model(g_model, opset_imports=[helper.make_opsetid("", 21)]), path)
+    out = tmp_path / "proj"
+    assert main(["export", str(path), "-o", str(out), "--arch", "gfx942", "--budget", "2",
+                 "--no-baseline", "--no-cache", "--json", "--fix", "mma=fma"]) == 0
+    capsys.readouterr()
+    src = "".join(p.read_text() for p in out.glob("*.hip") if p.name != "main.hip")
+    assert "const signed char* __restrict__ a" in src and "char4" in src
+    assert {p.name: np.load(p).dtype for p in (out / "data").glob("*.npy")} == {
+        "a.npy": np.int8, "w.npy": np.int8, "y.expected.npy": np.int32}
+    rc = main(["check", str(out), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and not report["disagreements"], [d["message"] for d in report["disagreements"]]
+    env = dict(os.environ, HIP_PLATFORM="amd", TMPDIR=str(tmp_path))
+    r = subprocess.run(["hipcc", "-Wno-unused-command-line-argument", "--offload-arch=gfx90a",
+                        "-c", "main.hip", "-o", str(tmp_path / "main.o")], cwd=out, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]

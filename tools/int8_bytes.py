@@ -1,13 +1,14 @@
 """Bytes moved by int8 GEMMs and convs with 8-bit tensors stored as bytes against the
 widened i32 storage of earlier rounds (issue 28, item 2), for docs/dtypes.md.
 
-    python tools/int8_bytes.py [--arch gfx942,gfx90a] [--budget N]
+    python tools/int8_bytes.py [--arch gfx942,gfx90a] [--budget N] [--save-knobs F | --knobs F]
 
 Each model (MatMulInteger of an int8 activation by int8 weights at BERT-base's attention
-projection, and a ConvInteger of int8 NHWC-free NCHW tensors) is tuned once per ``mma``
-(fma, mfma) with byte storage; the winner's schedule is then lowered twice, with the
-graph's byte storage (int8 buffers, and LDS tiles where the lowering stages bytes) and
-with it cleared (every 8-bit tensor an i32 buffer: what the compiler did before), and
+projection, and a 3x3 ConvInteger of int8 NCHW tensors) is tuned once per ``mma`` (fma,
+mfma); ``--knobs F`` instead lowers the schedules a ``--save-knobs F`` run wrote (run
+this script on another commit with them: the same tiles, that commit's storage). Each
+schedule is lowered twice, with the graph's byte storage (int8 buffers; int8 MFMA tiles
+are bytes in LDS either way) and with it cleared (every 8-bit tensor an i32 buffer), and
 both kernels are simulated (gpusim, sampled timing mode as the search scores). Printed:
 global bytes loaded/stored (``global_load_bytes``/``global_store_bytes``: bytes the lanes
 asked for), HBM bytes read, the kernel's LDS bytes, and the simulated time (a gpusim
@@ -16,6 +17,7 @@ prediction, not a measurement).
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 
@@ -28,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import gpusim  # noqa: E402
 from compiler.frontends.onnx import from_model  # noqa: E402
+from compiler.fusion import fuse  # noqa: E402
 from compiler.lower import lower  # noqa: E402
 from compiler.tuning.search import tune  # noqa: E402
 from gpusim.program import kernels_of  # noqa: E402
@@ -75,7 +78,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="gfx942,gfx90a")
     ap.add_argument("--budget", type=int, default=4)
+    ap.add_argument("--save-knobs", help="write the tuned schedules to this JSON file")
+    ap.add_argument("--knobs", help="lower these schedules (a --save-knobs file), no tuning")
     args = ap.parse_args(argv)
+    given = json.loads(pathlib.Path(args.knobs).read_text()) if args.knobs else None
+    saved_knobs = {}
     print("| model | arch | mma | tile | storage | global load B | global store B | HBM read B "
           "| LDS B | simulated us |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -83,17 +90,24 @@ def main(argv=None) -> int:
         g = from_model(make())
         for arch in args.arch.split(","):
             for mma in ("fma", "mfma"):
-                res = tune(g, arch, budget=args.budget, baseline=False, verify=False,
-                           fixed={"mma": mma})
-                d = max((d for d in res.dispatches if d.best is not None),
-                        key=lambda d: d.best.time_us)
-                kn = d.best.knobs
+                key = f"{name}|{arch}|{mma}"
+                if given is not None:
+                    dispatch = next(d for d in fuse(g).dispatches
+                                    if g.op(d.root).kind in ("matmul", "conv2d"))
+                    kn = given[key]
+                else:
+                    res = tune(g, arch, budget=args.budget, baseline=False, verify=False,
+                               fixed={"mma": mma})
+                    d = max((d for d in res.dispatches if d.best is not None),
+                            key=lambda d: d.best.time_us)
+                    dispatch, kn = d.dispatch, d.best.knobs
+                saved_knobs[key] = kn
                 tile = f"{kn['BM']}x{kn['BN']}x{kn['BK']} KW{kn.get('KW', 1)}"
-                saved = dict(g.byte_tensors)
-                rows = {"bytes": measure(g, d.dispatch, kn, arch)}
+                saved = dict(getattr(g, "byte_tensors", {}))
+                rows = {"as stored": measure(g, dispatch, kn, arch)}
                 g.byte_tensors = {}
                 try:
-                    rows["i32 (before)"] = measure(g, d.dispatch, kn, arch)
+                    rows["8-bit as i32"] = measure(g, dispatch, kn, arch)
                 finally:
                     g.byte_tensors = saved
                 for storage, r in rows.items():
@@ -101,6 +115,8 @@ def main(argv=None) -> int:
                           f"{r['global_load_bytes']:.0f} | {r['global_store_bytes']:.0f} | "
                           f"{r['hbm_bytes_read']:.0f} | {r['lds_bytes']} | "
                           f"{r['time_us']:.2f} |", flush=True)
+    if args.save_knobs:
+        pathlib.Path(args.save_knobs).write_text(json.dumps(saved_knobs, indent=1))
     return 0
 
 
