@@ -32,8 +32,11 @@ from gpusim import engine as sim_engine
 
 #: memory dtypes. bf16: like f16, widened on load, rounded on store. i8/u8: one byte per
 #: element (int8/uint8 tensors, issue 28), sign/zero-extended into an i32 register on load
-#: and keeping the low byte on store (``engine.store_elem``), as buffer_load_sbyte /
-#: buffer_load_ubyte / buffer_store_byte do
+#: and keeping the low byte on store (``engine.store_elem``), as global_load_sbyte /
+#: global_load_ubyte / global_store_byte do. SIMPLIFICATION: a 2- or 4-wide byte load is
+#: one instruction filling 2 or 4 registers; hipcc loads one dword and unpacks it with
+#: v_bfe_i32/u32 (one VALU op per byte after the first), which is not counted (folded
+#: away where the bytes feed an int8 MFMA pack)
 DTYPES = ("f32", "f16", "bf16", "i32", "i8", "u8")
 REG_DTYPES = ("f32", "i32")
 
