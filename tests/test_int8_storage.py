@@ -202,3 +202,14 @@ def test_byte_kernels_export_compile_and_check_on_both_archs(tmp_path):
         r = subprocess.run(["nvcc", "-I", "nvidia", "-arch=sm_90", "-x", "cu", *srcs, "-o",
                             "app_nv"], cwd=out, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_an_int32_output_inside_a_byte_keeps_its_declared_type():
+    """min(int32(q), 100) of a uint8 q as the graph output: its values fit a byte, but
+    the caller reads the INT32 the model declares; the uint8 input is bytes."""
+    g = _model([helper.make_node("Cast", ["q"], ["c"], to=TensorProto.INT32),
+                helper.make_node("Min", ["c", "cap"], ["y"])],
+               [("q", TensorProto.UINT8, [4, 64])], [("y", TensorProto.INT32, [4, 64])],
+               [onnx.numpy_helper.from_array(np.array(100, np.int32), "cap")])
+    (d,) = fuse(g).dispatches
+    assert [b.dtype for b in buffers(g, d)] == ["u8", "i32"]

@@ -276,19 +276,21 @@ class _Importer:
         bounds = {inputs[k]: b for k, b in self.index_bounds.items() if k in inputs}
         ranges = {inputs[k]: (lo, hi) for k, (_, lo, hi) in self.qtypes.items()
                   if k in inputs}
+        self.g.meta.update(onnx_model=self.model, onnx_source=self.source,
+                           onnx_opset=self.opset, onnx_inputs=inputs, onnx_outputs=outputs,
+                           index_bounds=bounds, int_ranges=ranges)
         for k, (t, _, _) in self.qtypes.items():  # every int8/uint8 graph value: bytes
             v = self.env.get(k)
             if isinstance(v, Value) and v.dtype == "i32":
                 self.g.set_byte_storage(v.name, "i8" if np.dtype(t) == np.int8 else "u8")
-        if self.qtypes:  # and what is computed from them inside a byte (a zero point less)
+        if self.qtypes:  # and what is computed from them inside a byte (a zero point
+            # less), but not a graph output (its declared ONNX type is what a caller reads)
             memo: dict = {}
             for op in self.g.ops:
                 if op.kind not in ("input", "constant") and op.name not in \
-                        self.g.byte_tensors and (b := byte_range(self.g, op.name, memo)):
+                        self.g.byte_tensors and op.name not in self.g.outputs and \
+                        (b := byte_range(self.g, op.name, memo)):
                     self.g.set_byte_storage(op.name, b)
-        self.g.meta.update(onnx_model=self.model, onnx_source=self.source,
-                           onnx_opset=self.opset, onnx_inputs=inputs, onnx_outputs=outputs,
-                           index_bounds=bounds, int_ranges=ranges)
         self.g.validate()
         return self.g
 

@@ -350,7 +350,7 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
             return f"mma=mfma: {gemm.mfma_why}"
         if s["swizzle"] != "none" or int(s.get("split_k", 1)) != 1 or int(s.get("stream_k", 0)) \
                 or (mma == "fma" and int(s.get("KW", 1)) != 1):
-            return ("integer GEMMs stage only i32 operand tiles in LDS: swizzle=none, "
+            return ("integer GEMMs keep to one kernel and integer LDS tiles: swizzle=none, "
                     "split_k=1, no stream-K, and KW=1 with mma=fma")
     if mma == "mfma":
         if not arch.mfma_passes:
