@@ -56,11 +56,16 @@ from .names import Namer
 #: functions of ``_BF16_DEF``: Debian's HIP 5.2 headers have hip/hip_bfloat16.h (a C++
 #: class, no vector types) but not hip/hip_bf16.h's ``__hip_bfloat16``, and CUDA spells it
 #: ``__nv_bfloat16``; bit patterns need neither, so the nvidia shim needs nothing either
-C_TYPE = {"f32": "float", "i32": "int", "f16": "__half", "bf16": "unsigned short"}
+#: i8/u8 buffers are ``signed char``/``unsigned char`` (int8_t/uint8_t), widened to int by
+#: the C conversion (sign- or zero-extending: global_load_sbyte/ubyte) and narrowed by a
+#: cast that keeps the low byte; four of them move as one ``char4``/``uchar4`` (a dword)
+C_TYPE = {"f32": "float", "i32": "int", "f16": "__half", "bf16": "unsigned short",
+          "i8": "signed char", "u8": "unsigned char"}
 #: vector type for (element dtype, width)
 VEC_TYPE = {("f32", 2): "float2", ("f32", 4): "float4", ("i32", 2): "int2",
             ("i32", 4): "int4", ("f16", 2): "__half2", ("f16", 4): "wf_half4",
-            ("bf16", 2): "ushort2", ("bf16", 4): "ushort4"}
+            ("bf16", 2): "ushort2", ("bf16", 4): "ushort4",
+            ("i8", 2): "char2", ("i8", 4): "char4", ("u8", 2): "uchar2", ("u8", 4): "uchar4"}
 _COMPONENTS = ("x", "y", "z", "w")
 _INDENT = "    "
 
@@ -468,6 +473,8 @@ class _Printer:
                     f"__low2float({tmp}.hi)", f"__high2float({tmp}.hi)"]
         if dtype == "bf16":
             return [f"wf_bf16_to_float({tmp}.{c})" for c in _COMPONENTS[:width]]
+        if dtype == "i8":  # char4's components are plain char: sign-extend explicitly
+            return [f"(signed char){tmp}.{c}" for c in _COMPONENTS[:width]]
         return [f"{tmp}.{c}" for c in _COMPONENTS[:width]]
 
     def emit_read(self, s, ptr, dtype, depth, space):

@@ -37,7 +37,8 @@ from .pins import verify_pins
 from .signals import signals_held as _signals_held
 from .simfacts import sim_info
 
-NP_DTYPE = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
+NP_DTYPE = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i8": np.int8,
+            "u8": np.uint8}
 
 
 def _dtype_of(arr: np.ndarray, want: str | None = None) -> str | None:
@@ -117,7 +118,7 @@ def build_plan(kernels, launches, arrays, *, arch: Arch, title, expected, tolera
                     given = np.asarray(given)
                     dt = _dtype_of(given, p.dtype)
                     if dt is None:
-                        raise ExportError(f"array {v!r}: dtype {given.dtype} (need float32, float16 or int32)")
+                        raise ExportError(f"array {v!r}: dtype {given.dtype} (need float32, float16, int32, int8 or uint8)")
                     shape = tuple(int(s) for s in given.shape)
                 else:
                     dt, shape = p.dtype, tuple(int(s) for s in p.shape)

@@ -20,18 +20,19 @@ from gpusim.program import Buffer
 from .emit import f32_literal, i32_literal, kernel_prototype
 
 #: bf16 arrays are files of raw bfloat16 bit patterns (uint16), as numpy has no bf16
-NPY_DTYPE = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "bf16": "<u2"}
+#: int8/uint8 arrays are files of bytes ("|i1", "|u1")
+NPY_DTYPE = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "bf16": "<u2", "i8": "|i1", "u8": "|u1"}
 #: default (atol, rtol) per dtype: f32 allows reduction-order and libm differences,
 #: f16 one rounding of the output, i32 nothing.
 DEFAULT_TOLERANCE = {"f32": (1e-4, 1e-3), "f16": (1e-2, 1e-2), "bf16": (8e-2, 8e-2),
-                     "i32": (0.0, 0.0)}
+                     "i32": (0.0, 0.0), "i8": (0.0, 0.0), "u8": (0.0, 0.0)}
 
 
 @dataclass
 class ArraySpec:
     name: str           # the user's name
     file_stem: str      # safe file name stem under data/
-    dtype: str          # f32 / f16 / i32
+    dtype: str          # f32 / f16 / bf16 / i32 / i8 / u8
     shape: tuple
     has_input: bool     # data/<stem>.npy exists and is uploaded before the first dispatch
     expected: bool      # data/<stem>.expected.npy is compared after the dispatches
@@ -81,11 +82,14 @@ def _c_string(s: str) -> str:
 _NPY_READER = r'''
 namespace wfh {
 
-enum Dtype { F32 = 0, F16 = 1, I32 = 2, BF16 = 3 };
+enum Dtype { F32 = 0, F16 = 1, I32 = 2, BF16 = 3, I8 = 4, U8 = 5 };
 static const char* dtype_name(int d) {
-  return d == F32 ? "f32" : d == F16 ? "f16" : d == BF16 ? "bf16" : "i32";
+  return d == F32 ? "f32" : d == F16 ? "f16" : d == BF16 ? "bf16" : d == I8 ? "i8" :
+         d == U8 ? "u8" : "i32";
 }
-static size_t dtype_size(int d) { return d == F16 || d == BF16 ? 2 : 4; }
+static size_t dtype_size(int d) {
+  return d == I8 || d == U8 ? 1 : d == F16 || d == BF16 ? 2 : 4;
+}
 
 struct HostArray {
   int dtype = F32;
@@ -153,7 +157,9 @@ static bool read_npy(const std::string& path, HostArray& a, std::string& err) {
   else if (descr == "<f2") a.dtype = F16;
   else if (descr == "<i4") a.dtype = I32;
   else if (descr == "<u2") a.dtype = BF16;  // raw bfloat16 bit patterns
-  else { std::fclose(f); err = path + ": dtype " + descr + " (need <f4, <f2, <i4 or <u2)"; return false; }
+  else if (descr == "|i1") a.dtype = I8;
+  else if (descr == "|u1") a.dtype = U8;
+  else { std::fclose(f); err = path + ": dtype " + descr + " (need <f4, <f2, <i4, <u2, |i1 or |u1)"; return false; }
   if (order.find("False") == std::string::npos) {
     std::fclose(f); err = path + ": Fortran order is not supported"; return false;
   }
@@ -196,6 +202,8 @@ static float half_to_float(uint16_t h) {
 static double value_at(const unsigned char* p, int dtype, size_t i) {
   if (dtype == F32) { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
   if (dtype == I32) { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
+  if (dtype == I8) return (double)(signed char)p[i];
+  if (dtype == U8) return (double)p[i];
   if (dtype == BF16) {
     uint16_t b; std::memcpy(&b, p + 2 * i, 2);
     uint32_t bits = (uint32_t)b << 16; float v; std::memcpy(&v, &bits, 4); return v;
@@ -232,7 +240,8 @@ def main_hip(plan: Plan) -> str:
     for k, c_name in plan.kernels:
         w(kernel_prototype(k, c_name))
     w(_NPY_READER)
-    dt_enum = {"f32": "wfh::F32", "f16": "wfh::F16", "i32": "wfh::I32", "bf16": "wfh::BF16"}
+    dt_enum = {"f32": "wfh::F32", "f16": "wfh::F16", "i32": "wfh::I32", "bf16": "wfh::BF16",
+               "i8": "wfh::I8", "u8": "wfh::U8"}
     w("struct ArrayInfo { const char* name; const char* stem; int dtype; size_t count; "
       "bool has_input; bool expected; double atol, rtol; };")
     w(f"static const ArrayInfo kArrays[{len(plan.arrays)}] = {{")
@@ -248,7 +257,8 @@ def main_hip(plan: Plan) -> str:
     w("// array i's device buffer.")
     w("static void launch(int d, void* const* dev, hipStream_t stream = 0) {")
     w("  switch (d) {")
-    ctype = {"f32": "float", "f16": "__half", "i32": "int", "bf16": "unsigned short"}
+    ctype = {"f32": "float", "f16": "__half", "i32": "int", "bf16": "unsigned short",
+             "i8": "signed char", "u8": "unsigned char"}
     for d, ls in enumerate(plan.launches):
         k = ls.kernel
         args = []

@@ -43,7 +43,9 @@ CMP = {k: o.engine for k, o in IR_BINARY.items() if o.kind == "cmp"}
 UN = {k: o.engine for k, o in IR_UNARY.items()}
 TRANSCENDENTAL = tuple(k for k, o in {**IR_BINARY, **IR_UNARY}.items() if o.transcendental)
 SPECIAL_REG = {"thread_id": 0, "lane": 1, "wave_id": 2, "block_id": 3, "wave_size": 4}
-MEM_KIND = {"f32": 0, "f16": 1, "i32": 2, "bf16": 3}
+#: element kind of each memory dtype, the engine's ``store_elem`` rule (2, 4, 5: integer
+#: memory, held in the int arrays; 4 and 5 one byte per element)
+MEM_KIND = {"f32": 0, "f16": 1, "i32": 2, "bf16": 3, "i8": 4, "u8": 5}
 REDUCE = {"sum": engine.R_SUM, "max": engine.R_MAX, "min": engine.R_MIN}
 
 
@@ -280,6 +282,10 @@ class _Compiler:
         regs = [self.var(v) for v in s.dsts] if load else [self.expr(v) for v in s.values]
         width = len(regs)
         nbytes = width * DTYPE_BYTES[dtype]
+        # LDS phase groups by bytes per lane. SIMPLIFICATION: 1- and 2-byte accesses
+        # (ds_read_u8/u16, ds_write_b8/b16) are grouped as ds_read_b32 (two halves of 32
+        # lanes), their conflicts counted on the dwords they touch (lanes on one dword
+        # broadcast); no measurement of the sub-dword forms was found
         wc = 0 if nbytes <= 4 else (1 if nbytes <= 8 else 2)
         reads = [self.uid(*idx)] + ([] if load else [self.uid(*r) for r in regs])
         if glob:

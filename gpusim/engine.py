@@ -205,12 +205,23 @@ def round_bf16(x):
     return s * r
 
 
+def int_kind(kind):
+    """An element kind held in the int memory arrays: 2 (i32), 4 (i8), 5 (u8)."""
+    return kind == 2 or kind >= 4
+
+
 def store_elem(dst_f, dst_i, pos, kind, F, I, s, reg, l):
     """One lane's register to memory in the buffer's element kind (0 f32, 1 f16, 2 int,
-    3 bf16): the one rule both global and LDS stores follow, f16 and bf16 rounded to
-    nearest even."""
+    3 bf16, 4 i8, 5 u8): the one rule both global and LDS stores follow, f16 and bf16
+    rounded to nearest even, i8/u8 keeping the register's low byte (buffer_store_byte /
+    ds_write_b8), read back sign- (i8) or zero-extended (u8): memory holds the value a
+    load returns."""
     if kind == 2:
         dst_i[pos] = I[s, reg, l]
+    elif kind == 4:
+        dst_i[pos] = ((I[s, reg, l] + 128) & 255) - 128
+    elif kind == 5:
+        dst_i[pos] = I[s, reg, l] & 255
     elif kind == 1:
         dst_f[pos] = round_f16(np.float64(F[s, reg, l]))
     elif kind == 3:
@@ -879,7 +890,7 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
     else:  # component by component (each goes to its own register), as exec_lds
         for v in range(width):
             reg = code[pc, K_V0 + v]
-            if kind == 2:
+            if int_kind(kind):
                 Id = I[s, reg]
                 if full:
                     for l in range(W):
@@ -978,7 +989,7 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
     if not store:
         for v in range(width):
             r = code[pc, K_V0 + v]
-            ur = (NF + r) if kind == 2 else r
+            ur = (NF + r) if int_kind(kind) else r
             wv.RREADY[s, ur] = done
             wv.RPROD[s, ur] = pc
     return True
@@ -1247,7 +1258,7 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
         full = wv.NACT[s] == W
         for v in range(width):
             reg = code[pc, K_V0 + v]
-            if kind == 2:
+            if int_kind(kind):
                 Id = I[s, reg]
                 LDSI = grp.LDSI[g]
                 if full:
@@ -1350,7 +1361,7 @@ def exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
             wv.LDSD[s] = done
         for v in range(width):
             r = code[pc, K_V0 + v]
-            ur = (NF + r) if kind == 2 else r
+            ur = (NF + r) if int_kind(kind) else r
             wv.RREADY[s, ur] = done
             wv.RPROD[s, ur] = pc
     return True
@@ -1490,7 +1501,7 @@ def exec_mfma(p, prog, pc, s, simd, t, wv, cu, sc, counters):
         for e in range(kp):
             ra = mfma_regs[row, 16 + e]
             rb = mfma_regs[row, 24 + e]
-            if kind == 2:
+            if int_kind(kind):
                 av[l * 8 + e] = ((np.int64(I[s, ra, l]) + 128) & 255) - 128
                 bv[l * 8 + e] = ((np.int64(I[s, rb, l]) + 128) & 255) - 128
             elif kind == 1:

@@ -70,7 +70,7 @@ sys.modules[_spec.name] = _code  # Numba's cached environments import it by name
 _spec.loader.exec_module(_code)
 globals().update({k: v for k, v in vars(_code).items() if not k.startswith("__")})
 
-_FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "round_bf16", "store_elem", "fbin", "ibin", "fcmp", "fun", "iun",
+_FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "round_bf16", "int_kind", "store_elem", "fbin", "ibin", "fcmp", "fun", "iun",
           "cache_access", "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready",
           "issue_time", "issue", "exec_alu", "exec_control", "lane_indices", "exec_vmem",
           "coalesce", "popcount4", "memory_lines", "lds_conflicts", "exec_lds", "exec_shuffle",
@@ -81,7 +81,7 @@ _CACHE = not numba.config.BOUNDSCHECK
 #: the cold compile shorter
 _INLINE = ("pick_wave", "operands_ready", "issue_time", "issue", "exec_alu", "exec_control",
            "lane_indices", "exec_vmem", "coalesce", "memory_lines", "cache_access", "unique_sorted",
-           "exec_lds", "store_elem", "wrap32", "pdiv", "pmod", "popcount4")
+           "exec_lds", "int_kind", "store_elem", "wrap32", "pdiv", "pmod", "popcount4")
 #: LLVM loop unrolling, vectorisation and interleaving in ``run``'s module (see above)
 _UNROLL = True
 _INTERLEAVE = True

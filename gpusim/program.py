@@ -9,7 +9,8 @@ backend prints. It follows HIP semantics:
   does with a linearised grid).
 - Every thread owns private scalar registers: ``Var`` values, typed ``f32`` or ``i32``.
   f16 buffers are widened to f32 on load and narrowed on store, so f16 math accumulates
-  in f32 (what a HIP programmer writes with ``__half2float``).
+  in f32 (what a HIP programmer writes with ``__half2float``); i8/u8 buffers (one byte
+  per element) are widened to i32 registers on load and keep the low byte on store.
 - Global buffers and LDS arrays are indexed by a flat element offset; their ``shape`` and
   ``strides`` are metadata for harnesses, views and layout reasoning. A vector access of
   width 1, 2 or 4 moves that many consecutive elements into (or out of) that many
@@ -29,7 +30,14 @@ from typing import Union
 
 from gpusim import engine as sim_engine
 
-DTYPES = ("f32", "f16", "bf16", "i32")  # bf16: like f16, widened on load, rounded on store
+#: memory dtypes. bf16: like f16, widened on load, rounded on store. i8/u8: one byte per
+#: element (int8/uint8 tensors, issue 28), sign/zero-extended into an i32 register on load
+#: and keeping the low byte on store (``engine.store_elem``), as global_load_sbyte /
+#: global_load_ubyte / global_store_byte do. SIMPLIFICATION: a 2- or 4-wide byte load is
+#: one instruction filling 2 or 4 registers; hipcc loads one dword and unpacks it with
+#: v_bfe_i32/u32 (one VALU op per byte after the first), which is not counted (folded
+#: away where the bytes feed an int8 MFMA pack)
+DTYPES = ("f32", "f16", "bf16", "i32", "i8", "u8")
 REG_DTYPES = ("f32", "i32")
 
 # ----------------------------------------------------------------------------- expressions
@@ -542,7 +550,7 @@ class LdsArray:
         return self.size * DTYPE_BYTES[self.dtype]
 
 
-DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i8": 1, "u8": 1}
 
 
 @dataclass(frozen=True)

@@ -164,9 +164,20 @@ def _as_memory(vals, kind: int) -> np.ndarray:
     return np.where(np.isnan(a), a, kept.view(np.float32))
 
 
+def _as_int_memory(vals, kind: int):
+    """Integer values as an integer buffer of element kind ``kind`` holds them: i32 as they
+    are, i8/u8 wrapped to their byte (what a byte buffer holding the low bytes reads
+    back), still int32 elements."""
+    if kind == 4:
+        return np.asarray(vals).astype(np.int8)
+    if kind == 5:
+        return np.asarray(vals).astype(np.uint8)
+    return vals
+
+
 def _memory_table(arrays, align: int, start: int = 0, gap: int = 0):
-    """Places global buffers or LDS arrays: f32/f16 in one float array and i32 in one int
-    array (element offsets), with aligned byte addresses for the cache and bank models.
+    """Places global buffers or LDS arrays: f32/f16/bf16 in one float array and i32/i8/u8
+    in one int array (element offsets; a byte buffer's element is its int32 value), with aligned byte addresses for the cache and bank models.
     Returns (table of (kind, element offset, size, byte address, element bytes), float
     elements, int elements)."""
     tab = np.zeros((max(len(arrays), 1), 5), np.int64)
@@ -175,8 +186,8 @@ def _memory_table(arrays, align: int, start: int = 0, gap: int = 0):
     for i, a in enumerate(arrays):
         kind = MEM_KIND[a.dtype]
         es = DTYPE_BYTES[a.dtype]
-        off = ni if kind == 2 else nf
-        if kind == 2:
+        off = ni if engine.int_kind(kind) else nf
+        if engine.int_kind(kind):
             ni += a.size
         else:
             nf += a.size
@@ -313,8 +324,8 @@ class _Launch:
                 if idx.size != vals.size or (idx.size and not 0 <= idx.min() <= idx.max() < b.size):
                     raise KernelError(f"{kernel.name}: partial input {b.name!r} needs as many values as "
                                       f"indices, each index in [0, {b.size})")
-                if kind == 2:
-                    self.gmem_i[off + idx] = vals
+                if engine.int_kind(kind):
+                    self.gmem_i[off + idx] = _as_int_memory(vals, kind)
                 else:
                     self.gmem_f[off + idx] = _as_memory(vals, kind)
                 continue
@@ -326,7 +337,7 @@ class _Launch:
                 flat = arr.reshape(-1)
             elif b.intent == "out" or not random_fill:
                 continue  # already zero
-            elif kind == 2:
+            elif engine.int_kind(kind):
                 flat = rng.integers(0, 16, b.size)
             elif kind == 0:  # uniform in [-1, 1), drawn in place (no temporaries)
                 dst = self.gmem_f[off:off + b.size]
@@ -337,8 +348,8 @@ class _Launch:
             else:
                 flat = rng.random(b.size, dtype=np.float32) * 2 - 1  # uniform in [-1, 1)
             # assigned in place (cast on the way), no temporary copy of a large input
-            if kind == 2:
-                self.gmem_i[off:off + b.size] = flat
+            if engine.int_kind(kind):
+                self.gmem_i[off:off + b.size] = _as_int_memory(flat, kind)
             elif kind in (1, 3):
                 self.gmem_f[off:off + b.size] = _as_memory(flat, kind)
             else:
@@ -469,7 +480,7 @@ class _Launch:
     def outputs(self, raw):
         out = {}
         for b, kind, off in self.layout:
-            src = raw["gmem_i"] if kind == 2 else raw["gmem_f"]
+            src = raw["gmem_i"] if engine.int_kind(kind) else raw["gmem_f"]
             arr = src[off:off + b.size]  # a view: this launch's memory is not reused
             if kind == 1:
                 arr = arr.astype(np.float16)

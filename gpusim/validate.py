@@ -40,7 +40,7 @@ SHUFFLE_MODES = ("xor", "down")
 
 
 def _reg_dtype(mem_dtype: str) -> str:
-    return "i32" if mem_dtype == "i32" else "f32"
+    return "i32" if mem_dtype in ("i32", "i8", "u8") else "f32"
 
 
 def validate(kernel, arch=DEFAULT_ARCH, scalars: dict | None = None) -> None:

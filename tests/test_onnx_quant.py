@@ -163,7 +163,11 @@ def test_integer_gemm_simulates_exactly(tmp_path):
     assert not res.mismatches
     gemm = [d for d in res.dispatches if d.kernel is not None and
             d.kernel.meta.get("kind") == "contraction"]
+    # its operands (uint8 less 131, weights less per-column zero points) need more than
+    # a byte: i32 buffers; the uint8 input itself is read as bytes by the subtraction
     assert gemm and all(b.dtype == "i32" for b in gemm[0].kernel.buffers)
+    sub = [d for d in res.dispatches if d.kernel is not None and d is not gemm[0]]
+    assert [b.dtype for b in sub[0].kernel.buffers] == ["u8", "i32"]
 
 
 def test_integer_gemm_refuses_mfma_in_one_reason():
@@ -347,14 +351,9 @@ def test_integer_conv_fma_gemm_vgprs_agree_with_hipcc(tmp_path, capsys):
     assert rc == 0 and not bad, bad
 
 
-@pytest.mark.hip
-@pytest.mark.xfail(strict=True, reason=(
-    "int8 MFMA operands are staged as i32 and read 4 bytes per element; on gfx90a's "
-    "64x64x32 KW1 tile (16 K elements per lane, four 32x32x8i8 packs) hipcc merges each "
-    "lane's four reads into one ds_read_b128, while on the KW 2-8 tiles it splits wider "
-    "reads into ds_read2_b32 pairs: the IR cannot say both until operands are stored as "
-    "bytes (issue 28: 8-bit storage)"))
-def test_int8_mfma_64x64x32_tile_lds_widths_agree_with_hipcc(tmp_path, capsys):
+def _export_64x64x32_int8_tile(tmp_path, capsys) -> dict:
+    """gfx90a's opt-in 64x64x32 KW1 int8 MFMA tile (16 K elements per lane, four
+    32x32x8i8 packs), exported and checked on gfx90a and gfx940: the check report."""
     import json
     import shutil
     from compiler.cli import main
@@ -374,4 +373,32 @@ def test_int8_mfma_64x64x32_tile_lds_widths_agree_with_hipcc(tmp_path, capsys):
     capsys.readouterr()
     rc = main(["check", str(out), "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert rc == 0 and not report["disagreements"], [d["message"] for d in report["disagreements"]]
+    report["rc"] = rc
+    return report
+
+
+@pytest.mark.hip
+def test_int8_mfma_64x64x32_tile_lds_widths_agree_with_hipcc(tmp_path, capsys):
+    """The operand tiles are bytes: a lane's 16 K elements are four 4-byte reads, which
+    hipcc pairs (ds_read2_b32 / b64) as it does on the KW 2-8 tiles; the i32 tiles of
+    earlier rounds (four 16-byte runs, one ds_read_b128 here, pairs there) could not say
+    both. Every check on gfx90a agrees, and gfx940's widths and LDS bytes too."""
+    report = _export_64x64x32_int8_tile(tmp_path, capsys)
+    bad = [d["message"] for d in report["disagreements"]
+           if d["arch"] == "gfx90a" or d["what"] not in ("occupancy", "vgprs")]
+    assert not bad, bad
+    # byte tiles: (BM + BN) rows of BK + lds_pad bytes (i32 tiles took 4x)
+    assert {k["lds_bytes"] for k in report["kernels"]} <= {(64 + 64) * (32 + p) for p in (0, 1, 4)}
+
+
+@pytest.mark.hip
+@pytest.mark.xfail(strict=True, reason=(
+    "gfx940 has no 4-byte int8 MFMA: the gfx90a-shaped kernel's 32x32x8i8 packs run "
+    "there as v_mfma_i32_32x32x16_i8 on zero-extended 8-byte operands (wf_mfma_*), a "
+    "register pair per pack: hipcc allocates 80 VGPRs (6 waves) where the estimate, made "
+    "for the export arch gfx90a (hipcc 64 there), says 68 (7 waves); the sidecar has one "
+    "estimate, not one per checked arch (issue 28, item 3)"))
+def test_int8_mfma_64x64x32_tile_checks_clean_on_gfx940_too(tmp_path, capsys):
+    report = _export_64x64x32_int8_tile(tmp_path, capsys)
+    assert report["rc"] == 0 and not report["disagreements"], \
+        [d["message"] for d in report["disagreements"]]

@@ -46,6 +46,7 @@ import numpy as np
 # ~0.5 s more, so only a command that reads, folds or writes ONNX pays for them.
 from compiler.ir import builders
 from compiler.ir.graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
+from compiler.ir.ranges import byte_range
 from compiler.frontends.onnx_quant import QUANT_CONVERTERS
 
 MIN_OPSET = 13
@@ -59,9 +60,8 @@ def _max_opset() -> int:
 # ONNX TensorProto element types we accept for graph values (int64 is narrowed to i32).
 _VALUE_TYPES = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i32", 9: "bool"}
 #: quantized element types (UINT8, INT8): held widened in i32 graph values, their range
-#: recorded (``_Importer.qtypes``; random inputs stay inside it). SIMPLIFICATION: an int8
-#: tensor in memory takes 4 bytes here, not 1 (docs/dtypes.md): the values and the integer
-#: arithmetic are exact, the predicted bytes of quantized activations are 4x too many.
+#: recorded (``_Importer.qtypes``; random inputs stay inside it). In memory each takes one
+#: byte (``Graph.set_byte_storage``: i8/u8 kernel buffers); registers and arithmetic stay i32.
 QUANT_TYPES = {2: (np.uint8, 0, 255), 3: (np.int8, -128, 127)}
 _NP = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "i32": np.int32,
        "bool": np.bool_}  # bf16: float32 holding bf16 values (compiler.ir.graph)
@@ -186,6 +186,8 @@ class _Importer:
         arr = _as_dtype(arr, target, at)
         # The IR has no rank-0 tensors: a scalar becomes shape (1,), which broadcasts alike.
         const = self.g.constant(arr, name=self.fresh(name), dtype=target)
+        if target == "i32" and v.array.dtype in (np.int8, np.uint8):  # an int8 weight: bytes
+            self.g.set_byte_storage(const.name, "i8" if v.array.dtype == np.int8 else "u8")
         self.constants[(name, target)] = const
         return const
 
@@ -280,6 +282,18 @@ class _Importer:
         self.g.meta.update(onnx_model=self.model, onnx_source=self.source,
                            onnx_opset=self.opset, onnx_inputs=inputs, onnx_outputs=outputs,
                            index_bounds=bounds, int_ranges=ranges)
+        for k, (t, _, _) in self.qtypes.items():  # every int8/uint8 graph value: bytes
+            v = self.env.get(k)
+            if isinstance(v, Value) and v.dtype == "i32":
+                self.g.set_byte_storage(v.name, "i8" if np.dtype(t) == np.int8 else "u8")
+        if self.qtypes:  # and what is computed from them inside a byte (a zero point
+            # less), but not a graph output (its declared ONNX type is what a caller reads)
+            memo: dict = {}
+            for op in self.g.ops:
+                if op.kind not in ("input", "constant") and op.name not in \
+                        self.g.byte_tensors and op.name not in self.g.outputs and \
+                        (b := byte_range(self.g, op.name, memo)):
+                    self.g.set_byte_storage(op.name, b)
         self.g.validate()
         return self.g
 

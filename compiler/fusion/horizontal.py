@@ -95,6 +95,7 @@ def rewrite(graph: Graph) -> tuple[Graph, list]:
         return graph, decisions
     new = Graph(graph.name)
     new.meta = dict(graph.meta)
+    new.byte_tensors = dict(graph.byte_tensors)  # names kept; the replaced ones unused
     replaced = {}   # original op -> the group it belongs to
     for mats in found:
         for m in mats:
@@ -129,6 +130,9 @@ def rewrite(graph: Graph) -> tuple[Graph, list]:
         a = graph.op(mats[0]).inputs[0]
         wide_w = new.constant(np.concatenate([w.attrs["value"] for w in ws], axis=1),
                               name=new._fresh(f"{mats[0]}_hcat_w"), dtype=ws[0].type.dtype)
+        stored = {graph.byte_storage(graph.op(m).inputs[1]) for m in mats}
+        if len(stored) == 1 and None not in stored:  # int8 weights stay bytes
+            new.set_byte_storage(wide_w.name, stored.pop())
         wide = new.matmul(a, wide_w, name=new._fresh(f"{mats[0]}_hcat"))
         if with_bias:
             bvals = [b.attrs["value"].reshape(-1) for _, b in biases]

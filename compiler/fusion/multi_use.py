@@ -78,9 +78,9 @@ def recompute(state: FusionState) -> None:
                     srcs.add(src)
         if any(ix.is_compute(g.op(s)) for s in srcs) or not ext:
             continue
-        in_bytes = sum(g.op(s).type.nbytes for s in srcs)
+        in_bytes = sum(g.tensor_bytes(s) for s in srcs)
         written = {e.src for e in outs}
-        out_bytes = sum(g.op(s).type.nbytes for s in written)
+        out_bytes = sum(g.tensor_bytes(s) for s in written)
         before = in_bytes + out_bytes + len(targets) * out_bytes
         after = len(targets) * in_bytes
         if after > before:

@@ -162,7 +162,7 @@ def unfused_traffic(graph: Graph) -> tuple[int, int]:
     """(bytes, dispatches) of :func:`unfused_dispatches`: each reads its boundary inputs
     and writes its outputs once."""
     ds = unfused_dispatches(graph)
-    total = sum(tensor_type(graph, t).nbytes for d in ds for t in d.inputs + d.outputs)
+    total = sum(graph.tensor_bytes(t) for d in ds for t in d.inputs + d.outputs)
     return total, len(ds)
 
 
@@ -184,7 +184,7 @@ class FusionPlan:
         return len(self.dispatches)
 
     def dispatch_bytes(self, d: Dispatch) -> int:
-        return sum(tensor_type(self.graph, t).nbytes for t in d.inputs + d.outputs)
+        return sum(self.graph.tensor_bytes(t) for t in d.inputs + d.outputs)
 
     @property
     def bytes_fused(self) -> int:
@@ -207,6 +207,9 @@ class FusionPlan:
         for n in d.ops:
             op = g.op(n)
             sub.add_op(op.kind, op.inputs, op.attrs, op.type, name=n)
+        for t in list(d.inputs) + list(d.ops):
+            if g.byte_storage(t):
+                sub.set_byte_storage(t, g.byte_storage(t))
         sub.output(*d.outputs)
         return sub
 

@@ -43,7 +43,7 @@ def apply(state: FusionState) -> bool:
             b, rb = reds[j], reads[j]
             # largest first; graph order breaks ties (set order varies with the hash seed)
             shared = sorted(set(ra) & set(rb),
-                            key=lambda t: (-g.op(t).type.nbytes, state.order[t]))
+                            key=lambda t: (-g.tensor_bytes(t), state.order[t]))
             if not shared or state.between(a, b) or state.between(b, a):
                 continue
             t = shared[0]

@@ -276,6 +276,8 @@ class Graph:
         # Provenance that is not part of the computation (a frontend records the source
         # file and its tensor names here so results can be checked against the original).
         self.meta: dict = {}
+        # i32 tensors stored one byte per element: name -> "i8" | "u8" (``set_byte_storage``)
+        self.byte_tensors: dict[str, str] = {}
 
     # --------------------------------------------------------------------- structure
     def op(self, name: str) -> Op:
@@ -297,6 +299,39 @@ class Graph:
 
     def __contains__(self, name):
         return name in self.g
+
+    # ---------------------------------------------------------------- byte storage
+    def set_byte_storage(self, name: str, storage: str) -> None:
+        """Stores the i32 tensor ``name`` one byte per element in memory, ``storage`` "i8"
+        (int8: [-128, 127]) or "u8" (uint8: [0, 255]). The caller vouches that every
+        element lies in that range (an exporter's int8/uint8 tensor: a graph input of that
+        type, a QuantizeLinear result, an int8 weight); registers stay i32, a kernel
+        widens on load and keeps the low byte on store (gpusim ``store_elem``)."""
+        if storage not in ("i8", "u8"):
+            raise GraphError(f"byte storage {storage!r} of {name!r}: use i8 or u8")
+        if self.op(name).type.dtype != "i32":
+            raise GraphError(f"byte storage of {name!r}: only i32 tensors hold 8-bit values, "
+                             f"it is {self.op(name).type.dtype}")
+        self.byte_tensors[name] = storage
+
+    def byte_storage(self, name: str) -> str | None:
+        """"i8"/"u8" when tensor ``name`` is stored one byte per element (a view of such a
+        tensor too: the same elements), else None."""
+        bt = getattr(self, "byte_tensors", None)
+        if not bt:
+            return None
+        while True:
+            if name in bt:
+                return bt[name]
+            op = self.op(name)
+            if not (op.is_view and op.inputs) or op.type.dtype != "i32":
+                return None
+            name = op.inputs[0]
+
+    def tensor_bytes(self, name: str) -> int:
+        """The bytes tensor ``name`` takes in memory (one per element when byte-stored)."""
+        t = self.op(name).type
+        return t.size if self.byte_storage(name) else t.nbytes
 
     @property
     def inputs(self) -> list[str]:
@@ -376,6 +411,8 @@ class Graph:
                                        uop.attrs, uop.type)
         self._order[new] = self._order.pop(old)
         self.outputs = [new if o == old else o for o in self.outputs]
+        if old in self.byte_tensors:
+            self.byte_tensors[new] = self.byte_tensors.pop(old)
 
     # ------------------------------------------------------------------- leaves
     def input(self, name: str, shape, dtype: str = "f32", layout=None) -> Value:

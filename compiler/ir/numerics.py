@@ -18,7 +18,8 @@ import numpy as np
 #: reference (the kernel also reorders reductions across lanes and uses the engine's
 #: transcendental functions, so it gets 10x the plan's slack in f32 and 2x in f16).
 TOLERANCE = {"plan": {"f32": 1e-4, "f16": 1e-2, "bf16": 8e-2, "i32": 0.0, "bool": 0.0},
-             "simulated": {"f32": 1e-3, "f16": 2e-2, "bf16": 1.6e-1, "i32": 0.0}}
+             "simulated": {"f32": 1e-3, "f16": 2e-2, "bf16": 1.6e-1, "i32": 0.0, "i8": 0.0,
+                           "u8": 0.0}}  # i8/u8: byte buffers of i32 tensors
 # integers/bools: exact; bf16 (u = 2^-8, 8x f16's) scales f16's figures by 8
 
 

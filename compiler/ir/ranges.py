@@ -85,3 +85,18 @@ def fits_int8(graph: Graph, name: str) -> tuple[bool, tuple]:
     """(every element of ``name`` is a whole number in [-128, 127], its range)."""
     r = value_range(graph, name)
     return (graph.op(name).type.dtype == "i32" and r[0] >= -128 and r[1] <= 127), r
+
+
+def byte_range(graph: Graph, name: str, _memo=None) -> str | None:
+    """"i8" or "u8" when every element of the i32 tensor ``name`` is a whole number that
+    fits a signed (preferred when negative values occur) or unsigned byte, else None: such
+    a tensor can live in memory one byte per element (``Graph.set_byte_storage``; e.g.
+    a uint8 activation less its zero point of 128, what a QLinearMatMul's GEMM reads)."""
+    if graph.op(name).type.dtype != "i32":
+        return None
+    lo, hi = value_range(graph, name, _memo)
+    if lo >= 0 and hi <= 255:
+        return "u8"
+    if lo >= -128 and hi <= 127:
+        return "i8"
+    return None

@@ -30,6 +30,16 @@ def sanitize(name: str) -> str:
 #: one i32 (0/1) per element in kernel memory, as gpusim has no byte-sized buffers; the
 #: graph still counts it as 1 byte (what a real kernel would move).
 BUFFER_DTYPE = {"f32": "f32", "f16": "f16", "bf16": "bf16", "i32": "i32", "bool": "i32"}
+#: numpy dtype of a buffer's memory image
+_IMAGE_DTYPE = {"f16": np.float16, "f32": np.float32, "bf16": np.float32, "i32": np.int32,
+                "i8": np.int8, "u8": np.uint8}
+
+
+def buffer_dtype(graph: Graph, tensor: str) -> str:
+    """The kernel buffer dtype of a tensor: i8/u8 for an int8/uint8 tensor (an i32 graph
+    value stored one byte per element, ``Graph.set_byte_storage``), else ``BUFFER_DTYPE``
+    of its graph dtype."""
+    return graph.byte_storage(tensor) or BUFFER_DTYPE[graph.op(tensor).type.dtype]
 
 
 def buffers(graph: Graph, dispatch) -> tuple:
@@ -41,10 +51,10 @@ def buffers(graph: Graph, dispatch) -> tuple:
         if op.kind == "constant" and ty.size == 1 and not any(
                 graph.op(n).is_contraction and t in graph.op(n).inputs for n in dispatch.ops):
             continue  # inlined as an immediate by the ValueEmitter (GEMM operands are not)
-        params.append(program.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "in", ty.strides))
+        params.append(program.Buffer(t, buffer_dtype(graph, t), ty.shape, "in", ty.strides))
     for t in dispatch.outputs:
         ty = graph.op(t).type
-        params.append(program.Buffer(t, BUFFER_DTYPE[ty.dtype], ty.shape, "out", None))
+        params.append(program.Buffer(t, buffer_dtype(graph, t), ty.shape, "out", None))
     return tuple(params)
 
 
@@ -70,8 +80,7 @@ def memory_image(graph: Graph, tensor: str, value) -> np.ndarray:
     the tensor's memory order (a row-major tensor is unchanged). gpusim and the exported
     harness both take buffers as flat memory, not as logical arrays."""
     t = graph.op(tensor).type
-    arr = np.asarray(value, dtype={"f16": np.float16, "f32": np.float32,
-                                   "bf16": np.float32}.get(t.dtype, np.int32))
+    arr = np.asarray(value).astype(_IMAGE_DTYPE[buffer_dtype(graph, tensor)], copy=False)
     return np.ascontiguousarray(np.transpose(arr, t.order)) if not t.is_row_major else \
         np.ascontiguousarray(arr)
 

@@ -350,7 +350,7 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
             return f"mma=mfma: {gemm.mfma_why}"
         if s["swizzle"] != "none" or int(s.get("split_k", 1)) != 1 or int(s.get("stream_k", 0)) \
                 or (mma == "fma" and int(s.get("KW", 1)) != 1):
-            return ("integer GEMMs stage only i32 operand tiles in LDS: swizzle=none, "
+            return ("integer GEMMs keep to one kernel and integer LDS tiles: swizzle=none, "
                     "split_k=1, no stream-K, and KW=1 with mma=fma")
     if mma == "mfma":
         if not arch.mfma_passes:
@@ -433,13 +433,30 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         why = StreamK(gemm, s, arch).why_not()
         if why:
             return why
-    lds = lds_elems(gemm, s) * 4
+    lds = lds_bytes(gemm, s)
     if lds > lds_limit:
         return f"LDS {lds} B > {lds_limit} B per CU"
     regs = vgpr_estimate(s, threads)
     if regs > max_regs:
         return f"about {regs} VGPRs per thread > {max_regs}"
     return ""
+
+
+def stages_bytes(gemm, s) -> bool:
+    """Whether the operand tiles are staged in LDS one byte per element: an integer GEMM
+    on the int8 matrix cores, whose operands are proven to fit a signed byte (the MFMA
+    reads only that byte). The FMA path's integer operands may not fit one (a uint8 less
+    a zero point): they stay i32 tiles."""
+    return gemm.dtype == "i32" and s.get("mma", "fma") == "mfma" and gemm.mfma_kind == "i8"
+
+
+def lds_bytes(gemm, s) -> int:
+    """The LDS a schedule declares: ``lds_elems`` 4-byte elements, or with byte staging
+    (``stages_bytes``) the byte tiles plus, for KW > 1, the i32 partial sums' own array."""
+    if not stages_bytes(gemm, s):
+        return lds_elems(gemm, s) * 4
+    BM, BN, BK, KW = int(s["BM"]), int(s["BN"]), int(s["BK"]), int(s.get("KW", 1))
+    return (BM + BN) * (BK + _pad_elems(s["lds_pad"])) + (4 * KW * BM * BN if KW > 1 else 0)
 
 
 def lds_elems(gemm, s) -> int:
@@ -665,6 +682,11 @@ class _Builder:
         self.group = (self.BM // self.TM) * (self.BN // self.TN)
         self.mma = s.get("mma", "fma")
         self.dt = gemm.dtype  # register, LDS and accumulator dtype (f32 or i32)
+        #: the staged operand tiles' LDS dtype: i8 on the int8 matrix cores (one byte per
+        #: element, ``stages_bytes``; the partial sums of KW > 1 then get their own i32
+        #: array, ``self.acc_lds``), else the accumulator's
+        self.byte_tiles = stages_bytes(gemm, s)
+        self.acc_lds = "lds_acc" if self.byte_tiles else "lds"
         if self.mma == "mfma":  # one wave per TM x TN block, 64 lanes each
             self.shape = mfma_shape(gemm, self.TM, gemm.arch)
             self.group *= program.MFMA_WAVE
@@ -1025,10 +1047,15 @@ class _Builder:
                             body=tuple(self.body),
                             lds=(program.LdsArray("lds", "f32", (lds_size,)),) if lds_size else (),
                             meta=meta)
+        if self.byte_tiles:  # i8 operand tiles, and the KW partial sums apart in i32
+            lds = (program.LdsArray("lds", "i8", ((BM + BN) * self.row_len,)),)
+            if self.KW > 1:
+                lds += (program.LdsArray(self.acc_lds, "i32", (self.KW * BM * BN,)),)
+        else:
+            lds = (program.LdsArray("lds", self.dt, (lds_size,)),)
         return program.Kernel(sanitize(f"{self.d.name}_gemm"), buffers(self.g, self.d),
                         grid=gm.batch * tiles_m * tiles_n, block=self.threads,
-                        body=tuple(self.body),
-                        lds=(program.LdsArray("lds", self.dt, (lds_size,)),), meta=meta)
+                        body=tuple(self.body), lds=lds, meta=meta)
 
     def build_mfma(self) -> program.Kernel:
         """mma=mfma: wave w of K group kg owns the TM x TN block (w % (BM/TM), w // (BM/TM))
@@ -1045,11 +1072,9 @@ class _Builder:
         _, _, ks, nacc, _ = program.MFMA_SHAPES[shape]
         kpack = program.MFMA_PACK[shape][0]
         va, vb = int(s["vec_a"]), int(s["vec_b"])
-        # int8: one 4-byte LDS read per element. The i32-staged operands hold one byte
-        # each; hipcc, seeing only the low bytes used by the packing, splits a wider read
-        # into ds_read2_b32 pairs (gfx90a/gfx940, qlinear_matmul/qlinear_conv exports),
-        # which ``check`` counts as the IR's 4-byte reads merged in pairs
-        rv = 1 if program.MFMA_PACK[shape][1] == "i8" else mfma_read_width(s)
+        # int8 operands are byte tiles (``stages_bytes``): a 4-wide read is one
+        # ds_read_b32 holding a 32x32x8i8 / 16x16x16i8 pack (half an 8-byte one)
+        rv = mfma_read_width(s)
         lanes_m = s.get("mfma_lanes", "n") == "m"
         bkw = BK // KW
         ks //= kpack   # k slots: lanes TM apart supply different K runs
@@ -1300,13 +1325,13 @@ class _Builder:
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
-                self.body.append(program.LdsStore("lds", iadd(slot, e * G), (acc[i][j],)))
+                self.body.append(program.LdsStore(self.acc_lds, iadd(slot, e * G), (acc[i][j],)))
         self.body.append(program.Barrier())
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
                 parts = [self.var("part", self.dt) for _ in range(self.KW)]
-                stmts = [program.LdsLoad((parts[h],), "lds", iadd(self.tig, (h * TT + e) * G))
+                stmts = [program.LdsLoad((parts[h],), self.acc_lds, iadd(self.tig, (h * TT + e) * G))
                          for h in range(self.KW)]
                 total = parts[0]
                 for h in range(1, self.KW):

@@ -44,6 +44,11 @@ SENTINEL_F16 = np.array([0x7E5A], np.uint16).view(np.float16)[0]      # a NaN pa
 #: bf16 buffer can hold it
 SENTINEL_BF16 = np.array([0x7FDA0000], np.uint32).view(np.float32)[0]
 SENTINEL_I32 = np.int32(-0x5A5A5A5B)
+#: byte buffers (i8/u8) hold any of their 256 values: the sentinel is the byte 0xA5, and a
+#: kernel that writes that very value leaves the element looking unwritten (SIMPLIFICATION:
+#: such elements are not compared; the rest are, exactly)
+SENTINEL_I8 = np.int32(-0x5B)
+SENTINEL_U8 = np.int32(0xA5)
 WHOLE_FILL_BYTES = 16 << 20  # smaller outputs are filled whole (cheaper than the analysis)
 
 
@@ -90,13 +95,14 @@ def sentinel_like(dtype: str, shape) -> np.ndarray:
     """The sentinel as a flat read-only view of one value (no memory per element; gpusim
     copies it into its buffer)."""
     fill = {"f32": SENTINEL_F32, "f16": SENTINEL_F16, "bf16": SENTINEL_BF16,
-            "i32": SENTINEL_I32}[dtype]
+            "i32": SENTINEL_I32, "i8": SENTINEL_I8, "u8": SENTINEL_U8}[dtype]
     return np.broadcast_to(np.array(fill), (int(np.prod(shape)),))
 
 
 _BITS = {"f16": (np.float16, np.uint16, SENTINEL_F16), "i32": (np.int32, np.int32, SENTINEL_I32),
          "bf16": (np.float32, np.uint32, SENTINEL_BF16),
-         "f32": (np.float32, np.uint32, SENTINEL_F32)}
+         "f32": (np.float32, np.uint32, SENTINEL_F32),
+         "i8": (np.int32, np.int32, SENTINEL_I8), "u8": (np.int32, np.int32, SENTINEL_U8)}
 
 
 def written(arr: np.ndarray, dtype: str) -> np.ndarray:

@@ -270,7 +270,7 @@ def select_candidates(space: list, fixed: dict, budget: int | None, seed: int,
 
 # ----------------------------------------------------------------------------- baseline
 def dispatch_bytes(graph: Graph, dispatch) -> int:
-    return sum(graph.op(t).type.nbytes for t in list(dispatch.inputs) + list(dispatch.outputs)
+    return sum(graph.tensor_bytes(t) for t in list(dispatch.inputs) + list(dispatch.outputs)
                if not (graph.op(t).kind == "constant" and graph.op(t).type.size == 1))
 
 
@@ -337,8 +337,8 @@ def minimal_bytes(graph: Graph) -> int:
     """Reading every graph input once and writing every output once."""
     leaves = [n for n in graph.topo_order() if graph.op(n).kind in ("input", "constant")
               and graph.op(n).type.size > 1]
-    return sum(graph.op(n).type.nbytes for n in leaves) + \
-        sum(graph.op(n).type.nbytes for n in graph.outputs)
+    return sum(graph.tensor_bytes(n) for n in leaves) + \
+        sum(graph.tensor_bytes(n) for n in graph.outputs)
 
 
 def plan_lower_bound(graph: Graph, dispatches: list, arch) -> float:

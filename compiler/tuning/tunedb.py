@@ -218,7 +218,8 @@ def dispatch_fingerprint(graph, dispatch) -> str:
     for t in dispatch.inputs:
         op = graph.op(t)
         ref[t] = f"in{len(ref)}"
-        entry = [op.kind, _type(op.type)]
+        entry = [op.kind, _type(op.type)] + ([graph.byte_storage(t)] if
+                                             graph.byte_storage(t) else [])
         if op.kind == "constant" and _program_constant(op):
             entry.append(_canon(op.attrs.get("value")))
         elif op.kind == "constant" and is_causal_constant(op):
@@ -230,7 +231,8 @@ def dispatch_fingerprint(graph, dispatch) -> str:
         attrs = dict(op.attrs)
         body["ops"].append([ref[n], op.kind, [ref.get(i) or _outside(graph, i)
                                               for i in op.inputs],
-                            _type(op.type), _canon(attrs)])
+                            _type(op.type), _canon(attrs)]
+                           + ([graph.byte_storage(n)] if graph.byte_storage(n) else []))
     body["outputs"] = [ref.get(t, "?") for t in dispatch.outputs]
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
