@@ -19,7 +19,7 @@ import shutil
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from gpusim import program
 from gpusim.hw import GFX942
@@ -165,12 +165,79 @@ def test_two_tiles_of_prefetch_equal_numpy(m, n, k_tiles, ragged, mma, split, co
         np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
 
 
+def _segment_tiles(sk):
+    """K tiles of every stream-K segment (``StreamK``'s partition)."""
+    out = []
+    for g in range(sk.G):
+        b, e = sk.begin(g), sk.begin(g + 1)
+        for t in range(b // sk.nk, (e - 1) // sk.nk + 1):
+            out.append(min(e, (t + 1) * sk.nk) - max(b, t * sk.nk))
+    return out
+
+
+@settings(max_examples=14, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# segments of 1, 2, 3 and 4 K tiles in one launch (the n = 1 branch, the even and odd
+# tails after zero and one trip of the pair loop), FMA and MFMA
+@example(m=40, n=16, k_tiles=5, ragged=3, mma=False, cus=3, split=0, conv=False)
+@example(m=16, n=16, k_tiles=7, ragged=0, mma=True, cus=3, split=0, conv=False)
+@example(m=16, n=16, k_tiles=11, ragged=0, mma=True, cus=1, split=4, conv=False)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k_tiles=st.integers(3, 12),
+       ragged=st.integers(0, 15), mma=st.booleans(), cus=st.integers(1, 9),
+       split=st.sampled_from([0, 3, 4, 8]), conv=st.booleans())
+def test_two_tiles_of_prefetch_with_runtime_k_bounds_equal_numpy(m, n, k_tiles, ragged, mma,
+                                                                 cus, split, conv):
+    """prefetch=2 where each workgroup's K range is known only at run time
+    (``_Builder.k_loop_two_ahead_bounded``): stream-K segments (split=0; few CUs, so the
+    segments have every length from one K tile up) and uneven split-K; the trip count's
+    parity picks the tail at run time."""
+    import dataclasses
+    from compiler.ir.graph import Graph
+    from compiler.lower.contraction import StreamK
+    arch = dataclasses.replace(GFX942, num_cus=cus)
+    if conv:
+        g = _conv("NCHW", c=k_tiles * 2, o=8, hw=(5, 6))  # K = 18 * k_tiles: 3x3 taps
+    else:
+        g = Graph(f"mm_{m}_{n}")
+        kk = 16 * k_tiles - (ragged if not mma else 0)
+        y = g.matmul(g.input("a", (m, kk)), g.input("b", (kk, n)))
+        g.output(g.relu(y))
+    gm = Gemm(g, whole(g))
+    s = {**(MFMA if mma else FMA), "prefetch": 2}
+    s.update(zip(("vec_a", "vec_b"), _widths(gm)))
+    nk = -(-gm.K // s["BK"])
+    if split and nk % split and nk >= split:
+        s["split_k"] = split
+    else:
+        s["stream_k"] = 1
+        if StreamK(gm, s, arch).why_not():
+            return
+    assert check_schedule(gm, s, arch) == ""
+    k = lower_contraction(g, whole(g), s, arch)
+    ifs = [x for x in program.walk(k.kernels[0].body) if isinstance(x, program.If)
+           and x.orelse]  # the parity branch
+    assert ifs
+    res, ref = run_functional(g, k, arch=arch)
+    for out in g.outputs:
+        np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
+
+
+def test_runtime_bounds_examples_cover_every_segment_length():
+    """The examples above do reach segments of 1, 2, 3 and 4 K tiles."""
+    from compiler.lower.contraction import StreamK
+    import dataclasses
+
+    class G:
+        batch, M, N, K = 1, 40, 16, 16 * 5 - 3
+    sk = StreamK(G, {**FMA, "stream_k": 1}, dataclasses.replace(GFX942, num_cus=3))
+    assert {1, 2, 3, 4} <= set(_segment_tiles(sk))
+
+
 def test_prefetch_rules():
     g = _conv("NCHW", c=16, o=8)
     gm = Gemm(g, whole(g))
     base = {**FMA, "vec_a": 1, "vec_b": 1, "prefetch": 2}
-    assert "per-workgroup K bounds" in check_schedule(gm, {**base, "stream_k": 1}, GFX942)
-    assert "per-workgroup K bounds" in check_schedule(gm, {**base, "split_k": 4}, GFX942)
+    # stream-K's and an uneven split's per-workgroup K bounds: the parity at run time
+    assert check_schedule(gm, {**base, "split_k": 4}, GFX942) == ""
     assert "prefetch=3" in check_schedule(gm, {**base, "prefetch": 3}, GFX942)
 
 
@@ -241,6 +308,33 @@ def test_hip_compiles_and_checks(knobs, tmp_path):
     out = write_project(tmp_path / "export", [k], [(k, {b.name: b.name for b in k.buffers})], {})
     report = check_dir(out, ("gfx90a", "gfx940"))
     assert len(report["kernels"]) == 2
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")
+        assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+    assert report["disagreements"] == [], to_json(report["disagreements"])
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+@pytest.mark.parametrize("knobs", [
+    {**MFMA, "tap_mask": 1, "prefetch": 2, "stream_k": 1},
+    {**FMA_SEARCH, "prefetch": 2, "split_k": 2}])  # 9 K tiles: splits of 4 and 5
+def test_hip_runtime_bounded_prefetch_compiles_and_checks(knobs, tmp_path):
+    """prefetch=2 with per-workgroup K bounds (stream-K, uneven split-K): both kernels
+    compile for gfx90a and gfx940, no spills, ``check`` agrees with the simulator."""
+    from codegen_hip import check_dir, to_json, write_project
+    g = _conv("NCHW", c=64, o=64, hw=(14, 14))
+    gm = Gemm(g, whole(g))
+    va, vb = _widths(gm)
+    seq = lower_contraction(g, whole(g), {**knobs, "vec_a": va, "vec_b": vb}, GFX942)
+    assert isinstance(seq, program.KernelSequence)
+    ks = list(seq.kernels)
+    names = {b.name: b.name for k in ks for b in k.buffers}
+    out = write_project(tmp_path / "export", ks, [(k, {b.name: names[b.name] for b in k.buffers})
+                                                  for k in ks], {})
+    report = check_dir(out, ("gfx90a", "gfx940"))
+    assert len(report["kernels"]) == 4
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
         assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"

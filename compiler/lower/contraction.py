@@ -65,7 +65,9 @@ boundaries, storing one partial per tile segment; a fix-up kernel sums each tile
 segments in order and applies the epilogue once (:func:`lower_stream_k`).
 
 Two tiles of register prefetch (knob ``prefetch`` = 2, :meth:`_Builder.k_loop_two_ahead`):
-two register sets alternate, so a tile's global loads have two steps of math to arrive.
+two register sets alternate, so a tile's global loads have two steps of math to arrive;
+with per-workgroup K bounds (stream-K, uneven split-K) the odd step is chosen by the trip
+count's parity at run time (:meth:`_Builder.k_loop_two_ahead_bounded`).
 
 Simplifications: f32 math (f16 buffers widen on load); register prefetch only (one or
 two tiles), no LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
@@ -408,9 +410,6 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     prefetch = s.get("prefetch", 1)
     if prefetch not in PREFETCH:
         return f"prefetch={prefetch!r} not in {PREFETCH}"
-    if prefetch == 2 and (s.get("stream_k", 0) or ceil_div(gemm.K, BK) % int(s.get("split_k", 1))):
-        return ("prefetch=2: stream-K's and an uneven split-K's per-workgroup K bounds keep "
-                "one tile of prefetch")
     tap_mask = s.get("tap_mask", 0)
     if tap_mask not in (0, 1):
         return f"tap_mask={tap_mask!r} not in (0, 1)"
@@ -1220,6 +1219,8 @@ class _Builder:
             return
         if self.sk is not None or uneven:
             # stream-K's segment or an uneven split: K tiles kt0 .. kt1-1 (>= 1 of them)
+            if int(self.s.get("prefetch", 1)) == 2:
+                return self.k_loop_two_ahead_bounded(stage_tile, compute)
             kbody: list = [program.Assign(k0, imul(iadd(kt, 1), BK))]
             lo, st = stage_tile(k0)
             kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
@@ -1278,6 +1279,48 @@ class _Builder:
             self.body += step(ka, k_of(program.i32((nk - 1) * BK)), lo_a, st_b)
             last_stores = st_a
         self.body += compute() + [program.Barrier()] + last_stores + [program.Barrier()]
+        self.body += compute() + [program.Barrier()]
+
+    def mean_tiles(self) -> float:
+        """The mean K tiles of one segment (stream-K) or split (uneven split-K): the trip
+        counts' hint for analytic estimates (``program.For.trips_hint``)."""
+        if self.sk is not None:
+            return self.sk.iters / self.sk.G / self.sk.segments
+        return ceil_div(self.gemm.K, self.BK) / self.S
+
+    def k_loop_two_ahead_bounded(self, stage_tile, compute):
+        """:meth:`k_loop_two_ahead` for a K range known only at run time: stream-K's
+        segment or an uneven split, K tiles ``kt0 .. kt1-1`` (n >= 1 of them, bounds
+        wave-uniform). The same two alternating register sets and rolled two-step loop,
+        with the loop's trips ``(n - 2) // 2`` and the odd step chosen by n's parity at
+        run time (a workgroup-uniform branch, so the barriers inside it are met by every
+        wave); with n = 1 only the staged tile's math runs. Every load stays inside the
+        range, as in :meth:`k_loop`."""
+        BK = self.BK
+        kt0, kt1 = program.as_expr(self.kt0), program.as_expr(self.kt1)
+        ka, kb = self.var("k0a"), self.var("k0b")
+        lo_a, st_a = stage_tile(ka)
+        lo_b, st_b = stage_tile(kb)
+        n = self.let("nkt", kt1 - kt0)
+
+        def step(k_var, k_value, loads, stores):  # issue one set's loads, math, store the other
+            return ([program.Assign(k_var, k_value)] + loads + compute() + [program.Barrier()]
+                    + stores + [program.Barrier()])
+        # tile kt0 is in LDS (stage_first_tile); tile kt0 + 1 goes to set B
+        head = [program.Assign(kb, imul(iadd(kt0, 1), BK))] + lo_b
+        p = self.var("kp")
+        first = imul(iadd(kt0, iadd(imul(p, 2), 2)), BK)
+        second = imul(iadd(kt0, iadd(imul(p, 2), 3)), BK)
+        body = step(ka, first, lo_a, st_b) + step(kb, second, lo_b, st_a)
+        head.append(program.For(p, program.i32(0), idiv(iadd(n, -2), 2), 1, tuple(body),
+                                rolled=True,
+                                trips_hint=max((self.mean_tiles() - 2) / 2, 0.0)))
+        # n odd: tile kt1 - 1 goes to set A while set B's tile is stored; then set A's
+        odd = step(ka, imul(iadd(kt1, -1), BK), lo_a, st_b) + compute() + \
+            [program.Barrier()] + st_a + [program.Barrier()]
+        even = compute() + [program.Barrier()] + st_b + [program.Barrier()]
+        head.append(program.If(imod(n, 2).eq(1), tuple(odd), tuple(even)))
+        self.body.append(program.If(program.as_expr(n) > 1, tuple(head)))
         self.body += compute() + [program.Barrier()]
 
     # ---------------------------------------------------------------- split-K combine

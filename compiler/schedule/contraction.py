@@ -63,8 +63,9 @@ class Knobs:
                                       "C/G: each K tile inside one tap, its address part "
                                       "wave-uniform; compiler.lower.conv)")
     prefetch: int = knob(DEFAULTS["prefetch"], "K tiles of global loads in flight ahead of the "
-                                        "math (register sets; 2 is one-kernel or even "
-                                        "split-K only)")
+                                        "math (register sets; under stream-K and uneven "
+                                        "split-K the tail follows the trip count's "
+                                        "parity at run time)")
     tap_mask: int = knob(DEFAULTS["tap_mask"], "k_order=layout conv: 1 keeps each staged row's "
                                         "padding test as a tap mask and its LDS store "
                                         "address in registers set before the K loop (0: "
