@@ -341,6 +341,123 @@ def test_hip_runtime_bounded_prefetch_compiles_and_checks(knobs, tmp_path):
     assert report["disagreements"] == [], to_json(report["disagreements"])
 
 
+@pytest.mark.parametrize("ci", range(len(CONVS)))
+def test_period_split_equals_the_inline_formula(ci):
+    """NCHW, BK a multiple of the taps: the fixed part of column c plus the tile's
+    uniform part gives the inline offsets and padding tests, over every (group, m, k)."""
+    g = _conv(**CONVS[ci])
+    gm = Gemm(g, whole(g))
+    if gm.A.im2col_period is None:
+        assert CONVS[ci]["fmt"] == "NHWC" or gm.A.im2col_mask is None
+        return
+    T, fixed, tile = gm.A.im2col_period
+    rows, _ = gm.A.im2col_mask
+    bk = 2 * T
+    b = np.arange(gm.batch).reshape(-1, 1, 1, 1)
+    m = np.arange(gm.M).reshape(1, -1, 1, 1)
+    k0 = np.arange(0, gm.K, bk).reshape(1, 1, -1, 1)
+    c = np.arange(bk).reshape(1, 1, 1, -1)
+    inside = np.broadcast_to(k0 + c < gm.K, (gm.batch, gm.M, k0.size, bk))
+    off, valid = gm.A.offset_fn(b, m, k0 + c)
+    foff, fok = fixed(rows(b, m), c)
+    off2 = foff + tile(k0)
+    shape = inside.shape
+    valid = np.broadcast_to(True if valid is None else valid, shape) & inside
+    valid2 = np.broadcast_to(True if fok is None else fok.astype(bool), shape) & inside
+    assert np.array_equal(valid, valid2)
+    assert np.array_equal(np.broadcast_to(off, shape)[valid], np.broadcast_to(off2, shape)[valid])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cg=st.integers(1, 24), groups=st.sampled_from([1, 2]), o=st.sampled_from([8, 16]),
+       hw=st.tuples(st.integers(3, 8), st.integers(3, 8)),
+       k=st.sampled_from([(3, 3), (2, 2), (1, 3), (3, 2)]),
+       stride=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+       pad=st.tuples(*[st.integers(0, 1)] * 4), n=st.integers(1, 2),
+       tile=st.sampled_from([0, 1, 2]), split=st.sampled_from([1, 2, 3]),
+       prefetch=st.sampled_from([1, 2]))
+def test_period_staging_values_equal_numpy(cg, groups, o, hw, k, stride, pad, n, tile, split,
+                                           prefetch):
+    """BK a multiple of the taps (16x16 and 32x32 MFMA blocks; a ragged last K tile
+    when C/G * taps is not a multiple of BK), padding, strides, groups, split-K even or
+    not, one or two tiles of prefetch: values equal numpy in gpusim."""
+    if hw[0] + pad[0] + pad[2] < k[0] or hw[1] + pad[1] + pad[3] < k[1]:
+        return  # no output
+    g = _conv("NCHW", c=cg * groups, o=o * groups, hw=hw, k=k, stride=stride, pad=pad,
+              groups=groups, n=n)
+    gm = Gemm(g, whole(g))
+    T = k[0] * k[1]
+    base = [dict(PERIOD_16, BK=16 * T), dict(PERIOD_16, BN=32, BK=4 * T, KW=1),
+            dict(PERIOD_32, BK=2 * T, KW=1)][tile]
+    # scalar activation loads (a one-position image may allow wider ones)
+    vb = _widths(gm)[1]
+    while base["BK"] % vb:  # B's vectors run along K (OIHW)
+        vb //= 2
+    s = {**base, "prefetch": prefetch, "vec_a": 1, "vec_b": vb}
+    nk = -(-gm.K // s["BK"])
+    if split <= nk:
+        s["split_k"] = split
+    why = check_schedule(gm, s, GFX942)
+    assert why == "", why
+    k_ = lower_contraction(g, whole(g), s, GFX942)
+    first = k_.kernels[0] if isinstance(k_, program.KernelSequence) else k_
+    assert any("im_poff" in x.dst.name for x in first.body if isinstance(x, program.Assign))
+    res, ref = run_functional(g, k_)
+    for out in g.outputs:
+        np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
+
+
+def test_period_space_and_stream_k_refusal():
+    """A 3x3 NCHW conv gets the period tiles (BK 144 and 72, tap_mask=1); stream-K on
+    them is refused with the reason; a 1x1 conv and an NHWC conv get none."""
+    g = _conv("NCHW", c=64, o=64, hw=(14, 14))
+    space = schedule_space(g, whole(g), GFX942)
+    per = [c for c in space if c.legal and c.knobs.get("BK") in (144, 72)]
+    assert per and all(c.knobs["tap_mask"] == 1 for c in per)
+    assert {c.knobs.get("prefetch") for c in per} == {1, 2}
+    gm = Gemm(g, whole(g))
+    va, vb = _widths(gm)
+    why = check_schedule(gm, {**PERIOD_16, "vec_a": va, "vec_b": vb, "stream_k": 1}, GFX942)
+    assert "stream_k with the taps fixed" in why
+    for other in (_conv("NHWC", c=64, o=64, hw=(14, 14)),
+                  _conv("NCHW", c=64, o=64, k=(1, 1), pad=(0, 0, 0, 0))):
+        assert not [c for c in schedule_space(other, whole(other), GFX942)
+                    if c.legal and c.knobs.get("BK") in (144, 72)]
+
+
+#: MFMA tiles whose BK is a multiple of a 3x3 conv's 9 taps (``Operand.im2col_period``)
+PERIOD_16 = dict(mma="mfma", BM=16, BN=16, BK=144, TM=16, TN=16, KW=4, lds_pad=4,
+                 swizzle="none", tap_mask=1)
+PERIOD_32 = dict(mma="mfma", BM=32, BN=32, BK=72, TM=32, TN=32, KW=4, lds_pad=4,
+                 swizzle="before_fusion", tap_mask=1)
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+@pytest.mark.parametrize("knobs", [
+    {**PERIOD_16, "prefetch": 2}, {**PERIOD_16, "BN": 32, "prefetch": 2},
+    {**PERIOD_16, "BN": 32, "prefetch": 2, "split_k": 3}, {**PERIOD_32, "split_k": 3},
+    PERIOD_32])
+def test_hip_period_staging_compiles_and_checks(knobs, tmp_path):
+    """The taps fixed across the K loop (BK a multiple of the taps): every kernel
+    compiles for gfx90a and gfx940, no spills, ``check`` agrees (VGPRs included)."""
+    from codegen_hip import check_dir, to_json, write_project
+    g = _conv("NCHW", c=256 if knobs.get("split_k") else 64, o=64, hw=(14, 14))
+    gm = Gemm(g, whole(g))
+    va, vb = _widths(gm)
+    k = lower_contraction(g, whole(g), {**knobs, "vec_a": va, "vec_b": vb}, GFX942)
+    ks = list(k.kernels) if isinstance(k, program.KernelSequence) else [k]
+    out = write_project(tmp_path / "export", ks, [(x, {b.name: b.name for b in x.buffers})
+                                                  for x in ks], {})
+    report = check_dir(out, ("gfx90a", "gfx940"))
+    assert len(report["kernels"]) == 2 * len(ks)
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")
+        assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+    assert report["disagreements"] == [], to_json(report["disagreements"])
+
+
 @pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
 def test_depthwise_7x7_gets_the_direct_lowering_and_equals_numpy(fmt):
     """49 taps per output (ConvNeXt's depthwise 7x7): within ``DIRECT_MAX_TAPS``, so the

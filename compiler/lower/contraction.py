@@ -416,6 +416,10 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if tap_mask and gemm.A.im2col_mask is None:
         return ("tap_mask=1: only a conv of several taps in k_order=layout has a padding "
                 "test per tap to keep as a mask")
+    if s.get("stream_k", 0) and tap_period_applies(gemm, s):
+        return ("stream_k with the taps fixed across the K loop (BK a multiple of the "
+                "taps): hipcc kept 130-172 VGPRs live in the segment loop against the "
+                "estimate's 87-124 (tests/test_conv_taps.py)")
     S = int(s.get("split_k", 1))
     if S not in SPLITS:
         return f"split_k={S} not in {SPLITS}"
@@ -441,6 +445,14 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     return ""
 
 
+def tap_period_applies(gemm, s) -> bool:
+    """Whether ``s`` stages the conv's activation with its taps fixed across the K loop
+    (``Operand.im2col_period``): tap_mask=1, scalar loads, BK a multiple of the taps."""
+    p = gemm.A.im2col_period
+    return (int(s.get("tap_mask", 0)) == 1 and p is not None and int(s["vec_a"]) == 1
+            and int(s["BK"]) % p[0] == 0)
+
+
 def lds_elems(gemm, s) -> int:
     """Staging (A as BM x BK, B as BN x BK, K innermost, padded rows), the split-K partial
     sums (KW x BM x BN) and the swizzled output tile share one LDS array."""
@@ -456,6 +468,18 @@ def lds_elems(gemm, s) -> int:
     return need
 
 
+def mfma_reads_hoisted(s) -> bool:
+    """mma=mfma with scalar LDS reads of a K run of several elements (the tiles whose BK
+    is a multiple of a conv's taps, ``compiler.schedule.contraction.PERIOD_TILES``: 9
+    reads of A and of B per lane and K tile): every read is issued before the first
+    MFMA, as hipcc schedules them, instead of each MFMA waiting out its own read's LDS
+    latency in turn."""
+    if s.get("mma", "fma") != "mfma" or s["lds_pad"] == 1:
+        return False
+    steps = (int(s["BK"]) // int(s.get("KW", 1))) // program.MFMA_SHAPES[MFMA_FOR_BLOCK[int(s["TM"])]][2]
+    return mfma_read_width(s) == 1 and steps > 1
+
+
 def vgpr_estimate(s, threads) -> int:
     """Accumulators + one K-vector of A and B per micro-tile row/column + staged elements
     + LDS row addresses + index registers (mfma: the block's accumulators per lane)."""
@@ -463,7 +487,11 @@ def vgpr_estimate(s, threads) -> int:
     staging = (ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)) * int(s.get("prefetch", 1))
     if s.get("mma", "fma") == "mfma":
         nacc = program.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][3]
-        return nacc + 2 * mfma_read_width(s) + staging + 2 + 16
+        reads = 2 * mfma_read_width(s)
+        if mfma_reads_hoisted(s):  # the whole K run of A and B held at once
+            reads = 2 * ((int(s["BK"]) // int(s.get("KW", 1)))
+                         // program.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][2])
+        return nacc + reads + staging + 2 + 16
     return TM * TN + read_width(s) * (TM + TN) + staging + TM + TN + 16
 
 
@@ -712,6 +740,7 @@ class _Builder:
         R, C = tile
         inner_is_c, per_row, total, along_k = _staging_walk(opnd, v, tile, kdim)
         t = program.thread_id()
+        period_tile: dict = {}
         for step in range(ceil_div(total, self.threads)):
             q = iadd(t, step * self.threads)
             stmts = []
@@ -730,6 +759,30 @@ class _Builder:
                 with self.em.scope(loads):
                     val = self.em.value(opnd.tensor, ix)
                     loads.append(program.Assign(regs[0], val))
+            elif opnd.im2col is not None and kdim == "c" and self.tap_period(opnd, v):
+                # BK a multiple of the taps: the element's tap, offset and padding test
+                # are registers set before the loop; the tile adds a uniform channel step
+                rows_part, _ = self.hoisted_rows(
+                    opnd, step, r, ci, b, row_test, loads_out,
+                    None if self.s["lds_pad"] == "xor" else self.lds_index(base, ro, ci))
+                T, fixed, tile_part = opnd.im2col_period
+                pkey = ("period", opnd.tensor, step)
+                if pkey not in self.rows_cache:
+                    poff, pok = fixed(rows_part, rows_part["col"], lambda hint, val: self.let(
+                        f"im_{hint}", program.as_expr(val), loads_out))
+                    self.rows_cache[pkey] = {
+                        "off": self.let("im_poff", program.as_expr(poff), loads_out),
+                        "ok": self.let("im_pok", program.as_expr(
+                            _and(rows_part.get("row_ok"), pok)), loads_out)
+                        if _and(rows_part.get("row_ok"), pok) is not None else None}
+                pf = self.rows_cache[pkey]
+                if "ptile" not in period_tile:  # one uniform per K tile and operand
+                    period_tile["ptile"] = tile_part(c0, lambda hint, val: self.let(
+                        f"im_{hint}", program.as_expr(val), loads_out))
+                if opnd.cols % C:  # a ragged last K tile
+                    col_test = iadd(c0, rows_part["col"]) < opnd.cols
+                valid = _and(pf["ok"], col_test)
+                loads = [program.Load(regs, opnd.buffer, iadd(pf["off"], period_tile["ptile"]))]
             elif opnd.im2col is not None and kdim == "c":
                 # the tile row (an output position) is the same on every K tile: its
                 # part of the address and its guards are registers set before the loop
@@ -746,6 +799,20 @@ class _Builder:
                 off, pvalid = col_part(rows_part, kv, let)
                 valid = _and(_and(rows_part.get("row_ok"), col_test), pvalid)
                 loads = [program.Load(regs, opnd.buffer, off)]
+            elif kdim == "r" and opnd.affine is not None and valid is None and \
+                    self.tap_period(self.gemm.A, int(self.s["vec_a"])):
+                # the filter beside a period-staged activation: its affine offset's
+                # per-thread part (row ro of the tile, column c) is a register set
+                # before the K loop; the tile adds the uniform k0 * K stride. Only
+                # with whole K and N tiles: a bounds guard on the row would test
+                # k0 + ro, which the validator cannot relate to the held register
+                base_, sb, sr, sc = opnd.affine
+                akey = ("affine", opnd.tensor, step)
+                if akey not in self.rows_cache:
+                    self.rows_cache[akey] = self.let("st_off", program.as_expr(_add(_add(_add(
+                        base_, _mul(b, sb)), _mul(ro, sr)), _mul(c, sc))), loads_out)
+                loads = [program.Load(regs, opnd.buffer,
+                                      iadd(self.rows_cache[akey], imul(r0, sr)))]
             else:
                 off, pvalid = opnd.offset_fn(b, r, c)
                 valid = _and(valid, pvalid)
@@ -848,6 +915,11 @@ class _Builder:
             else:
                 loads_out += lstmts
                 stores_out += stmts
+
+    def tap_period(self, opnd, v) -> bool:
+        """Whether this schedule stages ``opnd`` (the activation) with its taps fixed
+        across the K loop (:func:`tap_period_applies`)."""
+        return opnd is self.gemm.A and v == 1 and tap_period_applies(self.gemm, self.s)
 
     def hoisted_rows(self, opnd, step, r, c_local, b, row_valid, out, lds_at=None):
         """(the row part of ``opnd.im2col`` for this thread's row ``r`` of staging step
@@ -1080,14 +1152,19 @@ class _Builder:
                                                        self.row_len), kofs)))
             stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b)
 
+        hoist = mfma_reads_hoisted(s) and rv == mfma_read_width(s)
+
         def compute():
             out = []
+            reads = []   # hoist: every LDS read of the K slice before the first MFMA
             xs, ys = [], []   # a packed shape's items, kpack consecutive K of the lane's run
             for q0 in range(0, steps, rv):
                 av = tuple(self.var("fa", self.dt) for _ in range(rv))
                 bv = tuple(self.var("fb", self.dt) for _ in range(rv))
-                out.append(program.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
-                out.append(program.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
+                (reads if hoist else out).append(
+                    program.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
+                (reads if hoist else out).append(
+                    program.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
                 for e in range(rv):
                     # lanes along M: the block computed is C^T = B^T A^T
                     x, y = (bv[e], av[e]) if lanes_m else (av[e], bv[e])
@@ -1097,7 +1174,7 @@ class _Builder:
                         out.append(program.Mfma(acc_regs, xs[0] if kpack == 1 else tuple(xs),
                                                 ys[0] if kpack == 1 else tuple(ys), shape))
                         xs, ys = [], []
-            return out
+            return reads + out
 
         if self.phase != "reduce":
             self.k_loop(stage_tile, compute)
@@ -1414,7 +1491,6 @@ class _Builder:
         """The reduction kernel's start: each accumulator (by its owner group) is the sum
         of its S partials, every load issued before the first add."""
         ws = self.workspace("in")
-        loads, adds = [], []
         nparts, count = self.S, None
         if self.sk is not None:  # stream-K: count(tile) slots of at most ``slots``
             sk = self.sk
@@ -1422,6 +1498,11 @@ class _Builder:
             t = self.tile
             last = program.as_expr(sk.first_ir(iadd(imul(iadd(t, 1), sk.nk), -1)))
             count = self.let("nseg", iadd(last - sk.first_ir(imul(t, sk.nk)), 1))
+        # KW > 1: one wave-uniform branch per K group holding its accumulators' loads,
+        # then their adds (every part is then defined where it is read; a branch per
+        # accumulator needed every part zeroed in every group first, for the validator:
+        # nacc x S VALU moves per wave, the 32x32 split kernel's reduction's largest cost)
+        per_group = {g: ([], []) for g in range(self.KW)}
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
@@ -1429,17 +1510,22 @@ class _Builder:
                 ld = [program.Load((parts[h],), ws.name, self.partial_offset(h, e))
                       for h in range(nparts)]
                 if count is not None:  # slot h exists only when h < count (slot 0 always)
-                    self.body += [program.Assign(x, program.f32(0.0)) for x in parts[1:]]
-                    ld = ld[:1] + [program.If(program.as_expr(count) > h, (x,))
-                                   for h, x in enumerate(ld) if h]
+                    ld = [program.Assign(x, program.f32(0.0)) for x in parts[1:]] + ld[:1] + [
+                        program.If(program.as_expr(count) > h, (x,))
+                        for h, x in enumerate(ld) if h]
                 total = parts[0]
                 for h in range(1, nparts):
                     total = total + parts[h]
-                loads += self.owned(i, j, ld)
-                adds += self.owned(i, j, [program.Assign(acc[i][j], total)])
-                if self.KW > 1:  # defined in every group for the validator
-                    self.body += [program.Assign(x, program.f32(0.0)) for x in parts]
-        self.body += loads + adds
+                g = self.owner(i, j) if self.KW > 1 else 0
+                per_group[g][0].extend(ld)
+                per_group[g][1].append(program.Assign(acc[i][j], total))
+        if self.KW == 1:
+            self.body += per_group[0][0] + per_group[0][1]
+            return
+        for g, (loads, adds) in per_group.items():
+            if loads:
+                self.body.append(program.If(program.as_expr(self.kg).eq(g),
+                                            tuple(loads + adds)))
 
     def used(self, params, extra):
         """``params`` the body reads or writes, then ``extra`` (the workspace)."""
