@@ -1498,11 +1498,7 @@ class _Builder:
             t = self.tile
             last = program.as_expr(sk.first_ir(iadd(imul(iadd(t, 1), sk.nk), -1)))
             count = self.let("nseg", iadd(last - sk.first_ir(imul(t, sk.nk)), 1))
-        # KW > 1: one wave-uniform branch per K group holding its accumulators' loads,
-        # then their adds (every part is then defined where it is read; a branch per
-        # accumulator needed every part zeroed in every group first, for the validator:
-        # nacc x S VALU moves per wave, the 32x32 split kernel's reduction's largest cost)
-        per_group = {g: ([], []) for g in range(self.KW)}
+        loads, adds = [], []
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
@@ -1510,22 +1506,17 @@ class _Builder:
                 ld = [program.Load((parts[h],), ws.name, self.partial_offset(h, e))
                       for h in range(nparts)]
                 if count is not None:  # slot h exists only when h < count (slot 0 always)
-                    ld = [program.Assign(x, program.f32(0.0)) for x in parts[1:]] + ld[:1] + [
-                        program.If(program.as_expr(count) > h, (x,))
-                        for h, x in enumerate(ld) if h]
+                    self.body += [program.Assign(x, program.f32(0.0)) for x in parts[1:]]
+                    ld = ld[:1] + [program.If(program.as_expr(count) > h, (x,))
+                                   for h, x in enumerate(ld) if h]
                 total = parts[0]
                 for h in range(1, nparts):
                     total = total + parts[h]
-                g = self.owner(i, j) if self.KW > 1 else 0
-                per_group[g][0].extend(ld)
-                per_group[g][1].append(program.Assign(acc[i][j], total))
-        if self.KW == 1:
-            self.body += per_group[0][0] + per_group[0][1]
-            return
-        for g, (loads, adds) in per_group.items():
-            if loads:
-                self.body.append(program.If(program.as_expr(self.kg).eq(g),
-                                            tuple(loads + adds)))
+                loads += self.owned(i, j, ld)
+                adds += self.owned(i, j, [program.Assign(acc[i][j], total)])
+                if self.KW > 1:  # defined in every group for the validator
+                    self.body += [program.Assign(x, program.f32(0.0)) for x in parts]
+        self.body += loads + adds
 
     def used(self, params, extra):
         """``params`` the body reads or writes, then ``extra`` (the workspace)."""
