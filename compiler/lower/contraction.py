@@ -1491,6 +1491,7 @@ class _Builder:
         """The reduction kernel's start: each accumulator (by its owner group) is the sum
         of its S partials, every load issued before the first add."""
         ws = self.workspace("in")
+        loads, adds = [], []
         nparts, count = self.S, None
         if self.sk is not None:  # stream-K: count(tile) slots of at most ``slots``
             sk = self.sk
@@ -1498,7 +1499,6 @@ class _Builder:
             t = self.tile
             last = program.as_expr(sk.first_ir(iadd(imul(iadd(t, 1), sk.nk), -1)))
             count = self.let("nseg", iadd(last - sk.first_ir(imul(t, sk.nk)), 1))
-        loads, adds = [], []
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j

@@ -142,10 +142,11 @@ PERIOD_TILES = [(16, 16, 16, 16, 16, 4, True), (16, 32, 16, 16, 16, 4, True),
 def period_points(gemm, arch: Arch, named: bool) -> list:
     """The legal points of :data:`PERIOD_TILES` for a conv whose activation has a tap
     period (issue 27: the layout order's ~13 VALU operators per staged element and K
-    tile become one add); none for other contractions or where BK would exceed K.
+    tile become one add); none for other contractions, for an integer conv (its K loop
+    hipcc treats otherwise, see the prefetch rule above) or where BK would exceed K.
     ``named``: the space's points name ``prefetch`` (else only prefetch=1 points)."""
     p = gemm.A.im2col_period if gemm.kind == "conv2d" else None
-    if p is None:
+    if p is None or gemm.dtype == "i32":
         return []
     va, vb = gemm.A.max_vec[gemm.A.inner], gemm.B.max_vec[gemm.B.inner]
     out = []
