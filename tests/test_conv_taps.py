@@ -19,7 +19,7 @@ import shutil
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from gpusim import program
 from gpusim.hw import GFX942
@@ -165,12 +165,79 @@ def test_two_tiles_of_prefetch_equal_numpy(m, n, k_tiles, ragged, mma, split, co
         np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
 
 
+def _segment_tiles(sk):
+    """K tiles of every stream-K segment (``StreamK``'s partition)."""
+    out = []
+    for g in range(sk.G):
+        b, e = sk.begin(g), sk.begin(g + 1)
+        for t in range(b // sk.nk, (e - 1) // sk.nk + 1):
+            out.append(min(e, (t + 1) * sk.nk) - max(b, t * sk.nk))
+    return out
+
+
+@settings(max_examples=14, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# segments of 1, 2, 3 and 4 K tiles in one launch (the n = 1 branch, the even and odd
+# tails after zero and one trip of the pair loop), FMA and MFMA
+@example(m=40, n=16, k_tiles=5, ragged=3, mma=False, cus=3, split=0, conv=False)
+@example(m=16, n=16, k_tiles=7, ragged=0, mma=True, cus=3, split=0, conv=False)
+@example(m=16, n=16, k_tiles=11, ragged=0, mma=True, cus=1, split=4, conv=False)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k_tiles=st.integers(3, 12),
+       ragged=st.integers(0, 15), mma=st.booleans(), cus=st.integers(1, 9),
+       split=st.sampled_from([0, 3, 4, 8]), conv=st.booleans())
+def test_two_tiles_of_prefetch_with_runtime_k_bounds_equal_numpy(m, n, k_tiles, ragged, mma,
+                                                                 cus, split, conv):
+    """prefetch=2 where each workgroup's K range is known only at run time
+    (``_Builder.k_loop_two_ahead_bounded``): stream-K segments (split=0; few CUs, so the
+    segments have every length from one K tile up) and uneven split-K; the trip count's
+    parity picks the tail at run time."""
+    import dataclasses
+    from compiler.ir.graph import Graph
+    from compiler.lower.contraction import StreamK
+    arch = dataclasses.replace(GFX942, num_cus=cus)
+    if conv:
+        g = _conv("NCHW", c=k_tiles * 2, o=8, hw=(5, 6))  # K = 18 * k_tiles: 3x3 taps
+    else:
+        g = Graph(f"mm_{m}_{n}")
+        kk = 16 * k_tiles - (ragged if not mma else 0)
+        y = g.matmul(g.input("a", (m, kk)), g.input("b", (kk, n)))
+        g.output(g.relu(y))
+    gm = Gemm(g, whole(g))
+    s = {**(MFMA if mma else FMA), "prefetch": 2}
+    s.update(zip(("vec_a", "vec_b"), _widths(gm)))
+    nk = -(-gm.K // s["BK"])
+    if split and nk % split and nk >= split:
+        s["split_k"] = split
+    else:
+        s["stream_k"] = 1
+        if StreamK(gm, s, arch).why_not():
+            return
+    assert check_schedule(gm, s, arch) == ""
+    k = lower_contraction(g, whole(g), s, arch)
+    ifs = [x for x in program.walk(k.kernels[0].body) if isinstance(x, program.If)
+           and x.orelse]  # the parity branch
+    assert ifs
+    res, ref = run_functional(g, k, arch=arch)
+    for out in g.outputs:
+        np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
+
+
+def test_runtime_bounds_examples_cover_every_segment_length():
+    """The examples above do reach segments of 1, 2, 3 and 4 K tiles."""
+    from compiler.lower.contraction import StreamK
+    import dataclasses
+
+    class G:
+        batch, M, N, K = 1, 40, 16, 16 * 5 - 3
+    sk = StreamK(G, {**FMA, "stream_k": 1}, dataclasses.replace(GFX942, num_cus=3))
+    assert {1, 2, 3, 4} <= set(_segment_tiles(sk))
+
+
 def test_prefetch_rules():
     g = _conv("NCHW", c=16, o=8)
     gm = Gemm(g, whole(g))
     base = {**FMA, "vec_a": 1, "vec_b": 1, "prefetch": 2}
-    assert "per-workgroup K bounds" in check_schedule(gm, {**base, "stream_k": 1}, GFX942)
-    assert "per-workgroup K bounds" in check_schedule(gm, {**base, "split_k": 4}, GFX942)
+    # stream-K's and an uneven split's per-workgroup K bounds: the parity at run time
+    assert check_schedule(gm, {**base, "split_k": 4}, GFX942) == ""
     assert "prefetch=3" in check_schedule(gm, {**base, "prefetch": 3}, GFX942)
 
 
@@ -241,6 +308,150 @@ def test_hip_compiles_and_checks(knobs, tmp_path):
     out = write_project(tmp_path / "export", [k], [(k, {b.name: b.name for b in k.buffers})], {})
     report = check_dir(out, ("gfx90a", "gfx940"))
     assert len(report["kernels"]) == 2
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")
+        assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+    assert report["disagreements"] == [], to_json(report["disagreements"])
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+@pytest.mark.parametrize("knobs", [
+    {**MFMA, "tap_mask": 1, "prefetch": 2, "stream_k": 1},
+    {**FMA_SEARCH, "prefetch": 2, "split_k": 2}])  # 9 K tiles: splits of 4 and 5
+def test_hip_runtime_bounded_prefetch_compiles_and_checks(knobs, tmp_path):
+    """prefetch=2 with per-workgroup K bounds (stream-K, uneven split-K): both kernels
+    compile for gfx90a and gfx940, no spills, ``check`` agrees with the simulator."""
+    from codegen_hip import check_dir, to_json, write_project
+    g = _conv("NCHW", c=64, o=64, hw=(14, 14))
+    gm = Gemm(g, whole(g))
+    va, vb = _widths(gm)
+    seq = lower_contraction(g, whole(g), {**knobs, "vec_a": va, "vec_b": vb}, GFX942)
+    assert isinstance(seq, program.KernelSequence)
+    ks = list(seq.kernels)
+    names = {b.name: b.name for k in ks for b in k.buffers}
+    out = write_project(tmp_path / "export", ks, [(k, {b.name: names[b.name] for b in k.buffers})
+                                                  for k in ks], {})
+    report = check_dir(out, ("gfx90a", "gfx940"))
+    assert len(report["kernels"]) == 4
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")
+        assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+    assert report["disagreements"] == [], to_json(report["disagreements"])
+
+
+@pytest.mark.parametrize("ci", range(len(CONVS)))
+def test_period_split_equals_the_inline_formula(ci):
+    """NCHW, BK a multiple of the taps: the fixed part of column c plus the tile's
+    uniform part gives the inline offsets and padding tests, over every (group, m, k)."""
+    g = _conv(**CONVS[ci])
+    gm = Gemm(g, whole(g))
+    if gm.A.im2col_period is None:
+        assert CONVS[ci]["fmt"] == "NHWC" or gm.A.im2col_mask is None
+        return
+    T, fixed, tile = gm.A.im2col_period
+    rows, _ = gm.A.im2col_mask
+    bk = 2 * T
+    b = np.arange(gm.batch).reshape(-1, 1, 1, 1)
+    m = np.arange(gm.M).reshape(1, -1, 1, 1)
+    k0 = np.arange(0, gm.K, bk).reshape(1, 1, -1, 1)
+    c = np.arange(bk).reshape(1, 1, 1, -1)
+    inside = np.broadcast_to(k0 + c < gm.K, (gm.batch, gm.M, k0.size, bk))
+    off, valid = gm.A.offset_fn(b, m, k0 + c)
+    foff, fok = fixed(rows(b, m), c)
+    off2 = foff + tile(k0)
+    shape = inside.shape
+    valid = np.broadcast_to(True if valid is None else valid, shape) & inside
+    valid2 = np.broadcast_to(True if fok is None else fok.astype(bool), shape) & inside
+    assert np.array_equal(valid, valid2)
+    assert np.array_equal(np.broadcast_to(off, shape)[valid], np.broadcast_to(off2, shape)[valid])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cg=st.integers(1, 24), groups=st.sampled_from([1, 2]), o=st.sampled_from([8, 16]),
+       hw=st.tuples(st.integers(3, 8), st.integers(3, 8)),
+       k=st.sampled_from([(3, 3), (2, 2), (1, 3), (3, 2)]),
+       stride=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+       pad=st.tuples(*[st.integers(0, 1)] * 4), n=st.integers(1, 2),
+       tile=st.sampled_from([0, 1, 2]), split=st.sampled_from([1, 2, 3]),
+       prefetch=st.sampled_from([1, 2]))
+def test_period_staging_values_equal_numpy(cg, groups, o, hw, k, stride, pad, n, tile, split,
+                                           prefetch):
+    """BK a multiple of the taps (16x16 and 32x32 MFMA blocks; a ragged last K tile
+    when C/G * taps is not a multiple of BK), padding, strides, groups, split-K even or
+    not, one or two tiles of prefetch: values equal numpy in gpusim."""
+    if hw[0] + pad[0] + pad[2] < k[0] or hw[1] + pad[1] + pad[3] < k[1]:
+        return  # no output
+    g = _conv("NCHW", c=cg * groups, o=o * groups, hw=hw, k=k, stride=stride, pad=pad,
+              groups=groups, n=n)
+    gm = Gemm(g, whole(g))
+    T = k[0] * k[1]
+    base = [dict(PERIOD_16, BK=16 * T), dict(PERIOD_16, BN=32, BK=4 * T, KW=1),
+            dict(PERIOD_32, BK=2 * T, KW=1)][tile]
+    # scalar activation loads (a one-position image may allow wider ones)
+    vb = _widths(gm)[1]
+    while base["BK"] % vb:  # B's vectors run along K (OIHW)
+        vb //= 2
+    s = {**base, "prefetch": prefetch, "vec_a": 1, "vec_b": vb}
+    nk = -(-gm.K // s["BK"])
+    if split <= nk:
+        s["split_k"] = split
+    why = check_schedule(gm, s, GFX942)
+    assert why == "", why
+    k_ = lower_contraction(g, whole(g), s, GFX942)
+    first = k_.kernels[0] if isinstance(k_, program.KernelSequence) else k_
+    assert any("im_poff" in x.dst.name for x in first.body if isinstance(x, program.Assign))
+    res, ref = run_functional(g, k_)
+    for out in g.outputs:
+        np.testing.assert_allclose(res.outputs[out], ref[out], rtol=1e-4, atol=1e-4)
+
+
+def test_period_space_and_stream_k_refusal():
+    """A 3x3 NCHW conv gets the period tiles (BK 144 and 72, tap_mask=1); stream-K on
+    them is refused with the reason; a 1x1 conv and an NHWC conv get none."""
+    g = _conv("NCHW", c=64, o=64, hw=(14, 14))
+    space = schedule_space(g, whole(g), GFX942)
+    per = [c for c in space if c.legal and c.knobs.get("BK") in (144, 72)]
+    assert per and all(c.knobs["tap_mask"] == 1 for c in per)
+    assert {c.knobs.get("prefetch") for c in per} == {1, 2}
+    gm = Gemm(g, whole(g))
+    va, vb = _widths(gm)
+    why = check_schedule(gm, {**PERIOD_16, "vec_a": va, "vec_b": vb, "stream_k": 1}, GFX942)
+    assert "stream_k with the taps fixed" in why
+    for other in (_conv("NHWC", c=64, o=64, hw=(14, 14)),
+                  _conv("NCHW", c=64, o=64, k=(1, 1), pad=(0, 0, 0, 0))):
+        assert not [c for c in schedule_space(other, whole(other), GFX942)
+                    if c.legal and c.knobs.get("BK") in (144, 72)]
+
+
+#: MFMA tiles whose BK is a multiple of a 3x3 conv's 9 taps (``Operand.im2col_period``)
+PERIOD_16 = dict(mma="mfma", BM=16, BN=16, BK=144, TM=16, TN=16, KW=4, lds_pad=4,
+                 swizzle="none", tap_mask=1)
+PERIOD_32 = dict(mma="mfma", BM=32, BN=32, BK=72, TM=32, TN=32, KW=4, lds_pad=4,
+                 swizzle="before_fusion", tap_mask=1)
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+@pytest.mark.parametrize("knobs", [
+    {**PERIOD_16, "prefetch": 2}, {**PERIOD_16, "BN": 32, "prefetch": 2},
+    {**PERIOD_16, "BN": 32, "prefetch": 2, "split_k": 3}, {**PERIOD_32, "split_k": 3},
+    PERIOD_32])
+def test_hip_period_staging_compiles_and_checks(knobs, tmp_path):
+    """The taps fixed across the K loop (BK a multiple of the taps): every kernel
+    compiles for gfx90a and gfx940, no spills, ``check`` agrees (VGPRs included)."""
+    from codegen_hip import check_dir, to_json, write_project
+    g = _conv("NCHW", c=256 if knobs.get("split_k") else 64, o=64, hw=(14, 14))
+    gm = Gemm(g, whole(g))
+    va, vb = _widths(gm)
+    k = lower_contraction(g, whole(g), {**knobs, "vec_a": va, "vec_b": vb}, GFX942)
+    ks = list(k.kernels) if isinstance(k, program.KernelSequence) else [k]
+    out = write_project(tmp_path / "export", ks, [(x, {b.name: b.name for b in x.buffers})
+                                                  for x in ks], {})
+    report = check_dir(out, ("gfx90a", "gfx940"))
+    assert len(report["kernels"]) == 2 * len(ks)
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
         assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"

@@ -65,7 +65,9 @@ boundaries, storing one partial per tile segment; a fix-up kernel sums each tile
 segments in order and applies the epilogue once (:func:`lower_stream_k`).
 
 Two tiles of register prefetch (knob ``prefetch`` = 2, :meth:`_Builder.k_loop_two_ahead`):
-two register sets alternate, so a tile's global loads have two steps of math to arrive.
+two register sets alternate, so a tile's global loads have two steps of math to arrive;
+with per-workgroup K bounds (stream-K, uneven split-K) the odd step is chosen by the trip
+count's parity at run time (:meth:`_Builder.k_loop_two_ahead_bounded`).
 
 Simplifications: f32 math (f16 buffers widen on load); register prefetch only (one or
 two tiles), no LDS double buffering; dispatch outputs are the root or one-to-one views of it (a transpose
@@ -408,15 +410,16 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     prefetch = s.get("prefetch", 1)
     if prefetch not in PREFETCH:
         return f"prefetch={prefetch!r} not in {PREFETCH}"
-    if prefetch == 2 and (s.get("stream_k", 0) or ceil_div(gemm.K, BK) % int(s.get("split_k", 1))):
-        return ("prefetch=2: stream-K's and an uneven split-K's per-workgroup K bounds keep "
-                "one tile of prefetch")
     tap_mask = s.get("tap_mask", 0)
     if tap_mask not in (0, 1):
         return f"tap_mask={tap_mask!r} not in (0, 1)"
     if tap_mask and gemm.A.im2col_mask is None:
         return ("tap_mask=1: only a conv of several taps in k_order=layout has a padding "
                 "test per tap to keep as a mask")
+    if s.get("stream_k", 0) and tap_period_applies(gemm, s):
+        return ("stream_k with the taps fixed across the K loop (BK a multiple of the "
+                "taps): hipcc kept 130-172 VGPRs live in the segment loop against the "
+                "estimate's 87-124 (tests/test_conv_taps.py)")
     S = int(s.get("split_k", 1))
     if S not in SPLITS:
         return f"split_k={S} not in {SPLITS}"
@@ -459,6 +462,14 @@ def lds_bytes(gemm, s) -> int:
     return (BM + BN) * (BK + _pad_elems(s["lds_pad"])) + (4 * KW * BM * BN if KW > 1 else 0)
 
 
+def tap_period_applies(gemm, s) -> bool:
+    """Whether ``s`` stages the conv's activation with its taps fixed across the K loop
+    (``Operand.im2col_period``): tap_mask=1, scalar loads, BK a multiple of the taps."""
+    p = gemm.A.im2col_period
+    return (int(s.get("tap_mask", 0)) == 1 and p is not None and int(s["vec_a"]) == 1
+            and int(s["BK"]) % p[0] == 0)
+
+
 def lds_elems(gemm, s) -> int:
     """Staging (A as BM x BK, B as BN x BK, K innermost, padded rows), the split-K partial
     sums (KW x BM x BN) and the swizzled output tile share one LDS array."""
@@ -474,6 +485,18 @@ def lds_elems(gemm, s) -> int:
     return need
 
 
+def mfma_reads_hoisted(s) -> bool:
+    """mma=mfma with scalar LDS reads of a K run of several elements (the tiles whose BK
+    is a multiple of a conv's taps, ``compiler.schedule.contraction.PERIOD_TILES``: 9
+    reads of A and of B per lane and K tile): every read is issued before the first
+    MFMA, as hipcc schedules them, instead of each MFMA waiting out its own read's LDS
+    latency in turn."""
+    if s.get("mma", "fma") != "mfma" or s["lds_pad"] == 1:
+        return False
+    steps = (int(s["BK"]) // int(s.get("KW", 1))) // program.MFMA_SHAPES[MFMA_FOR_BLOCK[int(s["TM"])]][2]
+    return mfma_read_width(s) == 1 and steps > 1
+
+
 def vgpr_estimate(s, threads) -> int:
     """Accumulators + one K-vector of A and B per micro-tile row/column + staged elements
     + LDS row addresses + index registers (mfma: the block's accumulators per lane)."""
@@ -481,7 +504,11 @@ def vgpr_estimate(s, threads) -> int:
     staging = (ceil_div(BM * BK, threads) + ceil_div(BK * BN, threads)) * int(s.get("prefetch", 1))
     if s.get("mma", "fma") == "mfma":
         nacc = program.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][3]
-        return nacc + 2 * mfma_read_width(s) + staging + 2 + 16
+        reads = 2 * mfma_read_width(s)
+        if mfma_reads_hoisted(s):  # the whole K run of A and B held at once
+            reads = 2 * ((int(s["BK"]) // int(s.get("KW", 1)))
+                         // program.MFMA_SHAPES[MFMA_FOR_BLOCK[TM]][2])
+        return nacc + reads + staging + 2 + 16
     return TM * TN + read_width(s) * (TM + TN) + staging + TM + TN + 16
 
 
@@ -735,6 +762,7 @@ class _Builder:
         R, C = tile
         inner_is_c, per_row, total, along_k = _staging_walk(opnd, v, tile, kdim)
         t = program.thread_id()
+        period_tile: dict = {}
         for step in range(ceil_div(total, self.threads)):
             q = iadd(t, step * self.threads)
             stmts = []
@@ -753,6 +781,30 @@ class _Builder:
                 with self.em.scope(loads):
                     val = self.em.value(opnd.tensor, ix)
                     loads.append(program.Assign(regs[0], val))
+            elif opnd.im2col is not None and kdim == "c" and self.tap_period(opnd, v):
+                # BK a multiple of the taps: the element's tap, offset and padding test
+                # are registers set before the loop; the tile adds a uniform channel step
+                rows_part, _ = self.hoisted_rows(
+                    opnd, step, r, ci, b, row_test, loads_out,
+                    None if self.s["lds_pad"] == "xor" else self.lds_index(base, ro, ci))
+                T, fixed, tile_part = opnd.im2col_period
+                pkey = ("period", opnd.tensor, step)
+                if pkey not in self.rows_cache:
+                    poff, pok = fixed(rows_part, rows_part["col"], lambda hint, val: self.let(
+                        f"im_{hint}", program.as_expr(val), loads_out))
+                    self.rows_cache[pkey] = {
+                        "off": self.let("im_poff", program.as_expr(poff), loads_out),
+                        "ok": self.let("im_pok", program.as_expr(
+                            _and(rows_part.get("row_ok"), pok)), loads_out)
+                        if _and(rows_part.get("row_ok"), pok) is not None else None}
+                pf = self.rows_cache[pkey]
+                if "ptile" not in period_tile:  # one uniform per K tile and operand
+                    period_tile["ptile"] = tile_part(c0, lambda hint, val: self.let(
+                        f"im_{hint}", program.as_expr(val), loads_out))
+                if opnd.cols % C:  # a ragged last K tile
+                    col_test = iadd(c0, rows_part["col"]) < opnd.cols
+                valid = _and(pf["ok"], col_test)
+                loads = [program.Load(regs, opnd.buffer, iadd(pf["off"], period_tile["ptile"]))]
             elif opnd.im2col is not None and kdim == "c":
                 # the tile row (an output position) is the same on every K tile: its
                 # part of the address and its guards are registers set before the loop
@@ -769,6 +821,20 @@ class _Builder:
                 off, pvalid = col_part(rows_part, kv, let)
                 valid = _and(_and(rows_part.get("row_ok"), col_test), pvalid)
                 loads = [program.Load(regs, opnd.buffer, off)]
+            elif kdim == "r" and opnd.affine is not None and valid is None and \
+                    self.tap_period(self.gemm.A, int(self.s["vec_a"])):
+                # the filter beside a period-staged activation: its affine offset's
+                # per-thread part (row ro of the tile, column c) is a register set
+                # before the K loop; the tile adds the uniform k0 * K stride. Only
+                # with whole K and N tiles: a bounds guard on the row would test
+                # k0 + ro, which the validator cannot relate to the held register
+                base_, sb, sr, sc = opnd.affine
+                akey = ("affine", opnd.tensor, step)
+                if akey not in self.rows_cache:
+                    self.rows_cache[akey] = self.let("st_off", program.as_expr(_add(_add(_add(
+                        base_, _mul(b, sb)), _mul(ro, sr)), _mul(c, sc))), loads_out)
+                loads = [program.Load(regs, opnd.buffer,
+                                      iadd(self.rows_cache[akey], imul(r0, sr)))]
             else:
                 off, pvalid = opnd.offset_fn(b, r, c)
                 valid = _and(valid, pvalid)
@@ -871,6 +937,11 @@ class _Builder:
             else:
                 loads_out += lstmts
                 stores_out += stmts
+
+    def tap_period(self, opnd, v) -> bool:
+        """Whether this schedule stages ``opnd`` (the activation) with its taps fixed
+        across the K loop (:func:`tap_period_applies`)."""
+        return opnd is self.gemm.A and v == 1 and tap_period_applies(self.gemm, self.s)
 
     def hoisted_rows(self, opnd, step, r, c_local, b, row_valid, out, lds_at=None):
         """(the row part of ``opnd.im2col`` for this thread's row ``r`` of staging step
@@ -1106,14 +1177,19 @@ class _Builder:
                                                        self.row_len), kofs)))
             stage_tile = self.stage_first_tile(va, vb, a_base, b_base, m0, n0, b)
 
+        hoist = mfma_reads_hoisted(s) and rv == mfma_read_width(s)
+
         def compute():
             out = []
+            reads = []   # hoist: every LDS read of the K slice before the first MFMA
             xs, ys = [], []   # a packed shape's items, kpack consecutive K of the lane's run
             for q0 in range(0, steps, rv):
                 av = tuple(self.var("fa", self.dt) for _ in range(rv))
                 bv = tuple(self.var("fb", self.dt) for _ in range(rv))
-                out.append(program.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
-                out.append(program.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
+                (reads if hoist else out).append(
+                    program.LdsLoad(av, "lds", ra if q0 == 0 else iadd(ra, q0)))
+                (reads if hoist else out).append(
+                    program.LdsLoad(bv, "lds", rb if q0 == 0 else iadd(rb, q0)))
                 for e in range(rv):
                     # lanes along M: the block computed is C^T = B^T A^T
                     x, y = (bv[e], av[e]) if lanes_m else (av[e], bv[e])
@@ -1123,7 +1199,7 @@ class _Builder:
                         out.append(program.Mfma(acc_regs, xs[0] if kpack == 1 else tuple(xs),
                                                 ys[0] if kpack == 1 else tuple(ys), shape))
                         xs, ys = [], []
-            return out
+            return reads + out
 
         if self.phase != "reduce":
             self.k_loop(stage_tile, compute)
@@ -1245,6 +1321,8 @@ class _Builder:
             return
         if self.sk is not None or uneven:
             # stream-K's segment or an uneven split: K tiles kt0 .. kt1-1 (>= 1 of them)
+            if int(self.s.get("prefetch", 1)) == 2:
+                return self.k_loop_two_ahead_bounded(stage_tile, compute)
             kbody: list = [program.Assign(k0, imul(iadd(kt, 1), BK))]
             lo, st = stage_tile(k0)
             kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
@@ -1303,6 +1381,48 @@ class _Builder:
             self.body += step(ka, k_of(program.i32((nk - 1) * BK)), lo_a, st_b)
             last_stores = st_a
         self.body += compute() + [program.Barrier()] + last_stores + [program.Barrier()]
+        self.body += compute() + [program.Barrier()]
+
+    def mean_tiles(self) -> float:
+        """The mean K tiles of one segment (stream-K) or split (uneven split-K): the trip
+        counts' hint for analytic estimates (``program.For.trips_hint``)."""
+        if self.sk is not None:
+            return self.sk.iters / self.sk.G / self.sk.segments
+        return ceil_div(self.gemm.K, self.BK) / self.S
+
+    def k_loop_two_ahead_bounded(self, stage_tile, compute):
+        """:meth:`k_loop_two_ahead` for a K range known only at run time: stream-K's
+        segment or an uneven split, K tiles ``kt0 .. kt1-1`` (n >= 1 of them, bounds
+        wave-uniform). The same two alternating register sets and rolled two-step loop,
+        with the loop's trips ``(n - 2) // 2`` and the odd step chosen by n's parity at
+        run time (a workgroup-uniform branch, so the barriers inside it are met by every
+        wave); with n = 1 only the staged tile's math runs. Every load stays inside the
+        range, as in :meth:`k_loop`."""
+        BK = self.BK
+        kt0, kt1 = program.as_expr(self.kt0), program.as_expr(self.kt1)
+        ka, kb = self.var("k0a"), self.var("k0b")
+        lo_a, st_a = stage_tile(ka)
+        lo_b, st_b = stage_tile(kb)
+        n = self.let("nkt", kt1 - kt0)
+
+        def step(k_var, k_value, loads, stores):  # issue one set's loads, math, store the other
+            return ([program.Assign(k_var, k_value)] + loads + compute() + [program.Barrier()]
+                    + stores + [program.Barrier()])
+        # tile kt0 is in LDS (stage_first_tile); tile kt0 + 1 goes to set B
+        head = [program.Assign(kb, imul(iadd(kt0, 1), BK))] + lo_b
+        p = self.var("kp")
+        first = imul(iadd(kt0, iadd(imul(p, 2), 2)), BK)
+        second = imul(iadd(kt0, iadd(imul(p, 2), 3)), BK)
+        body = step(ka, first, lo_a, st_b) + step(kb, second, lo_b, st_a)
+        head.append(program.For(p, program.i32(0), idiv(iadd(n, -2), 2), 1, tuple(body),
+                                rolled=True,
+                                trips_hint=max((self.mean_tiles() - 2) / 2, 0.0)))
+        # n odd: tile kt1 - 1 goes to set A while set B's tile is stored; then set A's
+        odd = step(ka, imul(iadd(kt1, -1), BK), lo_a, st_b) + compute() + \
+            [program.Barrier()] + st_a + [program.Barrier()]
+        even = compute() + [program.Barrier()] + st_b + [program.Barrier()]
+        head.append(program.If(imod(n, 2).eq(1), tuple(odd), tuple(even)))
+        self.body.append(program.If(program.as_expr(n) > 1, tuple(head)))
         self.body += compute() + [program.Barrier()]
 
     # ---------------------------------------------------------------- split-K combine

@@ -299,6 +299,18 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
         off = _add(parts["off"], dot((ci, ki, kj), (sc, dh * sy, dw * sx), 0))
         return off, tap_valid(parts, tp, ki, kj)
 
+    # BK a multiple of kH*kW in the NCHW layout order (ci, ky, kx): the element at column
+    # c of a K tile starting at k0 (a multiple of BK) has tap c % T and channel
+    # k0 / T + c / T, so all but (k0 / T) * (channel stride) is fixed across the K loop
+    def a_period_fixed(parts, c, let=lambda hint, v: v):
+        tp = let("ptap", _mod(c, kh * kw))
+        ki, kj = let("pky", _div(tp, kw)), let("pkx", _mod(tp, kw))
+        off = _add(parts["off"], dot((_div(c, kh * kw), ki, kj), (sc, dh * sy, dw * sx), 0))
+        return off, tap_valid(parts, tp, ki, kj)
+
+    def a_period_tile(k0, let=lambda hint, v: v):
+        return let("ptile", _mul(_div(k0, kh * kw), sc))
+
     gemm.A = Operand(x_t, xa[0], gemm.M, gemm.K, a_offset)
     if tap:
         gemm.A.taps = (a_fixed, a_tile)
@@ -306,6 +318,8 @@ def setup_conv_gemm(gemm, dispatch, k_order: str = "layout") -> None:
         gemm.A.im2col = (a_rows, a_cols)
         if kh * kw > 1:
             gemm.A.im2col_mask = (a_rows_mask, a_cols_mask)
+            if fmt == "NCHW":
+                gemm.A.im2col_period = (kh * kw, a_period_fixed, a_period_tile)
     gemm.B = Operand(w_t, wa[0], gemm.K, gemm.N, b_offset)
     gemm.B.simplify_affine = True  # K = (ci, ky, kx) recombined: one provable stride
     if tap:

@@ -68,6 +68,7 @@ class Operand:
         self.inner = "c"
         self.separable = False        # offset_fn is f(b) + g(r) + h(c), never invalid
         self.simplify_affine = False  # see _simplify_affine (conv filters set it)
+        self.affine = None            # (base, sb, sr, sc) once _simplify_affine applied
         #: (rows(b, r) -> {name: value}, cols(parts, c) -> (offset, valid)) or None: the
         #: offset split into a part of the row alone and one of the column, the same
         #: numbers as ``offset_fn`` (a conv's activation: ``compiler.lower.conv``), so a
@@ -81,6 +82,13 @@ class Operand:
         #: ``im2col``'s variant with the padding test as one bit of a per-thread tap mask
         #: (the schedule knob ``tap_mask``), or None
         self.im2col_mask = None
+        #: (T, fixed(parts, c, let) -> (offset, valid), tile(k0, let) -> offset) or None:
+        #: the layout order's K is (ci, ky, kx) with T = kH*kW taps (an NCHW conv), so a
+        #: K tile whose depth BK is a multiple of T starts on a tap boundary and every
+        #: staged element keeps its tap across the K loop: its offset (past ``im2col_mask``'s
+        #: row part) and padding test are registers set before the loop, the tile adds the
+        #: wave-uniform ``(k0 / T) * channel stride`` (``_Builder.stage``)
+        self.im2col_period = None
 
     def analyse(self, batch: int):
         """Largest legal vector width along rows and cols, from the exact offset table."""
@@ -132,6 +140,7 @@ class Operand:
         if not np.array_equal(base + sum(a * st for a, st in zip(axes, steps)), off):
             return
         sb, sr, sc = steps
+        self.affine = (base, sb, sr, sc)
 
         def affine(b, r, c):
             return _add(_add(_add(base, _mul(b, sb)), _mul(r, sr)), _mul(c, sc)), None

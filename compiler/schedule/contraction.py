@@ -63,8 +63,9 @@ class Knobs:
                                       "C/G: each K tile inside one tap, its address part "
                                       "wave-uniform; compiler.lower.conv)")
     prefetch: int = knob(DEFAULTS["prefetch"], "K tiles of global loads in flight ahead of the "
-                                        "math (register sets; 2 is one-kernel or even "
-                                        "split-K only)")
+                                        "math (register sets; under stream-K and uneven "
+                                        "split-K the tail follows the trip count's "
+                                        "parity at run time)")
     tap_mask: int = knob(DEFAULTS["tap_mask"], "k_order=layout conv: 1 keeps each staged row's "
                                         "padding test as a tap mask and its LDS store "
                                         "address in registers set before the K loop (0: "
@@ -118,12 +119,52 @@ MFMA_OPT_IN = {(32, 32, 64, 32, 32, 4), (64, 64, 32, 32, 32, 1), (32, 64, 64, 32
 
 
 def _prior(k: dict) -> tuple:
-    """Smaller is tried first: FMA before MFMA, the tile's rank, vector-padded LDS,
-    swizzle order."""
+    """Smaller is tried first: FMA before MFMA, the tile's rank (the period tiles after
+    the MFMA tiles), vector-padded LDS, swizzle order."""
     t = (k["BM"], k["BN"], k["BK"], k["TM"], k["TN"], k["KW"])
     pad_rank = {4: 0, "xor": 1, 0: 2, 1: 3}[k["lds_pad"]]
     tiles = MFMA_TILES if k["mma"] == "mfma" else TILES
-    return (k["mma"] == "mfma", tiles.index(t), pad_rank, SWIZZLES.index(k["swizzle"]))
+    rank = tiles.index(t) if t in tiles else len(tiles) + k["BK"]
+    return (k["mma"] == "mfma", rank, pad_rank, SWIZZLES.index(k["swizzle"]))
+
+
+#: MFMA tiles for an NCHW conv of T taps (T = kH*kW > 1) whose BK is a multiple of T, so
+#: the activation's taps stay fixed across the K loop (``Operand.im2col_period``; with
+#: ``tap_mask=1``): (BM, BN, BK / T, TM, TN, KW, prefetch=2 offered). For a 3x3 conv BK is
+#: 144 and 72. The 32x32 tile keeps one tile of prefetch: with two, hipcc took 184 VGPRs
+#: against the estimate's 100 (gfx940). Their prefetch=2 points pass ``check`` against
+#: hipcc (tests/test_conv_taps.py), although one register set stages 14-18 elements per
+#: thread, over ``PREFETCH2_MAX_STAGED`` (a rule from an FMA tile).
+PERIOD_TILES = [(16, 16, 16, 16, 16, 4, True), (16, 32, 16, 16, 16, 4, True),
+                (32, 32, 8, 32, 32, 4, False)]
+
+
+def period_points(gemm, arch: Arch, named: bool) -> list:
+    """The legal points of :data:`PERIOD_TILES` for a conv whose activation has a tap
+    period (issue 27: the layout order's ~13 VALU operators per staged element and K
+    tile become one add); none for other contractions, for an integer conv (its K loop
+    hipcc treats otherwise, see the prefetch rule above) or where BK would exceed K.
+    ``named``: the space's points name ``prefetch`` (else only prefetch=1 points)."""
+    p = gemm.A.im2col_period if gemm.kind == "conv2d" else None
+    if p is None or gemm.dtype == "i32":
+        return []
+    va, vb = gemm.A.max_vec[gemm.A.inner], gemm.B.max_vec[gemm.B.inner]
+    out = []
+    for bm, bn, per, tm, tn, kw, deep in PERIOD_TILES:
+        bk = per * p[0]
+        if bk > gemm.K:
+            continue
+        for swz, pf in itertools.product(SWIZZLES, (1, 2) if deep and named else (1,)):
+            if pf == 2 and ceil_div(gemm.K, bk) <= 2:
+                continue
+            knobs = {"mma": "mfma", "BM": bm, "BN": bn, "BK": bk, "TM": tm, "TN": tn,
+                     "KW": kw, "lds_pad": 4, "vec_a": va, "vec_b": vb, "swizzle": swz,
+                     "k_order": "layout", "tap_mask": 1}
+            if named:
+                knobs["prefetch"] = pf
+            if not check_schedule(gemm, knobs, arch):
+                out.append(Candidate(knobs, True, ""))
+    return out
 
 
 def check_outputs(graph, dispatch) -> str:
@@ -221,6 +262,7 @@ def contraction_space(graph, dispatch, arch: Arch) -> list[Candidate]:
         for c in legal + illegal + tap_illegal:
             c.knobs = {**c.knobs, "prefetch": 1}
         legal += deep
+    legal += period_points(gemm, arch, bool(deep))
     legal.sort(key=lambda c: _prior(c.knobs))
     out = legal + [fallback_candidate(gemm, arch)] + illegal + tap_illegal
     out = with_direct_conv(graph, dispatch, with_stream_k(gemm, with_split_k(gemm, out, arch), arch))
