@@ -102,8 +102,9 @@ def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
     """Flash-decoding points for an attention whose query blocks do not fill the GPU
     (decoding: one query row per head; a short sequence of many heads, ViT-B/16's 197
     tokens: 12 heads x 4 query blocks of 64): each legal point (FMA and MFMA tiles alike)
-    with fewer workgroups than CUs and a query block no longer than the queries (or its
-    kind's smallest: decoding's one row) also gets one legal key split KS (``KEY_SPLITS``
+    with fewer workgroups than CUs, in a kind whose smallest query block does not fill
+    the GPU either, and a query block no longer than the queries (or the kind's
+    smallest: decoding's one row) also gets one legal key split KS (``KEY_SPLITS``
     that divide its key blocks): the smallest that gives every CU a workgroup, else the
     largest. A larger query block keeps its splits: on the matrix cores it is more waves
     sharing each staged key block, not padding (ViT's 64-query, 4-wave block split 4 ways
@@ -120,8 +121,9 @@ def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
         if k["BQ"] != bqs[k["mma"]] and k["BQ"] > a.sq:
             continue  # a query block past the queries only computes more padding rows
         grid = math.prod(a.batch) * ceil_div(a.sq, k["BQ"])
-        if grid >= arch.num_cus:
-            continue
+        if grid >= arch.num_cus or math.prod(a.batch) * ceil_div(a.sq, bqs[k["mma"]]) \
+                >= arch.num_cus:
+            continue  # this tile, or the kind's smallest query block, fills the GPU
         ok = [n for n in KEY_SPLITS[1:]
               if not check_schedule(a, {**k, "key_splits": n}, arch)]
         tries = [n for n in ok if grid * n >= arch.num_cus][:1] or ok[-1:]
