@@ -122,3 +122,34 @@ def test_root_tables_in_closed_form_equal_the_materialised_ones(chain):
     counted = ref.size == x.size and np.array_equal(np.sort(flat), np.arange(x.size))
     assert layout.is_permutation(tab, x.size) == counted
     assert layout.is_permutation(layout.as_array(tab), x.size) == counted
+
+
+@settings(max_examples=150, deadline=None)
+@given(view_chains())
+def test_digit_form_equals_the_table(chain):
+    """The mixed-radix form (a reshape merging dims not adjacent in memory) gives the
+    materialised table whenever it exists, and exists wherever the strided form does."""
+    g, path = chain
+    table = offset_table(g, "x", None, path)
+    form = affine.digits_of_path(g, "x", path)
+    if affine.of_path(g, "x", path) is not None:
+        assert form is not None
+    if form is None:
+        return
+    assert form.shape == table.shape
+    assert np.array_equal(form.table(), table)
+
+
+def test_attention_output_heads_merge_is_a_digit_form():
+    """(heads, seq, dim) -> (seq, heads, dim) -> (seq, heads * dim): no strides express it
+    (``of_path`` is None); its digits are the head at seq * dim, the head dim at 1."""
+    g = Graph("heads")
+    x = g.input("x", (1, 12, 128, 64))
+    v = g.reshape(g.transpose(x, (0, 2, 1, 3)), (1, 128, 768))
+    path = [g.op(v.name).inputs[0], v.name]
+    path = [g.op(n) for n in path]
+    assert affine.of_path(g, "x", path) is None
+    form = affine.digits_of_path(g, "x", path)
+    assert form.digits[1:] == (((128, 64),), ((12, 128 * 64), (64, 1)))
+    ref = np.arange(12 * 128 * 64).reshape(1, 12, 128, 64).transpose(0, 2, 1, 3)
+    assert np.array_equal(form.table(), ref.reshape(1, 128, 768))

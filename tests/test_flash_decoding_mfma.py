@@ -91,3 +91,35 @@ def test_search_checks_mfma_flash_decoding(arch):
         t.verified = None
         verify_dispatches(g, [t], arch, check_all=check_all)
         assert t.verified, t.max_error
+
+
+#: ViT-B/16's best attention point after issue 27 item 7: 64 queries on 4 waves (one
+#: 16x16 block each), 64-key blocks, the keys split 4 ways
+MFMA64_4W = dict(mma="mfma", BQ=64, BK=64, waves=4, RM=1, q_in="registers",
+                 row_stats="registers", lds_pad=4)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+def test_four_wave_query_block_split_equals_numpy(arch):
+    """197 keys (4 blocks of 64, the last ragged) and 70 queries (a ragged query block)
+    split 4 ways on the 4-wave MFMA block: values within the fused kernel's bound."""
+    g = attention_graph(1, 70, 197, 64, 64)
+    k, _, _, _ = run(g, {**MFMA64_4W, "key_splits": 4}, arch)
+    split, _ = k.kernels
+    assert split.grid == 4 * 2 and split.block == 4 * 64
+
+
+def test_space_splits_keys_of_every_query_block_that_fits_the_queries():
+    """A short sequence of many heads (ViT-B/16: 197 tokens, 12 heads; 48 workgroups of 64
+    queries): key splits are offered on the larger query blocks too, not only on the
+    smallest (decoding's rule: there a larger block is padding)."""
+    g = attention_graph(12, 197, 197, 64, 64)
+    space = schedule_space(g, _dispatch(g), GFX942)
+    split = [c.knobs for c in space if c.legal and c.knobs.get("key_splits", 1) > 1]
+    assert {**MFMA64_4W, "key_splits": 4} in split
+    assert max(k["BQ"] for k in split) > min(k["BQ"] for k in split)
+    # decoding keeps the old rule: only the smallest query block of each kind splits
+    g = attention_graph(8, 1, 4096, 64, 64)
+    dec = [c.knobs for c in schedule_space(g, _dispatch(g), GFX942)
+           if c.legal and c.knobs.get("key_splits", 1) > 1]
+    assert {k["BQ"] for k in dec if k["mma"] == "mfma"} == {16}

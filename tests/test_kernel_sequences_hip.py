@@ -38,6 +38,11 @@ CASES = [
     ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8",
                                    "--fix", "mma=mfma"),
      ("_fd_split", "_fd_combine"), "_fd_partial_out"),
+    # ViT's short-sequence split: 64 queries on 4 MFMA waves, 64-key blocks split 4 ways
+    ("attention:heads=2,seq=256,dim=64", ("--mode", "aggressive", "--fix", "key_splits=4",
+                                          "--fix", "mma=mfma", "--fix", "BQ=64",
+                                          "--fix", "waves=4", "--fix", "BK=64"),
+     ("_fd_split", "_fd_combine"), "_fd_partial_out"),
 ]
 
 

@@ -341,3 +341,67 @@ def test_columns_kernels_compile_and_pass_check(tmp_path):
     assert all(e["rc"] == 0 for e in report["kernels"]), report["kernels"]
     assert len(report["kernels"]) == 2 * len(cases)
     assert not report["disagreements"], report["disagreements"]
+
+
+GPT2_FIXTURE = "tests/data/gpt2_2block.onnx"
+#: the rows schedules the GPT-2 final layer norm below runs (the two mappings, both pass
+#: structures, a register-cached row)
+NOOP_RESHAPE_POINTS = [
+    {"mapping": "wave", "workgroup": 64, "vector": 1, "cache": "registers", "reduce": "wave",
+     "passes": "multi"},
+    {"mapping": "workgroup", "workgroup": 64, "vector": 1, "cache": "reread",
+     "reduce": "lds_tree", "passes": "single"},
+]
+
+
+def _final_layer_norm():
+    """GPT-2's final layer norm as the dynamo exporter writes it: the normalised rows end
+    in a reshape to the output's own shape (1, 16, 64) -> (1, 16, 64)."""
+    import os
+    g = load_model(os.path.join(os.path.dirname(__file__), "data", "gpt2_2block.onnx"))
+    d = fuse(g).dispatches[-1]
+    assert [g.op(n).kind for n in d.ops][-1] == "reshape"
+    return g, d
+
+
+def test_row_dispatch_ending_in_a_unit_reshape_keeps_the_rows_lowering():
+    """The no-op reshape used to send the whole layer norm to the generic fallback (a
+    thread per element, a serial loop per reduction: 10 ms at GPT-2 small's 128 x 768);
+    the fusion guard then split it, leaving a 26 us generic part. It is an alias: the rows
+    lowering keeps the dispatch, and its values equal numpy."""
+    g, d = _final_layer_norm()
+    legal = [c.knobs for c in schedule_space(g, d, GFX942) if c.legal]
+    assert any(k.get("mapping") == "wave" for k in legal)
+    for knobs in NOOP_RESHAPE_POINTS:
+        assert knobs in [{k: v for k, v in p.items() if k in knobs} for p in legal]
+        k, _ = run_dispatch(g, d, knobs)
+        assert k.meta["kind"] != "generic"
+
+
+def test_a_reshape_that_splits_the_row_still_refuses_the_rows_lowering():
+    """Only unit dims may change: a reshape that splits the reduced dim is not a row."""
+    g = Graph("split_rows")
+    x = g.input("x", (8, 64))
+    m = g.reduce_mean(x, -1, keepdims=True)
+    g.output(g.reshape(g.sub(x, m), (8, 8, 8)))
+    d = fuse(g).dispatches[0]
+    with pytest.raises(LoweringError, match="inside a row dispatch"):
+        lower(g, d, NOOP_RESHAPE_POINTS[0], GFX942)
+
+
+@pytest.mark.hip
+@pytest.mark.parametrize("knobs", NOOP_RESHAPE_POINTS)
+def test_row_dispatch_ending_in_a_unit_reshape_compiles_and_checks(knobs, tmp_path):
+    import shutil
+
+    from codegen_hip import check_dir, write_project
+    if shutil.which("hipcc") is None:
+        pytest.skip("hipcc not installed")
+    g, d = _final_layer_norm()
+    ks = list(kernels_of(lower(g, d, knobs, GFX942)))
+    out = write_project(tmp_path / "export", ks,
+                        [(k, {p.name: p.name for p in k.buffers}) for k in ks], {})
+    report = check_dir(out, ("gfx90a", "gfx940"))
+    assert not report["disagreements"], [x["message"] for x in report["disagreements"]]
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")

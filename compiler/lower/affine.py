@@ -145,3 +145,118 @@ def of_path(graph, tensor: str, path: list) -> Affine | None:
         else:
             a = a.broadcast(tuple(op.type.shape))
     return a
+
+
+# ----------------------------------------------------------------- mixed-radix digits
+@dataclass(frozen=True)
+class Digits:
+    """An offset table that is affine in the *digits* of each index, not in the index:
+    dim d of ``shape`` is a mixed-radix number whose digits (outermost first) are
+    ``(size, stride)`` pairs, ``offset = base + sum(digit * stride)``. A reshape that
+    merges dims not adjacent in memory has this form where ``Affine`` has none:
+    attention's output (heads, seq, dim) transposed to (seq, heads, dim) and merged to
+    (seq, heads * dim), the A operand of every transformer's output projection, reads
+    column k at ``(k // dim) * seq * dim + k % dim``. A dim of one digit is ``Affine``'s
+    stride; a digit split costs a div and a mod (constants) in the address."""
+    shape: tuple
+    digits: tuple   # per dim: ((size, stride), ...) outermost first
+    base: int = 0
+
+    @staticmethod
+    def of(a: Affine) -> "Digits":
+        return Digits(a.shape, tuple(((n, s),) for n, s in zip(a.shape, a.strides)), a.base)
+
+    def transpose(self, perm) -> "Digits":
+        return Digits(tuple(self.shape[p] for p in perm), tuple(self.digits[p] for p in perm),
+                      self.base)
+
+    def broadcast(self, shape) -> "Digits":
+        lead = len(shape) - len(self.shape)
+        digits = [((n, 0),) for n in shape[:lead]]
+        for d, n in enumerate(self.shape):
+            digits.append(((shape[lead + d], 0),) if n == 1 and shape[lead + d] != 1
+                          else self.digits[d])
+        return Digits(tuple(shape), tuple(digits), self.base)
+
+    def slice(self, windows) -> "Digits | None":
+        """A slice of single-digit dims (``Affine.slice``); None when it cuts a split dim."""
+        if any(len(self.digits[d]) > 1 and range(n)[windows[d]] != range(n)
+               for d, n in enumerate(self.shape) if d < len(windows)):
+            return None
+        single = Affine(self.shape, tuple(ds[0][1] if len(ds) == 1 else 0
+                                          for ds in self.digits), self.base).slice(windows)
+        digits = tuple(((n, s),) if len(ds) == 1 else ds
+                       for n, s, ds in zip(single.shape, single.strides, self.digits))
+        return Digits(single.shape, digits, single.base)
+
+    def reshape(self, shape) -> "Digits | None":
+        """The row-major reshape: the flat list of digits regrouped into the new dims from
+        the innermost, a digit split where a new dim boundary falls inside it; None when a
+        boundary does not divide a digit."""
+        if math.prod(shape) != math.prod(self.shape):
+            return None
+        flat = list(_merged([dg for ds in self.digits for dg in ds if dg[0] != 1]))
+        out = []
+        for n in reversed(shape):
+            mine = []
+            while n > 1:
+                size, stride = flat.pop()
+                if n % size == 0:
+                    mine.insert(0, (size, stride))
+                    n //= size
+                elif size % n == 0:
+                    mine.insert(0, (n, stride))
+                    flat.append((size // n, stride * n))
+                    n = 1
+                else:
+                    return None
+            out.insert(0, _merged(mine) or ((1, 0),))
+        return Digits(tuple(shape), tuple(out), self.base)
+
+    def table(self) -> np.ndarray:
+        """The materialised table (small shapes and tests only)."""
+        t = np.full(self.shape, self.base, np.int64)
+        for d, (n, ds) in enumerate(zip(self.shape, self.digits)):
+            i, part, inner = np.arange(n, dtype=np.int64), 0, n
+            for size, stride in ds:
+                inner //= size
+                part = part + ((i // inner) % size) * stride
+            sh = [1] * len(self.shape)
+            sh[d] = n
+            t = t + np.asarray(part, np.int64).reshape(sh) if n else t
+        return t
+
+    def affine(self) -> "Affine | None":
+        """The same table as an ``Affine`` when every dim is one digit."""
+        if any(len(ds) != 1 for ds in self.digits):
+            return None
+        return Affine(self.shape, tuple(ds[0][1] for ds in self.digits), self.base)
+
+
+def _merged(digits: list) -> tuple:
+    """Adjacent digits that form one stride run merged into one (outermost first)."""
+    out = []
+    for size, stride in digits:
+        if out and out[-1][1] == stride * size:
+            osize, _ = out.pop()
+            size = osize * size
+        out.append((size, stride))
+    return tuple(out)
+
+
+def digits_of_path(graph, tensor: str, path: list) -> Digits | None:
+    """``of_path`` in the digit form: the views' table when it is affine in the digits."""
+    t = graph.op(tensor).type
+    a = Digits.of(Affine(tuple(t.shape), tuple(t.strides), 0))
+    for op in path:
+        if op.kind == "transpose":
+            a = a.transpose(op.attrs["perm"])
+        elif op.kind == "reshape":
+            a = a.reshape(tuple(op.type.shape))
+        elif op.kind == "slice":
+            a = a.slice(slice_windows(op.attrs))
+        else:
+            a = a.broadcast(tuple(op.type.shape))
+        if a is None:
+            return None
+    return a

@@ -85,7 +85,8 @@ from compiler.ir.graph import Graph
 from compiler.ir.ranges import fits_int8
 from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load)
 from compiler.lower.conv import K_ORDERS, conv_root_index, setup_conv_gemm, tap_tile_why
-from compiler.lower.operands import Operand, _add, _affine_strides, _and, _div, _mod, _mul
+from compiler.lower.operands import (Operand, _add, _affine_strides, _and, _digit_strides, _div,
+                                     _mod, _mul, digit_offset)
 from compiler.lower.emitter import (RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key)
 from compiler.lower.layout import (forward_index, is_identity, output_maps, output_vectors, unit_only_reshape)
 
@@ -213,16 +214,23 @@ class Gemm:
                 return tuple(bi) + ((r, c) if order == "rc" else (c, r)), None
 
             if aff is None:
-                op = Operand(tensor, None, rows, cols, None, via_emitter=True)
-                op.index_fn = index
-                return op
-            src, strides, base = aff
+                # a reshape merging dims not adjacent in memory (attention's heads and
+                # head dim before an output projection): affine in each index's digits
+                dig = _digit_strides(g, dispatch, tensor)
+                if dig is None:
+                    op = Operand(tensor, None, rows, cols, None, via_emitter=True)
+                    op.index_fn = index
+                    return op
+                src, digits, base = dig
+            else:
+                src, strides, base = aff
+                digits = tuple(((1, s),) for s in strides)
 
             def offset(b, r, c):
                 ix, _ = index(b, r, c)
                 off = base
-                for i, s in zip(ix, strides):
-                    off = _add(off, _mul(i, s))
+                for i, ds in zip(ix, digits):
+                    off = _add(off, digit_offset(i, ds))
                 return off, None
 
             opnd = Operand(tensor, src, rows, cols, offset)

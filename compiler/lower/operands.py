@@ -238,3 +238,35 @@ def _affine_strides(graph, dispatch, tensor):
     if not np.array_equal(pred, table.reshape(-1)):
         return None
     return src, tuple(strides), base
+
+
+def _digit_strides(graph, dispatch, tensor):
+    """(buffer, digits, base) when ``tensor`` reads memory through views whose table is
+    affine in the digits of each index (``affine.Digits``: a reshape merging dims that are
+    not adjacent in memory, e.g. attention's heads and head dim), else None."""
+    chain = _view_chain(graph, dispatch, tensor)
+    if chain is None:
+        return None
+    src, path = chain
+    if src not in dispatch.inputs:
+        return None
+    form = affine.digits_of_path(graph, src, path)
+    if form is None:
+        return None
+    return src, tuple(ds if n > 1 else ((1, 0),) for ds, n in zip(form.digits, form.shape)), \
+        form.base
+
+
+def digit_offset(i, digits):
+    """The offset part of index ``i`` (a number or IR) of one dim: each digit times its
+    stride, the outermost without a mod and the innermost without a div."""
+    if len(digits) == 1:
+        return _mul(i, digits[0][1])
+    off, inner = 0, 1
+    for size, stride in reversed(digits):
+        d = _div(i, inner) if inner > 1 else i
+        if inner * size < np.prod([n for n, _ in digits]):
+            d = _mod(d, size)
+        off = _add(off, _mul(d, stride))
+        inner *= size
+    return off

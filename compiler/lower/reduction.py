@@ -45,6 +45,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.graph import REDUCE, Graph
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
+from compiler.lower.layout import unit_only_reshape
 from compiler.lower.emitter import (REG_DTYPE, RegisterNamer, ValueEmitter, align_index, iadd, idiv, imod, imul, unravel)
 
 NEG_INF = -3.0e38
@@ -127,7 +128,8 @@ class RowShape:
         for o in ops:
             if o.kind in REDUCE_KINDS:
                 continue
-            if o.is_view and o.kind != "broadcast" or o.is_contraction:
+            if o.is_view and o.kind != "broadcast" and not _unit_reshape(graph, o) \
+                    or o.is_contraction:
                 raise LoweringError(f"{o.name} ({o.kind}) inside a row dispatch")
             if not _row_aligned(o.type.shape, full):
                 raise LoweringError(f"{o.name} has shape {o.type.shape}, not a row shape of "
@@ -151,6 +153,14 @@ class RowShape:
         if len(out_shape) == len(self.full):
             return tuple(outer_idx) + (program.i32(0),) * len(self.red) + tuple(inner_idx)
         return tuple(outer_idx) + tuple(inner_idx)
+
+
+def _unit_reshape(graph, op) -> bool:
+    """A reshape that only adds or drops unit dims (GPT-2's exported final layer norm ends
+    in a no-op reshape to the output's shape): the emitter maps its index without a
+    div/mod, and the row-shape check below still applies to its result, so the rows
+    lowering keeps the dispatch instead of falling back to a thread per element."""
+    return op.kind == "reshape" and unit_only_reshape(graph, op)
 
 
 def _row_aligned(shape, full):

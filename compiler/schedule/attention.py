@@ -100,10 +100,15 @@ def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
 
 def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
     """Flash-decoding points for an attention whose query blocks do not fill the GPU
-    (decoding: one query row per head): each legal point (FMA and MFMA tiles alike) with
-    its kind's smallest query block and fewer workgroups than CUs also gets one legal key
-    split KS (``KEY_SPLITS`` that divide its key blocks): the smallest that gives every CU
-    a workgroup, else the largest. The split point of the prior's best tile (an FMA one
+    (decoding: one query row per head; a short sequence of many heads, ViT-B/16's 197
+    tokens: 12 heads x 4 query blocks of 64): each legal point (FMA and MFMA tiles alike)
+    with fewer workgroups than CUs, in a kind whose smallest query block does not fill
+    the GPU either, and a query block no longer than the queries (or the kind's
+    smallest: decoding's one row) also gets one legal key split KS (``KEY_SPLITS``
+    that divide its key blocks): the smallest that gives every CU a workgroup, else the
+    largest. A larger query block keeps its splits: on the matrix cores it is more waves
+    sharing each staged key block, not padding (ViT's 64-query, 4-wave block split 4 ways
+    over its 4 key blocks of 64 beats every one-kernel point, docs/kernels.md). The split point of the prior's best tile (an FMA one
     where there is one) is tried whatever the budget (``always``); the MFMA split points
     are sampled like the MFMA tiles. An attention whose query blocks fill the GPU gets no
     ``key_splits`` knob."""
@@ -113,11 +118,12 @@ def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
            for mma in ("fma", "mfma")}
     for c in pts:
         k = c.knobs
-        if k["BQ"] != bqs[k["mma"]]:
-            continue  # a larger query block only computes more padding rows
+        if k["BQ"] != bqs[k["mma"]] and k["BQ"] > a.sq:
+            continue  # a query block past the queries only computes more padding rows
         grid = math.prod(a.batch) * ceil_div(a.sq, k["BQ"])
-        if grid >= arch.num_cus:
-            continue
+        if grid >= arch.num_cus or math.prod(a.batch) * ceil_div(a.sq, bqs[k["mma"]]) \
+                >= arch.num_cus:
+            continue  # this tile, or the kind's smallest query block, fills the GPU
         ok = [n for n in KEY_SPLITS[1:]
               if not check_schedule(a, {**k, "key_splits": n}, arch)]
         tries = [n for n in ok if grid * n >= arch.num_cus][:1] or ok[-1:]
