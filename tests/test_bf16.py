@@ -64,8 +64,24 @@ def test_elementwise_bf16_equals_onnx_exactly(seed, op, un):
     g = from_model(m, "t")
     got = evaluate(g, {g.meta["onnx_inputs"]["x"]: x.astype(np.float32),
                        g.meta["onnx_inputs"]["y"]: y.astype(np.float32)})
-    want = ReferenceEvaluator(m).run(None, {"x": x, "y": y})[0]
-    np.testing.assert_array_equal(got[g.meta["onnx_outputs"]["z"]], want.astype(np.float32))
+    want = ReferenceEvaluator(m).run(None, {"x": x, "y": y})[0].astype(np.float32)
+    z = got[g.meta["onnx_outputs"]["z"]]
+    # a transcendental's float32 result is within an ulp, not correctly rounded (numpy's
+    # and ml_dtypes' exp/tanh differ in the last bit), so rounding it to bf16 can go
+    # either way where the exact value lies within float32 ulps of a bf16 midpoint (seed
+    # 654, Div then Exp: exp(6.84375) = 937.99998..., 936 or 940); everywhere else exact
+    differ = (z != want) & ~(np.isnan(z) & np.isnan(want))   # NaN = NaN, as before
+    if differ.any():
+        t = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract, "Div": np.divide}[op](
+            x.astype(np.float64), y.astype(np.float64)).astype(ml_dtypes.bfloat16)
+        exact = {"Relu": lambda v: np.maximum(v, 0), "Tanh": np.tanh, "Exp": np.exp,
+                 "Sqrt": np.sqrt, "Neg": np.negative}[un](t.astype(np.float64))
+        mid = (z.astype(np.float64) + want.astype(np.float64)) / 2
+        near = np.abs(exact - mid) <= 4 * np.spacing(np.abs(mid).astype(np.float32))
+        one_ulp = np.abs(z - want) <= np.spacing(np.abs(want).astype(ml_dtypes.bfloat16)
+                                                 ).astype(np.float32)
+        assert un in ("Tanh", "Exp") and np.all((near & one_ulp)[differ]), \
+            (z[differ], want[differ], exact[differ])
 
 
 @pytest.mark.parametrize("name", BF16)
