@@ -125,10 +125,24 @@ class RowShape:
         self.C = math.prod(self.red)
         self.inner_size = math.prod(self.inner)
         self.R = math.prod(self.parallel)
+        #: (perm) when the rows are read through one transpose of a tensor in memory
+        #: (``_through_transpose``): ``outer``, ``red`` and ``inner`` are then the
+        #: transposed tensor's, and ``logical`` maps an index in that order back
+        self.perm = _through_transpose(graph, dispatch, ops, full, axes, reds)
+        if self.perm is not None:
+            phys = graph.op(next(o for o in ops if o.kind == "transpose").inputs[0]).type.shape
+            paxes = sorted(self.perm[a] for a in axes)
+            self.outer = tuple(phys[:paxes[0]])
+            self.red = tuple(phys[paxes[0]:paxes[-1] + 1])
+            self.inner = tuple(phys[paxes[-1] + 1:])
+            self.trailing = False
+            self.parallel = self.outer + self.inner
+            self.inner_size = math.prod(self.inner)
         for o in ops:
             if o.kind in REDUCE_KINDS:
                 continue
             if o.is_view and o.kind != "broadcast" and not _unit_reshape(graph, o) \
+                    and not (o.kind == "transpose" and self.perm is not None) \
                     or o.is_contraction:
                 raise LoweringError(f"{o.name} ({o.kind}) inside a row dispatch")
             if not _row_aligned(o.type.shape, full):
@@ -151,8 +165,16 @@ class RowShape:
         """The index of a per-row output of ``out_shape`` (keepdims: zeros over the
         reduced axes; without: outer and inner only)."""
         if len(out_shape) == len(self.full):
-            return tuple(outer_idx) + (program.i32(0),) * len(self.red) + tuple(inner_idx)
+            return self.logical(tuple(outer_idx) + (program.i32(0),) * len(self.red)
+                                + tuple(inner_idx))
         return tuple(outer_idx) + tuple(inner_idx)
+
+    def logical(self, idx: tuple) -> tuple:
+        """An element index in ``outer + red + inner`` order as an index of ``full`` (the
+        same tuple, unless the rows are read through a transpose)."""
+        if self.perm is None:
+            return idx
+        return tuple(idx[p] for p in self.perm)
 
 
 def _unit_reshape(graph, op) -> bool:
@@ -161,6 +183,33 @@ def _unit_reshape(graph, op) -> bool:
     div/mod, and the row-shape check below still applies to its result, so the rows
     lowering keeps the dispatch instead of falling back to a thread per element."""
     return op.kind == "reshape" and unit_only_reshape(graph, op)
+
+
+def _through_transpose(graph, dispatch, ops, full, axes, reds):
+    """The ``perm`` of the one transpose view a dispatch reads its rows through, or None.
+
+    A norm over the channels written channels-last in the model but stored NCHW
+    (ConvNeXt's LayerNorm: ``permute(0, 2, 3, 1)`` of a convolution's output, then a
+    reduction over the last axis) reduces a contiguous-looking axis that is strided in
+    memory: lanes along it would read one element per cache line. Seen through the
+    transpose it is a norm over axis 1 of NCHW, which ``mapping=columns`` reads coalesced
+    (lanes on consecutive pixels). The rule applies when the dispatch holds exactly one
+    transpose, of a tensor it reads from memory, to the reductions' input shape, the
+    reduced axes land on one consecutive block of the stored tensor that is not its last,
+    and every reduction keeps its dims (so a per-row output is indexed like an element)."""
+    views = [o for o in ops if o.kind == "transpose"]
+    if len(views) != 1:
+        return None
+    t = views[0]
+    perm = tuple(int(p) for p in t.attrs["perm"])
+    if t.inputs[0] not in dispatch.inputs or tuple(t.type.shape) != tuple(full):
+        return None
+    paxes = sorted(perm[a] for a in axes)
+    if paxes != list(range(paxes[0], paxes[-1] + 1)) or paxes[-1] == len(full) - 1:
+        return None
+    if not all(r.attrs["keepdims"] for r in reds):
+        return None
+    return perm
 
 
 def _row_aligned(shape, full):
@@ -636,7 +685,7 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
         if named:  # a named index lets the bounds check see the guard on it
             k = em.assign(k, "k", "i32")
         red = tuple(unravel(k, rows.red)) if len(rows.red) > 1 else (k,)
-        return k, [tuple(outer_idx) + red + tuple(inner_idx)]
+        return k, [rows.logical(tuple(outer_idx) + red + tuple(inner_idx))]
 
     def row_loop(body_fn):
         if cache == "registers":
