@@ -27,6 +27,10 @@ from compiler.lower.emitter import RegisterNamer, ValueEmitter, iadd, idiv, imod
 #: always tried beside the GEMM's, so the search keeps whichever is faster.
 DIRECT_MAX_TAPS = 49
 DIRECT_WORKGROUPS = (64, 256)
+#: which output element a thread computes: ``output`` (the result's row-major order, x
+#: innermost for NCHW) or ``channels`` (NCHW only: channels innermost, for an input stored
+#: channels-last, whose NCHW row-major order would read one line per lane)
+DIRECT_ORDERS = ("output", "channels")
 
 
 def direct_applies(graph, root) -> str:
@@ -61,7 +65,13 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     wg = int(schedule.get("workgroup", 64))
     if wg not in DIRECT_WORKGROUPS:
         raise LoweringError(f"lowering=direct: workgroup {wg} not in {DIRECT_WORKGROUPS}")
+    order = schedule.get("order", "output")
+    if order not in DIRECT_ORDERS:
+        raise LoweringError(f"lowering=direct: order={order!r}; use {' or '.join(DIRECT_ORDERS)}")
     gemm = Gemm(graph, dispatch)
+    if order == "channels" and gemm.geo["fmt"] != "NCHW":
+        raise LoweringError("lowering=direct: order=channels is for NCHW convs (an NHWC "
+                            "output's own order already has the channels innermost)")
     for o in dispatch.outputs:
         if graph.op(o).type.size != root.type.size:
             raise LoweringError(f"dispatch {dispatch.name!r}: output {o!r} is not the conv "
@@ -79,7 +89,16 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     size = root.type.size
     head: list = []
     e = let("e", iadd(imul(program.block_id(), wg), program.thread_id()), head)
-    ridx = [let(f"i{d}", x, stmts) for d, x in enumerate(unravel(e, root.type.shape))]
+    if order == "channels":
+        # lanes on consecutive channels: an input stored channels-last and read as NCHW
+        # through a transpose (ConvNeXt's first depthwise conv reads its embedding norm's
+        # output so) is then read along its contiguous axis
+        nn, cc, oh, ow = root.type.shape
+        nb_, y_, x_, ch_ = [let(f"i{d}", v, stmts)
+                            for d, v in enumerate(unravel(e, (nn, oh, ow, cc)))]
+        ridx = [nb_, ch_, y_, x_]
+    else:
+        ridx = [let(f"i{d}", x, stmts) for d, x in enumerate(unravel(e, root.type.shape))]
     if geo["fmt"] == "NHWC":
         nb, y, x, ch = ridx
     else:
@@ -121,7 +140,7 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     body = head + ([program.If(e < size, tuple(stmts))] if size % wg else stmts)
     grid = ceil_div(size, wg)
     meta = {"dispatch": dispatch.name, "root": dispatch.root, "kind": "contraction",
-            "lowering": "direct", "schedule": dict(schedule),
+            "lowering": "direct", "schedule": dict(schedule), "order": order,
             "taps": gemm.K, "groups": geo["groups"], "flops": 2 * size * gemm.K,
             "vector_widths": {"input": wa, "filter": wb},
             "elements": math.prod(root.type.shape)}

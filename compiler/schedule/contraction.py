@@ -27,7 +27,7 @@ from compiler.lower.common import LoweringError
 from compiler.lower.common import ceil_div
 from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, STREAM_K, SWIZZLES, Gemm,
                                         check_schedule)
-from compiler.lower.conv import tap_order_why
+from compiler.lower.conv import conv_geometry, tap_order_why
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
 from compiler.lower.layout import forward_index, output_maps
@@ -431,7 +431,27 @@ def with_direct_conv(graph, dispatch, space: list) -> list:
         c.knobs = {"lowering": "gemm", **c.knobs}
     direct = [Candidate({"lowering": "direct", "workgroup": wg}, always=True)
               for wg in DIRECT_WORKGROUPS]
+    if _reads_channels_last(graph, dispatch):
+        # an NCHW conv whose input is stored channels-last: lanes on channels read it
+        # along its contiguous axis (``direct_conv.DIRECT_ORDERS``)
+        direct += [Candidate({"lowering": "direct", "workgroup": wg, "order": "channels"},
+                             always=True) for wg in DIRECT_WORKGROUPS]
     return direct + space
+
+
+def _reads_channels_last(graph, dispatch) -> bool:
+    """The conv is NCHW and its activation is a transpose (a view in the dispatch) of a
+    stored tensor whose last axis is the conv's channel axis."""
+    root = graph.op(dispatch.root)
+    if conv_geometry(graph, root)["fmt"] != "NCHW":
+        return False
+    x = graph.op(root.inputs[0])
+    while x.kind in ("reshape",) and x.name in dispatch.ops:
+        x = graph.op(x.inputs[0])
+    if x.kind != "transpose" or x.name not in dispatch.ops:
+        return False
+    perm = tuple(int(p) for p in x.attrs["perm"])
+    return len(perm) == 4 and perm[1] == len(perm) - 1
 
 
 #: The always-lowerable point: 256 threads (a whole number of waves on wave32 and wave64),
