@@ -300,13 +300,13 @@ def test_rules_refuse_with_a_reason():
     {**MFMA, "k_order": "tap"}, {**MFMA, "tap_mask": 1},
     {**FMA_SEARCH, "prefetch": 2}, {**MFMA, "tap_mask": 1, "prefetch": 2}])
 def test_hip_compiles_and_checks(knobs, tmp_path):
-    from codegen_hip import check_dir, to_json, write_project
+    from codegen_hip import to_json
+    from hip_check import check_kernels
     g = _conv("NCHW", c=32, o=32, hw=(14, 14))
     gm = Gemm(g, whole(g), knobs.get("k_order", "layout"))
     va, vb = _widths(gm)
     k = lower_contraction(g, whole(g), {**knobs, "vec_a": va, "vec_b": vb}, GFX942)
-    out = write_project(tmp_path / "export", [k], [(k, {b.name: b.name for b in k.buffers})], {})
-    report = check_dir(out, ("gfx90a", "gfx940"))
+    report = check_kernels([k], tmp_path)
     assert len(report["kernels"]) == 2
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
@@ -323,17 +323,15 @@ def test_hip_compiles_and_checks(knobs, tmp_path):
 def test_hip_runtime_bounded_prefetch_compiles_and_checks(knobs, tmp_path):
     """prefetch=2 with per-workgroup K bounds (stream-K, uneven split-K): both kernels
     compile for gfx90a and gfx940, no spills, ``check`` agrees with the simulator."""
-    from codegen_hip import check_dir, to_json, write_project
+    from codegen_hip import to_json
+    from hip_check import check_kernels
     g = _conv("NCHW", c=64, o=64, hw=(14, 14))
     gm = Gemm(g, whole(g))
     va, vb = _widths(gm)
     seq = lower_contraction(g, whole(g), {**knobs, "vec_a": va, "vec_b": vb}, GFX942)
     assert isinstance(seq, program.KernelSequence)
     ks = list(seq.kernels)
-    names = {b.name: b.name for k in ks for b in k.buffers}
-    out = write_project(tmp_path / "export", ks, [(k, {b.name: names[b.name] for b in k.buffers})
-                                                  for k in ks], {})
-    report = check_dir(out, ("gfx90a", "gfx940"))
+    report = check_kernels(ks, tmp_path)
     assert len(report["kernels"]) == 4
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
@@ -442,15 +440,14 @@ PERIOD_32 = dict(mma="mfma", BM=32, BN=32, BK=72, TM=32, TN=32, KW=4, lds_pad=4,
 def test_hip_period_staging_compiles_and_checks(knobs, tmp_path):
     """The taps fixed across the K loop (BK a multiple of the taps): every kernel
     compiles for gfx90a and gfx940, no spills, ``check`` agrees (VGPRs included)."""
-    from codegen_hip import check_dir, to_json, write_project
+    from codegen_hip import to_json
+    from hip_check import check_kernels
     g = _conv("NCHW", c=256 if knobs.get("split_k") else 64, o=64, hw=(14, 14))
     gm = Gemm(g, whole(g))
     va, vb = _widths(gm)
     k = lower_contraction(g, whole(g), {**knobs, "vec_a": va, "vec_b": vb}, GFX942)
     ks = list(k.kernels) if isinstance(k, program.KernelSequence) else [k]
-    out = write_project(tmp_path / "export", ks, [(x, {b.name: b.name for b in x.buffers})
-                                                  for x in ks], {})
-    report = check_dir(out, ("gfx90a", "gfx940"))
+    report = check_kernels(ks, tmp_path)
     assert len(report["kernels"]) == 2 * len(ks)
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
@@ -477,12 +474,12 @@ def test_depthwise_7x7_gets_the_direct_lowering_and_equals_numpy(fmt):
 @pytest.mark.skipif(shutil.which("hipcc") is None,
                     reason="hipcc not installed (Debian package 'hipcc')")
 def test_depthwise_7x7_direct_compiles_and_checks(tmp_path):
-    from codegen_hip import check_dir, to_json, write_project
+    from codegen_hip import to_json
+    from hip_check import check_kernels
     from compiler.lower import lower
     g = _conv("NCHW", c=32, o=32, groups=32, hw=(14, 14), k=(7, 7), pad=(3, 3, 3, 3))
     k = lower(g, whole(g), {"lowering": "direct", "workgroup": 256}, "gfx942")
-    out = write_project(tmp_path / "export", [k], [(k, {b.name: b.name for b in k.buffers})], {})
-    report = check_dir(out, ("gfx90a", "gfx940"))
+    report = check_kernels([k], tmp_path)
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
         assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"

@@ -80,13 +80,10 @@ def test_channels_order_is_offered_only_for_a_channels_last_input_and_refused_on
 @pytest.mark.hip
 @pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc not installed")
 def test_channels_order_kernel_compiles_and_checks(tmp_path):
-    from codegen_hip import check_dir, write_project
     from gpusim.program import kernels_of
+    from hip_check import check_kernels
     g = _transposed_dwconv(1, 16, 16, 64, 7)
     d = _dispatch(g)
-    ks = kernels_of(lower(g, d, {"lowering": "direct", "workgroup": 256, "order": "channels"},
-                          "gfx942"))
-    out = write_project(tmp_path / "export", ks,
-                        [(k, {p.name: p.name for p in k.buffers}) for k in ks], {})
-    report = check_dir(out, ("gfx90a", "gfx940"))
+    report = check_kernels(kernels_of(lower(g, d, {"lowering": "direct", "workgroup": 256,
+                                                   "order": "channels"}, "gfx942")), tmp_path)
     assert not report["disagreements"], [x["message"] for x in report["disagreements"]]

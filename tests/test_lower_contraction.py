@@ -307,7 +307,7 @@ def test_heads_merge_operand_compiles_and_checks(point, tmp_path):
     ``check`` agrees with the simulator (widths, LDS, VGPR occupancy)."""
     import shutil
 
-    from codegen_hip import check_dir, write_project
+    from hip_check import check_kernels
     from gpusim.program import kernels_of
 
     from compiler.lower import lower
@@ -315,9 +315,7 @@ def test_heads_merge_operand_compiles_and_checks(point, tmp_path):
         pytest.skip("hipcc not installed")
     g = heads_projection()
     ks = list(kernels_of(lower(g, whole(g), _heads_points()[point], GFX942)))
-    out = write_project(tmp_path / "export", ks,
-                        [(k, {p.name: p.name for p in k.buffers}) for k in ks], {})
-    report = check_dir(out, ("gfx90a", "gfx940"))
+    report = check_kernels(ks, tmp_path)
     assert not report["disagreements"], [x["message"] for x in report["disagreements"]]
     for e in report["kernels"]:
         assert e["rc"] == 0, e.get("stderr")
