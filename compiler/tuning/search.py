@@ -513,8 +513,11 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
             searches[fp] = staged.DispatchSearch(legal, est, b, seed, strategy, orders)
         plans.append((d, legal, illegal, fp, searches[fp]))
     # one entry per distinct search: the first dispatch that runs it
-    firsts = list({fp: i for i, (*_, fp, _) in reversed(list(enumerate(plans)))}.values())
-    firsts.sort()
+    firsts, seen = [], set()
+    for i, (*_, fp, _) in enumerate(plans):
+        if fp not in seen:
+            seen.add(fp)
+            firsts.append(i)
     task = None
     if progress:
         total = sum(plans[i][4].budget for i in firsts)
