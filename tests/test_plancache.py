@@ -99,3 +99,12 @@ def test_a_plan_it_cannot_encode_is_formed_and_not_stored(monkeypatch):
     assert plan.decisions[-1].reason == "odd"
     assert not store.get_many(plancache.TABLE, [k for k in
                                                 store._rows.get(plancache.TABLE, {})])
+
+
+def test_a_row_it_cannot_read_is_formed_again():
+    g = load_model(str(DATA / "gpt2_block.onnx"))
+    store = tunedb.MemoryStore()
+    plancache.fused(g, store, aggressive=True)
+    for key in store._rows[plancache.TABLE]:
+        store._rows[plancache.TABLE][key] = {"dispatches": [{"__dc": "Unknown", "f": {}}]}
+    _same(plancache.fused(g, store, aggressive=True), fuse(g, aggressive=True))

@@ -138,9 +138,14 @@ def fused(graph: Graph, store=None, fingerprint: str | None = None, **options) -
     key = f"plan|{fusion_version()}|{structure}|{json.dumps(options, sort_keys=True)}"
     row = store.get_many(TABLE, [key]).get(key)
     if row is not None:
-        g = _rewritten(graph, structure) if options.get("horizontal_gemms") else graph
-        return FusionPlan(g, _decode(row["dispatches"]), _decode(row["decisions"]),
-                          row["mode"], row["bytes_unfused"], row["num_dispatches_unfused"])
+        try:
+            dispatches, decisions = _decode(row["dispatches"]), _decode(row["decisions"])
+            mode, nbytes, count = row["mode"], row["bytes_unfused"], row["num_dispatches_unfused"]
+        except (KeyError, TypeError, AttributeError):
+            row = None   # a row this version cannot read (hand-edited): formed again below
+        else:
+            g = _rewritten(graph, structure) if options.get("horizontal_gemms") else graph
+            return FusionPlan(g, dispatches, decisions, mode, nbytes, count)
     plan = fuse(graph, **options)
     try:
         row = {"dispatches": _encode(plan.dispatches), "decisions": _encode(plan.decisions),
