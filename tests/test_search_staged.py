@@ -91,6 +91,38 @@ def test_a_warm_store_lowers_nothing_to_rank(monkeypatch):
     assert a[0].best.knobs == b[0].best.knobs
 
 
+def test_a_warm_tune_replays_each_search_and_a_changed_setting_searches_again(
+        tmp_path, monkeypatch):
+    """A search's outcome is in the database under everything it depends on: the same
+    settings replay it (no ranking, no proposals, the same answer and summary, also read
+    back from SQLite); another seed or budget runs the search."""
+    g, ds = _one("layernorm")
+    store = tunedb.TuneDB(tmp_path / "t.db")
+    a = tune_dispatches(g, ds, GFX942, budget=6, seed=1, store=store)
+    store.close()
+    store = tunedb.TuneDB(tmp_path / "t.db")
+    proposed = []
+    real = staged.DispatchSearch.propose
+    monkeypatch.setattr(staged.DispatchSearch, "propose",
+                        lambda self: proposed.append(1) or real(self))
+    monkeypatch.setattr(search, "_ranking",
+                        lambda *a, **k: pytest.fail("ranked again for a stored search"))
+    b = tune_dispatches(g, ds, GFX942, budget=6, seed=1, store=store)
+    assert not proposed
+    assert (b[0].best.knobs, b[0].best.time_us) == (a[0].best.knobs, a[0].best.time_us)
+    assert [c.knobs for c in b[0].candidates] == [c.knobs for c in a[0].candidates]
+    assert b[0].search == a[0].search
+    monkeypatch.undo()
+    for other in (dict(budget=6, seed=2), dict(budget=5, seed=1)):
+        key = search.search_key(tunedb.dispatch_fingerprint(g, ds[0]), GFX942,
+                                tunedb.model_version(), {}, other["budget"], other["seed"],
+                                "staged")
+        assert not store.get_many("spaces", [key])
+        c = tune_dispatches(g, ds, GFX942, store=store, **other)
+        assert store.get_many("spaces", [key])
+        assert c[0].search["simulated"] <= other["budget"]
+
+
 def test_random_strategy_is_the_seeded_sample_and_ranked_is_the_top():
     g, ds = _one("layernorm")
     r1 = tune_dispatches(g, ds, GFX942, budget=5, seed=1, strategy="random")[0]

@@ -254,3 +254,32 @@ def test_a_causal_mask_enters_the_fingerprint_though_it_is_a_float_constant():
     noise = np.random.default_rng(0).standard_normal((16, 16))
     assert fp(attention(tri)) == fp(attention(2 * tri))     # still causal: same program
     assert fp(attention(tri)) != fp(attention(noise))       # not causal: no skipping
+
+
+def test_graph_fingerprint_hashes_large_constants_on_threads_as_it_would_alone():
+    """The threaded hashes of large constants give the fingerprint the plain walk gives,
+    and one changed weight value changes it (the check key's data identity)."""
+    import hashlib
+    import json
+
+    import numpy as np
+    from compiler.ir.graph import Graph
+
+    def build(w):
+        g = Graph("w")
+        x = g.input("x", (4, 256))
+        g.output(g.matmul(x, g.constant(w, name="w")) + 1.0)
+        return g
+
+    w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    g = build(w)
+    body = [[op.name, op.kind, list(op.inputs), tunedb._type(op.type),
+             tunedb._canon(dict(op.attrs))] for op in g.ops]
+    plain = hashlib.sha256(json.dumps([body, list(g.outputs)], sort_keys=True,
+                                      separators=(",", ":")).encode()).hexdigest()[:32]
+    assert tunedb._large_array_hashes(g)[0]  # the weight (256 KB) is hashed on a thread
+    assert tunedb.graph_fingerprint(g) == plain
+    w2 = w.copy()
+    w2[17, 3] += 1.0
+    assert tunedb.graph_fingerprint(build(w2)) != plain
+

@@ -22,6 +22,7 @@ All times are simulated microseconds on the modelled architecture, not measureme
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import random
@@ -496,9 +497,24 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         raise SearchError(f"--fix {', '.join(unknown)}: no dispatch of this model has that "
                           f"knob; its knobs are: {', '.join(sorted(known))}")
     space_of = {d.name: space for d, space in spaces}
-    plans, searches = [], {}
+    plans, searches, memo_keys = [], {}, {}
+    legals = {}
     for (d, space), fp in zip(spaces, fps):
-        legal, illegal = legal_candidates(space, fixed, f"dispatch {d.name}")
+        legals[d.name] = legal_candidates(space, fixed, f"dispatch {d.name}")
+        if fp not in memo_keys:
+            memo_keys[fp] = search_key(fp, arch, version, fixed, dispatch_budget(
+                budget, len(legals[d.name][0])), seed, strategy)
+    results: dict = {}  # score key -> row, this run's and the store's
+    replays = store.get_many("spaces", list(memo_keys.values()))
+    for (d, space), fp in zip(spaces, fps):
+        legal, illegal = legals[d.name]
+        row = replays.get(memo_keys[fp])
+        if fp not in searches and row is not None:
+            keys = [tunedb.score_key(fp, arch, legal[j].knobs, version)
+                    for j in row["simulated"] if j < len(legal)]
+            results.update(store.get_many("scores", keys))
+            if len(keys) == len(row["simulated"]) and all(k in results for k in keys):
+                searches[fp] = staged.Replayed(row)  # else its scores are gone: search
         if fp not in searches:
             # identical dispatches (one fingerprint: the same space, pins and budget) run
             # one search: its proposals depend only on the space, the ranking, the seed and
@@ -523,7 +539,6 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         total = sum(plans[i][4].budget for i in firsts)
         task = progress.add_task(f"{label or 'scoring'} ({len(plans)} dispatches, "
                                  f"{len(firsts)} distinct)", total=total)
-    results: dict = {}  # score key -> row, this run's and the store's
     while True:
         round_ = [(i, plans[i][4].propose()) for i in firsts]
         if not any(picks for _, picks in round_):
@@ -549,7 +564,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         results.update(fresh)
         for i, picks in round_:
             plans[i][4].observe([results[k]["time_us"] for k in keys[i]])
-    out, summaries = [], {}
+    out, summaries, done_searches = [], {}, {}
     for d, legal, illegal, fp, search in plans:
         simulated = search.simulated()
         scored = [_scored_of(results[tunedb.score_key(fp, arch, legal[j].knobs, version)],
@@ -574,10 +589,38 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
                          nbytes, flops, roofline_us(nbytes, flops, arch))
         if fp not in summaries:
             summaries[fp] = search.summary(ok[0].knobs)
+            row = {"simulated": search.simulated(), "summary": summaries[fp]}
+            # replayed only when JSON keeps it as it is (knob values of other types)
+            if not isinstance(search, staged.Replayed) and \
+                    json.loads(json.dumps(row)) == row:
+                done_searches[memo_keys[fp]] = row
         t.search = summaries[fp]
         t._lower = (graph, arch)
         out.append(t)
+    store.put_many("spaces", done_searches, version)
     return out
+
+
+def search_key(fp, arch, version, fixed, budget, seed, strategy) -> str:
+    """The key of a dispatch search's outcome in the tuning database: everything the
+    staged search's proposals depend on (the space by fingerprint, arch and model version;
+    the pins, the budget, the seed, the strategy; the estimator's version and the search's
+    own sources), so a warm run replays it (``staged.Replayed``)."""
+    return "search|" + hashlib.sha256(
+        f"{tunedb.space_key(fp, arch, version)}|{tunedb.knobs_text(fixed)}|{budget}|{seed}|"
+        f"{strategy}|{rank.version()}|{_search_version()}".encode()).hexdigest()
+
+
+def _search_version() -> str:
+    if "v" not in _SEARCH_VERSION:
+        from pathlib import Path
+        here = Path(__file__).parent
+        _SEARCH_VERSION["v"] = tunedb._digest([here / "search.py", here / "staged.py",
+                                               here / "refine.py"])
+    return _SEARCH_VERSION["v"]
+
+
+_SEARCH_VERSION: dict = {}
 
 
 _ORDERS: dict = {}

@@ -171,18 +171,23 @@ def model_version() -> str:
 
 
 # ----------------------------------------------------------------------------- fingerprints
-def _canon(value):
-    """Attributes as JSON-able data; arrays become (shape, dtype, hash of their bytes)."""
+def _bytes_hash(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).view(np.uint8).reshape(-1)).hexdigest()[:24]
+
+
+def _canon(value, hashes: dict | None = None):
+    """Attributes as JSON-able data; arrays become (shape, dtype, hash of their bytes),
+    the hash taken from ``hashes`` (by ``id``) where it was computed beforehand."""
     if isinstance(value, np.ndarray):
-        arr = np.ascontiguousarray(value)
-        return ["ndarray", list(arr.shape), str(arr.dtype),
-                hashlib.sha256(arr.view(np.uint8).reshape(-1)).hexdigest()[:24]]
+        digest = (hashes or {}).get(id(value)) or _bytes_hash(value)
+        return ["ndarray", list(value.shape), str(value.dtype), digest]
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, dict):
-        return {str(k): _canon(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): _canon(v, hashes)
+                for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):
-        return [_canon(v) for v in value]
+        return [_canon(v, hashes) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return repr(value)
@@ -255,10 +260,27 @@ def space_key(fingerprint: str, arch: Arch, version: str) -> str:
 def graph_fingerprint(graph) -> str:
     """The whole graph, names included (constants by the hash of their bytes): with the
     seed it fixes every value the reference computes."""
-    body = [[op.name, op.kind, list(op.inputs), _type(op.type), _canon(dict(op.attrs))]
+    hashes, _held = _large_array_hashes(graph)
+    body = [[op.name, op.kind, list(op.inputs), _type(op.type), _canon(dict(op.attrs), hashes)]
             for op in graph.ops]
     text = json.dumps([body, list(graph.outputs)], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _large_array_hashes(graph) -> tuple:
+    """The hashes of a graph's large constants (BERT-base: 435 MB, 0.4 s of one core),
+    taken on threads: hashlib lets go of the GIL while it hashes a large buffer, so the
+    cores share the work. Keyed by ``id``; the arrays are returned too, to be held alive
+    (and their ids unique) while the keys are used."""
+    from concurrent.futures import ThreadPoolExecutor
+    arrays = [v for op in graph.ops for v in op.attrs.values()
+              if isinstance(v, np.ndarray) and v.nbytes >= 1 << 16]
+    arrays = list({id(a): a for a in arrays}.values())
+    if not arrays:
+        return {}, arrays
+    with ThreadPoolExecutor(max_workers=min(len(arrays), os.cpu_count() or 1)) as pool:
+        digests = list(pool.map(_bytes_hash, arrays))
+    return {id(a): h for a, h in zip(arrays, digests)}, arrays
 
 
 def reference_version() -> str:
