@@ -304,8 +304,8 @@ class _FastLanes(_Lanes):
         self.consts: dict = {}
         self.first_all = super().first_wave(self.all)
         self.padded = self.waves * self.wave != len(self.tid)
-        self.ops: dict = {}
         self.firsts: dict = {}
+        self.nbytes: dict = {}  # a buffer's element size, by name
 
     def const(self, v: int):
         a = self.consts.get(v)
@@ -346,8 +346,22 @@ class _FastLanes(_Lanes):
             else:
                 a = self.value(a)
             if type(b) is Const and isinstance(b.value, (int, bool)):
-                b = self.const(int(b.value))
-            elif type(b) is Var:
+                # a constant operand as a Python int: the same int64 results as the
+                # reference's full array (numpy's weak scalars), one pass instead of the
+                # reference's zero-divisor masks
+                cb = int(b.value)
+                f = _NP.get(op)
+                if f is not None:
+                    return f(a, min(max(cb, 0), 62) if op in ("shl", "shr") else cb)
+                if op in ("div", "floordiv"):
+                    return a // cb if cb else self.zero
+                if op in ("mod", "rem"):
+                    return a % cb if cb else self.zero
+                cmp = _CMP.get(op)
+                if cmp is not None:
+                    return cmp(a, cb).astype(np.int64)
+                return self.zero
+            if type(b) is Var:
                 b = self.defs.get(b.name)
                 if b is None:
                     b = self.zero
@@ -385,33 +399,29 @@ class _FastLanes(_Lanes):
             return self.value(e.a)
         return super().value(e)
 
-    def n_ops(self, e) -> float:
-        """``_ops(e)``, remembered per expression node (a node shared by several
-        expressions is counted once per use, as the reference counts it)."""
+    @staticmethod
+    def n_ops(e) -> float:
+        """``_ops(e)`` with type tests by identity (the same sum, in the same order)."""
         t = type(e)
         if t in _LEAVES:
             return 0.0
-        key = id(e)
-        hit = self.ops.get(key)
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        n_ops = self.n_ops
+        n_ops = _FastLanes.n_ops
         if t is BinOp:
             a, b = e.a, e.b
-            n = ((4.0 if e.op in _TRANS else 1.0) + (0.0 if type(a) in _LEAVES else n_ops(a))
-                 + (0.0 if type(b) in _LEAVES else n_ops(b)))
-        elif t is UnOp:
-            n = (4.0 if e.op in _TRANS else 1.0) + n_ops(e.a)
-        elif t is Cast:
-            n = 1.0 + n_ops(e.a)
-        elif t is Fma:
-            n = 1.0 + n_ops(e.a) + n_ops(e.b) + n_ops(e.c)
-        elif t is Select:
-            n = 1.0 + n_ops(e.cond) + n_ops(e.a) + n_ops(e.b)
-        else:
-            n = _ops(e)
-        self.ops[key] = (e, n)
-        return n
+            return ((4.0 if e.op in _TRANS else 1.0) + (0.0 if type(a) in _LEAVES else n_ops(a))
+                    + (0.0 if type(b) in _LEAVES else n_ops(b)))
+        if t is Fma:
+            a, b, c = e.a, e.b, e.c
+            return (1.0 + (0.0 if type(a) in _LEAVES else n_ops(a))
+                    + (0.0 if type(b) in _LEAVES else n_ops(b))
+                    + (0.0 if type(c) in _LEAVES else n_ops(c)))
+        if t is UnOp:
+            return (4.0 if e.op in _TRANS else 1.0) + n_ops(e.a)
+        if t is Cast:
+            return 1.0 + n_ops(e.a)
+        if t is Select:
+            return 1.0 + n_ops(e.cond) + n_ops(e.a) + n_ops(e.b)
+        return _ops(e)
 
 
 def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
@@ -458,10 +468,13 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
             n = len(s.dsts) if t is Load else len(s.values)
             c.vmem += mult
             c.valu += mult * ops(s.index)
-            try:
-                nbytes = DTYPE_BYTES[kernel.buffer(s.buffer).dtype]
-            except KeyError:
-                nbytes = 4
+            nbytes = lanes.nbytes.get(s.buffer)
+            if nbytes is None:
+                try:
+                    nbytes = DTYPE_BYTES[kernel.buffer(s.buffer).dtype]
+                except KeyError:
+                    nbytes = 4
+                lanes.nbytes[s.buffer] = nbytes
             addr = lanes.value(s.index)[lanes.first_wave(active)] * nbytes
             line = arch.l1_line_bytes
             span = n * nbytes - 1
@@ -648,13 +661,17 @@ class Ranking:
 
 
 #: estimates of the later kernels of sequences, by their text: split-K's sum of partials
-#: and flash-decoding's combine depend on the output and the split count only, so the
-#: points of one space repeat them (bounded: cleared when full)
+#: and flash-decoding's combine depend on the output tile, the threads and the split
+#: count only, so the points of one space repeat them (bounded: cleared when full)
 _LATER: dict = {}
 
 
 def _later_kernel(k, arch, bound: bool = False, reference: bool = False) -> Estimate:
-    key = (arch.name, repr(k), bound, reference)
+    # the kernel's text without ``meta`` (the schedule's knobs, read by no estimate):
+    # with it no two points' reduction kernels matched (a 3x3 conv's 548 split-K and
+    # stream-K points have 110 distinct reduction kernels)
+    key = (arch.name, repr((k.name, k.params, k.grid, k.block, k.body, k.lds)), bound,
+           reference)
     e = _LATER.get(key)
     if e is None:
         if len(_LATER) > 256:
