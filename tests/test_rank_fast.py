@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpusim.hw import GFX942
+from gpusim.hw import GFX942, GFX1100
 from compiler.fusion import fuse
 from compiler.ir import builders
 from compiler.ir.graph import Graph
@@ -47,31 +47,36 @@ def _same(a: rank.Estimate, b: rank.Estimate) -> bool:
     return (a.us, a.error, a.bound, a.features) == (b.us, b.error, b.bound, b.features)
 
 
-@pytest.mark.parametrize("name", sorted(SPACES))
-def test_fast_walk_gives_the_reference_estimates(name):
+_CASES = ([(n, GFX942) for n in sorted(SPACES)]
+          + [(n, GFX1100) for n in ("gemm", "transpose", "layernorm")])
+
+
+@pytest.mark.parametrize("name,arch", _CASES, ids=[f"{n}-{a.name}" for n, a in _CASES])
+def test_fast_walk_gives_the_reference_estimates(name, arch):
+    """(RDNA too: wave32, its own banks and lines)"""
     g = SPACES[name]()
     d = fuse(g).dispatches[0]
-    legal, _ = legal_candidates(schedule_space(g, d, GFX942), {}, d.name)
+    legal, _ = legal_candidates(schedule_space(g, d, arch), {}, d.name)
     assert len(legal) >= 20
     # what the ranking runs is the fast walk
     head = legal[:8]
-    assert all(_same(a, rank.estimate(lower(g, d, c.knobs, GFX942), GFX942, bound=True))
-               for a, c in zip(rank.rank_candidates(g, d, head, GFX942, lower, bound=True),
+    assert all(_same(a, rank.estimate(lower(g, d, c.knobs, arch), arch, bound=True))
+               for a, c in zip(rank.rank_candidates(g, d, head, arch, lower, bound=True),
                                head))
     sequences = 0
     for i, cand in enumerate(legal):
         try:
-            k = lower(g, d, cand.knobs, GFX942)
+            k = lower(g, d, cand.knobs, arch)
         except Exception:  # noqa: BLE001 - a point that fails to lower has no walk
             continue
         sequences += len(rank._kernels(k)) > 1
         rank._LATER.clear()  # each walk estimates the later kernels itself
-        fast = rank.estimate(k, GFX942, bound=True)
-        ref = rank.estimate(k, GFX942, bound=True, reference=True)
+        fast = rank.estimate(k, arch, bound=True)
+        ref = rank.estimate(k, arch, bound=True, reference=True)
         assert _same(ref, fast), (name, cand.knobs, ref, fast)
         if i % 41 == 0:
-            ref = rank.estimate(k, GFX942, reference=True)
-            fast = rank.estimate(k, GFX942)
+            ref = rank.estimate(k, arch, reference=True)
+            fast = rank.estimate(k, arch)
             assert _same(ref, fast), (name, cand.knobs, ref, fast)
     if name in ("attention", "gemm", "conv3x3"):
         assert sequences > 0  # the later kernels' cache was exercised
