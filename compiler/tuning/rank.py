@@ -31,6 +31,10 @@ defined in more than one place holds the definition the walk met last (in progra
 a loop body walked once); a value loaded from memory used in an address is taken as zero;
 cache reuse between workgroups beyond the footprint is not modelled (L2 carries every
 request).
+
+Two walks count the same things: ``_walk`` is the reference (the plain one to read),
+``_walk_fast`` is what ``estimate`` runs (the same arithmetic with less interpreter work;
+``tests/test_rank_fast.py`` checks they agree feature for feature on real spaces).
 """
 from __future__ import annotations
 
