@@ -188,9 +188,10 @@ def lazy(a) -> int:
             t0 = time.perf_counter()
             bounds = rank.rank_candidates(g, d, legal, arch, lower, bound=True)
 
-            def exact_of(i):
-                counted.append(i)
-                return rank.estimate(lower(g, d, legal[i].knobs, arch), arch)
+            def exact_of(indices):  # rank.Ranking asks for a batch of points
+                counted.extend(indices)
+                return [rank.estimate(lower(g, d, legal[i].knobs, arch), arch)
+                        for i in indices]
             got = rank.Ranking(bounds, exact_of).best(k)
             times["lazy"].append(time.perf_counter() - t0)
         n = len(legal)
