@@ -31,6 +31,10 @@ defined in more than one place holds the definition the walk met last (in progra
 a loop body walked once); a value loaded from memory used in an address is taken as zero;
 cache reuse between workgroups beyond the footprint is not modelled (L2 carries every
 request).
+
+Two walks count the same things: ``_walk`` is the reference (the plain one to read),
+``_walk_fast`` is what ``estimate`` runs (the same arithmetic with less interpreter work;
+``tests/test_rank_fast.py`` checks they agree feature for feature on real spaces).
 """
 from __future__ import annotations
 
@@ -271,13 +275,292 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
         c.load_rounds += mult
 
 
+# ---------------------------------------------------------------------------- fast walk
+# The walk above is the reference (plain, one numpy array per value, the one to read);
+# the ranking runs the walk below, which counts and analyses the same things with the
+# same arithmetic, only with less interpreter work per node (fifth round, docs/search.md:
+# the ranking's walk was most of a bound's cost). ``tests/test_rank_fast.py`` checks the
+# two give equal estimates, feature for feature, on every point of several real spaces.
+# What differs is bookkeeping only: a constant is evaluated once per value and kept, an
+# expression's instruction count is remembered per node (the kernel's expressions are
+# immutable and shared), the thread masks of a workgroup whose every thread is active
+# take their answer without a numpy pass, one LDS access's bank degree is one bincount
+# over (phase, bank) instead of one per phase, and the cache lines of a global access are
+# a Python set of at most two words per lane.
+
+_TRANS = frozenset(TRANSCENDENTAL)
+_LEAVES = frozenset((Var, Const, Special, ScalarRef))
+#: an access pattern's answer (bank degree, lines) by the pattern moved to start at zero,
+#: across kernels: the same pattern at another base has the same degree, and the same
+#: lines when moved by whole lines (a tile's unrolled accesses and the points of a space
+#: repeat a few patterns); bounded, cleared when full
+_DEGREES: dict = {}
+_LINES: dict = {}
+
+
+class _FastLanes(_Lanes):
+    """``_Lanes`` with the constants' arrays kept and the masks' answers for a workgroup
+    whose every thread is active computed once."""
+
+    def __init__(self, wave: int, block: int = 0):
+        super().__init__(wave, block)
+        self.all = np.ones(len(self.tid), dtype=bool)
+        self.consts: dict = {}
+        self.first_all = super().first_wave(self.all)
+        self.padded = self.waves * self.wave != len(self.tid)
+        self.firsts: dict = {}
+        self.nbytes: dict = {}  # a buffer's element size, by name
+
+    def const(self, v: int):
+        a = self.consts.get(v)
+        if a is None:
+            a = self.consts[v] = np.full_like(self.tid, v)
+            a.setflags(write=False)
+        return a
+
+    def waves_active(self, mask) -> int:
+        if mask is self.all:
+            return self.waves
+        if self.padded:
+            return super().waves_active(mask)
+        return int(mask.reshape(self.waves, self.wave).any(axis=1).sum())
+
+    def first_wave(self, mask) -> np.ndarray:
+        if mask is self.all:
+            return self.first_all
+        hit = self.firsts.get(id(mask))
+        if hit is None or hit[0] is not mask:  # a guard's mask: every access under it
+            hit = self.firsts[id(mask)] = (mask, super().first_wave(mask))
+        return hit[1]
+
+    def value(self, e):
+        t = type(e)
+        if t is Var:
+            v = self.defs.get(e.name)
+            return self.zero if v is None else v
+        if t is BinOp:
+            if e.dtype != "i32":
+                return self.zero
+            op = e.op
+            a, b = e.a, e.b
+            if type(a) is Var:
+                a = self.defs.get(a.name)
+                if a is None:
+                    a = self.zero
+            else:
+                a = self.value(a)
+            if type(b) is Const and isinstance(b.value, (int, bool)):
+                # a constant operand as a Python int: the same int64 results as the
+                # reference's full array (numpy's weak scalars), one pass instead of the
+                # reference's zero-divisor masks
+                cb = int(b.value)
+                f = _NP.get(op)
+                if f is not None:
+                    return f(a, min(max(cb, 0), 62) if op in ("shl", "shr") else cb)
+                if op in ("div", "floordiv"):
+                    return a // cb if cb else self.zero
+                if op in ("mod", "rem"):
+                    return a % cb if cb else self.zero
+                cmp = _CMP.get(op)
+                if cmp is not None:
+                    return cmp(a, cb).astype(np.int64)
+                return self.zero
+            if type(b) is Var:
+                b = self.defs.get(b.name)
+                if b is None:
+                    b = self.zero
+            else:
+                b = self.value(b)
+            f = _NP.get(op)
+            if f is not None:
+                try:
+                    return f(a, np.clip(b, 0, 62) if op in ("shl", "shr") else b)
+                except TypeError:
+                    return self.zero
+            if op in ("div", "floordiv"):
+                return np.where(b != 0, a // np.where(b == 0, 1, b), 0)
+            if op in ("mod", "rem"):
+                return np.where(b != 0, a % np.where(b == 0, 1, b), 0)
+            cmp = _CMP.get(op)
+            if cmp is not None:
+                return cmp(a, b).astype(np.int64)
+            return self.zero
+        if t is Const:
+            return (self.const(int(e.value)) if isinstance(e.value, (int, bool))
+                    else self.zero)
+        if t is Special:
+            if e.name == "thread_id":
+                return self.tid
+            if e.name == "lane":
+                return self.lane
+            if e.name == "wave_size":
+                return self.const(self.wave)
+            return self.zero
+        if t is Select:
+            c = self.value(e.cond)
+            return np.where(c != 0, self.value(e.a), self.value(e.b))
+        if t is Cast:
+            return self.value(e.a)
+        return super().value(e)
+
+    @staticmethod
+    def n_ops(e) -> float:
+        """``_ops(e)`` with type tests by identity (the same sum, in the same order)."""
+        t = type(e)
+        if t in _LEAVES:
+            return 0.0
+        n_ops = _FastLanes.n_ops
+        if t is BinOp:
+            a, b = e.a, e.b
+            return ((4.0 if e.op in _TRANS else 1.0) + (0.0 if type(a) in _LEAVES else n_ops(a))
+                    + (0.0 if type(b) in _LEAVES else n_ops(b)))
+        if t is Fma:
+            a, b, c = e.a, e.b, e.c
+            return (1.0 + (0.0 if type(a) in _LEAVES else n_ops(a))
+                    + (0.0 if type(b) in _LEAVES else n_ops(b))
+                    + (0.0 if type(c) in _LEAVES else n_ops(c)))
+        if t is UnOp:
+            return (4.0 if e.op in _TRANS else 1.0) + n_ops(e.a)
+        if t is Cast:
+            return 1.0 + n_ops(e.a)
+        if t is Select:
+            return 1.0 + n_ops(e.cond) + n_ops(e.a) + n_ops(e.b)
+        return _ops(e)
+
+
+def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
+               active=None) -> None:
+    """``_walk`` (same counts, same order of additions), with ``_FastLanes``."""
+    if active is None:
+        active = lanes.all
+    ops = lanes.n_ops
+    loads_here = False
+    for s in body:
+        t = type(s)
+        if t is Assign:
+            c.valu += mult * max(1.0, ops(s.value))
+            if s.dst.dtype == "i32":
+                lanes.defs[s.dst.name] = lanes.value(s.value)
+            else:
+                lanes.defs.pop(s.dst.name, None)
+        elif t is For:
+            lanes.defs[s.var.name] = lanes.value(s.start)
+            trips = steady.trips(s)
+            c.valu += mult * 2
+            n = float(trips) if trips is not None else (
+                s.trips_hint if s.trips_hint is not None else 1.0)
+            if not s.unroll:
+                c.valu += mult * n
+            _walk_fast(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
+        elif t is If:
+            c.valu += mult * (1.0 + ops(s.cond))
+            if lanes.known(s.cond):
+                cond = lanes.value(s.cond) != 0
+                here = max(1, lanes.waves_active(active))
+                for arm, mask in ((s.then, active & cond), (s.orelse, active & ~cond)):
+                    if not arm:
+                        continue
+                    if active is lanes.all and mask.all():
+                        mask = lanes.all
+                    share = lanes.waves_active(mask) / here
+                    if share > 0:
+                        _walk_fast(arm, mult * share, c, lanes, arch, kernel, mask)
+            else:
+                _walk_fast(s.then, mult, c, lanes, arch, kernel, active)
+                _walk_fast(s.orelse, mult, c, lanes, arch, kernel, active)
+        elif t is Load or t is Store:
+            n = len(s.dsts) if t is Load else len(s.values)
+            c.vmem += mult
+            c.valu += mult * ops(s.index)
+            nbytes = lanes.nbytes.get(s.buffer)
+            if nbytes is None:
+                try:
+                    nbytes = DTYPE_BYTES[kernel.buffer(s.buffer).dtype]
+                except KeyError:
+                    nbytes = 4
+                lanes.nbytes[s.buffer] = nbytes
+            addr = lanes.value(s.index)[lanes.first_wave(active)] * nbytes
+            line = arch.l1_line_bytes
+            span = n * nbytes - 1
+            if len(addr):
+                addr = addr - int(addr.min()) // line * line
+            key = (addr.tobytes(), span, line)
+            count = _LINES.get(key)
+            if count is None:
+                if len(_LINES) > 1 << 16:
+                    _LINES.clear()
+                count = _LINES[key] = len(set((addr // line).tolist()).union(
+                    ((addr + span) // line).tolist()))
+            c.l2_bytes += mult * count * line
+            if t is Load:
+                loads_here = True
+                for d in s.dsts:
+                    lanes.defs.pop(d.name, None)
+        elif t is LdsLoad or t is LdsStore:
+            n = len(s.dsts) if t is LdsLoad else len(s.values)
+            c.lds += mult
+            c.valu += mult * ops(s.index)
+            sel = lanes.first_wave(active)
+            words = lanes.value(s.index)[sel]
+            banks = arch.lds_banks
+            phase = lanes.lane[sel] // banks
+            # the distinct (phase, word) pairs, then per (phase, bank) how many: the most
+            # is the degree (a word read by many lanes of a phase is a broadcast)
+            if len(words):
+                words = words - int(words.min())
+            key = (phase.tobytes(), words.tobytes(), banks)
+            degree = _DEGREES.get(key)
+            if degree is None:
+                if len(_DEGREES) > 1 << 16:
+                    _DEGREES.clear()
+                degree = _DEGREES[key] = _bank_degree(phase, words, banks)
+            c.lds_cycles += mult * degree * max(1, n * 4 // arch.lds_bank_bytes // 1)
+            if t is LdsLoad:
+                for d in s.dsts:
+                    lanes.defs.pop(d.name, None)
+        elif t is Mfma:
+            c.mfma_cycles += mult * arch.mfma_cycles(s.shape)
+        elif t is Barrier:
+            c.barriers += mult
+        elif t is Shuffle:
+            c.valu += mult * (1.0 + ops(s.value))
+            lanes.defs.pop(s.dst.name, None)
+        elif t is WaveReduce:
+            c.valu += mult * (math.log2(arch.wave_size) * 2 + ops(s.value))
+            lanes.defs.pop(s.dst.name, None)
+        else:
+            # a statement kind this walk does not specialise: the reference's treatment
+            _walk([s], mult, c, lanes, arch, kernel, active)
+    if loads_here:
+        c.load_rounds += mult
+
+
+def _bank_degree(phase, words, banks: int) -> int:
+    """The most lanes of one phase that hit one bank at distinct words (the reference's
+    loop over phases, as one pass): the distinct (phase, word) pairs, counted per
+    (phase, bank)."""
+    if len(words) == 0:
+        return 1
+    lo = int(words.min())
+    span = int(words.max()) - lo + 1
+    if span > 1 << 40:  # a key would overflow: the reference's loop
+        degree = 1
+        for p in np.unique(phase):
+            w = np.unique(words[phase == p])
+            degree = max(degree, int(np.bincount(w % banks, minlength=banks).max()))
+        return degree
+    key = np.unique(phase * span + (words - lo))
+    ph, w = np.divmod(key, span)
+    return max(1, int(np.bincount(ph * banks + (w + lo) % banks).max()))
+
+
 def _kernels(k) -> list:
     if isinstance(k, KernelSequence):
         return list(k.kernels)
     return list(k) if isinstance(k, (list, tuple)) else [k]
 
 
-def estimate(kernel, arch, bound: bool = False) -> Estimate:
+def estimate(kernel, arch, bound: bool = False, reference: bool = False) -> Estimate:
     """The analytic estimate of one lowered kernel (or a sequence of them, summed, each
     kernel after the first paying its own launch, as the simulator charges it).
 
@@ -286,12 +569,15 @@ def estimate(kernel, arch, bound: bool = False) -> Estimate:
     cost, and more VGPRs only lower occupancy, which never shortens the estimate (fewer
     workgroups per CU: more rounds, fewer SIMDs busy, less latency hidden), so the exact
     estimate is at least the bound. ``Ranking`` counts VGPRs only where the order needs it.
-    A bound that fails (LDS or wave slots) fails exactly too; it is marked exact."""
+    A bound that fails (LDS or wave slots) fails exactly too; it is marked exact.
+
+    ``reference``: walk the kernel with the plain reference walk (``_walk``) instead of
+    the fast one (``_walk_fast``); the two give equal estimates (the differential test)."""
     kernels = _kernels(kernel)
     total, feats = (len(kernels) - 1) * arch.launch_overhead_us, {}
     for i, k in enumerate(kernels):
-        e = (_later_kernel(k, arch, bound) if i
-             else _estimate_one(k, arch, 1 if bound else None))
+        e = (_later_kernel(k, arch, bound, reference) if i
+             else _estimate_one(k, arch, 1 if bound else None, reference))
         if not e.ok:
             return e
         total += e.us
@@ -379,28 +665,36 @@ class Ranking:
 
 
 #: estimates of the later kernels of sequences, by their text: split-K's sum of partials
-#: and flash-decoding's combine depend on the output and the split count only, so the
-#: points of one space repeat them (bounded: cleared when full)
+#: and flash-decoding's combine depend on the output tile, the threads and the split
+#: count only, so the points of one space repeat them (bounded: cleared when full)
 _LATER: dict = {}
 
 
-def _later_kernel(k, arch, bound: bool = False) -> Estimate:
-    key = (arch.name, repr(k), bound)
+def _later_kernel(k, arch, bound: bool = False, reference: bool = False) -> Estimate:
+    # the kernel's text without ``meta`` (the schedule's knobs, read by no estimate):
+    # with it no two points' reduction kernels matched (a 3x3 conv's 548 split-K and
+    # stream-K points have 110 distinct reduction kernels)
+    key = (arch.name, repr((k.name, k.params, k.grid, k.block, k.body, k.lds)), bound,
+           reference)
     e = _LATER.get(key)
     if e is None:
         if len(_LATER) > 256:
             _LATER.clear()
-        e = _LATER[key] = _estimate_one(k, arch, 1 if bound else None)
+        e = _LATER[key] = _estimate_one(k, arch, 1 if bound else None, reference)
     return Estimate(e.us, dict(e.features), e.error)
 
 
-def _estimate_one(k, arch, vgprs: int | None = None) -> Estimate:
+def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False) -> Estimate:
     try:
         occ = occupancy(k, arch, vgprs)
     except KernelError as e:
         return Estimate(math.inf, {}, str(e))
     c = _Counts()
-    _walk(k.body, 1.0, c, _Lanes(arch.wave_size, k.block), arch, k)
+    if reference:
+        _walk(k.body, 1.0, c, _Lanes(arch.wave_size, k.block), arch, k)
+    else:
+        with np.errstate(all="ignore"):
+            _walk_fast(k.body, 1.0, c, _FastLanes(arch.wave_size, k.block), arch, k)
     clk = arch.clock_ghz * 1e3  # cycles per microsecond
     wpw = occ.waves_per_workgroup
     per_cu_wgs = max(1, occ.workgroups_per_cu)
