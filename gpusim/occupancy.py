@@ -794,12 +794,15 @@ def _interval(e, env, kernel):
     if isinstance(e, Var):
         return env.get(e.name)
     if isinstance(e, Special):
-        # what LLVM knows: the work-item id's range from the workgroup size
-        # (``__launch_bounds__`` -> amdgpu-flat-work-group-size -> range metadata on
-        # workitem.id, AMDGPUSubtarget::makeLIDRangeMetadata), never the grid: a
-        # workgroup id carries no range, so a guard on it is not decided (a split-K
-        # reduce kernel's column guards ``block_id * 64 + ty + 32 < 32`` over a grid
-        # of one: hipcc keeps every partial, 89-195 VGPRs where pruning gave 21-75)
+        # the work-item id below the workgroup size, never the grid: a workgroup id
+        # carries no range, so a guard on it is not decided (a split-K reduce kernel's
+        # column guards ``block_id * 64 + ty + 32 < 32`` over a grid of one: hipcc kept
+        # every partial, 89-195 VGPRs where pruning gave 21-75). LLVM knows less than
+        # this: clang gives threadIdx.x the range [0, 1024) whatever __launch_bounds__
+        # says (hipcc 5.2 keeps ``tid / 16 < 32`` in a 256-thread kernel, and folds it
+        # after ``__builtin_assume(tid < 256)``), so a guard that needs the workgroup
+        # size is decided here and kept by hipcc; the split-K reduce resolves its own
+        # (``without_decided_code``), other kernels are not changed for it yet
         waves = -(-kernel.block // 32)
         return {"thread_id": (0, kernel.block - 1), "block_id": None,
                 "lane": (0, 63), "wave_id": (0, waves - 1), "wave_size": (32, 64)}[e.name]
