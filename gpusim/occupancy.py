@@ -17,7 +17,10 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   node as well (the rule before issue 28) gave 142 VGPRs where hipcc takes 11 for the
   long view-index chains of a gathered Swin window, and 22 for an elementwise kernel
   hipcc compiles to 10; figures below measured before that change say so where it moved
-  them;
+  them. An f32 sum of registers (a split-K reduce's ``((p0 + p1) + p2) + ...``) takes
+  its Sethi-Ullman number too: LLVM adds in place, one register for a left-deep chain
+  (Swin's fc2 reduce, 8 splits: 75 with a register per add, 70 so, hipcc 68 / 75 on
+  gfx90a / gfx940);
 - MFMA accumulators: on gfx90a-class targets AGPRs and VGPRs form one unified
   512-entry file per lane; for workgroups of at most 256 threads LLVM puts the
   accumulators of MFMAs in AGPRs (``_agpr_accumulators``): they cost one AGPR each and
@@ -242,9 +245,16 @@ def _temps(e, uni: Uniformity, hoisted=frozenset()) -> int:
             held += 1 if n else 0
         return top
 
+    def register_sum(x) -> bool:
+        """An f32 sum of registers (a split-K reduce's partials): no operand is computed
+        twice, so the sum is evaluated in place, as LLVM does (``v_add_f32 v3, v3, v4``),
+        and takes its Sethi-Ullman number (1 for a left-deep chain) like an index tree."""
+        return free(x) or (isinstance(x, BinOp) and x.op == "add" and x.dtype == "f32" and
+                           register_sum(x.a) and register_sum(x.b))
+
     if isinstance(e, (int, float)):  # a loop bound given as a Python number: a constant
         return 0
-    if e.dtype == "i32" and not free(e):
+    if (e.dtype == "i32" or register_sum(e)) and not free(e):
         return peak(e)
     n = 0
     stack = list(expr_children(e))
@@ -784,12 +794,15 @@ def _interval(e, env, kernel):
     if isinstance(e, Var):
         return env.get(e.name)
     if isinstance(e, Special):
-        # what LLVM knows: the work-item id's range from the workgroup size
-        # (``__launch_bounds__`` -> amdgpu-flat-work-group-size -> range metadata on
-        # workitem.id, AMDGPUSubtarget::makeLIDRangeMetadata), never the grid: a
-        # workgroup id carries no range, so a guard on it is not decided (a split-K
-        # reduce kernel's column guards ``block_id * 64 + ty + 32 < 32`` over a grid
-        # of one: hipcc keeps every partial, 89-195 VGPRs where pruning gave 21-75)
+        # the work-item id below the workgroup size, never the grid: a workgroup id
+        # carries no range, so a guard on it is not decided (a split-K reduce kernel's
+        # column guards ``block_id * 64 + ty + 32 < 32`` over a grid of one: hipcc kept
+        # every partial, 89-195 VGPRs where pruning gave 21-75). LLVM knows less than
+        # this: clang gives threadIdx.x the range [0, 1024) whatever __launch_bounds__
+        # says (hipcc 5.2 keeps ``tid / 16 < 32`` in a 256-thread kernel, and folds it
+        # after ``__builtin_assume(tid < 256)``), so a guard that needs the workgroup
+        # size is decided here and kept by hipcc; the split-K reduce resolves its own
+        # (``without_decided_code``), other kernels are not changed for it yet
         waves = -(-kernel.block // 32)
         return {"thread_id": (0, kernel.block - 1), "block_id": None,
                 "lane": (0, 63), "wave_id": (0, waves - 1), "wave_size": (32, 64)}[e.name]
@@ -919,6 +932,32 @@ def _needed(body, env, kernel) -> set:
                 needed |= reads
                 changed = True
     return needed
+
+
+def without_decided_code(kernel) -> tuple:
+    """``kernel``'s body with every ``If`` that interval arithmetic over the hardware ids
+    decides (``_decided``: the work-item id below the workgroup size, never the workgroup
+    id) replaced by the branch that runs, and every ``Load`` and ``Assign`` whose
+    registers nothing observable needs (``_needed``) removed: what this estimate assumes
+    LLVM removes, for a lowering to remove itself where LLVM cannot (clang gives the
+    work-item id the range [0, 1024) whatever the launch bounds, so hipcc 5.2 keeps
+    ``tid / 16 < 32`` in a 256-thread kernel)."""
+    decided, env = _decided(kernel)
+    body = _prune(kernel.body, decided)
+    needed = _needed(body, env, kernel)
+
+    def keep(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, (Load, Assign)) and not any(v.name in needed for v in stmt_defs(s)):
+                continue
+            if isinstance(s, If):
+                s = replace(s, then=keep(s.then), orelse=keep(s.orelse))
+            elif isinstance(s, For):
+                s = replace(s, body=keep(s.body))
+            out.append(s)
+        return tuple(out)
+    return keep(body)
 
 
 def _trips(loop: For):

@@ -95,3 +95,54 @@ def test_maxpool_ir_widths_are_the_isa_widths(tmp_path):
     isa = parse_asm((tmp_path / "k.s").read_text())["widths"]["global_load"]
     ir = {4 * len(s.dsts) for s in walk(k.body) if isinstance(s, Load)}
     assert set(isa) == ir == {4, 16}
+
+
+def _four_keys(kk_value, twice=False):
+    """A lane's four consecutive keys named one register each (``key_i = kk + i``, as the
+    MFMA attention's score epilogue names them), each read with one scalar load."""
+    from gpusim.program import Assign, Var, i32, lane
+    kk = Var("kk", "i32")
+    keys = [Var(f"key{i}", "i32") for i in range(4)]
+    body = [Assign(kk, kk_value(lane()))]
+    body += [Assign(k, kk + i32(i) if i else kk) for i, k in enumerate(keys)]
+    if twice:  # a key register written again: not one value, so not looked through
+        body.append(Assign(keys[2], kk + i32(2)))
+    body += [Load((Var(f"x{i}"),), "bias", k + i32(64)) for i, k in enumerate(keys)]
+    return tuple(body)
+
+
+def test_loads_are_merged_through_index_registers_assigned_once():
+    from compiler.lower.loadmerge import merge_loads
+    merged = merge_loads(_four_keys(lambda l: (l / 16) * 4), 64)
+    loads = [s for s in walk(merged) if isinstance(s, Load)]
+    assert [len(s.dsts) for s in loads] == [4]
+    assert [d.name for d in loads[0].dsts] == ["x0", "x1", "x2", "x3"]
+    # not provably 16-byte aligned (kk = lane), or a key assigned twice: scalar
+    for body in (_four_keys(lambda l: l), _four_keys(lambda l: (l / 16) * 4, twice=True)):
+        assert [len(s.dsts) for s in walk(merge_loads(body, 64)) if isinstance(s, Load)] \
+            == [1, 1, 1, 1]
+
+
+def test_swin_attention_bias_loads_merged_and_values_match_numpy():
+    """Swin's windowed attention on the matrix cores (the schedule `export --budget 1`
+    picked, tests/test_check_families.py): the relative-position bias is read with one
+    16-byte load per lane (hipcc's global_load_dwordx4), and gpusim's kernel still
+    computes the reference's values."""
+    from pathlib import Path
+
+    from compiler.ir.models import load_model
+    g = load_model(str(Path(__file__).parent / "data" / "families" / "swin_window.onnx"))
+    d = next(x for x in fuse(g).dispatches if x.name == "d4_matmul_1")
+    k = lower(g, d, {"mma": "mfma", "BQ": 16, "BK": 16, "waves": 1, "RM": 1, "q_in": "lds",
+                     "row_stats": "registers", "lds_pad": 4}, ARCH)
+    widths = {s.buffer: len(s.dsts) for s in walk(k.body) if isinstance(s, Load)}
+    assert widths["bias"] == 4
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(g.op(n).type.shape).astype(np.float32)
+             for n in g.inputs}
+    env = evaluate(g, feeds, keep_all=True)
+    mem = {b.name: memory_image(g, b.name, env[b.name]) for b in k.buffers if b.intent == "in"}
+    res = gpusim.simulate(k, ARCH, inputs=mem)
+    for o in d.outputs:
+        np.testing.assert_allclose(res.outputs[o].reshape(env[o].shape), env[o],
+                                   rtol=1e-4, atol=1e-5)

@@ -54,6 +54,7 @@ from compiler.ir.attention_pattern import AttentionPattern, match
 from compiler.ir.graph import Graph
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
 from compiler.lower.emitter import RegisterNamer, ValueEmitter, unravel
+from compiler.lower.loadmerge import merge_loads
 
 #: the score of a key past the end of the last block: exp(-1e30 - m) is exactly 0, and
 #: no rescale sees -inf - -inf (every row's first block holds key 0)
@@ -88,6 +89,17 @@ def hoist_loads(stmts: list) -> list:
              (isinstance(x, program.Assign) and x.dst.dtype == "i32")]
     ids = {id(x) for x in first}
     return first + [x for x in stmts if id(x) not in ids]
+
+
+def _merged_loads(body: tuple, wave_size: int) -> tuple:
+    """The MFMA kernels' score epilogue reads a lane's four consecutive keys (4 x slot +
+    0..3) of an additive mask or bias with four scalar loads; LLVM's load/store
+    vectorizer merges them into one ``global_load_dwordx4`` (Swin's relative-position
+    bias), so the IR says so where the first key is provably 16-byte aligned
+    (``loadmerge``; the simulator's vector accesses are aligned, and so is this one:
+    the lane's first key is a multiple of 4 whenever the row length is)."""
+    return merge_loads(body, wave_size, frozenset(
+        x.buffer for x in program.walk(body) if isinstance(x, program.Store)))
 
 
 class Attention:
@@ -1055,7 +1067,7 @@ class _MfmaBuilder(_Builder):
 
         lds = tuple(program.LdsArray(name, "f32", shp, LS - D if name in ("Qs", "Ks") else VS - Dv)
                     for name, shp in g["lds"].items())
-        body = em.provably_aligned(tuple(body), self.ws)
+        body = _merged_loads(em.provably_aligned(tuple(body), self.ws), self.ws)
         return program.Kernel(sanitize(a.dispatch.name), buffers(a.graph, a.dispatch), g["grid"],
                         T, tuple(body), lds=lds,
                         meta=_meta(a, s, g, mfma_shape=shape, threads_per_row=slots))
@@ -1084,7 +1096,7 @@ class _MfmaBuilder(_Builder):
         lds = tuple(program.LdsArray(name, "f32", shp, g["LS"] - a.dk if name in ("Qs", "Ks")
                                      else g["VS"] - a.dv)
                     for name, shp in g["lds"].items())
-        body = self.em.provably_aligned(tuple(body), self.ws)
+        body = _merged_loads(self.em.provably_aligned(tuple(body), self.ws), self.ws)
         params = tuple(b for b in buffers(a.graph, a.dispatch) if b.intent == "in")
         return program.Kernel(sanitize(f"{a.dispatch.name}_fd_split"),
                               _used(params, body) + (wo, wst), self.KS * g["grid"], g["T"],

@@ -80,6 +80,7 @@ import math
 
 from gpusim import program
 from gpusim.hw import Arch
+from gpusim.occupancy import without_decided_code
 
 from compiler.ir.graph import Graph
 from compiler.ir.ranges import fits_int8
@@ -1120,6 +1121,13 @@ class _Builder:
                 "epilogue_loads": list(self.em.loads)}
         if self.phase == "reduce":
             meta["split_k_phase"] = "reduce"
+            # the guards the workgroup size decides (one column of 64-wide tiles over
+            # N = 16: ``ty + 16 < 16`` false, ``ty < 16`` true) go, and with them the
+            # partials of the columns past N: hipcc would keep both (it does not know
+            # the work-item id is below 256) and hold every partial live across the
+            # guarded epilogue (78-80 VGPRs for YOLO's 1x1 conv, 195 for Swin's fc2)
+            self.body = list(without_decided_code(program.Kernel(
+                "reduce", (), 1, self.threads, tuple(self.body))))
             return program.Kernel(sanitize(f"{self.d.name}_gemm_reduce"),
                             self.used(buffers(self.g, self.d), self.workspace("in")),
                             grid=gm.batch * tiles_m * tiles_n, block=self.threads,
@@ -1240,6 +1248,14 @@ class _Builder:
         gm, BM, BN = self.gemm, self.BM, self.BN
         tiles_m, tiles_n = ceil_div(gm.M, BM), ceil_div(gm.N, BN)
         bid = program.block_id()
+        if self.phase == "reduce" and self.sk is None and gm.batch * tiles_m * tiles_n == 1:
+            # a reduce over one tile runs as one workgroup: its id is 0. Said so, the
+            # partials' offsets are the thread id plus constants (LLVM knows the thread
+            # id non-negative, not a workgroup id): one offset VGPR and a scalar base per
+            # load, where ``block_id * 4096 + ...`` took a 64-bit address pair each
+            # (hipcc, Swin's fc2 reduce, gfx90a: 133 VGPRs, scheduled with every pair
+            # computed ahead of the loads)
+            bid = program.i32(0)
         if self.phase == "partial" and self.sk is not None:
             bid = self.open_segment()
         elif self.phase == "partial":
@@ -1263,7 +1279,14 @@ class _Builder:
         b = self.let("b", idiv(bid, per_batch)) if gm.batch > 1 else program.i32(0)
         rest = imod(bid, per_batch) if gm.batch > 1 else bid
         m0 = self.let("m0", imul(imod(rest, tiles_m), BM))
-        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN))
+        # a split-K reduce over one column of tiles: the tile's column is 0. Written as
+        # ``rest / tiles_m`` neither LLVM nor gpusim's estimate (neither knows the grid)
+        # decides the epilogue's column guards (``n0 + ty + 16 < N``), and the reduce
+        # loads and keeps live the partials of every column past N (3 of 4 in a 1x1
+        # conv of 16 channels in a 64-wide tile); with the 0 the reduce drops them
+        # (``without_decided_code`` below).
+        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN)
+                      if tiles_n > 1 or self.phase != "reduce" else program.i32(0))
         return b, m0, n0, tiles_m, tiles_n
 
     def open_segment(self):

@@ -11,7 +11,11 @@ This pass says in the IR what hipcc emits, where it is provable: within one stra
 run of statements, scalar loads of one buffer whose indices differ only by constants
 (same affine form over the same registers) are deduplicated (a later load of the same
 element reads the first one's register), and four consecutive elements whose first index
-``Divisibility`` proves a multiple of 4 become one 4-wide load. Runs whose alignment is
+``Divisibility`` proves a multiple of 4 become one 4-wide load. The affine form looks
+through index registers assigned once (``key1 = kk + 1``, ``key2 = kk + 2``: an MFMA
+attention's score epilogue names each of a lane's four consecutive keys, and LLVM, which
+sees the values and not the names, merges the four bias loads of Swin's windowed
+attention into one ``global_load_dwordx4``). Runs whose alignment is
 not provable stay scalar: hipcc merges those too (global memory needs only dword
 alignment), but the simulator's vector accesses are naturally aligned, so the IR cannot
 say it; such runs are priced as scalar loads, a stated difference.
@@ -21,16 +25,52 @@ from __future__ import annotations
 import dataclasses
 
 from gpusim import program
-from gpusim.analysis import Divisibility, affine_form, stmt_defs
+from gpusim.analysis import Divisibility, affine_form, expr_vars, register_writes, stmt_defs
 
 #: the widest access the pass forms (16 bytes of f32: ``global_load_dwordx4``)
 WIDTH = 4
 
 
-def _affine(e) -> tuple[tuple, int]:
-    """``e``'s affine form (``gpusim.analysis.affine_form``) with hashable terms."""
+def _affine(e, values: dict | None = None) -> tuple[tuple, int]:
+    """``e``'s affine form (``gpusim.analysis.affine_form``) with hashable terms; a term
+    that is a register in ``values`` (name -> its one defining expression) is replaced by
+    that expression's affine form, recursively."""
     terms, const = affine_form(e)
+    if values:
+        out: dict = {}
+        stack = [(terms, 1)]
+        while stack:
+            ts, scale = stack.pop()
+            for k, c in ts.items():
+                if k[0] == "v" and k[1] in values:
+                    sub, sc = affine_form(values[k[1]])
+                    const += scale * c * sc
+                    stack.append((sub, scale * c))
+                else:
+                    out[k] = out.get(k, 0) + scale * c
+        terms = {k: c for k, c in out.items() if c}
     return tuple(sorted(terms.items(), key=repr)), const
+
+
+def _index_values(body) -> dict:
+    """name -> value for the i32 registers the body assigns exactly once, with an
+    expression whose registers are such registers or loop counters: the same value
+    wherever it is read (after its definition), so an index may be read through it."""
+    writes: dict = {}
+    for reg, kind, what in register_writes(body):
+        writes.setdefault(reg.name, []).append((reg, kind, what))
+    counters = {n for n, ws in writes.items() if all(k == "loop" for _, k, _ in ws)}
+    once = {n: ws[0][2] for n, ws in writes.items()
+            if len(ws) == 1 and ws[0][1] == "expr" and ws[0][0].dtype == "i32"}
+    values: dict = {}
+    changed = True
+    while changed:  # keep a register only when every register it reads is kept
+        changed = False
+        for n, v in once.items():
+            if n not in values and all(r in values or r in counters for r in expr_vars(v)):
+                values[n] = v
+                changed = True
+    return values
 
 
 def _rename(x, names: dict):
@@ -56,6 +96,7 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
     (see the module docstring); buffers in ``stored`` (written by the kernel) are left
     alone."""
     div = Divisibility(body, wave_size)
+    values = _index_values(body)
     ndefs: dict = {}
     for s in program.walk(body):
         for v in stmt_defs(s):
@@ -67,9 +108,10 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
         for pos, s in enumerate(stmts):
             if isinstance(s, program.Load) and len(s.dsts) == 1 and s.buffer not in stored \
                     and ndefs[s.dsts[0].name] == 1:
-                terms, c = _affine(s.index)
+                terms, c = _affine(s.index, values)
                 key = (s.buffer, s.dsts[0].dtype, terms)
                 groups.setdefault(key, {}).setdefault(c, []).append((pos, s))
+        defined_at = {v.name: pos for pos, s in enumerate(stmts) for v in stmt_defs(s)}
         drop, place = set(), {}
         for (buf, _, _), by_off in groups.items():
             if sum(len(v) for v in by_off.values()) < 2:
@@ -85,12 +127,14 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
                 c0 = offs[i]
                 if all(c0 + j in by_off for j in range(WIDTH)):
                     head = by_off[c0][0][1]
-                    if div.multiple_of(head.index) % WIDTH == 0:
-                        members = [by_off[c0 + j][0] for j in range(WIDTH)]
-                        at = min(p for p, _ in members)
+                    members = [by_off[c0 + j][0] for j in range(WIDTH)]
+                    at = min(p for p, _ in members)
+                    # the head's index registers must exist where the vector goes
+                    ready = all(defined_at.get(r, -1) < at for r in expr_vars(head.index))
+                    if ready and div.multiple_of(head.index) % WIDTH == 0:
                         vec = program.Load(tuple(s.dsts[0] for _, s in members), buf, head.index)
-                        # the vector load takes its first member's place: the members
-                        # share the index's registers (one affine form), defined before it
+                        # the vector load takes its first member's place, where the
+                        # head's index registers are already defined (checked above)
                         place[at] = vec
                         drop.update(p for p, _ in members if p != at)
                         i += WIDTH
