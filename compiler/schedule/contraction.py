@@ -115,8 +115,8 @@ MFMA_TILES = [
 #: K loops hipcc keeps that the estimate unrolls, 64-bit gather addresses); 32x64x64 KW2
 #: (8 of 8 sampled, but three points ``export`` picked miss: 68 vs 60 with K of one tile,
 #: 68 vs 88 with two, 108 vs 88 with a kept 24-trip loop). Their stream-K points on f32
-#: matmuls are default candidates (:func:`stream_k_opt_in`: the partial kernel's estimate
-#: met hipcc on every point measured).
+#: matmuls with the before_fusion swizzle are default candidates (:func:`stream_k_opt_in`:
+#: there the estimate met hipcc on every kernel measured).
 MFMA_OPT_IN = {(32, 32, 64, 32, 32, 4), (64, 64, 32, 32, 32, 1), (32, 64, 64, 32, 32, 2),
                (32, 32, 128, 32, 32, 8)}
 
@@ -388,12 +388,19 @@ def stream_k_opt_in(gemm, c) -> str:
     a rolled segment loop, and the accumulators go raw to the workspace (no epilogue
     addresses). Measured: the estimate meets ``check``'s rule against hipcc on all 192
     partial kernels of the four tiles x stream_k 1, 2 x the three swizzles on BERT-base's
-    and ViT-B/16's QKV and FFN GEMMs, gfx90a and gfx940. Not convs (their partial
-    kernels carry the im2col address), nor bf16 / int8 MFMAs: not measured. Everything
-    else keeps the point's reason."""
+    and ViT-B/16's QKV and FFN GEMMs, gfx90a and gfx940. Only with ``swizzle``
+    before_fusion: there the fix-up kernel stores its slot sums to LDS before a barrier
+    and its epilogue reads come after it, and the estimate met hipcc on all 64 of those
+    fix-ups; with none / after_fusion hipcc issues every slot load and the epilogue's
+    guarded bias loads before the first add and holds each row's index, 67-101 VGPRs
+    where 38-86 are estimated, on 39 of 128 (a gap the default 32x32x32 KW8 tile's
+    fix-up shares: 38 vs 67 on ViT-B/16's QKV GEMM). Not convs (their partial kernels
+    carry the im2col address), nor bf16 / int8 MFMAs: not measured. Everything else
+    keeps the point's reason."""
     t = tuple(c.knobs[n] for n in ("BM", "BN", "BK", "TM", "TN", "KW"))
     f32 = (getattr(gemm, "mfma_kind", "f32") or "f32") == "f32" and gemm.dtype == "f32"
-    if c.opt_in == "mma" and t in MFMA_OPT_IN and gemm.kind != "conv2d" and f32:
+    if c.opt_in == "mma" and t in MFMA_OPT_IN and gemm.kind != "conv2d" and f32 and \
+            c.knobs["swizzle"] == "before_fusion":
         return ""
     return c.opt_in
 
