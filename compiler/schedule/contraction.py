@@ -386,14 +386,14 @@ def stream_k_opt_in(gemm, c) -> str:
     run time only, so hipcc keeps the loop (no peeled first tile whose next-tile loads
     and store addresses live across its MFMAs, no constant trip count to unroll), inside
     a rolled segment loop, and the accumulators go raw to the workspace (no epilogue
-    addresses). Measured: the estimate meets ``check``'s rule against hipcc on all 192
+    addresses). Measured: the estimate meets ``check``'s rule against hipcc on all 240
     partial kernels of the four tiles x stream_k 1, 2 x the three swizzles on BERT-base's
-    and ViT-B/16's QKV and FFN GEMMs, gfx90a and gfx940. Only with ``swizzle``
+    FFN GEMMs and ViT-B/16's QKV and FFN GEMMs, gfx90a and gfx940. Only with ``swizzle``
     before_fusion: there the fix-up kernel stores its slot sums to LDS before a barrier
-    and its epilogue reads come after it, and the estimate met hipcc on all 64 of those
+    and its epilogue reads come after it, and the estimate met hipcc on all 80 of those
     fix-ups; with none / after_fusion hipcc issues every slot load and the epilogue's
     guarded bias loads before the first add and holds each row's index, 67-101 VGPRs
-    where 38-86 are estimated, on 39 of 128 (a gap the default 32x32x32 KW8 tile's
+    where 38-86 are estimated, on 51 of 160 (a gap the default 32x32x32 KW8 tile's
     fix-up shares: 38 vs 67 on ViT-B/16's QKV GEMM). Not convs (their partial kernels
     carry the im2col address), nor bf16 / int8 MFMAs: not measured. Everything else
     keeps the point's reason."""
