@@ -53,7 +53,8 @@ the same K-innermost LDS tiles, accumulators in the MFMA layout (``gpusim.progra
 split-K, the swizzle placements and the epilogue work on that layout unchanged in meaning
 (none/after_fusion: epilogue and residual reads per accumulator in the MFMA layout;
 before_fusion: LDS round trip first). CDNA only; in the schedule space by default except
-the tiles ``compiler.schedule.contraction.MFMA_OPT_IN`` lists (``--fix mma=mfma``).
+the tiles ``compiler.schedule.contraction.MFMA_OPT_IN`` lists (``--fix mma=mfma``; their
+stream-K points of f32 matmuls are searched by default, ``stream_k_opt_in``).
 
 Split-K across workgroups (knob ``split_k``, default 1): the dispatch lowers to two
 kernels, the partial sums of S slices of K to a workspace and a reduction kernel that

@@ -39,7 +39,8 @@ NAME = "contraction"
 @dataclass(frozen=True)
 class Knobs:
     mma: str = knob(DEFAULTS["mma"], "fma: VALU micro-tiles; mfma: a matrix-core block per wave "
-                              "(CDNA only; the tiles in MFMA_OPT_IN only with --fix mma=mfma)")
+                              "(CDNA only; the tiles in MFMA_OPT_IN only with --fix mma=mfma, "
+                              "but under stream-K on f32 matmuls)")
     BM: int = knob(DEFAULTS["BM"], "block tile rows (M)")
     BN: int = knob(DEFAULTS["BN"], "block tile columns (N)")
     BK: int = knob(DEFAULTS["BK"], "block tile depth (K) per LDS stage")
@@ -113,7 +114,9 @@ MFMA_TILES = [
 #: 32x32x128 KW8 (124 of 133: large-K GEMMs of encoder_layer and vit_tiny, 12-32 under,
 #: K loops hipcc keeps that the estimate unrolls, 64-bit gather addresses); 32x64x64 KW2
 #: (8 of 8 sampled, but three points ``export`` picked miss: 68 vs 60 with K of one tile,
-#: 68 vs 88 with two, 108 vs 88 with a kept 24-trip loop).
+#: 68 vs 88 with two, 108 vs 88 with a kept 24-trip loop). Their stream-K points on f32
+#: matmuls with the before_fusion swizzle are default candidates (:func:`stream_k_opt_in`:
+#: there the estimate met hipcc on every kernel measured).
 MFMA_OPT_IN = {(32, 32, 64, 32, 32, 4), (64, 64, 32, 32, 32, 1), (32, 64, 64, 32, 32, 2),
                (32, 32, 128, 32, 32, 8)}
 
@@ -375,6 +378,33 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
     return legal + [c for c in extra if c.legal] + rest + [c for c in extra if not c.legal]
 
 
+def stream_k_opt_in(gemm, c) -> str:
+    """The opt-in reason of a one-kernel point's stream-K points: a matmul's
+    :data:`MFMA_OPT_IN` tile is a default candidate under stream-K. Its partial kernel
+    has none of what makes the one-kernel tile's estimate miss (docs/kernels.md,
+    "Larger MFMA tiles under stream-K"): the K loop's bounds are the segment's, known at
+    run time only, so hipcc keeps the loop (no peeled first tile whose next-tile loads
+    and store addresses live across its MFMAs, no constant trip count to unroll), inside
+    a rolled segment loop, and the accumulators go raw to the workspace (no epilogue
+    addresses). Measured: the estimate meets ``check``'s rule against hipcc on all 240
+    partial kernels of the four tiles x stream_k 1, 2 x the three swizzles on BERT-base's
+    FFN GEMMs and ViT-B/16's QKV and FFN GEMMs, gfx90a and gfx940. Only with ``swizzle``
+    before_fusion: there the fix-up kernel stores its slot sums to LDS before a barrier
+    and its epilogue reads come after it, and the estimate met hipcc on all 80 of those
+    fix-ups; with none / after_fusion hipcc issues every slot load and the epilogue's
+    guarded bias loads before the first add and holds each row's index, 67-101 VGPRs
+    where 38-86 are estimated, on 51 of 160 (a gap the default 32x32x32 KW8 tile's
+    fix-up shares: 38 vs 67 on ViT-B/16's QKV GEMM). Not convs (their partial kernels
+    carry the im2col address), nor bf16 / int8 MFMAs: not measured. Everything else
+    keeps the point's reason."""
+    t = tuple(c.knobs[n] for n in ("BM", "BN", "BK", "TM", "TN", "KW"))
+    f32 = (getattr(gemm, "mfma_kind", "f32") or "f32") == "f32" and gemm.dtype == "f32"
+    if c.opt_in == "mma" and t in MFMA_OPT_IN and gemm.kind != "conv2d" and f32 and \
+            c.knobs["swizzle"] == "before_fusion":
+        return ""
+    return c.opt_in
+
+
 #: stream-K is offered where the one-kernel grid leaves a partial last wave of at most
 #: this many waves in all (further on, the tail is a small part of the time)
 STREAM_K_MAX_WAVES = 4
@@ -402,12 +432,13 @@ def with_stream_k(gemm, space: list, arch: Arch) -> list:
         why = check_schedule(view(gemm, k), knobs, arch)
         if why and any(not e.legal for e in extra):
             continue
-        extra.append(Candidate(knobs, not why, why, c.opt_in))
+        opt_in = stream_k_opt_in(gemm, c)
+        extra.append(Candidate(knobs, not why, why, opt_in))
         two = {**k, "stream_k": 2}
         if not why and not check_schedule(gemm, two, arch):
             # two workgroups per CU, each walking half the share: where two fit a CU,
             # one's global loads hide behind the other's math (the search weighs it)
-            extra.append(Candidate(two, True, "", c.opt_in))
+            extra.append(Candidate(two, True, "", opt_in))
     if not extra:
         return space
     first = next((c for c in extra if c.legal and not c.opt_in), None)
