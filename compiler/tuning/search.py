@@ -564,11 +564,14 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
         results.update(fresh)
         for i, picks in round_:
             plans[i][4].observe([results[k]["time_us"] for k in keys[i]])
-    out, summaries, done_searches = [], {}, {}
+    out, summaries, done_searches, sim_keys = [], {}, {}, {}
     for d, legal, illegal, fp, search in plans:
         simulated = search.simulated()
-        scored = [_scored_of(results[tunedb.score_key(fp, arch, legal[j].knobs, version)],
-                             legal[j].knobs) for j in simulated]
+        if fp not in sim_keys:  # identical dispatches: one space, one search, one key list
+            sim_keys[fp] = [tunedb.score_key(fp, arch, legal[j].knobs, version)
+                            for j in simulated]
+        scored = [_scored_of(results[k], legal[j].knobs)
+                  for j, k in zip(simulated, sim_keys[fp])]
         for s in scored:
             if not s.ok:
                 illegal.append(Candidate(s.knobs, False, s.error))
