@@ -10,3 +10,12 @@ def check_kernels(kernels, tmp_path, arches=("gfx90a", "gfx940")) -> dict:
     out = write_project(tmp_path / "export", ks,
                         [(k, {b.name: b.name for b in k.buffers}) for k in ks], {})
     return check_dir(out, arches)
+
+
+def assert_clean(report: dict) -> None:
+    """Every kernel compiled, none spills to scratch, and ``check`` agrees on all."""
+    from codegen_hip import to_json
+    for e in report["kernels"]:
+        assert e["rc"] == 0, e.get("stderr")
+        assert not e["scratch_bytes"], f"{e['kernel']} spills to scratch"
+    assert report["disagreements"] == [], to_json(report["disagreements"])
