@@ -44,8 +44,9 @@ SPACES = {
 
 
 def _forget_reference_entries() -> None:
-    for key in [key for key in rank._LATER if key[-1]]:
-        del rank._LATER[key]
+    for cache in (rank._LATER, rank._LATER_BY_BODY):
+        for key in [key for key in cache if key[-1]]:
+            del cache[key]
 
 
 def _same(a: rank.Estimate, b: rank.Estimate) -> bool:
@@ -70,6 +71,7 @@ def test_fast_walk_gives_the_reference_estimates(name, arch):
                                head))
     sequences = 0
     rank._LATER.clear()
+    rank._LATER_BY_BODY.clear()
     for i, cand in enumerate(legal):
         try:
             k = lower(g, d, cand.knobs, arch)
@@ -90,6 +92,7 @@ def test_fast_walk_gives_the_reference_estimates(name, arch):
     if name in ("attention", "gemm", "conv3x3"):
         assert sequences > 0  # the later kernels' cache was exercised
     rank._LATER.clear()
+    rank._LATER_BY_BODY.clear()
 
 
 def test_bank_degree_is_the_per_phase_count():

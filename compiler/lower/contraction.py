@@ -76,6 +76,7 @@ or unit-dim reshape: written in their own order, see ``compiler.lower.layout``).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -603,7 +604,7 @@ def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> program.Kernel
     counter for, and because the sum order stays fixed (deterministic results).
     """
     partial = _Builder(graph, dispatch, gemm, s, phase="partial").build()
-    reduce = _Builder(graph, dispatch, gemm, s, phase="reduce").build()
+    reduce = reduce_kernel(graph, dispatch, gemm, s)
     ws = partial.buffer(workspace_name(dispatch))
     meta = {**reduce.meta, "split_k": int(s["split_k"]),
             "workspace_bytes": ws.size * 4}
@@ -688,12 +689,67 @@ def lower_stream_k(graph: Graph, dispatch, gemm: Gemm, s: dict, arch: Arch
     ``S x tiles``."""
     sk = StreamK(gemm, s, arch)
     partial = _Builder(graph, dispatch, gemm, s, phase="partial", stream_k=sk).build()
-    fixup = _Builder(graph, dispatch, gemm, s, phase="reduce", stream_k=sk).build()
+    fixup = reduce_kernel(graph, dispatch, gemm, s, sk)
     ws = partial.buffer(workspace_name(dispatch))
     meta = {**fixup.meta, "stream_k": sk.W, "stream_k_workgroups": sk.G,
             "stream_k_iterations": sk.iters, "workspace_bytes": ws.size * 4}
     return program.KernelSequence(sanitize(f"{dispatch.name}_gemm"), (partial, fixup),
                                   (program.Buffer(ws.name, "f32", ws.shape, "out"),), meta)
+
+
+class _KnobsRead(dict):
+    """A schedule that records which knobs are read (by key, ``get`` or ``in``); a copy
+    (``dict(s)``, ``{**s}``) reads none."""
+
+    def __init__(self, s):
+        super().__init__(s)
+        self.read: set = set()
+
+    def __getitem__(self, k):
+        self.read.add(k)
+        return super().__getitem__(k)
+
+    def get(self, k, default=None):
+        self.read.add(k)
+        return super().get(k, default)
+
+    def __contains__(self, k):
+        self.read.add(k)
+        return super().__contains__(k)
+
+
+_ABSENT = object()
+
+
+def reduce_kernel(graph: Graph, dispatch, gemm: Gemm, s: dict, sk=None) -> program.Kernel:
+    """Split-K's reduction kernel (or stream-K's fix-up, ``sk``), built once per dispatch,
+    arch, stream-K partition and values of the knobs its building read.
+
+    Why: the reduction reads a few knobs (tile, threads, split, placement), so the points
+    of a space share it (a 3x3 conv's 548 split and stream-K points build 70-odd distinct
+    ones), and building it (the summed loads, the epilogue, the decided code removed) was
+    a third of ranking such a space (issue 26). The building is a function of the graph,
+    the dispatch's ``Gemm`` (kept on the graph by ``analysed_gemm``), the arch, ``sk`` and
+    the knobs it reads, so a point agreeing on those knobs gets the same kernel; its
+    ``meta`` is given the point's own schedule. ``tests/test_lower_memo.py`` lowers every
+    point of real spaces with and without this and compares the kernels."""
+    memo = gemm.__dict__.setdefault("_reduce_kernels", {})
+    part = None if sk is None else (sk.W, sk.BM, sk.BN, sk.BK, sk.G, sk.iters)
+    # the arch by identity (an ``Arch`` holds dicts: no hash), held by the entry so that
+    # its id is not reused while the entry lives
+    key = (id(gemm.arch), part, dispatch.name, dispatch.root, dispatch.kind,
+           tuple(dispatch.epilogue_inputs), tuple(dispatch.recomputed))
+    entries = memo.setdefault(key, (gemm.arch, []))[1]
+    for names, values, kernel in entries:
+        if tuple(s.get(k, _ABSENT) for k in names) == values:
+            return dataclasses.replace(kernel, meta={**kernel.meta, "schedule": dict(s)})
+    rec = _KnobsRead(s)
+    kernel = _Builder(graph, dispatch, gemm, rec, phase="reduce", stream_k=sk).build()
+    names = tuple(sorted(rec.read, key=str))
+    if len(entries) > 256:
+        entries.clear()
+    entries.append((names, tuple(s.get(k, _ABSENT) for k in names), kernel))
+    return kernel
 
 
 def _acc_row(shape, lane, r):

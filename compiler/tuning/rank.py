@@ -670,7 +670,20 @@ class Ranking:
 _LATER: dict = {}
 
 
+#: the same estimates by the kernel's body object: the lowering builds a reduction once
+#: for the points that share it (``compiler.lower.contraction.reduce_kernel``), so its
+#: later points hand the very same body, and reading its text (a third of a second per
+#: hundred points) is skipped; the entry holds the body, so its id stays its own
+_LATER_BY_BODY: dict = {}
+
+
 def _later_kernel(k, arch, bound: bool = False, reference: bool = False) -> Estimate:
+    ident = (id(k.body), arch.name, bound, reference)
+    hit = _LATER_BY_BODY.get(ident)
+    if hit is not None and hit[0] is k.body and hit[1] == (k.name, k.params, k.grid,
+                                                           k.block, k.lds):
+        e = hit[2]
+        return Estimate(e.us, dict(e.features), e.error)
     # the kernel's text without ``meta`` (the schedule's knobs, read by no estimate):
     # with it no two points' reduction kernels matched (a 3x3 conv's 548 split-K and
     # stream-K points have 110 distinct reduction kernels)
@@ -681,6 +694,9 @@ def _later_kernel(k, arch, bound: bool = False, reference: bool = False) -> Esti
         if len(_LATER) > 256:
             _LATER.clear()
         e = _LATER[key] = _estimate_one(k, arch, 1 if bound else None, reference)
+    if len(_LATER_BY_BODY) > 256:
+        _LATER_BY_BODY.clear()
+    _LATER_BY_BODY[ident] = (k.body, (k.name, k.params, k.grid, k.block, k.lds), e)
     return Estimate(e.us, dict(e.features), e.error)
 
 
