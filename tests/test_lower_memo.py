@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpusim.occupancy import _decided, _needed, _prune, _reads
 from gpusim.hw import GFX90A, GFX942
 from compiler.fusion import fuse
 from compiler.ir.models import load_model
@@ -67,3 +68,47 @@ def test_knobs_read_records_reads_not_copies():
     assert {**s} == dict(s) and not s.read
     assert s["BM"] == 16 and s.get("BK") is None and "swizzle" in s
     assert s.read == {"BM", "BK", "swizzle"}
+
+
+def _needed_by_sweeps(body, env, kernel) -> set:
+    """The closure as first written: sweep every producer until nothing changes."""
+    from gpusim.analysis import stmt_defs, stmt_exprs
+    from gpusim.program import For, If, LdsStore, Store, walk
+    needed, producers = set(), []
+    for s in walk(body):
+        reads = set()
+        for e in stmt_exprs(s):
+            _reads(e, env, kernel, reads)
+        if isinstance(s, (Store, LdsStore, If, For)):
+            needed |= reads
+        if stmt_defs(s) and not isinstance(s, For):
+            producers.append(({v.name for v in stmt_defs(s)}, reads))
+    changed = True
+    while changed:
+        changed = False
+        for defs, reads in producers:
+            if defs & needed and not reads <= needed:
+                needed |= reads
+                changed = True
+    return needed
+
+
+@pytest.mark.parametrize("name", ["gemm", "conv3x3"])
+def test_needed_registers_are_the_sweeps_closure(name):
+    """``gpusim.occupancy._needed``'s worklist against the sweeps it replaced, on
+    every kernel (partial, reduction, one-kernel) of a sample of each space's points."""
+    g = SPACES[name]()
+    d = next(x for x in fuse(g).dispatches if x.kind == "contraction")
+    legal, _ = legal_candidates(schedule_space(g, d, GFX942), {}, d.name)
+    seen = 0
+    for c in legal[::4]:
+        try:
+            k = lower(g, d, c.knobs, GFX942)
+        except Exception:  # noqa: BLE001 - refused points have no kernel
+            continue
+        for kern in getattr(k, "kernels", (k,)):
+            decided, env = _decided(kern)
+            body = _prune(kern.body, decided)
+            assert _needed(body, env, kern) == _needed_by_sweeps(body, env, kern)
+            seen += 1
+    assert seen >= 20
