@@ -533,5 +533,12 @@ class RegisterNamer:
         self._n = itertools.count()
 
     def new(self, hint: str) -> str:
-        safe = "".join(c if c.isalnum() else "_" for c in hint)
+        safe = _SAFE_HINTS.get(hint)
+        if safe is None:  # a lowering asks for a few hints millions of times
+            if len(_SAFE_HINTS) > 4096:
+                _SAFE_HINTS.clear()
+            safe = _SAFE_HINTS[hint] = "".join(c if c.isalnum() else "_" for c in hint)
         return f"{safe}_{next(self._n)}"
+
+
+_SAFE_HINTS: dict = {}
