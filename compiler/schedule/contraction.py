@@ -29,7 +29,7 @@ from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, STREAM_K, SW
                                         check_schedule)
 from compiler.lower.conv import conv_geometry, tap_order_why
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
-from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
+from compiler.lower.direct_conv import DIRECT_PIXELS, DIRECT_WORKGROUPS, direct_applies, pixels_why
 from compiler.lower.layout import forward_index, output_maps
 from compiler.schedule.common import Candidate, knob
 
@@ -462,11 +462,20 @@ def with_direct_conv(graph, dispatch, space: list) -> list:
         c.knobs = {"lowering": "gemm", **c.knobs}
     direct = [Candidate({"lowering": "direct", "workgroup": wg}, always=True)
               for wg in DIRECT_WORKGROUPS]
+    orders = ["output"]
     if _reads_channels_last(graph, dispatch):
         # an NCHW conv whose input is stored channels-last: lanes on channels read it
         # along its contiguous axis (``direct_conv.DIRECT_ORDERS``)
         direct += [Candidate({"lowering": "direct", "workgroup": wg, "order": "channels"},
                              always=True) for wg in DIRECT_WORKGROUPS]
+        orders.append("channels")
+    # several outputs along x per thread (``direct_conv.DIRECT_PIXELS``): the filter taps
+    # held across them, each window element read once, vector stores
+    geo = conv_geometry(graph, graph.op(dispatch.root))
+    direct += [Candidate({"lowering": "direct", "workgroup": wg, "order": order,
+                          "pixels": px}, always=True)
+               for px in DIRECT_PIXELS[1:] for order in orders for wg in DIRECT_WORKGROUPS
+               if not pixels_why(geo, px, order)]
     return direct + space
 
 
