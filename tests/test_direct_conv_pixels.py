@@ -109,13 +109,14 @@ def test_pixels_cut_the_stage0_shape_by_more_than_half():
 
 
 def test_pixels_offered_where_they_apply_and_refused_with_reasons():
-    g = _dwconv(1, 8, 16, 32, 7)
-    d = _dispatch(g)
-    space = schedule_space(g, d, GFX942)
-    px = {(c.knobs.get("order", "output"), c.knobs.get("pixels", 1)) for c in space
-          if c.knobs.get("lowering") == "direct" and c.legal}
-    assert {("channels", 4), ("channels", 8)} <= px
-    assert not any(p > 1 for o, p in px if o == "output")
+    for transposed in (True, False):   # channels-last input read through a transpose, NCHW
+        g = _dwconv(1, 8, 16, 32, 7, transposed=transposed)
+        d = _dispatch(g)
+        space = schedule_space(g, d, GFX942)
+        px = {(c.knobs.get("order", "output"), c.knobs.get("pixels", 1)) for c in space
+              if c.knobs.get("lowering") == "direct" and c.legal}
+        assert {("channels", 4), ("channels", 8)} <= px
+        assert not any(p > 1 for o, p in px if o == "output")
     # width 14: 8 does not divide it (not offered), 4 does not either
     g14 = _dwconv(1, 8, 14, 32, 7)
     d14 = _dispatch(g14)
@@ -144,6 +145,8 @@ def test_pixels_kernels_compile_and_check(tmp_path):
             (_dwconv(1, 16, 16, 64, 7),
              {"lowering": "direct", "workgroup": 64, "order": "channels", "pixels": 8}),
             (_dwconv(1, 9, 15, 48, 3, stride=2),
+             {"lowering": "direct", "workgroup": 256, "order": "channels", "pixels": 4}),
+            (_dwconv(2, 8, 16, 96, 7, transposed=False, relu=True),
              {"lowering": "direct", "workgroup": 256, "order": "channels", "pixels": 4}))):
         d = _dispatch(g)
         (tmp_path / str(i)).mkdir()
