@@ -190,8 +190,9 @@ def _lower_rows(graph, dispatch, gemm, root, schedule, wg, order, pixels):
     """``pixels`` = P outputs along x per thread (one input channel per output, NCHW):
     a thread computes (image, channel, row y, x0 .. x0+P-1), x0 = P * segment; a
     workgroup is a block of channels (lanes, ``order=channels`` only) x segments, its
-    filter slice staged through LDS. Its kH*kW filter taps are read once; each window row's (P-1)*sw + (kW-1)*dw + 1 input elements are loaded once from
-    one per-thread base register plus constants (the input's strides through its views,
+    filter slice staged through LDS. Its kH*kW filter taps are read once; each window
+    row's (P-1)*sw + (kW-1)*dw + 1 input elements are loaded once from one per-thread
+    base register plus constants (the input's strides through its views,
     ``operands._affine_strides``), a padding element as a predicated load that leaves its
     register zero (one row test per ky, one column test per column, kept in registers);
     then P accumulators, the fused epilogue per output, and the P outputs stored as
@@ -222,11 +223,12 @@ def _lower_rows(graph, dispatch, gemm, root, schedule, wg, order, pixels):
     lds: tuple = ()
     wregs = [[program.Var(regs.new("w"), "f32") for _ in range(kw)] for _ in range(kh)]
     wloads: list = []
-    # order=channels (the only order, ``pixels_why``): a workgroup is a block of CB channels (lanes) x wg/CB pixel segments, so its
-    # filter slice is CB consecutive filters: staged once through LDS with coalesced
-    # loads, then each lane reads its channel's taps from LDS (a lane's 49 taps from
-    # global memory are one cache line per lane, and hipcc merges their consecutive
-    # dwords into unaligned dwordx4 the IR cannot state)
+    # order=channels (the only order, ``pixels_why``): a workgroup is a block of CB
+    # channels (lanes) x wg/CB pixel segments, so its filter slice is CB consecutive
+    # filters: staged once through LDS with coalesced loads, then each lane reads its
+    # channel's taps from LDS (a lane's 49 taps from global memory are one cache line
+    # per lane, and hipcc merges their consecutive dwords into unaligned dwordx4 the IR
+    # cannot state)
     cb = _channel_block(cc, wg)
     per_wg = wg // cb
     total = nn * oh * segs

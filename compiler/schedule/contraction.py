@@ -29,7 +29,8 @@ from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, STREAM_K, SW
                                         check_schedule)
 from compiler.lower.conv import conv_geometry, tap_order_why
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
-from compiler.lower.direct_conv import DIRECT_PIXELS, DIRECT_WORKGROUPS, direct_applies, pixels_why
+from compiler.lower.direct_conv import (DIRECT_PIXELS, DIRECT_WORKGROUPS, direct_applies,
+                                       pixels_why)
 from compiler.lower.layout import forward_index, output_maps
 from compiler.schedule.common import Candidate, knob
 
