@@ -29,7 +29,8 @@ from compiler.lower.contraction import (DEFAULTS, LDS_PADS, SPLITS, STREAM_K, SW
                                         check_schedule)
 from compiler.lower.conv import conv_geometry, tap_order_why
 from compiler.lower.contraction import lower_contraction as lower  # noqa: F401  (the kind's lowering)
-from compiler.lower.direct_conv import DIRECT_WORKGROUPS, direct_applies
+from compiler.lower.direct_conv import (DIRECT_PIXELS, DIRECT_WORKGROUPS, direct_applies,
+                                       pixels_why)
 from compiler.lower.layout import forward_index, output_maps
 from compiler.schedule.common import Candidate, knob
 
@@ -467,6 +468,17 @@ def with_direct_conv(graph, dispatch, space: list) -> list:
         # along its contiguous axis (``direct_conv.DIRECT_ORDERS``)
         direct += [Candidate({"lowering": "direct", "workgroup": wg, "order": "channels"},
                              always=True) for wg in DIRECT_WORKGROUPS]
+    # several outputs along x per thread (``direct_conv.DIRECT_PIXELS``, lanes on
+    # channels): the filter taps held across them, each window element read once, vector
+    # stores. Offered on NCHW inputs too: a lane's window rows then lie in its own
+    # channel's plane, one line per lane per load, but each line serves the lane's next
+    # columns from the L1 (ConvNeXt-T's later 56x56 depthwise convs: 16.85 us with one
+    # output per thread, lanes on pixels, 9.66 with four, lanes on channels; simulated)
+    geo = conv_geometry(graph, graph.op(dispatch.root))
+    direct += [Candidate({"lowering": "direct", "workgroup": wg, "order": "channels",
+                          "pixels": px}, always=True)
+               for px in DIRECT_PIXELS[1:] for wg in DIRECT_WORKGROUPS
+               if not pixels_why(geo, px, "channels")]
     return direct + space
 
 
