@@ -59,6 +59,11 @@ class Knobs:
     split_k: int = knob(DEFAULTS["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
                                       "partial sums in a workspace, then a reduction "
                                       "kernel that applies the epilogue once)")
+    split_reduce: str = knob(DEFAULTS["split_reduce"], "split_k > 1: who sums the partials and "
+                                              "runs the epilogue once: kernel (a second "
+                                              "kernel) or last_wg (in the one kernel, the "
+                                              "workgroup that arrives last at its tile's "
+                                              "atomic counter)")
     k_order: str = knob(DEFAULTS["k_order"], "a conv's K order: layout (NCHW: (ci, ky, kx), NHWC: "
                                       "(ky, kx, ci)) or tap ((ky, kx, ci) with BK dividing "
                                       "C/G: each K tile inside one tap, its address part "
@@ -341,8 +346,11 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
     workgroup, fewer leave CUs idle); a point with no legal split gets one illegal point
     saying why. The split point of the best-ranked tile nearest one workgroup per CU is
     tried whatever the budget (``always``), so the search always weighs a split against
-    the sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob."""
-    extra, first = [], None
+    the sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob.
+    Every split point comes twice: ``split_reduce=kernel`` (a reduction kernel) and
+    ``last_wg`` (the last-arriving workgroup reduces, one launch), both tried whatever
+    the budget for that best-ranked tile."""
+    extra, first, first_twin = [], None, None
     for c in space:
         if not c.legal or c.fallback:
             continue
@@ -359,10 +367,17 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
             extra.append(Candidate(knobs, False, check_schedule(view(gemm, k), knobs, arch),
                                    c.opt_in))
         for S in tries:
-            cand = Candidate({**k, "split_k": S}, True, "", c.opt_in)
+            cand = Candidate({**k, "split_k": S, "split_reduce": "kernel"}, True, "", c.opt_in)
             extra.append(cand)
+            # the same split reduced in the one kernel by each tile's last arrival
+            one = {**k, "split_k": S, "split_reduce": "last_wg"}
+            why = check_schedule(view(gemm, k), one, arch)
+            twin = Candidate(one, not why, why, c.opt_in)
+            extra.append(twin)
             if not c.opt_in and first is None and grid * S >= arch.num_cus:
                 first = cand
+                if twin.legal:
+                    first_twin = twin
     if not extra:
         return space
     if first is None:  # no split reaches a workgroup per CU: the largest legal one
@@ -370,6 +385,11 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
                     key=lambda c: c.knobs["split_k"], default=None)
     if first is not None:
         first.always = True
+        if first_twin is None and first.knobs["split_reduce"] == "kernel":
+            first_twin = next((c for c in extra if c.legal and c.knobs == {
+                **first.knobs, "split_reduce": "last_wg"}), None)
+    if first_twin is not None:  # and its one-kernel reduction
+        first_twin.always = True
     for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
         if c.knobs and not c.fallback:
             c.knobs = {**c.knobs, "split_k": 1}
