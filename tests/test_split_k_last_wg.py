@@ -19,8 +19,9 @@ from gpusim.hw import GFX90A, GFX942
 from compiler.fusion import fuse
 from compiler.ir import models
 from compiler.lower.common import LoweringError
-from compiler.lower.contraction import lower_contraction
+from compiler.lower.contraction import analysed_gemm, check_schedule, lower_contraction
 from compiler.schedule import schedule_space
+from compiler.schedule.contraction import view
 
 from test_lower_contraction import MFMA_TILES, SMALL, TILE, graphs, run_functional, whole
 from test_split_k import SPLIT_TILE, conv3x3
@@ -197,10 +198,11 @@ def test_last_wg_mfma_equals_numpy(lanes):
         "mfma_lanes": lanes, "split_k": 4, **LAST}, GFX942))
 
 
-def test_last_wg_needs_a_split_and_one_launch_is_charged():
+def test_one_launch_is_charged_and_one_split_is_the_one_kernel_gemm():
     g = conv3x3(hw=7, c=64)
-    with pytest.raises(LoweringError, match="needs split_k > 1"):
-        lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 1, **LAST}, GFX942)
+    one = lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 1, **LAST}, GFX942)
+    assert isinstance(one, P.Kernel)
+    assert not any(isinstance(s, (P.AtomicAdd, P.Fence)) for s in P.walk(one.body))
     with pytest.raises(LoweringError, match="split_reduce='tree' not in"):
         lower_contraction(g, whole(g), {**SPLIT_TILE, "split_k": 2, "split_reduce": "tree"},
                           GFX942)
@@ -212,17 +214,34 @@ def test_last_wg_needs_a_split_and_one_launch_is_charged():
     assert res.time_us < two.time_us
 
 
-def test_space_offers_each_split_twice():
-    g = conv3x3(hw=7, c=256)
+def test_space_offers_a_last_wg_split_per_tile_in_whole_rounds():
+    """Every tile with a two-kernel split point has a last_wg point, at the largest S
+    whose workgroups are one round on the CUs (ResNet-50's 7x7 conv on a 16x16 tile: 128
+    tiles, S = 2 gives 256 workgroups on 304 CUs, where the two-kernel point takes S = 3,
+    384 workgroups); the always-tried split is one."""
+    g = conv3x3(hw=7, c=512)
     d = fuse(g).dispatches[0]
     space = schedule_space(g, d, GFX942)
-    splits = [c for c in space if c.knobs.get("split_k", 1) > 1]
-    kernel = [c for c in splits if c.knobs["split_reduce"] == "kernel" and c.legal]
-    last = [c for c in splits if c.knobs["split_reduce"] == "last_wg" and c.legal]
-    assert kernel and len(last) == len(kernel)
-    assert {tuple(sorted({**c.knobs, "split_reduce": ""}.items())) for c in kernel} == \
-        {tuple(sorted({**c.knobs, "split_reduce": ""}.items())) for c in last}
-    assert sum(c.always for c in kernel) == 1 and sum(c.always for c in last) == 1
+    d_gemm = analysed_gemm(g, d, "layout")
+    d_gemm.arch = GFX942
+    d_gemm.tap_view = analysed_gemm(g, d, "tap")
+    splits = [c for c in space if c.knobs.get("split_k", 1) > 1 and c.legal]
+    tile = lambda c: tuple(sorted((n, v) for n, v in c.knobs.items()  # noqa: E731
+                                  if n not in ("split_k", "split_reduce")))
+    kernel = {tile(c): c for c in splits if c.knobs["split_reduce"] == "kernel"}
+    last = {tile(c): c for c in splits if c.knobs["split_reduce"] == "last_wg"}
+    assert kernel and set(kernel) == set(last)
+    for key, c in last.items():
+        k = c.knobs
+        grid = -(-49 // k["BM"]) * -(-512 // k["BN"])
+        assert grid * k["split_k"] <= GFX942.num_cus, k
+        more = [s for s in (2, 3, 4, 6, 8, 12, 16) if s > k["split_k"]]
+        assert not more or grid * more[0] > GFX942.num_cus \
+            or check_schedule(view(d_gemm, k), {**k, "split_k": more[0]}, GFX942), k
+    s16 = [c for c in last.values() if c.knobs["BM"] == 16 and c.knobs["BN"] == 16]
+    assert s16 and all(c.knobs["split_k"] == 2 for c in s16)
+    assert sum(c.always for c in splits) == 1
+    assert next(c for c in splits if c.always).knobs["split_reduce"] == "last_wg"
 
 
 @pytest.mark.hip

@@ -107,7 +107,8 @@ DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 
             "split_reduce": "kernel"}
 #: how split-K's partial sums are reduced: "kernel", a second kernel in stream order;
 #: "last_wg", in the one kernel by the workgroup that arrives last at its tile's
-#: arrival counter (:func:`lower_split_k`)
+#: arrival counter (:func:`lower_split_k`). With split_k = 1 there is nothing to reduce
+#: and either value is the one-kernel GEMM.
 SPLIT_REDUCES = ("kernel", "last_wg")
 #: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
 #: or one more K tiles, see check_schedule)
@@ -445,8 +446,6 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     SR = s.get("split_reduce", "kernel")
     if SR not in SPLIT_REDUCES:
         return f"split_reduce={SR!r} not in {SPLIT_REDUCES}"
-    if SR == "last_wg" and S == 1:
-        return "split_reduce=last_wg reduces split-K's partials: it needs split_k > 1"
     SK = s.get("stream_k", 0)
     if SK not in STREAM_K:
         return f"stream_k={SK!r} not in {STREAM_K}"

@@ -347,10 +347,12 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
     saying why. The split point of the best-ranked tile nearest one workgroup per CU is
     tried whatever the budget (``always``), so the search always weighs a split against
     the sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob.
-    Every split point comes twice: ``split_reduce=kernel`` (a reduction kernel) and
-    ``last_wg`` (the last-arriving workgroup reduces, one launch), both tried whatever
-    the budget for that best-ranked tile."""
-    extra, first, first_twin = [], None, None
+    Each such tile also gets one ``split_reduce=last_wg`` point (the last-arriving
+    workgroup reduces: one launch), at the largest S whose workgroups are one round on
+    the CUs (below); the always-tried split is that point where
+    legal (one launch less: it beat its two-kernel twin on every point compared,
+    docs/kernels.md)."""
+    extra, first = [], None
     for c in space:
         if not c.legal or c.fallback:
             continue
@@ -366,18 +368,23 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
             knobs = {**k, "split_k": SPLITS[1]}
             extra.append(Candidate(knobs, False, check_schedule(view(gemm, k), knobs, arch),
                                    c.opt_in))
-        for S in tries:
-            cand = Candidate({**k, "split_k": S, "split_reduce": "kernel"}, True, "", c.opt_in)
-            extra.append(cand)
-            # the same split reduced in the one kernel by each tile's last arrival
-            one = {**k, "split_k": S, "split_reduce": "last_wg"}
+        # reduced in the one kernel by each tile's last arrival: the largest split whose
+        # workgroups are one round on the CUs (a partial second round costs a whole one:
+        # ResNet-50's 7x7 conv on 16x16 MFMA tiles, 128 tiles, S = 2 15.5 us, S = 3 21.6,
+        # docs/kernels.md), else the smallest
+        one_round = [S for S in ok if grid * S <= arch.num_cus]
+        lw = (one_round[-1] if one_round else ok[0]) if ok else None
+        twin = None
+        if lw is not None:
+            one = {**k, "split_k": lw, "split_reduce": "last_wg"}
             why = check_schedule(view(gemm, k), one, arch)
             twin = Candidate(one, not why, why, c.opt_in)
             extra.append(twin)
+        for S in tries:
+            cand = Candidate({**k, "split_k": S, "split_reduce": "kernel"}, True, "", c.opt_in)
+            extra.append(cand)
             if not c.opt_in and first is None and grid * S >= arch.num_cus:
-                first = cand
-                if twin.legal:
-                    first_twin = twin
+                first = twin if twin is not None and twin.legal else cand
     if not extra:
         return space
     if first is None:  # no split reaches a workgroup per CU: the largest legal one
@@ -385,11 +392,6 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
                     key=lambda c: c.knobs["split_k"], default=None)
     if first is not None:
         first.always = True
-        if first_twin is None and first.knobs["split_reduce"] == "kernel":
-            first_twin = next((c for c in extra if c.legal and c.knobs == {
-                **first.knobs, "split_reduce": "last_wg"}), None)
-    if first_twin is not None:  # and its one-kernel reduction
-        first_twin.always = True
     for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
         if c.knobs and not c.fallback:
             c.knobs = {**c.knobs, "split_k": 1}
