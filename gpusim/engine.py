@@ -79,6 +79,12 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
   dependent MFMAs on the same accumulators therefore run back to back at full rate.
   Counted as ``mfma_insts`` (not in ``valu_insts``, as rocprof's instruction mix) with
   2*M*N*K FLOPs each.
+- Atomics and fences (split-K's last-arrival reduction): an AtomicAdd executes at the
+  L2 (``exec_atomic``: one L2 request per active lane, the old value back after the L2
+  hit latency); a Fence (``__threadfence``) holds its wave until every global access it
+  issued is complete (``Waves.VMD``: stores written to the L2, loads arrived), what
+  ``s_waitcnt vmcnt(0)`` does; the L1 invalidation of its acquire side is not charged
+  (the tail's reads miss the L1 anyway: the lines were written by other CUs).
 - Barrier: a wave arrives once its own LDS accesses are done (HIP's ``__syncthreads``:
   ``s_waitcnt lgkmcnt(0)`` before ``s_barrier``) and waits until every live wave of its
   workgroup arrived.
@@ -1005,9 +1011,11 @@ def exec_atomic(p, prog, pc, s, t, gmem_i, wv, cu, sc, out):
     gets the old value (the memory order gpusim gives atomics is the engine's execution
     order: sessions in turn, issue time within one). Timing: one VMEM instruction whose
     request goes to the L2 (atomics execute there, past the L1) and whose old value comes
-    back after the L2 hit latency, ``Arch.l2_hit_latency_cycles`` (HARDWARE.md's L2 hit
-    figure; SIMPLIFICATION: an atomic's L2 round trip costs what a load's L2 hit does,
-    one L2 request per active lane, which the L2 serialises at its per-CU request rate).
+    back after the L2 hit latency, ``Arch.l2_hit_latency_cycles`` (the documented load
+    figure, sourced per arch in gpusim/hw: mt4g's L2 pointer chase on MI210 and MI300X;
+    SIMPLIFICATION: an atomic's L2 round trip costs what a load's L2 hit does, no
+    measurement of a returning global_atomic_add was found; one L2 request per active
+    lane, which the L2 takes at this CU's share of its write request rate).
     Returns False after an out-of-bounds access."""
     W = p.W
     code = prog.code

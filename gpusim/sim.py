@@ -798,8 +798,8 @@ def _simulate_sequence(seq, arch, inputs, scalars, *, workgroups, **kw) -> SimRe
     for i, k in enumerate(seq.kernels):
         last = i == len(seq.kernels) - 1
         given = {b.name: values[b.name] for b in k.buffers if b.name in values}
-        for w in seq.workspaces:  # scratch starts zero-filled (the harness's hipMemset)
-            if w.name not in given and any(b.name == w.name for b in k.buffers):
+        for w in seq.workspaces:  # counters start zero-filled (the harness's hipMemset)
+            if w.zeroed and w.name not in given and any(b.name == w.name for b in k.buffers):
                 given[w.name] = np.zeros(w.shape, np.int32 if w.dtype == "i32" else np.float32)
         r = simulate(k, arch, given, scalars, workgroups=workgroups if last else None,
                      **{**kw, "trace": kw["trace"] and last})
