@@ -19,9 +19,11 @@ pytestmark = [pytest.mark.hip,
 
 CASES = [
     # a 1x1 conv on a 7x7 image: 8 output tiles, K split four ways
-    ("conv_add_relu:c=256,k=64", ("--fix", "split_k=4"),
+    # (reduced by a second kernel: the one-kernel reduction is predicted faster here)
+    ("conv_add_relu:c=256,k=64", ("--fix", "split_k=4", "--fix", "split_reduce=kernel"),
      ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
-    ("conv_add_relu:c=256,k=64", ("--fix", "split_k=4", "--pin-occupancy"),
+    ("conv_add_relu:c=256,k=64", ("--fix", "split_k=4", "--fix", "split_reduce=kernel",
+                                  "--pin-occupancy"),
      ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
     # stream-K: 304 persistent workgroups walk the tiles x K-tiles of a 2048-deep 1x1 conv,
     # the fix-up kernel sums each tile's segments (loops with per-workgroup bounds)
