@@ -58,7 +58,9 @@ stream-K points of f32 matmuls are searched by default, ``stream_k_opt_in``).
 
 Split-K across workgroups (knob ``split_k``, default 1): the dispatch lowers to two
 kernels, the partial sums of S slices of K to a workspace and a reduction kernel that
-applies the epilogue once (:func:`lower_split_k`; docs/kernels.md).
+applies the epilogue once (:func:`lower_split_k`; docs/kernels.md), or, with
+``split_reduce=last_wg``, to one kernel whose last-arriving workgroup per output tile
+(an atomic arrival counter) does that reduction and the epilogue.
 
 Stream-K (knob ``stream_k`` = W, default 0; Osama et al. 2023): W x CUs persistent
 workgroups each walk an even share of the tiles x K-tiles iterations across tile
@@ -1186,8 +1188,9 @@ class _Builder:
             lds += (program.LdsArray("lds_arrived", "i32", (1,)),)
             params += (self.workspace("inout"), self.arrivals())
             meta["split_k_phase"] = "last_wg"
+        splits = self.S if self.last_wg else 1   # last_wg: the partial kernel's grid
         return program.Kernel(sanitize(f"{self.d.name}_gemm"), params,
-                        grid=(self.S if self.last_wg else 1) * gm.batch * tiles_m * tiles_n, block=self.threads,
+                        grid=splits * gm.batch * tiles_m * tiles_n, block=self.threads,
                         body=tuple(self.body), lds=lds, meta=meta)
 
     def build_mfma(self) -> program.Kernel:
