@@ -736,7 +736,7 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     timed, note, loop_bound = None, "", 0.0
     if workgroups is not None and has_atomics(kernel):
         # the tail a chosen workgroup may run waits on every other arrival: run them all
-        workgroups, note = None, "; every workgroup run (arrival counters)"
+        workgroups, note = None, " (workgroups= widened: arrival counters need them all)"
     loop = steady.long_loop(kernel) if extrapolate_loops and not functional and not trace \
         else None
     if loop is not None:
@@ -754,7 +754,7 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     lo = arch.launch_overhead_us if launch_overhead_us is None else float(launch_overhead_us)
     t_wo = cycles / (arch.clock_ghz * 1e3)
     counters = _counters(c, arch, occ, t_wo * 1e-6)
-    method = (f"{method}; functional values for all {kernel.grid} workgroups"
+    method = (f"{method}; functional values for all {kernel.grid} workgroups{note}"
               if functional and workgroups is None else
               f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
               f"only (time and counters of those workgroups, not of the launch)"
