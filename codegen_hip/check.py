@@ -136,6 +136,12 @@ def _access_bytes(mnemonic: str) -> tuple[str, str, int] | None:
     return None
 
 
+#: cache maintenance, not memory accesses: what ``__threadfence()`` compiles to
+#: (gfx90a: buffer_wbinvl1_vol; gfx940: buffer_wbl2, buffer_inv; gfx10+: buffer_gl*_inv)
+CACHE_MAINTENANCE = ("buffer_wbinvl1", "buffer_wbl2", "buffer_inv", "buffer_gl0_inv",
+                     "buffer_gl1_inv")
+
+
 def parse_asm(text: str) -> dict:
     """Resources and instruction counts of the (single) kernel in a hipcc ``-S`` output."""
     out = {}
@@ -182,7 +188,8 @@ def parse_asm(text: str) -> dict:
         "paired_widths": {k: dict(sorted(v.items())) for k, v in paired.items() if v},
         "flat_insts": sum(v for k, v in mem.items() if k.startswith("flat_")),
         "scratch_insts": sum(v for k, v in mem.items()
-                             if k.startswith(("scratch_", "buffer_"))),
+                             if k.startswith(("scratch_", "buffer_"))
+                             and not k.startswith(CACHE_MAINTENANCE)),
         "valu_insts": sum(v for k, v in insts.items() if k.startswith("v_")),
         "salu_insts": sum(v for k, v in insts.items() if k.startswith("s_")),
         "cross_lane_insts": sum(v for k, v in insts.items()

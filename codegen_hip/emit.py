@@ -27,6 +27,8 @@ source a reader sees is exactly the program gpusim simulated:
   ``16x16x32_i8``; each refuses the other's), so one source compiles for both: an 8-byte
   pack on gfx90a is two 4-byte MFMAs (each lane's items 0-3, then 4-7: the same sum), a
   4-byte pack on gfx940 the 8-byte MFMA with zero high bytes;
+- ``AtomicAdd`` is HIP's ``atomicAdd`` on an ``int*`` (global_atomic_add with return),
+  ``Fence`` is ``__threadfence()`` (device scope);
 - ``WaveReduce`` is a butterfly of ``__shfl_xor`` over ``warpSize`` lanes, so one source
   is correct for wave64 (CDNA) and wave32 (RDNA). Like the IR, it assumes every lane of
   the wave takes part.
@@ -42,7 +44,7 @@ from collections import defaultdict
 import numpy as np
 
 from gpusim.program import (
-    Assign, Barrier, BinOp, Buffer, Cast, Const, DTYPE_BYTES, Expr, Fma, For, If, Kernel,
+    AtomicAdd, Assign, Barrier, Fence, BinOp, Buffer, Cast, Const, DTYPE_BYTES, Expr, Fma, For, If, Kernel,
     LdsLoad, LdsStore, Load, MFMA_PACK, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Special, Store,
     UnOp, Var, WaveReduce, as_expr, walk, COMPARISONS, IR_BINARY, IR_UNARY,
 )
@@ -196,6 +198,8 @@ def _own_reads_writes(s):
             _expr_vars(v, reads)
     elif isinstance(s, (Shuffle, WaveReduce)):
         _expr_vars(s.value, reads); writes = [s.dst]
+    elif isinstance(s, AtomicAdd):
+        _expr_vars(s.index, reads); _expr_vars(s.value, reads); writes = [s.dst]
     elif isinstance(s, Mfma):
         for x in s.a_items + s.b_items:
             _expr_vars(x, reads)
@@ -433,6 +437,15 @@ class _Printer:
             self.emit_write(s, self.lds(s.array), arr.dtype, depth)
         elif isinstance(s, Barrier):
             self.emit("__syncthreads();", depth)
+        elif isinstance(s, Fence):
+            self.emit("__threadfence();", depth)
+        elif isinstance(s, AtomicAdd):
+            buf = self.k.buffer(s.buffer)
+            if buf.intent == "in" or buf.dtype != "i32":
+                raise ValueError(f"kernel {self.k.name!r}: atomicAdd needs an i32 buffer it "
+                                 f"writes, not {buf.dtype} {buf.intent} {buf.name!r}")
+            self.emit(f"{self.lhs(s.dst, s)} = atomicAdd(&{self.param(s.buffer)}"
+                      f"[{self.expr(s.index)}], {self.expr(s.value)});", depth)
         elif isinstance(s, Shuffle):
             if s.mode not in ("xor", "down"):
                 raise ValueError(f"unknown shuffle mode {s.mode!r}")

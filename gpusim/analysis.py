@@ -8,7 +8,10 @@ constants, scalar parameters, ``block_id``, ``wave_size``, ``wave_id`` and unifo
 registers. A register is uniform when every assignment to it is uniform and none happens
 under divergent control flow (an ``If`` or ``For`` whose condition is not uniform).
 Loads, shuffles and reductions make their destination per-lane (a ``WaveReduce`` result
-is the same in every lane, but it lives in a VGPR, so it counts as per-lane too).
+is the same in every lane, but it lives in a VGPR, so it counts as per-lane too), except
+a ``broadcast`` LdsLoad at a uniform index outside divergent code: every lane read one
+element, so branches on it are uniform (SIMPLIFICATION: hipcc keeps the value in a VGPR
+and may spend a v_readfirstlane to branch on it; the model counts its uses as SALU).
 
 Divisibility. ``multiple_of(e)`` is a number every value of ``e`` is a multiple of
 (0 means "always zero"); it is exact for sums, products and shifts of constants and ids,
@@ -24,7 +27,7 @@ from __future__ import annotations
 import math
 
 from gpusim.program import (
-    Assign, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
+    AtomicAdd, Assign, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, ScalarRef,
     Mfma, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce,
 )
 
@@ -118,6 +121,8 @@ def stmt_exprs(s):
         return (s.value,)
     if isinstance(s, Mfma):  # the accumulators are read (C) and written (D)
         return s.a_items + s.b_items + tuple(s.acc)
+    if isinstance(s, AtomicAdd):
+        return (s.index, s.value)
     return ()
 
 
@@ -133,6 +138,8 @@ def stmt_defs(s):
         return (s.dst,)
     if isinstance(s, Mfma):
         return tuple(s.acc)
+    if isinstance(s, AtomicAdd):
+        return (s.dst,)
     return ()
 
 
@@ -183,9 +190,12 @@ class Uniformity:
             if isinstance(s, Assign):
                 if divergent or not self.is_uniform(s.value):
                     self.per_lane.add(s.dst.name)
+            elif isinstance(s, LdsLoad) and s.broadcast and not divergent \
+                    and self.is_uniform(s.index):
+                pass  # every lane read the same element in one instruction
             elif isinstance(s, (Load, LdsLoad)):
                 self.per_lane.update(v.name for v in s.dsts)
-            elif isinstance(s, (Shuffle, WaveReduce)):
+            elif isinstance(s, (Shuffle, WaveReduce, AtomicAdd)):
                 self.per_lane.add(s.dst.name)
             elif isinstance(s, Mfma):
                 self.per_lane.update(v.name for v in s.acc)

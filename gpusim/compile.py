@@ -11,6 +11,8 @@ Instruction selection, which also decides the instruction counts:
 - each statement evaluates its own expressions (no common-subexpression elimination or
   loop-invariant hoisting across statements: the counts are those of -O0-like code);
 - global Load/Store: one VMEM instruction; LdsLoad/LdsStore: one LDS instruction;
+  AtomicAdd: one VMEM instruction (global_atomic_add with return); Fence: one SALU
+  instruction (the s_waitcnt of __threadfence; the wave waits for its global accesses);
   Shuffle: one LDS instruction (ds_bpermute); Mfma: one MFMA instruction (matrix core,
   passes x 4 cycles from ``Arch.mfma_passes``; its operands evaluated first); WaveReduce: log2(wave) rounds of one
   ds_bpermute plus one VALU op (the butterfly the HIP backend prints);
@@ -31,7 +33,7 @@ import numpy as np
 from gpusim import engine
 from gpusim.analysis import Uniformity, expr_vars, stmt_defs
 from gpusim.program import (
-    Assign, Barrier, BinOp, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, MFMA_PACK, MFMA_SHAPES,
+    AtomicAdd, Assign, Barrier, BinOp, Fence, Cast, Const, Fma, For, If, LdsLoad, LdsStore, Load, MFMA_PACK, MFMA_SHAPES,
     Mfma, ScalarRef, Select, Shuffle, Special, Store, UnOp, Var, WaveReduce, walk, DTYPE_BYTES,
     IR_BINARY, IR_UNARY,
 )
@@ -259,6 +261,16 @@ class _Compiler:
             self.stmt_main[si] = self._wave_reduce(s)
         elif isinstance(s, Mfma):
             self.stmt_main[si] = self._mfma(s)
+        elif isinstance(s, AtomicAdd):
+            idx = self.expr(s.index)
+            val = self.expr(s.value)
+            d = self.var(s.dst)
+            aux = [p.name for p in self.k.buffers].index(s.buffer)
+            self.stmt_main[si] = self.emit(engine.OP_ATOMIC, d[1], idx[1], val[1], 0, aux, 1,
+                                           engine.CAT_VMEM,
+                                           reads=[self.uid(*idx), self.uid(*val)])
+        elif isinstance(s, Fence):
+            self.stmt_main[si] = self.emit(engine.OP_FENCE, cat=engine.CAT_SALU, nsalu=1)
         elif isinstance(s, If):
             self._if(s, si, depth)
         elif isinstance(s, For):

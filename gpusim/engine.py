@@ -79,6 +79,12 @@ Timing model (per compute unit; see ``gpusim.simulate`` for the whole-GPU combin
   dependent MFMAs on the same accumulators therefore run back to back at full rate.
   Counted as ``mfma_insts`` (not in ``valu_insts``, as rocprof's instruction mix) with
   2*M*N*K FLOPs each.
+- Atomics and fences (split-K's last-arrival reduction): an AtomicAdd executes at the
+  L2 (``exec_atomic``: one L2 request per active lane, the old value back after the L2
+  hit latency); a Fence (``__threadfence``) holds its wave until every global access it
+  issued is complete (``Waves.VMD``: stores written to the L2, loads arrived), what
+  ``s_waitcnt vmcnt(0)`` does; the L1 invalidation of its acquire side is not charged
+  (the tail's reads miss the L1 anyway: the lines were written by other CUs).
 - Barrier: a wave arrives once its own LDS accesses are done (HIP's ``__syncthreads``:
   ``s_waitcnt lgkmcnt(0)`` before ``s_barrier``) and waits until every live wave of its
   workgroup arrived.
@@ -94,6 +100,7 @@ OP_CVT_IF, OP_CVT_FI, OP_FMOV, OP_IMOV = 9, 10, 11, 12
 OP_GLOAD, OP_GSTORE, OP_LLOAD, OP_LSTORE, OP_BARRIER, OP_SHFL, OP_WRED = 13, 14, 15, 16, 17, 18, 19
 OP_IF, OP_ELSE, OP_ENDIF, OP_LOOP_BEGIN, OP_LOOP_TEST, OP_LOOP_STEP, OP_END = 20, 21, 22, 23, 24, 25, 26
 OP_MFMA = 27
+OP_ATOMIC, OP_FENCE = 28, 29
 
 # binary sub-ops (aux column)
 B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_MIN, B_MAX, B_POW = range(8)
@@ -438,7 +445,7 @@ def add_trace(trace, trace_n, cap, cu, simd, wave, t0, t1, kind):
 # The engine's state travels between the jitted helpers as named tuples of arrays, so a
 # helper names what it touches (``wv.READY``, ``cu.free[FR_L1]``) instead of taking thirty
 # positional arrays. Numba compiles each helper once for these fixed types.
-Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD KEY LDSD")
+Waves = namedtuple("Waves", "F I EX MS SP PC READY STATUS SLOT_WG NACT RREADY RPROD KEY LDSD VMD")
 Groups = namedtuple("Groups", "ID LIVE ARR BAR DONE IDX LDSF LDSI")
 Cache = namedtuple("Cache", "tag lru rdy dirty")
 CuState = namedtuple("CuState", "valu_free mfma_free cat_last free clock")
@@ -472,7 +479,8 @@ def new_state(p, n_inst=1):
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.float64),
                np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
                np.zeros((nslots, NF + NI), np.float64), np.zeros((nslots, NF + NI), np.int64),
-               np.full(nslots, math.inf), np.zeros(nslots, np.float64))
+               np.full(nslots, math.inf), np.zeros(nslots, np.float64),
+               np.zeros(nslots, np.float64))
     grp = Groups(np.zeros(wgs, np.int64), np.zeros(wgs, np.int64), np.zeros(wgs, np.int64),
                  np.zeros(wgs, np.float64), np.zeros(wgs, np.float64), np.zeros(wgs, np.int64),
                  np.zeros((wgs, max(p.nlf, 1)), np.float32), np.zeros((wgs, max(p.nli, 1)), np.int32))
@@ -509,6 +517,7 @@ def launch_wg(g, wg, t, p, prog, wv, grp, counters):
     for j in range(wpw):
         s = g * wpw + j
         wv.LDSD[s] = t
+        wv.VMD[s] = t
         F[s, :, :] = 0.0
         I[s, :, :] = 0
         for k in range(fconst_reg.shape[0]):
@@ -986,12 +995,68 @@ def exec_vmem(p, prog, pc, s, t, probing, l2i, gmem_f, gmem_i, wv, cu, l1, l2, s
         counters[N_GLD_BYTES] += nact * width * es
     ns = unique_sorted(secs, ns) if store else ns
     done = memory_lines(p, t, nu, tcp, store, l2i, lines, secs, ns, cu, l1, l2, counters)
+    if done > wv.VMD[s]:
+        wv.VMD[s] = done  # what a Fence (s_waitcnt vmcnt(0)) waits for
     if not store:
         for v in range(width):
             r = code[pc, K_V0 + v]
             ur = (NF + r) if int_kind(kind) else r
             wv.RREADY[s, ur] = done
             wv.RPROD[s, ur] = pc
+    return True
+
+
+def exec_atomic(p, prog, pc, s, t, gmem_i, wv, cu, sc, out):
+    """AtomicAdd: each active lane, in lane order, adds its value to its i32 element and
+    gets the old value (the memory order gpusim gives atomics is the engine's execution
+    order: sessions in turn, issue time within one). Timing: one VMEM instruction whose
+    request goes to the L2 (atomics execute there, past the L1) and whose old value comes
+    back after the L2 hit latency, ``Arch.l2_hit_latency_cycles`` (the documented load
+    figure, sourced per arch in gpusim/hw: mt4g's L2 pointer chase on MI210 and MI300X;
+    SIMPLIFICATION: an atomic's L2 round trip costs what a load's L2 hit does, no
+    measurement of a returning global_atomic_add was found; one L2 request per active
+    lane, which the L2 takes at this CU's share of its write request rate).
+    Returns False after an out-of-bounds access."""
+    W = p.W
+    code = prog.code
+    buf_tab = prog.buf_tab
+    I = wv.I
+    counters = out.counters
+    err = out.err
+    a = code[pc, K_A]
+    aux = code[pc, K_AUX]
+    dst = code[pc, K_DST]
+    val = code[pc, K_B]
+    off = buf_tab[aux, 1]
+    size = buf_tab[aux, 2]
+    ix = sc.idx
+    bad = lane_indices(s, a, 1, size, W, wv, ix)
+    if bad >= 0:
+        err[0] = E_OOB_GLOBAL
+        err[1] = pc
+        err[2] = ix[bad]
+        err[3] = aux
+        return False
+    nact = 0
+    for l in range(W):
+        if ix[l] >= 0:
+            old = gmem_i[off + ix[l]]
+            gmem_i[off + ix[l]] = wrap32(np.int64(old) + np.int64(I[s, val, l]))
+            I[s, dst, l] = old
+            nact += 1
+    t2 = max(float(t), cu.free[FR_L2])
+    cu.free[FR_L2] = t2 + p.l2w_cyc * nact
+    done = t2 + p.l2w_cyc * nact + p.l2_lat
+    counters[N_VMEM] += 1
+    counters[N_L2_ACC] += nact
+    counters[N_L2_HIT] += nact
+    out.per_inst[pc, I_LINES] += nact
+    out.per_inst[pc, I_TCP] += nact
+    ur = p.nf + dst
+    wv.RREADY[s, ur] = done
+    wv.RPROD[s, ur] = pc
+    if done > wv.VMD[s]:
+        wv.VMD[s] = done
     return True
 
 
@@ -1688,6 +1753,16 @@ def run(p, prog, sess, gmem_f, gmem_i, wv, grp, cu, sc, l1, l2, out):
                                  sc, out):
                     return
                 trace_kind = T_VMEM
+            elif op == OP_ATOMIC:
+                if not exec_atomic(p, prog, pc, s, t, gmem_i, wv, cu, sc, out):
+                    return
+                trace_kind = T_VMEM
+            elif op == OP_FENCE:
+                # __threadfence: s_waitcnt vmcnt(0) (this wave's global stores and loads
+                # complete) with the cache maintenance of a device-scope release/acquire
+                if wv.VMD[s] > t + busy:
+                    counters[N_STALL] += wv.VMD[s] - t - busy
+                    busy = wv.VMD[s] - t
             elif op == OP_LLOAD or op == OP_LSTORE:
                 if not exec_lds(p, prog, pc, s, g, t, probing, wv, grp, cu, sc, out):
                     return

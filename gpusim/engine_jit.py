@@ -74,7 +74,7 @@ _FUNCS = ("wrap32", "pdiv", "pmod", "round_f16", "round_bf16", "int_kind", "stor
           "cache_access", "unique_sorted", "add_trace", "launch_wg", "pick_wave", "operands_ready",
           "issue_time", "issue", "exec_alu", "exec_control", "lane_indices", "exec_vmem",
           "coalesce", "popcount4", "memory_lines", "lds_conflicts", "exec_lds", "exec_shuffle",
-          "exec_wave_reduce", "exec_mfma", "barrier_arrive", "wave_end", "run")
+          "exec_wave_reduce", "exec_mfma", "exec_atomic", "barrier_arrive", "wave_end", "run")
 _CACHE = not numba.config.BOUNDSCHECK
 #: run once per simulated instruction or more: inlined into ``run`` (see above); the rest
 #: (workgroup launch, barriers, wave end, MFMA, shuffles, trace) stay calls, which keeps

@@ -370,9 +370,14 @@ class Store(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class LdsLoad(Stmt):
+    """LDS load of ``len(dsts)`` consecutive elements at flat ``index``. ``broadcast``:
+    every lane reads the same element (the validator requires a wave-uniform index), so
+    the value is wave-uniform (``analysis.Uniformity``): how a workgroup learns a flag
+    one thread wrote (split-K's last-arrival test) and branches on it around barriers."""
     dsts: tuple
     array: str
     index: Expr
+    broadcast: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -385,6 +390,32 @@ class LdsStore(Stmt):
 @dataclass(frozen=True, eq=False)
 class Barrier(Stmt):
     """__syncthreads(): every wave of the workgroup waits here."""
+
+
+@dataclass(frozen=True, eq=False)
+class AtomicAdd(Stmt):
+    """``dst = atomicAdd(&buffer[index], value)`` on an i32 global buffer: each active
+    lane adds its ``value`` to its element at the L2 and gets the element's old value
+    (lanes of one instruction in lane order). What split-K's one-kernel reduction counts
+    arrivals with (CUDA's threadFenceReduction sample, CUTLASS's serial split-K): the
+    workgroup that reads ``splits - 1`` arrived last.
+
+    Order between workgroups is the machine's: gpusim's functional run executes the
+    workgroups CU by CU (``gpusim.sim``: the timed CU last when a kernel has atomics), so
+    "who arrives last" is well defined there and the kernel must not let any value
+    depend on it other than through who does the (fixed-order) tail."""
+    dst: Var
+    buffer: str
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Fence(Stmt):
+    """``__threadfence()``: a device-scope memory fence. The wave's earlier global stores
+    are complete (visible to every CU) before anything after it, and its later loads see
+    what other workgroups made visible before their own fence (acquire: the L1 is not
+    trusted). gpusim: the wave waits for its outstanding global accesses."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -513,6 +544,9 @@ class Buffer:
     shape: tuple
     intent: str = "in"
     strides: tuple | None = None  # element strides; None = row-major contiguous
+    #: scratch the launcher allocates zero-filled and the kernel leaves zero (split-K's
+    #: arrival counters): gpusim never fills it with random values
+    zeroed: bool = False
 
     @property
     def size(self) -> int:
@@ -606,14 +640,15 @@ def walk(stmts):
 
 @dataclass(frozen=True)
 class KernelSequence:
-    """One dispatch as a short sequence of kernel launches on one stream, in order.
+    """One dispatch as a short sequence of kernel launches on one stream, in order (or
+    one kernel with scratch memory: split-K reduced by its last-arriving workgroup).
 
     A kernel of the sequence may write a ``workspace`` buffer that a later one reads
     (split-K partial sums, then the kernel that reduces them and applies the epilogue
     once; flash-decoding's per-split maxima, sums and outputs, then the combine). The
     workspaces are scratch memory of the dispatch: not graph tensors, allocated by the
     harness, never read back. Launch order is the only synchronisation (stream order):
-    the IR still has no atomics and no grid-wide barrier.
+    the IR has atomics (``AtomicAdd``) but no grid-wide barrier.
 
     ``buffers`` are the dispatch's own arguments (every kernel's buffers but the
     workspaces, first appearance order), what a caller binds and checks, as for one
@@ -621,12 +656,16 @@ class KernelSequence:
     """
     name: str
     kernels: tuple        # Kernel, in launch order
-    workspaces: tuple     # Buffer declarations (row-major f32 scratch)
+    workspaces: tuple     # Buffer declarations (row-major scratch: f32 partials, i32
+                          # arrival counters); allocated zero-filled (the harness's
+                          # hipMemset, gpusim's zeros), and a kernel that counts in one
+                          # leaves it zero again for the next launch
     meta: dict = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
-        if len(self.kernels) < 2:
-            raise ValueError(f"sequence {self.name!r}: a one-kernel dispatch is a Kernel")
+        if len(self.kernels) < 2 and not self.workspaces:
+            raise ValueError(f"sequence {self.name!r}: a one-kernel dispatch without "
+                             f"workspaces is a Kernel")
         ws = {w.name for w in self.workspaces}
         written = set()
         for k in self.kernels:

@@ -11,6 +11,19 @@ computed in functional mode; with ``functional=False`` only CU 0 runs, and only 
 first ``sample`` workgroups when it owns more (3 rounds of resident workgroups), so the
 outputs are then partial.
 
+Atomics (``AtomicAdd``: split-K's arrival counters). Global memory is one array that
+every executed instruction reads and writes at once, so an atomic's old value is the
+counter's value when the engine executes it: the order of arrival is the engine's order
+(sessions in turn, issue time within a session), deterministic. A kernel with atomics
+runs every other CU's workgroups first (values only, their timing dropped) and the timed
+CU 0 last, on the same memory: CU 0's workgroups then arrive last at every counter they
+share with other CUs and run the last-arrival tail (the reduction and the epilogue),
+which is the dispatch's critical path (SIMPLIFICATION: on hardware the last arrival is
+whichever workgroup finishes its partial last; the model charges the tail after CU 0's
+own partial, and CU 0 starts with a cold L2 as always, so the tail reads the other CUs'
+partials from the memory level). In timing mode this costs a functional run of the
+other CUs' workgroups; ``workgroups=`` then runs all of them.
+
 Memory level. Behind the L2 sits HBM, or, when every buffer of the kernel fits it, the
 memory-side cache (MI300X's 256 MB MALL, RDNA3's Infinity Cache): SIMPLIFICATION, by
 footprint and warm, as in a benchmark that runs the kernel repeatedly (the seed's
@@ -58,8 +71,8 @@ from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.occupancy import occupancy
-from gpusim.program import (DTYPE_BYTES, Assign, Kernel, KernelSequence, LdsLoad, LdsStore, Load,
-                            Mfma, Shuffle, Store, WaveReduce)
+from gpusim.program import (DTYPE_BYTES, Assign, AtomicAdd, Kernel, KernelSequence, LdsLoad,
+                            LdsStore, Load, Mfma, Shuffle, Store, WaveReduce, walk)
 from gpusim.validate import validate
 
 TRACE_KINDS = ("valu", "vmem", "lds", "salu", "barrier_wait", "mem_stall", "mfma")
@@ -335,7 +348,7 @@ class _Launch:
                     raise KernelError(f"{kernel.name}: input {b.name!r} has {arr.size} elements, the buffer "
                                       f"has {b.size}; pass an array of shape {tuple(b.shape)}")
                 flat = arr.reshape(-1)
-            elif b.intent == "out" or not random_fill:
+            elif b.intent == "out" or b.zeroed or not random_fill:
                 continue  # already zero
             elif engine.int_kind(kind):
                 flat = rng.integers(0, 16, b.size)
@@ -579,13 +592,25 @@ def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, 
     otherwise it doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold
     caches again)."""
     rounds = SAMPLE_ROUNDS
+    atomics = has_atomics(kernel)
     while True:
         launch = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=functional)
         # the sample ends with a partial round as large as CU 0's last one, so the
         # workgroups left out are whole rounds (``_cu_time``)
         n0 = -(-kernel.grid // arch.num_cus)
         sample = rounds * occ.workgroups_per_cu + n0 % occ.workgroups_per_cu
-        raw = launch.run(jit, functional, sample, trace_cap, only=workgroups)
+        first = None
+        if atomics:  # the other CUs first (values only), then the timed CU: it arrives last
+            others = [w for w in range(kernel.grid) if w % arch.num_cus]
+            if others:
+                first = launch.run(jit, True, sample, 0, only=others)
+            raw = launch.run(jit, functional, sample, trace_cap,
+                             only=range(0, kernel.grid, arch.num_cus) if functional else None)
+            if functional and first is not None:
+                raw["counters"] = raw["counters"] + first["counters"]
+                raw["per_inst"] = raw["per_inst"] + first["per_inst"]
+        else:
+            raw = launch.run(jit, functional, sample, trace_cap, only=workgroups)
         n0, k = raw["n0"], raw["k"]
         t_cu, method, bound = _cu_time(raw, n0, k, occ.workgroups_per_cu)
         if functional or k >= n0 or bound <= STEADY_TOL or rounds >= MAX_SAMPLE_ROUNDS:
@@ -599,6 +624,11 @@ def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, 
     scale = 1.0 if functional else kernel.grid / k
     return _Timed(launch, raw, t_cu, method, k, scale, raw["counters"] * scale,
                   raw["per_inst"] * scale)
+
+
+def has_atomics(kernel) -> bool:
+    """Whether ``kernel`` counts arrivals with atomics (then its timed CU runs last)."""
+    return any(isinstance(s, AtomicAdd) for s in walk(kernel.body))
 
 
 def _memory_times(c, arch, level) -> tuple[float, float]:
@@ -704,6 +734,9 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
             raise KernelError(f"{kernel.name}: workgroups= needs functional=True and ids from "
                               f"0 to {kernel.grid - 1}" + (f" (got {bad[0]})" if bad else ""))
     timed, note, loop_bound = None, "", 0.0
+    if workgroups is not None and has_atomics(kernel):
+        # the tail a chosen workgroup may run waits on every other arrival: run them all
+        workgroups, note = None, " (workgroups= widened: arrival counters need them all)"
     loop = steady.long_loop(kernel) if extrapolate_loops and not functional and not trace \
         else None
     if loop is not None:
@@ -721,7 +754,7 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     lo = arch.launch_overhead_us if launch_overhead_us is None else float(launch_overhead_us)
     t_wo = cycles / (arch.clock_ghz * 1e3)
     counters = _counters(c, arch, occ, t_wo * 1e-6)
-    method = (f"{method}; functional values for all {kernel.grid} workgroups"
+    method = (f"{method}; functional values for all {kernel.grid} workgroups{note}"
               if functional and workgroups is None else
               f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
               f"only (time and counters of those workgroups, not of the launch)"
@@ -765,6 +798,9 @@ def _simulate_sequence(seq, arch, inputs, scalars, *, workgroups, **kw) -> SimRe
     for i, k in enumerate(seq.kernels):
         last = i == len(seq.kernels) - 1
         given = {b.name: values[b.name] for b in k.buffers if b.name in values}
+        for w in seq.workspaces:  # counters start zero-filled (the harness's hipMemset)
+            if w.zeroed and w.name not in given and any(b.name == w.name for b in k.buffers):
+                given[w.name] = np.zeros(w.shape, np.int32 if w.dtype == "i32" else np.float32)
         r = simulate(k, arch, given, scalars, workgroups=workgroups if last else None,
                      **{**kw, "trace": kw["trace"] and last})
         for b in k.buffers:

@@ -22,6 +22,8 @@ Each check raises ``KernelError`` with a one-line message naming the problem and
 - MFMA: only on an arch with matrix cores (CDNA: gfx90a, gfx942), a known single-block
   f32 shape with its number of distinct f32 accumulators, a block of whole waves, and
   wave-uniform control flow around it (every lane takes part);
+- atomics: ``AtomicAdd`` on a declared i32 buffer the kernel writes, i32 operands; a
+  ``broadcast`` LdsLoad needs a wave-uniform index;
 - barriers under divergent control flow: an ``If``/``For`` whose condition varies across
   the lanes of a wave (thread_id, lane or per-lane registers) must not contain a Barrier.
 """
@@ -31,7 +33,7 @@ from gpusim.analysis import Divisibility, Intervals, Uniformity, stmt_exprs, INF
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
-    DTYPES, Assign, Barrier, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
+    DTYPES, AtomicAdd, Assign, Barrier, Fence, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
     MFMA_PACK, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Store, UnOp, Var, WaveReduce, walk,
 )
 
@@ -55,6 +57,11 @@ def validate(kernel, arch=DEFAULT_ARCH, scalars: dict | None = None) -> None:
                          buffers, lds)
     _check_defined(kernel)
     uni = Uniformity(kernel.body)
+    for s in walk(kernel.body):
+        if isinstance(s, LdsLoad) and s.broadcast and not uni.is_uniform(s.index):
+            raise KernelError(f"{kernel.name}: a broadcast LdsLoad from {s.array!r} has an "
+                              f"index that varies across lanes; every lane must read the "
+                              f"same element")
     _check_barriers(kernel, uni)
     _check_mfma_uniform(kernel, uni)
     _check_alignment(kernel, arch, buffers, lds)
@@ -163,7 +170,20 @@ def _check_statement(kernel, arch, s, where: str, types: _RegisterTypes, buffers
                               f"register {s.dst.name!r}")
     elif isinstance(s, Mfma):
         _check_mfma(kernel, arch, s, where, check_var)
-    elif not isinstance(s, Barrier):
+    elif isinstance(s, AtomicAdd):
+        check_var(s.dst, where)
+        if s.buffer not in buffers:
+            raise KernelError(f"{kernel.name}: {where} uses buffer {s.buffer!r}, which is not a "
+                              f"parameter; declare it in params")
+        b = buffers[s.buffer]
+        if b.dtype != "i32" or b.intent == "in":
+            raise KernelError(f"{kernel.name}: {where} adds atomically to {b.dtype} buffer "
+                              f"{s.buffer!r} ({b.intent}); atomics need an i32 buffer the "
+                              f"kernel writes (intent 'out' or 'inout')")
+        if s.index.dtype != "i32" or s.value.dtype != "i32" or s.dst.dtype != "i32":
+            raise KernelError(f"{kernel.name}: {where} needs an i32 index, value and "
+                              f"destination register")
+    elif not isinstance(s, (Barrier, Fence)):
         raise KernelError(f"{kernel.name}: {where} is not a statement the simulator knows")
 
 
@@ -230,7 +250,7 @@ def _check_defined(k):
                 defined.add(s.dst.name)
             elif isinstance(s, (Load, LdsLoad)):
                 defined.update(v.name for v in s.dsts)
-            elif isinstance(s, (Shuffle, WaveReduce)):
+            elif isinstance(s, (Shuffle, WaveReduce, AtomicAdd)):
                 defined.add(s.dst.name)
             elif isinstance(s, Mfma):
                 defined.update(v.name for v in s.acc)

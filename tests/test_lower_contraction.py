@@ -131,9 +131,10 @@ def test_space_marks_illegal_points_with_reasons():
     legal = [c for c in cands if c.legal and c.knobs.get("split_k", 1) == 1
              and not c.knobs.get("stream_k")]
     assert 30 <= len(legal) <= 160  # with the prefetch=2 points (issue 27, docs/kernels.md)
-    # split-K (7x7 output: few tiles) adds at most one split point per one-kernel point,
-    # stream-K at most two (stream_k=1 and 2)
-    assert len([c for c in cands if c.legal]) <= 4 * len(legal)
+    # split-K (7x7 output: few tiles) adds at most two split points per one-kernel point
+    # (reduced by a second kernel, and by the last workgroup), stream-K at most two
+    # (stream_k=1 and 2)
+    assert len([c for c in cands if c.legal]) <= 5 * len(legal)
     assert legal[0].knobs["KW"] > 1 and legal[0].knobs["vec_a"] == 4
     reasons = " | ".join(c.reason for c in cands if not c.legal)
     assert "whole number of waves" in reasons and "LDS" in reasons

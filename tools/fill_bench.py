@@ -145,7 +145,8 @@ def bench(graph, arch, budget: int, kinds=("contraction", "attention")) -> list[
                 sc = score(graph, d, c.knobs, arch)
                 if sc.ok and sc.time_us < best.time_us:
                     best = sc
-                    split = {k: c.knobs[k] for k in SPLIT_KNOBS if k in c.knobs}
+                    split = {k: c.knobs[k] for k in SPLIT_KNOBS + ("split_reduce",)
+                             if k in c.knobs}
         after_split, sk_choice = best, split
         for c in sampled(lambda k: plain(k) and k.get("stream_k", 0) > 0):
             sc = score(graph, d, c.knobs, arch)
@@ -161,7 +162,8 @@ def bench(graph, arch, budget: int, kinds=("contraction", "attention")) -> list[
             sc = sc or score(graph, d, knobs_c, arch)
             if sc.ok and sc.time_us < best.time_us:
                 best = sc
-                tap_choice = {n: knobs_c[n] for n in TAP_KNOBS + ("split_k", "stream_k", "mma")
+                tap_choice = {n: knobs_c[n] for n in TAP_KNOBS + ("split_k", "split_reduce",
+                                                               "stream_k", "mma")
                               if n in knobs_c}
                 if "BM" in knobs_c:
                     tap_choice["tile"] = f"{knobs_c['BM']}x{knobs_c['BN']}x{knobs_c['BK']}"

@@ -58,7 +58,9 @@ stream-K points of f32 matmuls are searched by default, ``stream_k_opt_in``).
 
 Split-K across workgroups (knob ``split_k``, default 1): the dispatch lowers to two
 kernels, the partial sums of S slices of K to a workspace and a reduction kernel that
-applies the epilogue once (:func:`lower_split_k`; docs/kernels.md).
+applies the epilogue once (:func:`lower_split_k`; docs/kernels.md), or, with
+``split_reduce=last_wg``, to one kernel whose last-arriving workgroup per output tile
+(an atomic arrival counter) does that reduction and the epilogue.
 
 Stream-K (knob ``stream_k`` = W, default 0; Osama et al. 2023): W x CUs persistent
 workgroups each walk an even share of the tiles x K-tiles iterations across tile
@@ -104,7 +106,13 @@ MMAS = ("fma", "mfma")
 MFMA_LANES = ("n", "m")
 DEFAULTS = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1, "lds_pad": 4,
             "vec_a": 1, "vec_b": 1, "swizzle": "none", "mma": "fma", "split_k": 1,
-            "stream_k": 0, "k_order": "layout", "tap_mask": 0, "prefetch": 1}
+            "stream_k": 0, "k_order": "layout", "tap_mask": 0, "prefetch": 1,
+            "split_reduce": "kernel"}
+#: how split-K's partial sums are reduced: "kernel", a second kernel in stream order;
+#: "last_wg", in the one kernel by the workgroup that arrives last at its tile's
+#: arrival counter (:func:`lower_split_k`). With split_k = 1 there is nothing to reduce
+#: and either value is the one-kernel GEMM.
+SPLIT_REDUCES = ("kernel", "last_wg")
 #: split_k values a space may enumerate (at most the K tiles; an uneven S gives splits of nk//S
 #: or one more K tiles, see check_schedule)
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -438,6 +446,9 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
     if S > nk:
         return (f"split_k={S} exceeds the {nk} K tiles of BK={BK} (K={gemm.K}): a split "
                 f"would have no K tile")
+    SR = s.get("split_reduce", "kernel")
+    if SR not in SPLIT_REDUCES:
+        return f"split_reduce={SR!r} not in {SPLIT_REDUCES}"
     SK = s.get("stream_k", 0)
     if SK not in STREAM_K:
         return f"stream_k={SK!r} not in {STREAM_K}"
@@ -581,6 +592,10 @@ def workspace_name(dispatch) -> str:
     return sanitize(f"{dispatch.name}_splitk_partials")
 
 
+def arrivals_name(dispatch) -> str:
+    return sanitize(f"{dispatch.name}_splitk_arrivals")
+
+
 def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> program.KernelSequence:
     """Split-K across workgroups (knob ``split_k`` = S), as hipBLASLt and rocBLAS do for
     GEMMs with too few output tiles to fill the GPU: two kernels in stream order.
@@ -598,11 +613,30 @@ def lower_split_k(graph: Graph, dispatch, gemm: Gemm, s: dict) -> program.Kernel
        schedule, exactly as the one-kernel GEMM does after its K loop.
 
     The workspace costs ``2 * S * M * N * 4`` bytes of traffic (written, read back) and
-    the second launch; gpusim charges both (``gpusim.sim._simulate_sequence``). Chosen
-    over a global atomic add because the epilogue (bias, activation, residual) must run
-    after the whole sum, which atomics would need a third kernel or a grid-wide
-    counter for, and because the sum order stays fixed (deterministic results).
+    the second launch; gpusim charges both (``gpusim.sim._simulate_sequence``). The sum
+    order stays fixed (deterministic results).
+
+    ``split_reduce=last_wg``: one kernel, the reduction done by the workgroup that
+    arrives last at its tile (CUDA's threadFenceReduction sample, CUTLASS's serial
+    split-K), so the second launch goes. Each workgroup stores its partials as in 1.,
+    fences (``__threadfence``: its stores visible device-wide), and after a barrier one
+    thread adds 1 to the tile's i32 arrival counter (``AtomicAdd``, old value back) and
+    puts the old value in LDS; after a second barrier every thread reads it (a broadcast
+    LdsLoad, so the branch is uniform). The workgroup that read ``S - 1`` fences again
+    (acquire), resets the counter to 0 for the next launch, sums the S partials in split
+    order exactly as the reduction kernel does (its own included, read back: the result
+    does not depend on who arrived last) and runs the epilogue once. The counters are a
+    zero-filled workspace (``Buffer.zeroed``: the harness's hipMemset once, gpusim's
+    zeros); the kernel leaves them zero.
     """
+    if s.get("split_reduce", "kernel") == "last_wg":
+        one = _Builder(graph, dispatch, gemm, s, phase="partial", last_wg=True).build()
+        ws, cnt = one.buffer(workspace_name(dispatch)), one.buffer(arrivals_name(dispatch))
+        meta = {**one.meta, "split_k": int(s["split_k"]), "split_reduce": "last_wg",
+                "workspace_bytes": ws.size * 4 + cnt.size * 4}
+        return program.KernelSequence(one.name, (one,), (
+            program.Buffer(ws.name, "f32", ws.shape, "out"),
+            program.Buffer(cnt.name, "i32", cnt.shape, "inout", zeroed=True)), meta)
     partial = _Builder(graph, dispatch, gemm, s, phase="partial").build()
     reduce = reduce_kernel(graph, dispatch, gemm, s)
     ws = partial.buffer(workspace_name(dispatch))
@@ -761,8 +795,12 @@ def _acc_row(shape, lane, r):
 
 
 class _Builder:
-    def __init__(self, graph, dispatch, gemm, s, phase=None, stream_k=None):
+    def __init__(self, graph, dispatch, gemm, s, phase=None, stream_k=None, last_wg=False):
         self.g, self.d, self.gemm, self.s = graph, dispatch, gemm, s
+        #: split_reduce=last_wg: the "partial" phase, then the last-arrival tail
+        #: (:meth:`arrive`) and the epilogue in the same kernel
+        self.last_wg = last_wg
+        self.tail_from = None
         #: None: the one-kernel GEMM; "partial"/"reduce": the two kernels of split-K,
         #: or of stream-K when ``stream_k`` (a :class:`StreamK`) is given
         self.phase = phase
@@ -1123,7 +1161,9 @@ class _Builder:
             self.k_loop(stage_tile, compute)
             if KW > 1:
                 self.combine_split_k(acc)
-        if self.phase == "partial":
+        if self.phase == "partial" and self.last_wg:
+            self.arrive(acc)
+        elif self.phase == "partial":
             return self.write_partials(acc, tiles_m, tiles_n)
 
         mls = [iadd(tx, i * tm_thr) for i in range(TM)]
@@ -1197,8 +1237,16 @@ class _Builder:
                 lds += (program.LdsArray(self.acc_lds, "i32", (self.KW * BM * BN,)),)
         else:
             lds = (program.LdsArray("lds", self.dt, (lds_size,)),)
-        return program.Kernel(sanitize(f"{self.d.name}_gemm"), buffers(self.g, self.d),
-                        grid=gm.batch * tiles_m * tiles_n, block=self.threads,
+        params = buffers(self.g, self.d)
+        if self.last_wg:  # the tail runs only in the workgroup that arrived last
+            head, tail = self.body[:self.tail_from], self.body[self.tail_from:]
+            self.body = head + [program.If(self.tail_cond, tuple(tail))]
+            lds += (program.LdsArray("lds_arrived", "i32", (1,)),)
+            params += (self.workspace("inout"), self.arrivals())
+            meta["split_k_phase"] = "last_wg"
+        splits = self.S if self.last_wg else 1   # last_wg: the partial kernel's grid
+        return program.Kernel(sanitize(f"{self.d.name}_gemm"), params,
+                        grid=splits * gm.batch * tiles_m * tiles_n, block=self.threads,
                         body=tuple(self.body), lds=lds, meta=meta)
 
     def build_mfma(self) -> program.Kernel:
@@ -1288,7 +1336,9 @@ class _Builder:
             self.sum_partials(acc)
         elif KW > 1:
             self.combine_split_k(acc)
-        if self.phase == "partial":
+        if self.phase == "partial" and self.last_wg:
+            self.arrive(acc)
+        elif self.phase == "partial":
             return self.write_partials(acc, tiles_m, tiles_n)
         if lanes_m:
             mls = [iadd(wm, imod(lane, TM))]
@@ -1558,6 +1608,37 @@ class _Builder:
                                   (ntiles, self.sk.slots, self.TM * self.TN, self.group), intent)
         return program.Buffer(workspace_name(self.d), "f32",
                         (self.S, ntiles, self.TM * self.TN, self.group), intent)
+
+    def arrivals(self):
+        """split_reduce=last_wg: one i32 arrival counter per output tile, zero between
+        launches."""
+        return program.Buffer(arrivals_name(self.d), "i32", (self.workspace("in").shape[1],),
+                              "inout", zeroed=True)
+
+    def arrive(self, acc):
+        """split_reduce=last_wg, after the K loop: the partials to the workspace, a fence,
+        the tile's arrival count (one thread's atomic add, its old value shared through
+        LDS), and the start of the tail only the last arrival runs (wrapped in its ``If``
+        by :meth:`finish`): acquire fence, counter reset, the S partials summed in split
+        order. Everything built after this is the tail."""
+        ws, cnt = self.workspace("inout"), self.arrivals()
+        for i in range(self.TM):
+            for j in range(self.TN):
+                e = i * self.TN + j
+                self.body += self.owned(i, j, [program.Store(
+                    ws.name, self.partial_offset(self.ks, e), (acc[i][j],))])
+        t0 = program.thread_id().eq(0)
+        old, seen = self.var("arrived", "i32"), self.var("arrivals", "i32")
+        self.body += [program.Fence(), program.Barrier(),
+                      program.If(t0, (program.AtomicAdd(old, cnt.name, self.tile, program.i32(1)),
+                                      program.LdsStore("lds_arrived", program.i32(0), (old,)))),
+                      program.Barrier(),
+                      program.LdsLoad((seen,), "lds_arrived", program.i32(0), broadcast=True)]
+        self.tail_cond = program.as_expr(seen).eq(self.S - 1)
+        self.tail_from = len(self.body)
+        self.body += [program.Fence(),
+                      program.If(t0, (program.Store(cnt.name, self.tile, (program.i32(0),)),))]
+        self.sum_partials(acc)
 
     def partial_offset(self, split, e):
         """Workspace element of accumulator ``e`` of this thread for ``split`` (stream-K:

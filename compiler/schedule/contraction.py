@@ -60,6 +60,11 @@ class Knobs:
     split_k: int = knob(DEFAULTS["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
                                       "partial sums in a workspace, then a reduction "
                                       "kernel that applies the epilogue once)")
+    split_reduce: str = knob(DEFAULTS["split_reduce"], "split_k > 1: who sums the partials and "
+                                              "runs the epilogue once: kernel (a second "
+                                              "kernel) or last_wg (in the one kernel, the "
+                                              "workgroup that arrives last at its tile's "
+                                              "atomic counter)")
     k_order: str = knob(DEFAULTS["k_order"], "a conv's K order: layout (NCHW: (ci, ky, kx), NHWC: "
                                       "(ky, kx, ci)) or tap ((ky, kx, ci) with BK dividing "
                                       "C/G: each K tile inside one tap, its address part "
@@ -342,7 +347,12 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
     workgroup, fewer leave CUs idle); a point with no legal split gets one illegal point
     saying why. The split point of the best-ranked tile nearest one workgroup per CU is
     tried whatever the budget (``always``), so the search always weighs a split against
-    the sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob."""
+    the sampled tiles. A dispatch whose tiles fill the GPU gets no ``split_k`` knob.
+    Each such tile also gets one ``split_reduce=last_wg`` point (the last-arriving
+    workgroup reduces: one launch), at the largest S whose workgroups are one round on
+    the CUs (below); the always-tried split is that point where
+    legal (one launch less: it beat its two-kernel twin on every point compared,
+    docs/kernels.md)."""
     extra, first = [], None
     for c in space:
         if not c.legal or c.fallback:
@@ -359,11 +369,23 @@ def with_split_k(gemm, space: list, arch: Arch) -> list:
             knobs = {**k, "split_k": SPLITS[1]}
             extra.append(Candidate(knobs, False, check_schedule(view(gemm, k), knobs, arch),
                                    c.opt_in))
+        # reduced in the one kernel by each tile's last arrival: the largest split whose
+        # workgroups are one round on the CUs (a partial second round costs a whole one:
+        # ResNet-50's 7x7 conv on 16x16 MFMA tiles, 128 tiles, S = 2 15.5 us, S = 3 21.6,
+        # docs/kernels.md), else the smallest
+        one_round = [S for S in ok if grid * S <= arch.num_cus]
+        lw = (one_round[-1] if one_round else ok[0]) if ok else None
+        twin = None
+        if lw is not None:
+            one = {**k, "split_k": lw, "split_reduce": "last_wg"}
+            why = check_schedule(view(gemm, k), one, arch)
+            twin = Candidate(one, not why, why, c.opt_in)
+            extra.append(twin)
         for S in tries:
-            cand = Candidate({**k, "split_k": S}, True, "", c.opt_in)
+            cand = Candidate({**k, "split_k": S, "split_reduce": "kernel"}, True, "", c.opt_in)
             extra.append(cand)
             if not c.opt_in and first is None and grid * S >= arch.num_cus:
-                first = cand
+                first = twin if twin is not None and twin.legal else cand
     if not extra:
         return space
     if first is None:  # no split reaches a workgroup per CU: the largest legal one

@@ -51,7 +51,7 @@ from gpusim.errors import KernelError
 from gpusim.occupancy import occupancy
 from gpusim.program import (Assign, Barrier, BinOp, Cast, Const, Fma, For, If, KernelSequence,
                             LdsLoad, LdsStore, Load, Mfma, ScalarRef, Select, Shuffle, Special, Store,
-                            UnOp, Var, WaveReduce, DTYPE_BYTES)
+                            UnOp, Var, WaveReduce, DTYPE_BYTES, AtomicAdd)
 
 #: the features the learned cost model (``compiler.tuning.costmodel``) reads, in order
 FEATURES = ("valu", "vmem", "lds", "lds_conflict", "mfma_cycles", "barriers", "load_rounds",
@@ -270,6 +270,11 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
             lanes.forget(s.dst.name)
         elif isinstance(s, WaveReduce):
             c.valu += mult * (math.log2(arch.wave_size) * 2 + _ops(s.value))
+            lanes.forget(s.dst.name)
+        elif isinstance(s, AtomicAdd):  # one VMEM request to the L2, its old value back
+            c.vmem += mult
+            c.valu += mult * (_ops(s.index) + _ops(s.value))
+            c.l2_bytes += mult * arch.l1_line_bytes
             lanes.forget(s.dst.name)
     if loads_here:
         c.load_rounds += mult

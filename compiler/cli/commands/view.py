@@ -122,6 +122,8 @@ def build(args, store=None):
         return views.candidates_view(tuned, args.sort), title
     if args.kind == "search":
         return views.search_view(tuned), title
+    if isinstance(k, KernelSequence) and len(k.kernels) == 1:
+        k = k.kernels[0]  # split-K reduced by its last workgroup: one kernel, scratch
     if isinstance(k, KernelSequence):
         if args.kind == "source":  # every kernel of the sequence, in launch order
             res = gpusim.simulate(k, args.arch, functional=False)
