@@ -771,8 +771,10 @@ def reduce_kernel(graph: Graph, dispatch, gemm: Gemm, s: dict, sk=None) -> progr
     part = None if sk is None else (sk.W, sk.BM, sk.BN, sk.BK, sk.G, sk.iters)
     # the arch by identity (an ``Arch`` holds dicts: no hash), held by the entry so that
     # its id is not reused while the entry lives
-    key = (id(gemm.arch), part, dispatch.name, dispatch.root, dispatch.kind,
-           tuple(dispatch.epilogue_inputs), tuple(dispatch.recomputed))
+    key = (id(gemm.arch), part, dispatch.name, dispatch.root,
+           repr(getattr(dispatch, "kind", None)),
+           tuple(getattr(dispatch, "epilogue_inputs", ())),
+           tuple(getattr(dispatch, "recomputed", ())))
     entries = memo.setdefault(key, (gemm.arch, []))[1]
     for names, values, kernel in entries:
         if tuple(s.get(k, _ABSENT) for k in names) == values:
