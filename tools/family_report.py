@@ -40,7 +40,11 @@ LABELS = {"unet_resblock": "diffusion UNet ResBlock + upsample", "vae_decoder_bl
           "efficientnet_mbconv": "EfficientNet MBConv", "convnext_block": "ConvNeXt block",
           "segmentation_head": "FPN/DeepLab segmentation head", "yolo_neck":
           "YOLO neck (detection)", "unet_down_up": "UNet (InstanceNorm, segmentation)",
-          "t5_layer": "T5 encoder layer"}
+          "t5_layer": "T5 encoder layer", "densenet_block": "DenseNet dense block (concat)",
+          "shufflenet_v2_unit": "ShuffleNetV2 unit (channel shuffle)", "segformer_block":
+          "SegFormer block (spatial-reduction attention, Mix-FFN)", "gemma_mlp":
+          "Gemma decoder MLP (GeGLU)", "mlp_mixer_block": "MLP-Mixer block",
+          "phi_decoder_layer": "Phi-2 decoder layer (parallel, partial rotary)"}
 
 
 def fixtures() -> list[tuple[str, str]]:
