@@ -148,7 +148,13 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   K tile per split: 84 in program order (16 reads before the first FMA), 10 KiB of LDS
   hold it at 6 waves, budget 80; hipcc issues 14 reads up front and takes 75. The rule
   only lowers a count to a budget, never below what the rest of the kernel needs, and
-  is not a model of how far below the budget the scheduler gets;
+  is not a model of how far below the budget the scheduler gets. A run of global loads
+  into f32 registers and the f32 arithmetic on them is such a block too (a one-tile
+  split-K reduce: its partials, then their sums): 64 partials of Swin's fc2 reduce in
+  program order, 70 estimated; hipcc issues 56 loads, starts the sums and reuses their
+  registers for the last 8, 61 VGPRs on gfx90a and gfx940 (8 waves, budget 64). It
+  showed once the partials' loads took the scalar-base form (``wf_uniform_base`` in
+  ``codegen_hip.emit``; before, hipcc 69 / 107 spent the difference on addresses);
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 
@@ -736,20 +742,21 @@ def _sunk_values(top) -> list:
 
 def _free_tile_points(top, point_of) -> set:
     """Points of the straight-line FMA K tiles LLVM's scheduler may reorder: runs of LDS
-    reads and f32 assignments of the kernel body (one basic block between barriers,
-    at least two reads), except a peeled tile whose FMAs sink past the barrier
+    reads (or global loads into f32 registers) and f32 assignments of the kernel body
+    (one basic block between barriers, at least two reads), except a peeled tile whose FMAs sink past the barrier
     (``_sunk_tile_reads``: its reads must stay above it)."""
     sunk = {id(s) for run, _ in _sunk_tile_reads(top) for s in run}
     out, run = set(), []
 
     def close():
-        reads = [s for s in run if isinstance(s, LdsLoad)]
+        reads = [s for s in run if isinstance(s, (LdsLoad, Load))]
         if len(reads) > 1 and len(reads) < len(run) and not any(id(s) in sunk for s in reads):
             out.update(range(point_of[id(run[0])], point_of[id(run[-1])] + 1))
         run.clear()
 
     for _, s in top:
-        if isinstance(s, LdsLoad) or (isinstance(s, Assign) and s.dst.dtype == "f32"):
+        if (isinstance(s, LdsLoad) or (isinstance(s, Assign) and s.dst.dtype == "f32")
+                or (isinstance(s, Load) and all(d.dtype == "f32" for d in s.dsts))):
             run.append(s)
         else:
             close()

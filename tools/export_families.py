@@ -540,11 +540,94 @@ def phi_decoder_layer():
     return Block(), (torch.randn(1, 16, 64),), ["x"]
 
 
+def bart_decoder_layer():
+    """BART/mBART's decoder layer (post-LayerNorm as BART, GELU): causal self-attention
+    with the 1/sqrt(d) scale on the queries, residual + LayerNorm, cross-attention over
+    the encoder states, residual + LayerNorm, GELU feed-forward, residual + LayerNorm."""
+    torch, nn, F = _nn()
+
+    class Attn(nn.Module):
+        def __init__(self, d, heads):
+            super().__init__()
+            self.h, self.hd = heads, d // heads
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+        def forward(self, x, kv, mask=None):
+            b, s, d = x.shape
+            sp = lambda t: t.view(b, -1, self.h, self.hd).transpose(1, 2)
+            q = sp(self.q(x) * self.hd ** -0.5)
+            w = q @ sp(self.k(kv)).transpose(-1, -2)
+            if mask is not None:
+                w = w + mask
+            return self.o((torch.softmax(w, -1) @ sp(self.v(kv))).transpose(1, 2).reshape(b, s, d))
+
+    class Block(nn.Module):
+        def __init__(self, d=64, heads=4, s=8):
+            super().__init__()
+            self.sa, self.ca = Attn(d, heads), Attn(d, heads)
+            self.n1, self.n2, self.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
+
+        def forward(self, x, enc):
+            x = self.n1(x + self.sa(x, x, self.mask))
+            x = self.n2(x + self.ca(x, enc))
+            return self.n3(x + self.fc2(F.gelu(self.fc1(x))))
+    return Block(), (torch.randn(1, 8, 64), torch.randn(1, 16, 64)), ["tokens", "encoder"]
+
+
+def regnet_y_block():
+    """RegNetY's bottleneck (torchvision's ResBottleneckBlock): 1x1 conv + BN + ReLU,
+    grouped 3x3 conv (group width 8) + BN + ReLU, squeeze-and-excite (sigmoid gate),
+    1x1 conv + BN, residual, ReLU."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32, gw=8, se=8):
+            super().__init__()
+            self.a, self.na = nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c)
+            self.b = nn.Conv2d(c, c, 3, padding=1, groups=c // gw, bias=False)
+            self.nb = nn.BatchNorm2d(c)
+            self.se1, self.se2 = nn.Conv2d(c, se, 1), nn.Conv2d(se, c, 1)
+            self.c, self.nc = nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            h = F.relu(self.na(self.a(x)))
+            h = F.relu(self.nb(self.b(h)))
+            h = h * torch.sigmoid(self.se2(F.relu(self.se1(F.adaptive_avg_pool2d(h, 1)))))
+            return F.relu(x + self.nc(self.c(h)))
+    return Block(), (torch.randn(1, 32, 8, 8),), ["x"]
+
+
+def inception_block():
+    """Inception-v3's InceptionA (torchvision): four branches, 1x1; 1x1 then 5x5; 1x1
+    then two 3x3; 3x3 average pooling then 1x1, each conv + BN + ReLU, concatenated."""
+    torch, nn, F = _nn()
+
+    def cbr(i, o, k):
+        return nn.Sequential(nn.Conv2d(i, o, k, padding=k // 2, bias=False),
+                             nn.BatchNorm2d(o, eps=0.001), nn.ReLU())
+
+    class Block(nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            self.b1 = cbr(c, 8, 1)
+            self.b5 = nn.Sequential(cbr(c, 6, 1), cbr(6, 8, 5))
+            self.b3 = nn.Sequential(cbr(c, 8, 1), cbr(8, 12, 3), cbr(12, 12, 3))
+            self.bp = cbr(c, 4, 1)
+
+        def forward(self, x):
+            p = F.avg_pool2d(x, 3, stride=1, padding=1)
+            return torch.cat([self.b1(x), self.b5(x), self.b3(x), self.bp(p)], 1)
+    return Block(), (torch.randn(1, 16, 8, 8),), ["x"]
+
+
 FAMILIES = {f.__name__: f for f in (
     unet_resblock, vae_decoder_block, gqa_rope_decoder, swin_window, clip_encoder_layer,
     whisper_encoder_front, whisper_decoder_layer, mobilenet_v3_block, efficientnet_mbconv,
     convnext_block, segmentation_head, yolo_neck, unet_down_up, t5_layer, densenet_block,
-    shufflenet_v2_unit, segformer_block, gemma_mlp, mlp_mixer_block, phi_decoder_layer)}
+    shufflenet_v2_unit, segformer_block, gemma_mlp, mlp_mixer_block, phi_decoder_layer,
+    bart_decoder_layer, regnet_y_block, inception_block)}
 
 
 #: blocks also exported in float16 (``NAME_f16.onnx``: the module and its inputs

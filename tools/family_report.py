@@ -44,7 +44,9 @@ LABELS = {"unet_resblock": "diffusion UNet ResBlock + upsample", "vae_decoder_bl
           "shufflenet_v2_unit": "ShuffleNetV2 unit (channel shuffle)", "segformer_block":
           "SegFormer block (spatial-reduction attention, Mix-FFN)", "gemma_mlp":
           "Gemma decoder MLP (GeGLU)", "mlp_mixer_block": "MLP-Mixer block",
-          "phi_decoder_layer": "Phi-2 decoder layer (parallel, partial rotary)"}
+          "phi_decoder_layer": "Phi-2 decoder layer (parallel, partial rotary)", "bart_decoder_layer":
+          "BART decoder layer (post-LN, cross-attention)", "regnet_y_block":
+          "RegNetY block (grouped conv, SE)", "inception_block": "Inception-v3 block (InceptionA)"}
 
 
 def fixtures() -> list[tuple[str, str]]:
