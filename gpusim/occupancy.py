@@ -746,11 +746,18 @@ def _free_tile_points(top, point_of) -> set:
     (one basic block between barriers, at least two reads), except a peeled tile whose FMAs sink past the barrier
     (``_sunk_tile_reads``: its reads must stay above it)."""
     sunk = {id(s) for run, _ in _sunk_tile_reads(top) for s in run}
+    # a sum computed inside a later guarded block (``_sunk_values``) is not in the run's
+    # block: its loaded operands stay live to the guard whatever the scheduler does
+    # (ViT's fc2 reduce, M = 17: the second row's partials summed under ``m1 < 17``,
+    # hipcc 149, estimated 134; counted at the budget it would be 77)
+    sunk_sums = {id(s) for s, _ in _sunk_values(top)}
     out, run = set(), []
 
     def close():
         reads = [s for s in run if isinstance(s, (LdsLoad, Load))]
-        if len(reads) > 1 and len(reads) < len(run) and not any(id(s) in sunk for s in reads):
+        glob = any(isinstance(s, Load) for s in reads)
+        if (len(reads) > 1 and len(reads) < len(run) and not any(id(s) in sunk for s in reads)
+                and not (glob and any(id(s) in sunk_sums for s in run))):
             out.update(range(point_of[id(run[0])], point_of[id(run[-1])] + 1))
         run.clear()
 
