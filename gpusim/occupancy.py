@@ -149,7 +149,7 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   hold it at 6 waves, budget 80; hipcc issues 14 reads up front and takes 75. The rule
   only lowers a count to a budget, never below what the rest of the kernel needs, and
   is not a model of how far below the budget the scheduler gets. A run of global loads
-  into f32 registers and the f32 arithmetic on them is such a block too (a one-tile
+  into f32 registers and sums of them (``_is_sum``) is such a block too (a one-tile
   split-K reduce: its partials, then their sums): 64 partials of Swin's fc2 reduce in
   program order, 70 estimated; hipcc issues 56 loads, starts the sums and reuses their
   registers for the last 8, 61 VGPRs on gfx90a and gfx940 (8 waves, budget 64). It
