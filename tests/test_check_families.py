@@ -51,7 +51,10 @@ def _reduce_check(fixture, dispatch, splits, tmp_path, arches):
 
 @pytest.mark.parametrize("fixture,dispatch,splits,arches", [
     ("yolo_neck.onnx", "d8_conv2d_29", 3, ("gfx90a", "gfx940")),  # hipcc 19, estimate 18
-    ("swin_window.onnx", "d11_val_102", 8, ("gfx90a",)),          # hipcc 69, estimate 70
+    # hipcc 61 / 61, estimate 64 (69 / 107 against 70 before the partials' uniform base)
+    ("swin_window.onnx", "d11_val_102", 8, ("gfx90a", "gfx940")),
+    # Phi-2's fc2 (M = 16, 16 splits): hipcc 61 / 61, estimate 64 (73 / 81 against 70)
+    ("phi_decoder_layer.onnx", "d12_val_134", 16, ("gfx90a", "gfx940")),
 ])
 def test_split_k_reduce_over_one_tile_occupancy_agrees_with_hipcc(
         fixture, dispatch, splits, arches, tmp_path):
@@ -61,30 +64,73 @@ def test_split_k_reduce_over_one_tile_occupancy_agrees_with_hipcc(
     195 VGPRs, estimated 69 and 165); the workgroup id of a one-workgroup grid is now 0
     in the source, the guards the workgroup size decides are resolved by the lowering
     (clang gives threadIdx.x the range [0, 1024) whatever the launch bounds, so hipcc
-    would keep ``ty < 16``), and the dead columns' partials are not read."""
+    would keep ``ty < 16``), and the dead columns' partials are not read. The partials
+    of split h lie 16 KiB x h past the workspace, beyond a global load's 4 KiB immediate
+    offset: gfx940's LLVM computed a 64-bit VGPR address pair per 4 KiB window ahead of
+    the loads; the emitted source now names each such base wave-uniform
+    (``wf_uniform_base``), and every load takes the scalar-base form on both targets.
+    hipcc then issues 56 of the 64 loads, starts the sums and reuses their registers: the
+    estimate counts the run of loads and sums at the occupancy target's budget (64)."""
     report, src = _reduce_check(fixture, dispatch, splits, tmp_path, arches)
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
     assert "block_id" not in src and "if (" not in src
+    assert "wf_uniform_base(" in src
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "Swin's fc2 split-K reduce (8 splits x 64 partials per thread, 16 KiB apart) on "
-    "gfx940: hipcc computes a 64-bit VGPR address pair per split (base + 16 KiB x h, past "
-    "the 4 KiB immediate offset; v_lshl_add_u64) ahead of the loads, 107 VGPRs (4 waves), "
-    "where on gfx90a it uses the scalar base + 32-bit offset form (69, estimated 70). The "
-    "estimate does not model gfx940's address selection or how far ahead its scheduler "
-    "computes the addresses"))
-def test_split_k_reduce_over_one_tile_occupancy_agrees_with_hipcc_gfx940_swin(tmp_path):
-    report, _ = _reduce_check("swin_window.onnx", "d11_val_102", 8, tmp_path, ("gfx940",))
+    "VGPR estimate of the split-K partial of a 3x3 conv's implicit GEMM with vec_a 1 "
+    "(DenseNet's second layer: M = 64, N = 8 of a 64-wide tile, K = 288 in 16 splits of "
+    "1-2 K tiles, 16 guarded scalar im2col gathers per thread per tile): estimated 116 "
+    "(4 waves/SIMD), hipcc 144 (3 waves) on gfx90a and gfx940; the same 116 / 144 as the "
+    "kernel YOLO's neck picks. Not traced; the fragment-read cap (FRAGMENT_CAP) is not "
+    "what holds it (116 with the cap off too)"))
+def test_split_k_partial_gathered_a_occupancy_agrees_with_hipcc(tmp_path):
+    report = _check("densenet_block.onnx", "d2_conv2d_1",
+                    {**SPLIT_K, "vec_a": 1, "split_k": 16}, "partial", tmp_path)
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
 
 
-def test_attention_bias_load_widths_agree_with_hipcc(tmp_path):
-    """The MFMA attention's score epilogue reads a lane's 4 consecutive keys of Swin's
-    relative-position bias; LLVM's load/store vectorizer merges them into one
-    global_load_dwordx4, and so does the IR (compiler/lower/loadmerge.py looks through
-    the key registers; the first key is a multiple of 4, so the vector is aligned)."""
-    knobs = {"mma": "mfma", "BQ": 16, "BK": 16, "waves": 1, "RM": 1, "q_in": "lds",
-             "row_stats": "registers", "lds_pad": 4}
-    report = _check("swin_window.onnx", "d4_matmul_1", knobs, "", tmp_path)
-    assert [x for x in report["disagreements"] if x["what"].startswith("global_")] == []
+@pytest.mark.xfail(strict=True, reason=(
+    "VGPR estimate of a 64-thread direct 1x1 conv (DenseNet's second bottleneck: 24 input "
+    "channels, one output element per thread, the filter read as float4): estimated 56 "
+    "(8 waves/SIMD), hipcc 68 / 66 on gfx90a / gfx940 (7 waves). The opposite sign of "
+    "YOLO's 64-thread direct conv (estimated 104, hipcc 72). Not traced"))
+def test_direct_pointwise_conv_64_threads_occupancy_agrees_with_hipcc(tmp_path):
+    knobs = {"lowering": "direct", "workgroup": 64, "split_k": 1, "stream_k": 0,
+             "k_order": "layout", "tap_mask": 0}
+    report = _check("densenet_block.onnx", "d4_conv2d_12", knobs, "direct", tmp_path)
+    assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Inception's 3x3 average pooling (stride 1, pad 1) reads each window row as three "
+    "neighbouring scalars; hipcc's load-store vectorizer merges one such triple into a "
+    "global_load_dwordx3 (dword alignment is all it needs), a width the IR has no load "
+    "for (1, 2 or 4 elements) and gpusim does not price"))
+def test_average_pool_load_widths_agree_with_hipcc(tmp_path):
+    knobs = {"workgroup": 64, "vector": 1, "elems": 1, "order": "output"}
+    report = _check("inception_block.onnx", "d1_avg_pool2d", knobs, "avg_pool2d", tmp_path)
+    assert report["disagreements"] == []
+
+
+def test_split_k_reduce_with_guarded_sums_occupancy_agrees_with_hipcc(tmp_path):
+    """ViT's fc2 reduce (M = 17, 16 splits): the second row's partials are summed inside
+    the epilogue's ``m1 < 17`` guard, so they stay live across it and the run of loads is
+    not counted at the occupancy budget (77, 6 waves, when it was); estimated 134, hipcc
+    149 / 155 (3 waves on both)."""
+    report = _check("../vit_block.onnx", "d8__inner_mlp_fc2_MatMul_output_0",
+                    {**SPLIT_K, "split_k": 16}, "reduce", tmp_path)
+    assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "VGPR estimate of a multi-tile split-K reduce (ResNet basic block's second 3x3 conv: "
+    "M = 196 in 4 tiles, N = 32, 16 splits, vec_a 1): estimated 135 (3 waves/SIMD), hipcc "
+    "122 on gfx90a (4 waves; 132 on gfx940 agrees). Its partial offsets carry the workgroup "
+    "id, so it keeps the per-load address form (hipcc's count is the same with or "
+    "without wf_uniform_base). Not traced; the estimate is the same before and after the "
+    "global-load run rule"))
+def test_multi_tile_split_k_reduce_occupancy_agrees_with_hipcc(tmp_path):
+    report = _check("../resnet_basic.onnx", "d1_conv2d_4",
+                    {**SPLIT_K, "vec_a": 1, "split_k": 16}, "reduce", tmp_path)
+    assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []

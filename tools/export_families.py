@@ -383,10 +383,251 @@ def t5_layer():
     return Block(), (torch.randn(1, 16, 64),), ["x"]
 
 
+def densenet_block():
+    """DenseNet's dense block (torchvision's _DenseLayer x 2): BN + ReLU + 1x1 bottleneck
+    conv, BN + ReLU + 3x3 conv to the growth rate, each layer's output concatenated to
+    its input features."""
+    torch, nn, F = _nn()
+
+    class Layer(nn.Module):
+        def __init__(self, c, growth=8, bn_size=4):
+            super().__init__()
+            self.n1, self.c1 = nn.BatchNorm2d(c), nn.Conv2d(c, bn_size * growth, 1, bias=False)
+            self.n2 = nn.BatchNorm2d(bn_size * growth)
+            self.c2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
+
+        def forward(self, feats):
+            h = self.c1(F.relu(self.n1(torch.cat(feats, 1))))
+            return self.c2(F.relu(self.n2(h)))
+
+    class Block(nn.Module):
+        def __init__(self, c=16, growth=8):
+            super().__init__()
+            self.l1, self.l2 = Layer(c, growth), Layer(c + growth, growth)
+
+        def forward(self, x):
+            feats = [x]
+            feats.append(self.l1(feats))
+            feats.append(self.l2(feats))
+            return torch.cat(feats, 1)
+    return Block(), (torch.randn(1, 16, 8, 8),), ["x"]
+
+
+def shufflenet_v2_unit():
+    """ShuffleNetV2's stride-1 unit (torchvision's InvertedResidual): channel split, 1x1
+    conv + BN + ReLU, depthwise 3x3 + BN, 1x1 conv + BN + ReLU on one half, concat, and
+    the channel shuffle (reshape, transpose, reshape)."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32):
+            super().__init__()
+            b = c // 2
+            self.branch = nn.Sequential(
+                nn.Conv2d(b, b, 1, bias=False), nn.BatchNorm2d(b), nn.ReLU(),
+                nn.Conv2d(b, b, 3, padding=1, groups=b, bias=False), nn.BatchNorm2d(b),
+                nn.Conv2d(b, b, 1, bias=False), nn.BatchNorm2d(b), nn.ReLU())
+
+        def forward(self, x):
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch(x2)), dim=1)
+            n, c, h, w = out.shape
+            return out.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+    return Block(), (torch.randn(1, 32, 8, 8),), ["x"]
+
+
+def segformer_block():
+    """SegFormer's (MiT) encoder block: efficient self-attention whose keys and values
+    come from a strided conv (spatial reduction) + LayerNorm, then the Mix-FFN (linear,
+    depthwise 3x3 conv over the token grid, GELU, linear), each pre-LayerNorm."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32, heads=2, sr=2, hw=8):
+            super().__init__()
+            self.c, self.h, self.hw = c, heads, hw
+            self.n1, self.n2, self.nsr = nn.LayerNorm(c), nn.LayerNorm(c), nn.LayerNorm(c)
+            self.q, self.kv, self.o = nn.Linear(c, c), nn.Linear(c, 2 * c), nn.Linear(c, c)
+            self.sr = nn.Conv2d(c, c, sr, stride=sr)
+            self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+            self.dw = nn.Conv2d(4 * c, 4 * c, 3, padding=1, groups=4 * c)
+
+        def forward(self, x):
+            b, n, c = x.shape
+            hd = c // self.h
+            t = self.n1(x)
+            q = self.q(t).reshape(b, n, self.h, hd).permute(0, 2, 1, 3)
+            g = t.permute(0, 2, 1).reshape(b, c, self.hw, self.hw)
+            r = self.nsr(self.sr(g).reshape(b, c, -1).permute(0, 2, 1))
+            k, v = self.kv(r).reshape(b, -1, 2, self.h, hd).permute(2, 0, 3, 1, 4)
+            a = torch.softmax(q @ k.transpose(-2, -1) * hd ** -0.5, -1)
+            x = x + self.o((a @ v).transpose(1, 2).reshape(b, n, c))
+            h = self.fc1(self.n2(x))
+            h = h.transpose(1, 2).reshape(b, 4 * c, self.hw, self.hw)
+            h = self.dw(h).flatten(2).transpose(1, 2)
+            return x + self.fc2(F.gelu(h))
+    return Block(), (torch.randn(1, 64, 32),), ["x"]
+
+
+def gemma_mlp():
+    """Gemma's decoder MLP: RMSNorm with a (1 + weight) scale, GeGLU (tanh-approximated
+    GELU gate times the up projection), down projection, residual."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, d=64, ff=128):
+            super().__init__()
+            self.g, self.u = nn.Linear(d, ff, bias=False), nn.Linear(d, ff, bias=False)
+            self.dn = nn.Linear(ff, d, bias=False)
+            self.w = nn.Parameter(torch.randn(d) * 0.1)
+
+        def forward(self, x):
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + self.w)
+            return x + self.dn(F.gelu(self.g(h), approximate="tanh") * self.u(h))
+    return Block(), (torch.randn(1, 16, 64),), ["x"]
+
+
+def mlp_mixer_block():
+    """MLP-Mixer's block: LayerNorm, token-mixing MLP across the patches (transpose,
+    GELU), residual, LayerNorm, channel-mixing MLP, residual."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, tokens=16, c=32, tok_h=32, ch_h=128):
+            super().__init__()
+            self.n1, self.n2 = nn.LayerNorm(c), nn.LayerNorm(c)
+            self.t1, self.t2 = nn.Linear(tokens, tok_h), nn.Linear(tok_h, tokens)
+            self.c1, self.c2 = nn.Linear(c, ch_h), nn.Linear(ch_h, c)
+
+        def forward(self, x):
+            h = self.n1(x).transpose(1, 2)
+            x = x + self.t2(F.gelu(self.t1(h))).transpose(1, 2)
+            return x + self.c2(F.gelu(self.c1(self.n2(x))))
+    return Block(), (torch.randn(1, 16, 32),), ["x"]
+
+
+def phi_decoder_layer():
+    """Phi-2's decoder layer: one LayerNorm feeding attention and the MLP in parallel,
+    partial rotary embeddings (the first half of each head's dims rotated, the rest
+    passed through), causal mask, tanh-GELU MLP, both added to the residual."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, d=64, heads=4, s=16, rot=8):
+            super().__init__()
+            self.h, self.hd, self.rot = heads, d // heads, rot
+            self.n = nn.LayerNorm(d)
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            inv = 1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))
+            ang = torch.outer(torch.arange(s).float(), inv)
+            self.register_buffer("cos", torch.cat([ang, ang], -1).cos())
+            self.register_buffer("sin", torch.cat([ang, ang], -1).sin())
+            self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
+
+        def partial_rope(self, x):
+            r, p = x[..., :self.rot], x[..., self.rot:]
+            return torch.cat([_rope(r, self.cos, self.sin), p], -1)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            h = self.n(x)
+            sp = lambda t: t.view(b, s, self.h, self.hd).transpose(1, 2)
+            q, k = self.partial_rope(sp(self.q(h))), self.partial_rope(sp(self.k(h)))
+            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.hd) + self.mask, -1)
+            att = self.o((a @ sp(self.v(h))).transpose(1, 2).reshape(b, s, d))
+            return x + att + self.fc2(F.gelu(self.fc1(h), approximate="tanh"))
+    return Block(), (torch.randn(1, 16, 64),), ["x"]
+
+
+def bart_decoder_layer():
+    """BART/mBART's decoder layer (post-LayerNorm as BART, GELU): causal self-attention
+    with the 1/sqrt(d) scale on the queries, residual + LayerNorm, cross-attention over
+    the encoder states, residual + LayerNorm, GELU feed-forward, residual + LayerNorm."""
+    torch, nn, F = _nn()
+
+    class Attn(nn.Module):
+        def __init__(self, d, heads):
+            super().__init__()
+            self.h, self.hd = heads, d // heads
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+        def forward(self, x, kv, mask=None):
+            b, s, d = x.shape
+            sp = lambda t: t.view(b, -1, self.h, self.hd).transpose(1, 2)
+            q = sp(self.q(x) * self.hd ** -0.5)
+            w = q @ sp(self.k(kv)).transpose(-1, -2)
+            if mask is not None:
+                w = w + mask
+            return self.o((torch.softmax(w, -1) @ sp(self.v(kv))).transpose(1, 2).reshape(b, s, d))
+
+    class Block(nn.Module):
+        def __init__(self, d=64, heads=4, s=8):
+            super().__init__()
+            self.sa, self.ca = Attn(d, heads), Attn(d, heads)
+            self.n1, self.n2, self.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.register_buffer("mask", torch.full((s, s), float("-inf")).triu(1))
+
+        def forward(self, x, enc):
+            x = self.n1(x + self.sa(x, x, self.mask))
+            x = self.n2(x + self.ca(x, enc))
+            return self.n3(x + self.fc2(F.gelu(self.fc1(x))))
+    return Block(), (torch.randn(1, 8, 64), torch.randn(1, 16, 64)), ["tokens", "encoder"]
+
+
+def regnet_y_block():
+    """RegNetY's bottleneck (torchvision's ResBottleneckBlock): 1x1 conv + BN + ReLU,
+    grouped 3x3 conv (group width 8) + BN + ReLU, squeeze-and-excite (sigmoid gate),
+    1x1 conv + BN, residual, ReLU."""
+    torch, nn, F = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, c=32, gw=8, se=8):
+            super().__init__()
+            self.a, self.na = nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c)
+            self.b = nn.Conv2d(c, c, 3, padding=1, groups=c // gw, bias=False)
+            self.nb = nn.BatchNorm2d(c)
+            self.se1, self.se2 = nn.Conv2d(c, se, 1), nn.Conv2d(se, c, 1)
+            self.c, self.nc = nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            h = F.relu(self.na(self.a(x)))
+            h = F.relu(self.nb(self.b(h)))
+            h = h * torch.sigmoid(self.se2(F.relu(self.se1(F.adaptive_avg_pool2d(h, 1)))))
+            return F.relu(x + self.nc(self.c(h)))
+    return Block(), (torch.randn(1, 32, 8, 8),), ["x"]
+
+
+def inception_block():
+    """Inception-v3's InceptionA (torchvision): four branches, 1x1; 1x1 then 5x5; 1x1
+    then two 3x3; 3x3 average pooling then 1x1, each conv + BN + ReLU, concatenated."""
+    torch, nn, F = _nn()
+
+    def cbr(i, o, k):
+        return nn.Sequential(nn.Conv2d(i, o, k, padding=k // 2, bias=False),
+                             nn.BatchNorm2d(o, eps=0.001), nn.ReLU())
+
+    class Block(nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            self.b1 = cbr(c, 8, 1)
+            self.b5 = nn.Sequential(cbr(c, 6, 1), cbr(6, 8, 5))
+            self.b3 = nn.Sequential(cbr(c, 8, 1), cbr(8, 12, 3), cbr(12, 12, 3))
+            self.bp = cbr(c, 4, 1)
+
+        def forward(self, x):
+            p = F.avg_pool2d(x, 3, stride=1, padding=1)
+            return torch.cat([self.b1(x), self.b5(x), self.b3(x), self.bp(p)], 1)
+    return Block(), (torch.randn(1, 16, 8, 8),), ["x"]
+
+
 FAMILIES = {f.__name__: f for f in (
     unet_resblock, vae_decoder_block, gqa_rope_decoder, swin_window, clip_encoder_layer,
     whisper_encoder_front, whisper_decoder_layer, mobilenet_v3_block, efficientnet_mbconv,
-    convnext_block, segmentation_head, yolo_neck, unet_down_up, t5_layer)}
+    convnext_block, segmentation_head, yolo_neck, unet_down_up, t5_layer, densenet_block,
+    shufflenet_v2_unit, segformer_block, gemma_mlp, mlp_mixer_block, phi_decoder_layer,
+    bart_decoder_layer, regnet_y_block, inception_block)}
 
 
 #: blocks also exported in float16 (``NAME_f16.onnx``: the module and its inputs
@@ -416,7 +657,7 @@ def export(name: str, dest: str = DATA) -> dict:
     return {"file": f"{name}.onnx", "doc": (FAMILIES[base].__doc__ or "").split("\n")[0],
             "dtype": "float16" if half else "float32",
             "exporter": "torch.onnx.export(dynamo=True)", "opset": OPSET,
-            "ops": sorted({n.op_type for n in model.graph.node}),
+            "torch": torch.__version__, "ops": sorted({n.op_type for n in model.graph.node}),
             "bytes": os.path.getsize(path)}
 
 
@@ -431,8 +672,11 @@ def main(argv: list[str]) -> int:
     for n in names:
         fixtures[n] = export(n)
         print(f"{n}: {fixtures[n]['bytes']} bytes, ops {', '.join(fixtures[n]['ops'])}")
+    # ``versions`` is the run that wrote every block; a partial run records its torch
+    # on each block it wrote (``torch``) and leaves the versions of the others as they were
+    versions = manifest.get("versions") if argv and manifest else None
     manifest = {"script": "tools/export_families.py", "opset_requested": OPSET,
-                "versions": {"torch": torch.__version__, "onnx": onnx.__version__},
+                "versions": versions or {"torch": torch.__version__, "onnx": onnx.__version__},
                 "fixtures": dict(sorted(fixtures.items()))}
     with open(manifest_path, "w") as f:
         json.dump(manifest, f, indent=1)

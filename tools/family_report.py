@@ -40,7 +40,13 @@ LABELS = {"unet_resblock": "diffusion UNet ResBlock + upsample", "vae_decoder_bl
           "efficientnet_mbconv": "EfficientNet MBConv", "convnext_block": "ConvNeXt block",
           "segmentation_head": "FPN/DeepLab segmentation head", "yolo_neck":
           "YOLO neck (detection)", "unet_down_up": "UNet (InstanceNorm, segmentation)",
-          "t5_layer": "T5 encoder layer"}
+          "t5_layer": "T5 encoder layer", "densenet_block": "DenseNet dense block (concat)",
+          "shufflenet_v2_unit": "ShuffleNetV2 unit (channel shuffle)", "segformer_block":
+          "SegFormer block (spatial-reduction attention, Mix-FFN)", "gemma_mlp":
+          "Gemma decoder MLP (GeGLU)", "mlp_mixer_block": "MLP-Mixer block",
+          "phi_decoder_layer": "Phi-2 decoder layer (parallel, partial rotary)", "bart_decoder_layer":
+          "BART decoder layer (post-LN, cross-attention)", "regnet_y_block":
+          "RegNetY block (grouped conv, SE)", "inception_block": "Inception-v3 block (InceptionA)"}
 
 
 def fixtures() -> list[tuple[str, str]]:
