@@ -140,7 +140,10 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   epilogue's guarded bias loads, as hipcc's ISA shows);
 - a straight-line FMA K tile (a run of LDS reads and f32 assignments in the kernel
   body, between barriers, not a sunk tile) is one basic block LLVM's scheduler may
-  reorder: it targets the occupancy the workgroup size, LDS and wave slots allow
+  reorder (so is a run in an arm of one of the body's own ``If`` statements: split-K's
+  last-arriving workgroup sums its partials in one, 137 counted as program order against
+  hipcc's 75-77 for a 64x64 tile over 8 splits): it targets the occupancy the workgroup
+  size, LDS and wave slots allow
   (GCNSchedStrategy's TargetOccupancy) and issues reads into the tuples the FMAs free
   until the region fits that occupancy's VGPR budget. Where the program-order peak of
   such a run exceeds the budget, the run counts at the budget (``_free_tile_points``,
@@ -358,7 +361,10 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
             delta[hi + 1] -= 1
     has_global = any(isinstance(s, (Load, Store)) for s in walk(body))
     extra = 1 + (1 if has_global else 0)
-    free = set() if in_agprs else _free_tile_points(lin.top, lin.point_of)
+    free = set()
+    if not in_agprs:
+        for block in [lin.top] + lin.arms:
+            free |= _free_tile_points(block, lin.point_of)
     best = best_free = live = 0
     for i, (_, _, temps) in enumerate(lin.points):
         live += delta[i]
@@ -388,19 +394,24 @@ class _Linearisation:
         self.loop_point = {}  # id(For) -> its first point (the hoisting rule names loops)
         self.store_addrs = []  # (first point of a run of LDS stores, this store's point, family)
         self.top = []        # (point, statement) of the kernel body's own statements
+        #: the same for the arms of the body's own ``If`` statements (split-K's
+        #: last-arriving workgroup sums its partials in one): blocks of their own
+        self.arms = []
         self.point_of = {}   # id(statement) -> its point
         self.mfma_acc = mfma_acc  # MFMA accumulators: a constant start still takes registers
         self.licm_keys = {}  # id(For) -> expr_keys of the computations hoisted out of it
         for loop, _, _, key in licm:
             self.licm_keys.setdefault(id(loop), set()).add(key)
 
-    def add(self, body, skip=frozenset(), depth=0):
+    def add(self, body, skip=frozenset(), depth=0, arm=None):
         points, kinds, alias, uni = self.points, self.kinds, self.alias, self.uni
         run = None
         for s in body:
             self.point_of[id(s)] = len(points)
             if depth == 0:
                 self.top.append((len(points), s))
+            elif arm is not None:
+                arm.append((len(points), s))
             run = (len(points) if run is None else run) if isinstance(s, LdsStore) else None
             if run is not None:
                 fam = _store_address(s.index, uni, skip)
@@ -430,8 +441,11 @@ class _Linearisation:
                 if _trips(s) != 1:   # one trip: straight-line code, nothing carried
                     self.loops.append((start, len(points) - 1))
             elif isinstance(s, If):
-                self.add(s.then, skip, depth + 1)
-                self.add(s.orelse, skip, depth + 1)
+                for branch in (s.then, s.orelse):
+                    inner = [] if depth == 0 else None
+                    self.add(branch, skip, depth + 1, inner)
+                    if inner:
+                        self.arms.append(inner)
 
     def loop_span(self, loop) -> tuple:
         return next(span for span in self.loops if span[0] == self.loop_point[id(loop)])

@@ -264,3 +264,23 @@ def test_last_wg_kernels_compile_and_check(tmp_path):
     for i, k in enumerate(ks):  # one project each: their buffers share names
         (tmp_path / str(i)).mkdir()
         assert_clean(check_kernels([k], tmp_path / str(i)))
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc not installed")
+def test_last_wg_tail_of_many_partials_checks(tmp_path):
+    """The tail of an FMA 64x64 tile over 8 splits loads 128 partials and sums them inside
+    the last-arrival branch: the VGPR estimate counts that run at the scheduler's budget as
+    it does a two-kernel reduce's (the branch's arm is a block of its own; 137 estimated
+    when only the kernel body's own statements were, hipcc 75-77 on gfx90a / gfx940)."""
+    import os
+    from compiler.fusion import fuse
+    from compiler.ir.models import load_model
+    from hip_check import assert_clean, check_kernels
+    g = load_model(os.path.join(os.path.dirname(__file__), "data", "families", "gemma_mlp.onnx"))
+    d = next(x for x in fuse(g).dispatches if x.name.startswith("d3"))
+    k = lower_contraction(g, d, {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4,
+                                 "KW": 1, "lds_pad": 4, "vec_a": 4, "vec_b": 4,
+                                 "swizzle": "none", "prefetch": 1, "split_k": 8, **LAST},
+                          GFX942).kernels[0]
+    assert_clean(check_kernels([k], tmp_path))
