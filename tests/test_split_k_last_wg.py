@@ -284,3 +284,25 @@ def test_last_wg_tail_of_many_partials_checks(tmp_path):
                                  "swizzle": "none", "prefetch": 1, "split_k": 8, **LAST},
                           GFX942).kernels[0]
     assert_clean(check_kernels([k], tmp_path))
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None, reason="hipcc not installed")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "clang 15's AMDGPU backend (Debian hipcc) stops with 'Illegal instruction detected: "
+    "Operand has incorrect register class: V_LSHL_OR_B32_e64 $vgpr, 2, killed $vcc' on "
+    "the last-arrival tail of ViT's o_proj (M = 17 in one 64x64 tile, 4 splits): it "
+    "needs both the tail's partial loads and the epilogue's row guards m < 17 (either "
+    "removed, it compiles); not worked around"))
+def test_last_wg_tail_with_row_guards_compiles(tmp_path):
+    import os
+    from compiler.fusion import fuse
+    from compiler.ir.models import load_model
+    from hip_check import assert_clean, check_kernels
+    g = load_model(os.path.join(os.path.dirname(__file__), "data", "vit_block.onnx"))
+    d = next(x for x in fuse(g).dispatches if "o_proj" in x.name)
+    k = lower_contraction(g, d, {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4,
+                                 "KW": 1, "lds_pad": 4, "vec_a": 4, "vec_b": 4,
+                                 "swizzle": "none", "prefetch": 1, "split_k": 4, **LAST},
+                          GFX942).kernels[0]
+    assert_clean(check_kernels([k], tmp_path))
