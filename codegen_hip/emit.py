@@ -320,6 +320,7 @@ class _Printer:
 
     def __init__(self, kernel: Kernel, c_name: str):
         self.k = kernel
+        self._uniformity = None  # gpusim.analysis.Uniformity of the body, when asked
         self.c_name = c_name
         self.namer = Namer(taken=[c_name])
         self.names = {}  # ("param"|"lds"|"reg", ir name) -> C name
@@ -519,7 +520,8 @@ class _Printer:
             split = self._uniform_split(s, dtype) if space == "global" else None
             src = f"{ptr}[{idx}]"
             if split is not None:
-                src = f"wf_uniform_base({ptr} + {split[0]})[{self.expr(split[1])}]"
+                base = split[0] if isinstance(split[0], int) else self.expr(split[0])
+                src = f"wf_uniform_base({ptr} + {base})[{self.expr(split[1])}]"
             self.emit(f"{self.lhs(d, s)} = {self.convert(src, dtype, d.dtype)};", depth)
             return
         tmp = self.namer.fresh(f"{ptr}_v{width}")
@@ -552,8 +554,17 @@ class _Printer:
         scalar-base form with the one thread-id offset, and hipcc allocates 61 on both
         targets (tests/test_check_families.py). Only the reduce: other kernels' loads keep
         the form their recorded hipcc counts (tests/test_contraction_vgprs.py) were
-        measured with."""
-        if self.k.meta.get("split_k_phase") != "reduce":
+        measured with.
+
+        A last-arrival tail (``last_wg``) reads the same partials at ``(tile * 16 + e) *
+        256 + thread_id`` with the tile a wave-uniform register: its base is named
+        uniform the same way (``_uniform_part``). On gfx940 LLVM otherwise computes a
+        64-bit VGPR address pair per split ahead of the loads (Swin's and SegFormer's
+        fc2 tails, 8 splits: 92 VGPRs on gfx940, 78 on gfx90a; 73 on both so)."""
+        phase = self.k.meta.get("split_k_phase")
+        if phase == "last_wg" and s.buffer.endswith("_partials"):
+            return self._uniform_part(s.index)
+        if phase != "reduce":
             return None
         x = s.index
         if not (isinstance(x, BinOp) and x.op == "add"):
@@ -561,6 +572,20 @@ class _Printer:
         for c, rest in ((x.a, x.b), (x.b, x.a)):
             if isinstance(c, Const) and int(c.value) * DTYPE_BYTES[dtype] >= 4096:
                 return int(c.value), rest
+        return None
+
+    def _uniform_part(self, x):
+        """(uniform, rest) of an index ``uniform + rest`` whose ``rest`` alone reads a
+        per-lane register, else None."""
+        if not (isinstance(x, BinOp) and x.op == "add"):
+            return None
+        if self._uniformity is None:
+            from gpusim.analysis import Uniformity
+            self._uniformity = Uniformity(self.k.body)
+        u = self._uniformity.is_uniform
+        for a, b in ((x.a, x.b), (x.b, x.a)):
+            if u(a) and not u(b) and not isinstance(a, Const):
+                return a, b
         return None
 
     def emit_write(self, s, ptr, dtype, depth):

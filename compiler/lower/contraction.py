@@ -1242,7 +1242,17 @@ class _Builder:
         params = buffers(self.g, self.d)
         if self.last_wg:  # the tail runs only in the workgroup that arrived last
             head, tail = self.body[:self.tail_from], self.body[self.tail_from:]
-            self.body = head + [program.If(self.tail_cond, tuple(tail))]
+            # the tail says what it computes, as the reduce does (below): the guards
+            # the workgroup size decides go (clang gives the work-item id [0, 1024), so
+            # hipcc keeps ``ty + 16 < 32`` and sinks the sums into those blocks, every
+            # partial live to them: Swin's fc2, 8 splits, 100-108 VGPRs, 78 without),
+            # and so do the sums of the rows and columns past M and N with their partial
+            # loads (``_dead_in_arm``). Without the first, the row guards and the loads
+            # also stop clang 15's AMDGPU backend on ViT's o_proj (M = 17)
+            arm = program.If(self.tail_cond, tuple(tail))
+            pruned = without_decided_code(program.Kernel(
+                "tail", (), 1, self.threads, tuple(head) + (arm,)))
+            self.body = head + [_dead_in_arm(pruned[-1])]
             lds += (program.LdsArray("lds_arrived", "i32", (1,)),)
             params += (self.workspace("inout"), self.arrivals())
             meta["split_k_phase"] = "last_wg"
@@ -1864,3 +1874,27 @@ class _Builder:
                 [self.em.value(o, oidxs[0])]
         self.em.bound.pop(root, None)
         return out
+
+
+def _dead_in_arm(arm: program.If) -> program.If:
+    """The last statement of a kernel, an ``If``, without the loads and assignments of its
+    arm whose registers nothing after them reads.
+
+    The accumulators of a last-arrival tail are registers of the whole kernel (the
+    partial stores read them), so the name-based pruning of ``without_decided_code``
+    keeps every sum the tail assigns them, and every partial load under it, also for
+    rows past M (Whisper's cross-attention fc2, M = 8: 12 of 16 sums dead). LLVM's SSA
+    form drops them (hipcc 85-88 VGPRs; the estimate counted all 256 partials: 265);
+    nothing follows the arm, so a value no later statement of the arm reads is dead."""
+    from gpusim.analysis import expr_vars, stmt_defs, stmt_exprs
+    live: set = set()
+    kept = []
+    for s in reversed(arm.then):
+        defs = {v.name for v in stmt_defs(s)}
+        if isinstance(s, (program.Assign, program.Load)) and defs and not defs & live:
+            continue
+        for x in program.walk([s]):
+            for e in stmt_exprs(x):
+                expr_vars(e, live)
+        kept.append(s)
+    return dataclasses.replace(arm, then=tuple(reversed(kept)))
