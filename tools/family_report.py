@@ -71,7 +71,7 @@ def _cli(args) -> tuple[int, dict | None, float]:
         return rc, {"stderr": err.getvalue().strip()[-300:]}, dt
 
 
-def report(path: str, stages: set) -> dict:
+def report(path: str, stages: set, keep: str | None = None) -> dict:
     import onnx
     from compiler.frontends.onnx import load_onnx
     row = {"file": os.path.relpath(path, ROOT)}
@@ -93,7 +93,9 @@ def report(path: str, stages: set) -> dict:
         with tempfile.TemporaryDirectory(prefix="wf-family-") as tmp:
             rc, d, dt = _cli(["tune", path, "--budget", "1", "--json"])
             row["tune"], row["tune_s"] = rc == 0, round(dt, 1)
-            out = os.path.join(tmp, "out")  # the same budget: tune's database is reused
+            # the same budget: tune's database is reused; --keep DIR keeps the export
+            out = os.path.join(keep, os.path.basename(path)[:-5]) if keep else \
+                os.path.join(tmp, "out")
             rc, d, dt = _cli(["export", path, "--budget", "1", "-o", out, "--json"])
             row["export"] = rc == 0
             if rc == 0:
@@ -131,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("-k", default="", help="only fixtures whose file name contains this")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     ap.add_argument("--markdown", action="store_true", help="print the table only")
+    ap.add_argument("--keep", metavar="DIR", help="keep each fixture's export in DIR/NAME "
+                    "(to set a disagreeing kernel's schedule beside hipcc's ISA)")
     args = ap.parse_args(argv)
     stages = {"none": set(), "verify": {"verify"},
               "all": {"verify", "tune", "export", "check"}}[args.stages]
@@ -138,7 +142,7 @@ def main(argv=None) -> int:
     for fam, path in fixtures():
         if args.k not in os.path.basename(path):
             continue
-        r = {"family": fam, **report(path, stages)}
+        r = {"family": fam, **report(path, stages, args.keep)}
         rows.append(r)
         if not args.markdown:
             print(json.dumps(r), flush=True)
