@@ -105,6 +105,20 @@ _UNIFORM_BASE_DEF = (
     "#endif\n")
 
 
+def _constant_term(x):
+    """(c, rest) with ``x == c + rest``: the integer constants of a tree of adds summed
+    out (``rest`` is ``x`` itself, c 0, when there are none)."""
+    if isinstance(x, Const) and isinstance(x.value, int):
+        return int(x.value), None
+    if not (isinstance(x, BinOp) and x.op == "add"):
+        return 0, x
+    ca, ra = _constant_term(x.a)
+    cb, rb = _constant_term(x.b)
+    if ra is None or rb is None:
+        return ca + cb, rb if ra is None else ra
+    return ca + cb, (x if (ca, cb) == (0, 0) else BinOp("add", ra, rb))
+
+
 _MFMA_TYPES = ("// MFMA accumulator vectors (CDNA matrix cores).\n"
                "typedef float floatx16 __attribute__((ext_vector_type(16)));\n"
                "typedef float floatx4 __attribute__((ext_vector_type(4)));\n")
@@ -527,6 +541,8 @@ class _Printer:
         tmp = self.namer.fresh(f"{ptr}_v{width}")
         nbytes = width * DTYPE_BYTES[dtype]
         addr = f"{ptr} + {idx}"
+        if space == "LDS":
+            addr = self._lds_address(ptr, s.index, idx)
         if space == "global" and self.k.meta.get("kind") == "generic":
             # the IR proved the address aligned; say so to hipcc, which otherwise loses
             # the float4's alignment when it strength-reduces the generic reduction's
@@ -540,6 +556,22 @@ class _Printer:
         src_dt = "f32" if dtype in ("f16", "bf16") else dtype
         for d, comp in zip(s.dsts, self._components(tmp, dtype, width)):
             self.emit(f"{self.lhs(d, s)} = {self.convert(comp, src_dt, d.dtype)};", depth)
+
+    def _lds_address(self, ptr, index, idx):
+        """A vector LDS read at ``base + c`` written ``(lds + base) + c``: the constant
+        then stays a byte offset of the ``ds_read`` (its 16-bit immediate). Written
+        ``lds + (base + c)``, LLVM's LICM hoists each ``base + c`` of a K loop's fragment
+        reads out of the loop as an element index of its own and shifts it in the loop,
+        and GVN gives the peeled last tile the same registers: one VGPR per read held
+        over the whole loop (the split-K partial of DenseNet's 3x3 conv with ``vec_a``
+        1: 28 of them, hipcc 144 VGPRs; 120 so, on gfx90a and gfx940). gpusim's
+        estimate counts such offsets as one register (``_offset_aliases``), as the
+        ``ds_read`` offset field allows."""
+        if isinstance(index, BinOp) and index.op == "add":
+            for c, rest in ((index.b, index.a), (index.a, index.b)):
+                if isinstance(c, Const) and not isinstance(rest, Const) and int(c.value) > 0:
+                    return f"({ptr} + {self.expr(rest)}) + {self.expr(c)}"
+        return f"{ptr} + {idx}"
 
     def _uniform_split(self, s, dtype):
         """(constant, rest) of a split-K reduce's partial load at ``constant + rest`` whose
@@ -564,6 +596,13 @@ class _Printer:
         phase = self.k.meta.get("split_k_phase")
         if phase == "last_wg" and s.buffer.endswith("_partials"):
             return self._uniform_part(s.index)
+        if self.k.meta.get("lowering") == "direct":
+            # a direct conv reads input channel c at ``c * H * W + pixel``: the same
+            # form (MobileNetV3's 16x16 projection, 48 channels 1 KiB apart: hipcc 127
+            # / 70 VGPRs on gfx90a / gfx940 with an address pair per load or window,
+            # 65 / 68 with the bases uniform)
+            c, rest = _constant_term(s.index)
+            return (c, rest) if rest is not None and c * DTYPE_BYTES[dtype] >= 4096 else None
         if phase != "reduce":
             return None
         x = s.index

@@ -217,7 +217,7 @@ from gpusim.analysis import (Uniformity, affine_form, expr_children, expr_key, e
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
-    Assign, Barrier, BinOp, Const, For, If, LdsLoad, LdsStore, Load, Mfma, ScalarRef, Select, Special, Store,
+    AtomicAdd, Assign, Barrier, BinOp, Const, Fma, For, If, LdsLoad, LdsStore, Load, Mfma, ScalarRef, Select, Special, Store,
     Var,
     walk,
 )
@@ -346,8 +346,12 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     licm_regs = _hipcc_ranges(body, lin, ranges, alias, licm, mfma_loops)
     in_agprs = _agpr_accumulators(kernel, arch, ranges, lin.k_loops)
 
+    in_sgprs = _scalar_loads(kernel)
+
     def is_vgpr(name):
         name = name.split("#", 1)[0]
+        if name in in_sgprs:
+            return False
         return name in uni.per_lane or dtypes.get(name) == "f32"
 
     # registers live at each point: a sweep over the ranges' ends (a difference array),
@@ -379,6 +383,25 @@ def estimate_vgprs(kernel, arch=DEFAULT_ARCH) -> int:
     if not in_agprs:
         return vgprs
     return -(-vgprs // AGPR_ALIGN) * AGPR_ALIGN + len(in_agprs)
+
+
+def _scalar_loads(kernel) -> set:
+    """Registers only ever loaded from global memory at a wave-uniform index of a buffer
+    the kernel never writes: LLVM reads them with ``s_load`` into SGPRs (the address is
+    uniform and nothing clobbers the memory; ``AMDGPUAnnotateUniformValues``), and a
+    VALU instruction takes an SGPR operand directly, so they cost no VGPR, f32 values
+    included (a value *computed* from them still takes one: no scalar float ALU). The
+    64-thread direct 1x1 conv of MobileNetV3's squeeze-excite reads the pooled 1x1 input
+    (48 channels) at constant offsets: estimated 100 with those 48 values in VGPRs,
+    hipcc 52 (``s_load_dwordx4`` and ``v_fmac_f32 v, s, v``)."""
+    written = {s.buffer for s in walk(kernel.body) if isinstance(s, (Store, AtomicAdd))}
+    uni = Uniformity(kernel.body)
+    scalar, other = set(), set()
+    for s in walk(kernel.body):
+        ok = isinstance(s, Load) and s.buffer not in written and uni.is_uniform(s.index)
+        for v in stmt_defs(s):
+            (scalar if ok else other).add(v.name)
+    return scalar - other
 
 
 class _Linearisation:
@@ -770,9 +793,12 @@ def _free_tile_points(top, point_of) -> set:
     def close():
         reads = [s for s in run if isinstance(s, (LdsLoad, Load))]
         glob = any(isinstance(s, Load) for s in reads)
+        # the assignments the loads can be interleaved with: those before the last load
+        # (a direct conv's epilogue after its bias load, a SiLU, is not)
+        last = max((i for i, s in enumerate(run) if isinstance(s, Load)), default=-1)
         if (len(reads) > 1 and len(reads) < len(run) and not any(id(s) in sunk for s in reads)
                 and not (glob and any(id(s) in sunk_sums for s in run))
-                and not (glob and not all(_is_sum(s.value) for s in run
+                and not (glob and not all(_is_sum(s.value) for s in run[:last]
                                           if isinstance(s, Assign)))):
             out.update(range(point_of[id(run[0])], point_of[id(run[-1])] + 1))
         run.clear()
@@ -788,12 +814,17 @@ def _free_tile_points(top, point_of) -> set:
 
 
 def _is_sum(e) -> bool:
-    """A constant, a register, or a sum of them: a reduce's ``((p0 + p1) + p2) + ...``.
-    The global-load rule of ``_free_tile_points`` takes only such runs: a direct conv's
-    straight-line loads and FMAs are left as they were (MobileNetV3's projection: counted
-    at the budget it went from 104 to 64, against hipcc 127 / 70 on gfx90a / gfx940)."""
+    """A constant, a register, or a sum of them: a reduce's ``((p0 + p1) + p2) + ...``,
+    or an FMA of registers (a direct conv's ``acc = fma(x, w, acc)``). The global-load
+    rule of ``_free_tile_points`` takes only such runs. A direct conv's run was left out
+    while its input loads took an address pair each (MobileNetV3's projection, 48
+    channels 1 KiB apart: hipcc 127 / 70 on gfx90a / gfx940, 104 in program order);
+    with their bases wave-uniform (``codegen_hip.emit``) hipcc takes 65 / 68, and the
+    run counts at the budget (8 waves of 64 threads: 64, estimate 66)."""
     if isinstance(e, (Const, Var)):
         return True
+    if isinstance(e, Fma):
+        return all(isinstance(x, (Const, Var)) for x in (e.a, e.b, e.c))
     return isinstance(e, BinOp) and e.op == "add" and _is_sum(e.a) and _is_sum(e.b)
 
 

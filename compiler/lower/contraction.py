@@ -1403,9 +1403,15 @@ class _Builder:
         # decides the epilogue's column guards (``n0 + ty + 16 < N``), and the reduce
         # loads and keeps live the partials of every column past N (3 of 4 in a 1x1
         # conv of 16 channels in a 64-wide tile); with the 0 the reduce drops them
-        # (``without_decided_code`` below).
-        n0 = self.let("n0", imul(idiv(rest, tiles_m), BN)
-                      if tiles_n > 1 or self.phase != "reduce" else program.i32(0))
+        # (``without_decided_code`` below). The same in a last-arrival kernel, whose
+        # tile is ``block_id % tiles``: LLVM folds ``(block_id % 4) / 4`` to 0 (the
+        # remainder's range needs none of the workgroup id's), gpusim's interval
+        # arithmetic did not, so the tail kept and summed the columns past N (UNet's
+        # up-conv, N = 8 in a 64-wide tile, 12 splits: 192 partials estimated live, 213
+        # VGPRs, hipcc 122)
+        column_zero = tiles_n == 1 and (self.phase == "reduce" or self.last_wg)
+        n0 = self.let("n0", program.i32(0) if column_zero else
+                      imul(idiv(rest, tiles_m), BN))
         return b, m0, n0, tiles_m, tiles_n
 
     def open_segment(self):
