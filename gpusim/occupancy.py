@@ -158,6 +158,15 @@ Register estimate (``estimate_vgprs``), by live ranges over the statement tree:
   registers for the last 8, 61 VGPRs on gfx90a and gfx940 (8 waves, budget 64). It
   showed once the partials' loads took the scalar-base form (``wf_uniform_base`` in
   ``codegen_hip.emit``; before, hipcc 69 / 107 spent the difference on addresses);
+- a direct conv's straight-line run of channel loads and FMAs (``acc = fma(x, w,
+  acc)``) is such a block as well, once its channel loads take the scalar-base form
+  (``codegen_hip.emit``: channel c at ``c * H * W + pixel``, a wave-uniform base past
+  the 4 KiB immediate): YOLO's 1x1 conv 104 in program order, hipcc 70 / 68 on gfx90a /
+  gfx940, 64 at the budget of 8 waves (2026-12-02 evening);
+- a register only ever loaded at a wave-uniform index from a buffer the kernel does not
+  write is read with ``s_load`` into SGPRs and costs no VGPR (``_scalar_loads``; VALU
+  instructions take an SGPR operand): MobileNetV3's squeeze-excite conv reads its 48
+  pooled inputs so, hipcc 52, estimated 100 when they counted;
 - plus 1 VGPR for the work-item id (v0) and, for kernels with global accesses, 1 for an
   address offset.
 

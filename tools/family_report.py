@@ -136,6 +136,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", metavar="DIR", help="keep each fixture's export in DIR/NAME "
                     "(to set a disagreeing kernel's schedule beside hipcc's ISA)")
     args = ap.parse_args(argv)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
     stages = {"none": set(), "verify": {"verify"},
               "all": {"verify", "tune", "export", "check"}}[args.stages]
     rows = []
