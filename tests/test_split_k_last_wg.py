@@ -321,6 +321,10 @@ _FMA_64 = {"mma": "fma", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "KW": 1
     # column written ``(block_id % 4) / 4 * 64`` (LLVM folds it to 0, gpusim did not):
     # 213 estimated with the columns past N summed, hipcc 122 / 122; estimated 117
     ("unet_down_up", "d8_conv2d_68", 12, 1),
+    # FPN's head (M = 64, N = 16, 8 splits) and the diffusion ResBlock's 3x3 conv (M = 256,
+    # N = 32, 16 splits), vec_a 1: estimated 117, hipcc 122 / 122 and 125 / 125
+    ("segmentation_head", "d4_conv2d_25", 8, 1),
+    ("unet_resblock", "d11_conv2d_54", 16, 1),
 ])
 def test_last_wg_tails_of_the_families_check(fixture, dispatch, splits, vec_a, tmp_path):
     """The last-arrival kernels ``export --budget 1`` picks for three families (their
