@@ -148,8 +148,10 @@ def test_split_k_reduce_with_guarded_sums_occupancy_agrees_with_hipcc(tmp_path):
     "M = 196 in 4 tiles, N = 32, 16 splits, vec_a 1): estimated 135 (3 waves/SIMD), hipcc "
     "122 on gfx90a (4 waves; 132 on gfx940 agrees). Its partial offsets carry the workgroup "
     "id, so it keeps the per-load address form (hipcc's count is the same with or "
-    "without wf_uniform_base). Not traced; the estimate is the same before and after the "
-    "global-load run rule"))
+    "without wf_uniform_base of the constant part). Naming the whole uniform part "
+    "(block_id included) wave-uniform, as the last-arrival tail does, gives hipcc 139 / 139, "
+    "which agrees, but costs gfx90a a wave (4 -> 3), so it is not emitted. Not traced "
+    "further; the estimate is the same before and after the global-load run rule"))
 def test_multi_tile_split_k_reduce_occupancy_agrees_with_hipcc(tmp_path):
     report = _check("../resnet_basic.onnx", "d1_conv2d_4",
                     {**SPLIT_K, "vec_a": 1, "split_k": 16}, "reduce", tmp_path)
