@@ -9,7 +9,6 @@ import shutil
 import pytest
 
 from gpusim.hw import GFX942
-from compiler.fusion import fuse
 from compiler.lower.contraction import lower_contraction
 from compiler.schedule import schedule_space
 from compiler.ir.graph import Graph
