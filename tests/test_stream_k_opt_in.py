@@ -55,6 +55,10 @@ def test_space_offers_the_opt_in_tiles_under_stream_k_only():
     assert all(k["stream_k"] in (1, 2) and k["swizzle"] == "before_fusion" for k in opt)
     assert all(k in opt for k in (c.knobs for c in default if c.knobs.get("mma") == "mfma"
                                   and _tile(c.knobs) in MFMA_OPT_IN))
+    # its largest stream-K point is tried whatever the budget
+    tried = [c.knobs for c in space if c.always and c.knobs.get("mma") == "mfma"
+             and _tile(c.knobs) in STREAM_K_1X1_CONV_TILES]
+    assert [k["stream_k"] for k in tried] == [2]
     # a 3x3 conv: none (its partial kernel carries the taps' address)
     g3 = _conv(3, 1)
     space3 = schedule_space(g3, whole(g3), GFX942)

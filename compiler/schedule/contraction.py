@@ -484,6 +484,15 @@ def with_stream_k(gemm, space: list, arch: Arch) -> list:
     first = next((c for c in extra if c.legal and not c.opt_in), None)
     if first is not None:
         first.always = True
+    # a 1x1 conv's 64-column MFMA tile (``STREAM_K_1X1_CONV_TILES``) is tried too, at its
+    # largest W: it halves the activation's re-reads, which bound ResNet-50's stride-2
+    # downsamples in the model, and a cold tune's ranking reached it on one of three
+    # (d28, not d15 and d47, where a tune of the dispatch alone did; docs/kernels.md)
+    wide = [c for c in extra if c.legal and not c.opt_in and gemm.kind == "conv2d"
+            and tuple(c.knobs[n] for n in ("BM", "BN", "BK", "TM", "TN", "KW"))
+            in STREAM_K_1X1_CONV_TILES]
+    if wide:
+        max(wide, key=lambda c: c.knobs["stream_k"]).always = True
     for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
         if c.knobs and not c.fallback and c.knobs.get("lowering") != "direct":
             c.knobs = {**c.knobs, "stream_k": 0}
