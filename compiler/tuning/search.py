@@ -490,8 +490,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
     store = tunedb.MemoryStore() if store is None else store
     version = tunedb.model_version()
     fps = [tunedb.dispatch_fingerprint(graph, d) for d in dispatches]
-    spaces = list(zip(dispatches, _spaces(graph, dispatches, fps, arch, store, version,
-                                           workers, cluster)))
+    spaces = list(zip(dispatches, _spaces(graph, dispatches, fps, arch, store, version)))
     known = {k for _, space in spaces for c in space for k in c.knobs}
     unknown = sorted(set(fixed) - known)
     if unknown:
@@ -516,19 +515,6 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
             results.update(store.get_many("scores", keys))
             if len(keys) == len(row["simulated"]) and all(k in results for k in keys):
                 searches[fp] = staged.Replayed(row)  # else its scores are gone: search
-    # the lower bounds of every space still to rank, in one batch of jobs: a batch per
-    # space left the pool idle while each space's last chunks ran (30 spaces on ResNet-50)
-    to_rank, seen_fp = [], set(searches)
-    for (d, space), fp in zip(spaces, fps):
-        b = dispatch_budget(budget, len(legals[d.name][0]))
-        if fp not in seen_fp and strategy != "random" and not (
-                b is None or b >= len(legals[d.name][0])):
-            seen_fp.add(fp)
-            to_rank.append((d, fp, legals[d.name][0]))
-    bounds = _bounds(graph, to_rank, arch, store, version, workers, cluster) \
-        if to_rank else {}
-    for (d, space), fp in zip(spaces, fps):
-        legal, illegal = legals[d.name]
         if fp not in searches:
             # identical dispatches (one fingerprint: the same space, pins and budget) run
             # one search: its proposals depend only on the space, the ranking, the seed and
@@ -537,8 +523,7 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
             every = b is None or b >= len(legal)
             est = None
             if strategy != "random" and not every:
-                est = _ranking(graph, d, fp, legal, arch, store, version, workers, cluster,
-                               bounds)
+                est = _ranking(graph, d, fp, legal, arch, store, version, workers, cluster)
             orders = _knob_orders(fp, arch, version, fixed, legal) \
                 if strategy == "staged" else None
             searches[fp] = staged.DispatchSearch(legal, est, b, seed, strategy, orders)
@@ -682,44 +667,29 @@ def _bound_job(graph, job) -> list:
     return rank.rank_candidates(graph, dispatch, knobs, arch, lower, bound=True)
 
 
-def _bounds(graph, spaces, arch, store, version, workers=1, cluster=None) -> dict:
-    """The lower bound (``rank.estimate(..., bound=True)``) of every legal point of
-    ``spaces`` ((dispatch, fingerprint, legal points) each), by ``rbound|`` key: read
-    from the store, the missing ones computed in one batch of jobs (each space in chunks
-    over the workers, a chunk per worker and round of the pool's queue, as one space's
-    were) and written back. Results come back in job order: the same at any worker
-    count."""
-    rv = rank.version()
-    keys = [[f"rbound|{rv}|" + tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
-            for _, fp, legal in spaces]
-    known = store.get_many("scores", [k for ks in keys for k in ks])
-    jobs, job_keys = [], []
-    for (dispatch, _, legal), ks in zip(spaces, keys):
-        todo = [i for i, k in enumerate(ks) if k not in known]
-        n = max(1, min(len(todo), 4 * max(workers, 1) if cluster is None else 64))
-        for c in range(n if todo else 0):
-            jobs.append((dispatch, [legal[i].knobs for i in todo[c::n]], arch))
-            job_keys.append([ks[i] for i in todo[c::n]])
-    done = runner.run_jobs(_bound_job, jobs, shared=graph, workers=workers, cluster=cluster)
-    rows = {k: _estimate_row(e) for ks, es in zip(job_keys, done) for k, e in zip(ks, es)}
-    store.put_many("scores", rows, version)
-    known.update(rows)
-    return known
-
-
 def _ranking(graph, dispatch, fp, legal, arch, store, version, workers=1,
-             cluster=None, bounds=None) -> rank.Ranking:
+             cluster=None) -> rank.Ranking:
     """The legal points' ``rank.Ranking``: every point's lower bound (its VGPRs not
-    counted; ``bounds``: rows ``_bounds`` already read or computed), the exact estimates
-    counted as the search asks for them; both read from and written to the tuning
-    database (``rbound|`` and ``rank|`` keys with the estimator's version), so a warm
-    run lowers nothing."""
+    counted), the exact estimates counted as the search asks for them; both read from and
+    written to the tuning database (``rbound|`` and ``rank|`` keys with the estimator's
+    version), so a warm run lowers nothing."""
     keys = [tunedb.score_key(fp, arch, c.knobs, version) for c in legal]
     rv = rank.version()
     bound_keys = [f"rbound|{rv}|{k}" for k in keys]
     exact_keys = [f"rank|{rv}|{k}" for k in keys]
-    known = bounds if bounds is not None and all(k in bounds for k in bound_keys) else \
-        _bounds(graph, [(dispatch, fp, legal)], arch, store, version, workers, cluster)
+    known = store.get_many("scores", bound_keys)
+    todo = [i for i, k in enumerate(bound_keys) if k not in known]
+    if todo:
+        # in chunks over the workers (a chunk per worker and round of the pool's queue)
+        n = max(1, min(len(todo), 4 * max(workers, 1) if cluster is None else 64))
+        chunks = [todo[c::n] for c in range(n)]
+        done = runner.run_jobs(_bound_job, [(dispatch, [legal[i].knobs for i in c], arch)
+                                            for c in chunks],
+                               shared=graph, workers=workers, cluster=cluster)
+        fresh = {i: e for c, es in zip(chunks, done) for i, e in zip(c, es)}
+        rows = {bound_keys[i]: _estimate_row(fresh[i]) for i in todo}
+        store.put_many("scores", rows, version)
+        known.update(rows)
     bounds = [_estimate_of(known[k]) for k in bound_keys]
 
     def exact_of(indices):
@@ -744,32 +714,19 @@ def _estimate_of(row: dict) -> rank.Estimate:
                          row["error"], row.get("bound", False))
 
 
-def _space_job(graph, job) -> list:
-    dispatch, arch = job
-    return schedule_space(graph, dispatch, arch)
-
-
-def _spaces(graph, dispatches, fps, arch, store, version, workers=1, cluster=None) -> list:
+def _spaces(graph, dispatches, fps, arch, store, version) -> list:
     """Each dispatch's schedule space, computed once per fingerprint and remembered in
-    the store (a pure function of the dispatch, the arch and the lowering sources). The
-    missing ones are made in one batch of jobs (each space's legality checks analyse its
-    contraction's operands: 25 s of a cold ResNet-50 verify's one process, in the main
-    process before this)."""
+    the store (a pure function of the dispatch, the arch and the lowering sources)."""
     keys = [tunedb.space_key(fp, arch, version) for fp in fps]
     known = store.get_many("spaces", keys)
-    missing = {}
-    for d, key in zip(dispatches, keys):
-        if key not in known and key not in missing:
-            missing[key] = d
-    made_now = runner.run_jobs(_space_job, [(d, arch) for d in missing.values()],
-                               shared=graph, workers=workers, cluster=cluster)
     fresh, out, made = {}, [], {}
-    for key, space in zip(missing, made_now):
-        rows = [dataclasses.asdict(c) for c in space]
-        known[key] = rows
-        if json.loads(json.dumps(rows)) == rows:  # knob values JSON keeps as they are
-            fresh[key] = rows
-    for key in keys:
+    for d, key in zip(dispatches, keys):
+        if key not in known:
+            space = schedule_space(graph, d, arch)
+            rows = [dataclasses.asdict(c) for c in space]
+            known[key] = rows
+            if json.loads(json.dumps(rows)) == rows:  # knob values JSON keeps as they are
+                fresh[key] = rows
         if key not in made:  # identical dispatches share the (never modified) candidates
             made[key] = [Candidate(**r) for r in known[key]]
         out.append(list(made[key]))

@@ -202,12 +202,8 @@ class DispatchSearch:
             if self.knobs[i] == winner_knobs:
                 stage = s
         curve, best = [], None
-        if self.estimates is not None:  # the points shown carry their exact estimate,
-            # counted together (a ``rank.Ranking`` batches them over the workers; one by
-            # one they ran in the main process)
-            sim = self.simulated()
-            self._best(len(sim), among=sim)
-            for i in sim:
+        if self.estimates is not None:
+            for i in self.simulated():  # the points shown carry their exact estimate
                 self.estimates[i]
         position = self._position() if self.estimates is not None else {}
         for s, i, t in self.history:
