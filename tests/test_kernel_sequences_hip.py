@@ -34,16 +34,19 @@ CASES = [
     ("conv_add_relu:h=33,w=33,c=16,k=330", ("--fix", "stream_k=1", "--fix", "BK=16"),
      ("_gemm_partial", "_gemm_reduce"), "_splitk_partials"),
     # 2 heads x 16 query blocks: keys split eight ways, then the combine
-    ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8"),
+    # (``split_reduce=kernel``: the search may prefer the one kernel of the last arrival)
+    ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8",
+                                   "--fix", "split_reduce=kernel"),
      ("_fd_split", "_fd_combine"), "_fd_partial_out"),
     # the same on the matrix cores: the MFMA split kernel, the same combine
     ("attention:heads=2,seq=256", ("--mode", "aggressive", "--fix", "key_splits=8",
-                                   "--fix", "mma=mfma"),
+                                   "--fix", "mma=mfma", "--fix", "split_reduce=kernel"),
      ("_fd_split", "_fd_combine"), "_fd_partial_out"),
     # ViT's short-sequence split: 64 queries on 4 MFMA waves, 64-key blocks split 4 ways
     ("attention:heads=2,seq=256,dim=64", ("--mode", "aggressive", "--fix", "key_splits=4",
                                           "--fix", "mma=mfma", "--fix", "BQ=64",
-                                          "--fix", "waves=4", "--fix", "BK=64"),
+                                          "--fix", "waves=4", "--fix", "BK=64",
+                                          "--fix", "split_reduce=kernel"),
      ("_fd_split", "_fd_combine"), "_fd_partial_out"),
 ]
 

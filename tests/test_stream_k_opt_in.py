@@ -1,7 +1,7 @@
 """The larger MFMA tiles (``MFMA_OPT_IN``) under stream-K: default candidates of an f32
-matmul's space (``compiler.schedule.contraction.stream_k_opt_in``), their values equal
-numpy in gpusim, and hipcc's VGPRs meet the estimate for their partial kernels
-(docs/kernels.md, "Larger MFMA tiles under stream-K")."""
+matmul's space (``compiler.schedule.contraction.stream_k_opt_in``), and the 32x64x64 KW2
+tile's on a 1x1 conv, their values equal numpy in gpusim, and hipcc's VGPRs meet the
+estimate for their partial kernels (docs/kernels.md, "Larger MFMA tiles under stream-K")."""
 from __future__ import annotations
 
 import shutil
@@ -9,11 +9,10 @@ import shutil
 import pytest
 
 from gpusim.hw import GFX942
-from compiler.ir import models
-from compiler.fusion import fuse
 from compiler.lower.contraction import lower_contraction
 from compiler.schedule import schedule_space
-from compiler.schedule.contraction import MFMA_OPT_IN
+from compiler.ir.graph import Graph
+from compiler.schedule.contraction import MFMA_OPT_IN, STREAM_K_1X1_CONV_TILES
 from compiler.tuning.search import select_candidates
 
 from test_lower_contraction import whole
@@ -44,11 +43,70 @@ def test_space_offers_the_opt_in_tiles_under_stream_k_only():
     assert all(k["stream_k"] in (1, 2) for k in opt)
     assert {k["stream_k"] for k in opt} == {1, 2}
     assert {k["swizzle"] for k in opt} == {"before_fusion"}
-    conv = models.conv_add_relu(c=256, k=64)
-    cd = fuse(conv).dispatches[0]
-    default, _ = select_candidates(schedule_space(conv, cd, GFX942), {}, None, 0, cd.name)
+    # a 1x1 conv (ResNet-50's d28 downsample: 512 -> 1024, stride 2 to 14x14): only
+    # STREAM_K_1X1_CONV_TILES' stream-K before_fusion points
+    conv = _conv(1, 2, c=512, o=1024, hw=28)
+    cd = whole(conv)
+    space = schedule_space(conv, cd, GFX942)
+    default, _ = select_candidates(space, {}, None, 0, cd.name)
+    opt = [c.knobs for c in space if not c.opt_in and c.knobs.get("mma") == "mfma"
+           and _tile(c.knobs) in MFMA_OPT_IN]
+    assert opt and {_tile(k) for k in opt} == STREAM_K_1X1_CONV_TILES
+    assert all(k["stream_k"] in (1, 2) and k["swizzle"] == "before_fusion" for k in opt)
+    assert all(k in opt for k in (c.knobs for c in default if c.knobs.get("mma") == "mfma"
+                                  and _tile(c.knobs) in MFMA_OPT_IN))
+    # its largest stream-K point is tried whatever the budget
+    tried = [c.knobs for c in space if c.always and c.knobs.get("mma") == "mfma"
+             and _tile(c.knobs) in STREAM_K_1X1_CONV_TILES]
+    assert [k["stream_k"] for k in tried] == [2]
+    # a 3x3 conv: none (its partial kernel carries the taps' address)
+    g3 = _conv(3, 1)
+    space3 = schedule_space(g3, whole(g3), GFX942)
+    assert any(c.knobs.get("stream_k") for c in space3 if c.legal)
     assert not any(c.knobs.get("mma") == "mfma" and _tile(c.knobs) in MFMA_OPT_IN
-                   for c in default)
+                   and not c.opt_in for c in space3)
+
+
+def _conv(ksize, stride, c=64, o=200, hw=14):
+    """An NCHW conv (bias + relu), ``ksize`` x ``ksize``, padded to keep the size."""
+    g = Graph(f"conv{ksize}s{stride}")
+    x = g.input("x", (1, c, hw, hw))
+    w = g.input("w", (o, c, ksize, ksize))
+    p = ksize // 2
+    y = g.conv2d(x, w, stride=(stride, stride), padding=(p, p, p, p))
+    g.output(g.relu(g.add(y, g.reshape(g.input("bias", (o,)), (1, o, 1, 1)))))
+    return g
+
+
+@pytest.mark.parametrize("w", [1, 2])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_1x1_conv_tile_under_stream_k_equals_numpy(w, stride):
+    """The 32x64x64 KW2 tile under stream-K on 1x1 convs (a ResNet-50 downsample's
+    stride 2 and stride 1), ragged M and N, K of 2 and a bit K tiles, on 3 CUs."""
+    g = _conv(1, stride, c=2 * 64 + 5, o=70, hw=11)
+    arch = few_cus(3)
+    k = lower_contraction(g, whole(g), _mfma((32, 64, 64, 32, 32, 2), stream_k=w, vec_a=1,
+                                             vec_b=1, swizzle="before_fusion"), arch)
+    assert len(k.kernels) == 2
+    _assert_matches(g, k, arch)
+
+
+@pytest.mark.hip
+@pytest.mark.skipif(shutil.which("hipcc") is None,
+                    reason="hipcc not installed (Debian package 'hipcc')")
+def test_1x1_stride2_conv_tile_compiles_and_check_agrees(tmp_path):
+    """ResNet-50's last downsample shape (1024 -> 2048, 14x14 -> 7x7, stride 2), the tile
+    the space now offers under stream-K 2: both kernels compile for gfx90a and gfx940
+    without scratch and ``check`` agrees (hipcc 96, estimated 124 on the partial)."""
+    from hip_check import assert_clean, check_kernels
+    g = Graph("down")
+    x = g.input("x", (1, 1024, 14, 14))
+    g.output(g.conv2d(x, g.input("w", (2048, 1024, 1, 1)), stride=(2, 2)))
+    seq = lower_contraction(g, whole(g), _mfma((32, 64, 64, 32, 32, 2), stream_k=2, vec_a=1,
+                                               swizzle="before_fusion"), GFX942)
+    report = check_kernels(list(seq.kernels), tmp_path)
+    assert len(report["kernels"]) == 4
+    assert_clean(report)
 
 
 @pytest.mark.parametrize("tile", sorted(MFMA_OPT_IN), ids=lambda t: "x".join(map(str, t)))

@@ -79,6 +79,13 @@ CHUNK = 8
 KEY_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 #: threads per workgroup of flash-decoding's combine kernel (one thread per output element)
 COMBINE_THREADS = 256
+#: flash-decoding: who merges the key splits (``split_reduce``): "kernel", the combine
+#: kernel; "last_wg", in the split kernel by the workgroup that arrives last at its
+#: query block's atomic counter (one launch; ``compiler.lower.contraction``'s pattern)
+SPLIT_REDUCES = ("kernel", "last_wg")
+#: split_reduce=last_wg: registers the combine tail's partial loads of one chunk may take
+#: (KS x (m, l and W columns) per column group; the split's tiles are dead by then)
+TAIL_LOAD_REGS = 96
 
 
 def hoist_loads(stmts: list) -> list:
@@ -256,6 +263,8 @@ def _check_key_splits(a: Attention, s: dict) -> str:
     ks = int(s.get("key_splits", 1))
     if ks not in KEY_SPLITS:
         return f"key_splits={ks} not in {KEY_SPLITS}"
+    if s.get("split_reduce", "kernel") not in SPLIT_REDUCES:
+        return f"split_reduce={s.get('split_reduce')!r} not in {SPLIT_REDUCES}"
     if ks == 1:
         return ""
     nkb = ceil_div(a.sk, s["BK"])
@@ -341,6 +350,10 @@ def workspace_names(a: Attention) -> tuple[str, str]:
     return f"{name}_fd_partial_out", f"{name}_fd_partial_stats"
 
 
+def arrivals_name(a: Attention) -> str:
+    return f"{sanitize(a.dispatch.name)}_fd_arrivals"
+
+
 def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> program.KernelSequence:
     """Flash-decoding (knob ``key_splits`` = KS), for attentions whose query blocks alone
     leave CUs idle (decoding: one query block per head): two kernels in stream order.
@@ -359,8 +372,28 @@ def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> program.KernelSeq
     (``mma=mfma``, :class:`_MfmaBuilder`: each lane stores its O^T registers, four
     consecutive head-dim columns of its query row, and the first k slot of a row its
     (m, l)); both write the same workspaces, so one combine kernel serves both.
+
+    ``split_reduce=last_wg``: one kernel. After its stores each split workgroup fences
+    (``__threadfence``), and after a barrier one thread adds 1 to its query block's i32
+    arrival counter (``AtomicAdd``, the old value through LDS, read back by every thread
+    as a broadcast, so the branch is uniform). The workgroup that read ``KS - 1`` fences
+    again (acquire), resets the counter to 0 for the next launch and runs the combine of
+    2. for its query block's BQ x Dv outputs, its T threads on consecutive elements: the
+    KS partials read back from the workspaces in split order (its own included), so the
+    values are the combine kernel's bit for bit whoever arrives last. The counters are a
+    zero-filled workspace (``Buffer.zeroed``) the kernel leaves zero. The second launch
+    goes (3.5 us on gfx942, ``gpusim/hw``), which was half of ViT-B/16's roofline.
     """
     split_builder = _MfmaBuilder if s.get("mma", "fma") == "mfma" else _Builder
+    if s.get("split_reduce", "kernel") == "last_wg":
+        one = split_builder(a, s, arch.wave_size, phase="split", last_wg=True).build()
+        wo, wst = workspace_names(a)
+        ws = tuple(program.Buffer(b.name, b.dtype, b.shape, "out", zeroed=b.zeroed)
+                   if b.name != arrivals_name(a) else b
+                   for b in one.buffers if b.name in (wo, wst, arrivals_name(a)))
+        meta = {**one.meta, "key_splits": int(s["key_splits"]), "split_reduce": "last_wg",
+                "workspace_bytes": sum(b.size * 4 for b in ws)}
+        return program.KernelSequence(one.name, (one,), ws, meta)
     split = split_builder(a, s, arch.wave_size, phase="split").build()
     combine = _Builder(a, s, arch.wave_size, phase="combine").build_combine()
     wo, wst = workspace_names(a)
@@ -372,10 +405,12 @@ def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> program.KernelSeq
 
 
 class _Builder:
-    def __init__(self, a: Attention, s: dict, ws: int, phase=None):
+    def __init__(self, a: Attention, s: dict, ws: int, phase=None, last_wg=False):
         self.a, self.s, self.ws = a, s, ws
         #: None: the one-kernel attention; "split"/"combine": flash-decoding's kernels
         self.phase = phase
+        #: split_reduce=last_wg: the split kernel's last arrival per query block combines
+        self.last_wg = last_wg
         self.KS = int(s.get("key_splits", 1))
         self.g = geometry(a, s, ws)
         self.regs = RegisterNamer()
@@ -492,11 +527,127 @@ class _Builder:
             body.append(st if TPR == 1 else program.If(program.as_expr(self.j).eq(0), (st,)))
         lds = tuple(program.LdsArray(name, "f32", shp, s["lds_pad"] if name in ("Qs", "Ks", "Ps")
                                else 0) for name, shp in g["lds"].items())
+        return self.split_kernel(body, lds, threads_per_row=TPR)
+
+    def split_kernel(self, body, lds, **meta) -> program.Kernel:
+        """The split kernel of either builder from its body: with ``last_wg`` the arrival
+        count and the last arrival's combine appended (:meth:`arrive_and_combine`)."""
+        a, s, g = self.a, self.s, self.g
+        params = buffers(a.graph, a.dispatch)
+        extra = self.workspaces("out")
+        phase = "split"
+        if self.last_wg:
+            self.arrive_and_combine(body)
+            extra = self.workspaces("inout") + (self.arrivals(),)
+            lds = lds + (program.LdsArray("lds_arrived", "i32", (1,)),)
+            phase = "split_last_wg"
+        else:
+            params = tuple(b for b in params if b.intent == "in")
         body = self.em.provably_aligned(tuple(body), self.ws)
-        params = tuple(b for b in buffers(a.graph, a.dispatch) if b.intent == "in")
-        return program.Kernel(sanitize(f"{a.dispatch.name}_fd_split"), _used(params, body) + (wo, wst),
-                        self.KS * g["grid"], g["T"], body, lds=lds,
-                        meta=_meta(a, s, g, threads_per_row=TPR, flash_decoding="split"))
+        if s.get("mma", "fma") == "mfma":
+            body = _merged_loads(body, self.ws)
+        name = f"{a.dispatch.name}_fd_split" if not self.last_wg else f"{a.dispatch.name}_fd"
+        return program.Kernel(sanitize(name), _used(params, body) + extra,
+                              self.KS * g["grid"], g["T"], body, lds=lds,
+                              meta=_meta(a, s, g, flash_decoding=phase, **meta))
+
+    def arrivals(self):
+        """split_reduce=last_wg: one i32 arrival counter per query block (of every batch
+        and head), zero between launches."""
+        nt = math.prod(self.a.batch) * ceil_div(self.a.sq, self.s["BQ"])
+        return program.Buffer(arrivals_name(self.a), "i32", (nt,), "inout", zeroed=True)
+
+    def arrive_and_combine(self, body: list) -> None:
+        """split_reduce=last_wg, after the split's stores: a fence, the query block's
+        arrival count (thread 0's atomic add, the old value shared through LDS), and,
+        only in the workgroup that arrived last, the acquire fence, the counter's reset
+        and the combine of :meth:`build_combine` over this query block's BQ x Dv
+        outputs, ``T`` threads on consecutive elements (the partials in split order)."""
+        a, s, g, em = self.a, self.s, self.g, self.em
+        BQ, DVP, KS, T = s["BQ"], g["DVP"], self.KS, g["T"]
+        Sq, Dv = a.sq, a.dv
+        nt = math.prod(a.batch) * ceil_div(Sq, BQ)
+        wo, wst = self.workspaces("inout")
+        cnt = self.arrivals()
+        t0 = program.as_expr(self.tid).eq(0)
+        old, seen = self.reg("arrived", "i32"), self.reg("arrivals", "i32")
+        body += [program.Fence(), program.Barrier(),
+                 program.If(t0, (program.AtomicAdd(old, cnt.name, self.qblock, program.i32(1)),
+                                 program.LdsStore("lds_arrived", program.i32(0), (old,)))),
+                 program.Barrier(),
+                 program.LdsLoad((seen,), "lds_arrived", program.i32(0), broadcast=True)]
+        tail: list = [program.Fence(),
+                      program.If(t0, (program.Store(cnt.name, self.qblock, (program.i32(0),)),))]
+        # each thread takes groups of W consecutive columns of a row (16-byte partial
+        # loads and output stores where Dv allows), every group's loads of a chunk issued
+        # before its first exp: the tail is one workgroup, so each trip of loads waits
+        # out a whole memory latency (one trip per element made the tail 16 round trips
+        # on ViT-B/16's 64 x 64 block, 7.5 us of simulated CU time)
+        W = 4 if Dv % 4 == 0 and DVP % 4 == 0 else 1
+        cg = Dv // W                       # column groups of a row
+        n = BQ * cg
+        groups = ceil_div(n, T)
+        chunk = max(1, min(groups, TAIL_LOAD_REGS // (KS * (2 + W))))
+        bidx = tuple(unravel(self.bh, a.batch)) if a.batch else ()
+        outt = a.graph.op(a.out).type
+        for u0 in range(0, groups, chunk):
+            loads, maths = [], []
+            for u in range(u0, min(groups, u0 + chunk)):
+                e = self.let(tail, "e", self.tid + u * T if u else self.tid, "i32")
+                # past the block's last group: the loads read the last group again (every
+                # BQ row of the workspace was stored), only the store is guarded
+                ec = self.let(tail, "ec", program.minimum(e, n - 1), "i32") \
+                    if (u + 1) * T > n else e
+                r = self.let(tail, "r", ec // cg, "i32")
+                col = self.let(tail, "col", (ec % cg) * W, "i32")
+                row = self.let(tail, "row", self.qb * BQ + r, "i32")
+                wrow = self.let(tail, "wrow", self.qblock * BQ + r, "i32")
+                guard = None
+                if (u + 1) * T > n:
+                    guard = e < n
+                if Sq % BQ:
+                    guard = row < Sq if guard is None else program.land(guard, row < Sq)
+                ld: list = []
+                stats, outs = [], []
+                for h in range(KS):
+                    ml = (self.reg("m"), self.reg("l"))
+                    o = tuple(self.reg("o") for _ in range(W))
+                    at = wrow + h * nt * BQ if h else wrow
+                    ld.append(program.Load(ml, wst.name, at * 2))
+                    ld.append(program.Load(o, wo.name, at * DVP + col))
+                    stats.append(ml)
+                    outs.append(o)
+                mt: list = []
+                mx = stats[0][0]
+                for ml in stats[1:]:
+                    mx = program.maximum(mx, ml[0])
+                mx = self.let(mt, "mmax", mx)
+                ws_ = [self.let(mt, "w", program.exp(m_s - mx)) for m_s, _ in stats]
+                lsum = None
+                for w, (_, l_s) in zip(ws_, stats):
+                    lsum = w * l_s if lsum is None else program.fma(w, l_s, lsum)
+                lsum = self.let(mt, "lsum", lsum)
+                vals = []
+                for c in range(W):
+                    osum = None
+                    for w, o in zip(ws_, outs):
+                        osum = w * o[c] if osum is None else program.fma(w, o[c], osum)
+                    vals.append(self.let(mt, "o_norm", osum / lsum))   # the combine's rounding
+                st: list = []
+                with em.scope(st):
+                    out_vals = []
+                    for c in range(W):
+                        em.bound = {a.pat.pv: (lambda ix, v=vals[c]: v)}
+                        out_vals.append(em.value(a.out, bidx + (row, col + c if c else col)))
+                    st.append(program.Store(a.out, em.offset(outt, bidx + (row, col)),
+                                            tuple(out_vals)))
+                em.bound = {}
+                st = hoist_loads(st)
+                mt += st if guard is None else [program.If(guard, tuple(st))]
+                loads += ld
+                maths += mt
+            tail += loads + maths
+        body.append(program.If(program.as_expr(seen).eq(KS - 1), tuple(tail)))
 
     def build_combine(self) -> program.Kernel:
         """Flash-decoding's combine: one thread per (batch, query row, column) element."""
@@ -598,6 +749,7 @@ class _Builder:
             kfirst = self.let(body, "kfirst", ksplit * (ceil_div(Sk, BK) // self.KS), "i32")
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
         qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else program.i32(0)
+        self.qblock, self.bh, self.qb = bid, bh, qb   # the last arrival's combine
         # this thread's RM rows: local rg * RM + k, global row0 + k
         lrow = [rg * RM + k if RM > 1 else rg for k in range(RM)]
         row0 = self.let(body, "row0", qb * BQ + rg * RM if RM > 1 else qb * BQ + rg, "i32")
@@ -853,6 +1005,7 @@ class _MfmaBuilder(_Builder):
             kfirst = self.let(body, "kfirst", ksplit * (ceil_div(Sk, BK) // self.KS), "i32")
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
         qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else program.i32(0)
+        self.qblock, self.bh, self.qb = bid, bh, qb   # the last arrival's combine
         lrow = [self.let(body, "lrow", (wave * RM + k) * M + col, "i32") for k in range(RM)]
         rows = [self.let(body, "row", qb * BQ + lrow[k], "i32") for k in range(RM)]
         rowc = [self.let(body, "rowc", program.minimum(r, Sq - 1), "i32") if Sq % BQ else r
@@ -1096,10 +1249,4 @@ class _MfmaBuilder(_Builder):
         lds = tuple(program.LdsArray(name, "f32", shp, g["LS"] - a.dk if name in ("Qs", "Ks")
                                      else g["VS"] - a.dv)
                     for name, shp in g["lds"].items())
-        body = _merged_loads(self.em.provably_aligned(tuple(body), self.ws), self.ws)
-        params = tuple(b for b in buffers(a.graph, a.dispatch) if b.intent == "in")
-        return program.Kernel(sanitize(f"{a.dispatch.name}_fd_split"),
-                              _used(params, body) + (wo, wst), self.KS * g["grid"], g["T"],
-                              body, lds=lds,
-                              meta=_meta(a, s, g, mfma_shape=g["shape"],
-                                         threads_per_row=g["slots"], flash_decoding="split"))
+        return self.split_kernel(body, lds, mfma_shape=g["shape"], threads_per_row=g["slots"])

@@ -20,7 +20,7 @@ from gpusim import program
 from gpusim.hw import Arch
 
 from compiler.ir.graph import Graph
-from compiler.lower.attention import (BKS, BQS, KEY_SPLITS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS, WAVES, Attention, check_schedule)
+from compiler.lower.attention import (BKS, BQS, KEY_SPLITS, LDS_PADS, MFMA_FOR_BLOCK, Q_IN, RMS, ROW_STATS, SPLIT_REDUCES, WAVES, Attention, check_schedule)
 from compiler.lower.attention import lower_attention as lower  # noqa: F401  (the kind's lowering)
 from compiler.lower.common import LoweringError, ceil_div
 from compiler.schedule.common import Candidate, knob
@@ -47,6 +47,10 @@ class Knobs:
     key_splits: int = knob(1, "flash-decoding: workgroups splitting the keys of a query "
                               "block (1: one kernel; KS > 1: partial outputs, maxima and "
                               "sums in a workspace, then a combine kernel)")
+    split_reduce: str = knob("kernel", f"key_splits > 1: who combines the splits, one of "
+                                       f"{SPLIT_REDUCES}: kernel (a second kernel) or "
+                                       f"last_wg (in the one kernel, the workgroup that "
+                                       f"arrives last at its query block's atomic counter)")
 
 
 def _prior(k: dict) -> tuple:
@@ -108,9 +112,12 @@ def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
     that divide its key blocks): the smallest that gives every CU a workgroup, else the
     largest. A larger query block keeps its splits: on the matrix cores it is more waves
     sharing each staged key block, not padding (ViT's 64-query, 4-wave block split 4 ways
-    over its 4 key blocks of 64 beats every one-kernel point, docs/kernels.md). The split point of the prior's best tile (an FMA one
-    where there is one) is tried whatever the budget (``always``); the MFMA split points
-    are sampled like the MFMA tiles. An attention whose query blocks fill the GPU gets no
+    over its 4 key blocks of 64 beats every one-kernel point, docs/kernels.md). Each split
+    point comes twice: combined by a second kernel (``split_reduce=kernel``) and in the
+    one kernel by each query block's last-arriving workgroup (``last_wg``). The split
+    points (both) of the prior's best tile (an FMA one where there is one) are tried
+    whatever the budget (``always``); the MFMA split points are sampled like the MFMA
+    tiles. An attention whose query blocks fill the GPU gets no
     ``key_splits`` knob."""
     extra, first = [], None
     pts = [c for c in space if c.legal and c.knobs.get("mma") in ("fma", "mfma")]
@@ -128,19 +135,27 @@ def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
               if not check_schedule(a, {**k, "key_splits": n}, arch)]
         tries = [n for n in ok if grid * n >= arch.num_cus][:1] or ok[-1:]
         for n in tries:
-            cand = Candidate({**k, "key_splits": n}, True, "", c.opt_in)
-            extra.append(cand)
+            cand = Candidate({**k, "key_splits": n, "split_reduce": "kernel"}, True, "",
+                             c.opt_in)
+            # its twin combined in the one kernel by each query block's last arrival
+            # (one launch less; its tail is one workgroup's, docs/kernels.md)
+            one = {**k, "key_splits": n, "split_reduce": "last_wg"}
+            why = check_schedule(a, one, arch)
+            twin = Candidate(one, not why, why, c.opt_in)
+            extra += [cand, twin]
             if first is None and not c.opt_in:
-                first = cand
+                first = (cand, twin)
     if not extra:
         return space
     if first is not None:
-        first.always = True
+        for c in first:
+            c.always = c.legal
     for c in space:
         if c.knobs:
             c.knobs = {**c.knobs, "key_splits": 1}
     legal = [c for c in space if c.legal]
-    return legal + extra + [c for c in space if not c.legal]
+    return legal + [c for c in extra if c.legal] + [c for c in space if not c.legal] + \
+        [c for c in extra if not c.legal]
 
 
 def _mfma_prior(k: dict) -> tuple:

@@ -419,13 +419,30 @@ def stream_k_opt_in(gemm, c) -> str:
     where 38-86 are estimated, on 51 of 160 (a gap the default 32x32x32 KW8 tile's
     fix-up shares: 38 vs 67 on ViT-B/16's QKV GEMM). Not convs (their partial kernels
     carry the im2col address), nor bf16 / int8 MFMAs: not measured. Everything else
-    keeps the point's reason."""
+    keeps the point's reason, but a 1x1 conv's 32x64x64 KW2 points
+    (:data:`STREAM_K_1X1_CONV_TILES`)."""
     t = tuple(c.knobs[n] for n in ("BM", "BN", "BK", "TM", "TN", "KW"))
     f32 = (getattr(gemm, "mfma_kind", "f32") or "f32") == "f32" and gemm.dtype == "f32"
-    if c.opt_in == "mma" and t in MFMA_OPT_IN and gemm.kind != "conv2d" and f32 and \
-            c.knobs["swizzle"] == "before_fusion":
+    if gemm.kind == "conv2d":
+        one_tap = gemm.geo["kh"] == gemm.geo["kw"] == 1
+        ok = one_tap and t in STREAM_K_1X1_CONV_TILES
+    else:
+        ok = t in MFMA_OPT_IN
+    if c.opt_in == "mma" and ok and f32 and c.knobs["swizzle"] == "before_fusion":
         return ""
     return c.opt_in
+
+
+#: The MFMA_OPT_IN tiles whose stream-K points (before_fusion swizzle) are default
+#: candidates on a 1x1 conv: its im2col address has no taps (a strided pixel gather:
+#: ResNet-50's stride-2 downsamples, whose 32-column tiles re-read the activation once per
+#: column tile). Measured (fill27, 2026-12-02): ``check`` agrees with hipcc on gfx90a and
+#: gfx940, no scratch, on the partial and fix-up kernels of ResNet-50's d15, d28, d47
+#: (1x1 stride 2; stream_k 1 and 2) and d29 (1x1 stride 1 with the residual; stream_k 1):
+#: the estimate is over hipcc's count on the partials (112-136 vs 96-104) and within 1 on
+#: the fix-ups. 64x64x32 KW1 is not among them: on d47 hipcc spilled 10 VGPRs of the
+#: fix-up into AGPRs and on d29 merged the fix-up's LDS stores to 16 bytes.
+STREAM_K_1X1_CONV_TILES = {(32, 64, 64, 32, 32, 2)}
 
 
 #: stream-K is offered where the one-kernel grid leaves a partial last wave of at most
@@ -467,6 +484,15 @@ def with_stream_k(gemm, space: list, arch: Arch) -> list:
     first = next((c for c in extra if c.legal and not c.opt_in), None)
     if first is not None:
         first.always = True
+    # a 1x1 conv's 64-column MFMA tile (``STREAM_K_1X1_CONV_TILES``) is tried too, at its
+    # largest W: it halves the activation's re-reads, which bound ResNet-50's stride-2
+    # downsamples in the model, and a cold tune's ranking reached it on one of three
+    # (d28, not d15 and d47, where a tune of the dispatch alone did; docs/kernels.md)
+    wide = [c for c in extra if c.legal and not c.opt_in and gemm.kind == "conv2d"
+            and tuple(c.knobs[n] for n in ("BM", "BN", "BK", "TM", "TN", "KW"))
+            in STREAM_K_1X1_CONV_TILES]
+    if wide:
+        max(wide, key=lambda c: c.knobs["stream_k"]).always = True
     for c in space:  # the fallback keeps exactly FALLBACK's knobs (one kernel)
         if c.knobs and not c.fallback and c.knobs.get("lowering") != "direct":
             c.knobs = {**c.knobs, "stream_k": 0}
