@@ -52,7 +52,10 @@ so a bandwidth-bound kernel's CU time approaches T_mem as the grid grows.
 
 Counters are summed over every simulated workgroup; with sampling they are scaled by
 grid / simulated workgroups (exact for workgroups that do the same work; L2 reuse between
-workgroups on different CUs is then not seen, so HBM bytes are an upper bound).
+workgroups on different CUs is then not seen, so HBM bytes are an upper bound). A kernel
+with atomics runs the other CUs' workgroups whole first (values only, so that CU 0 arrives
+last): their counters are counted as they are and only CU 0's sample is scaled, to CU 0's
+workgroups (each of which runs its tile's tail, unlike most of the others).
 Model simplifications beyond the engine's: the memory-side cache is all-or-nothing by
 footprint (above); the timed CU sees the L2 as if it were the first CU to touch every line
 (pessimistic for data shared across CUs).
@@ -622,8 +625,23 @@ def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, 
                    f"{'unknown' if bound == float('inf') else f'+-{100 * bound:.1f}%'} of "
                    f"the CU time)")
     scale = 1.0 if functional else kernel.grid / k
-    return _Timed(launch, raw, t_cu, method, k, scale, raw["counters"] * scale,
-                  raw["per_inst"] * scale)
+    counters, per_inst = raw["counters"] * scale, raw["per_inst"] * scale
+    if atomics and not functional and first is not None:
+        # the other CUs ran whole (values only, counted too): only CU 0's sample is
+        # scaled, to CU 0's workgroups. Scaling it to the grid charged every workgroup
+        # CU 0's tails (it arrives last, so each of its workgroups runs its tile's tail)
+        scale = n0 / k
+        counters = first["counters"] + raw["counters"] * scale
+        per_inst = first["per_inst"] + raw["per_inst"] * scale
+    return _Timed(launch, raw, t_cu, method, k, scale, counters, per_inst)
+
+
+def _scaled_how(kernel, arch, k, scale) -> str:
+    """How a timing run's counters stand for the launch (``_time``)."""
+    if has_atomics(kernel) and kernel.grid > 1:
+        return (f"of the other CUs' {kernel.grid - -(-kernel.grid // arch.num_cus)} "
+                f"workgroups counted whole, CU 0's scaled by {scale:.3g} from {k} sampled")
+    return f"scaled by {scale:.3g} from {k} sampled workgroups"
 
 
 def has_atomics(kernel) -> bool:
@@ -758,8 +776,8 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
               if functional and workgroups is None else
               f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
               f"only (time and counters of those workgroups, not of the launch)"
-              if functional else f"{method}{note}; counters scaled by {scale:.3g} from {k} "
-                                 f"sampled workgroups (outputs partial)")
+              if functional else f"{method}{note}; counters {_scaled_how(kernel, arch, k, scale)} "
+                                 f"(outputs partial)")
     method += (f"; whole GPU = max(CU time, {mem} bytes / achievable bandwidth, L2 bytes / "
                f"achievable bandwidth): {bound}-bound")
     per_inst = _per_inst(prog, timed.per_inst)

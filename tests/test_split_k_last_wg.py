@@ -363,3 +363,20 @@ def test_last_wg_tail_reads_only_the_partials_it_sums():
     assert len(loads) == 16 * 4
     src = emit_kernel(k, GFX942)
     assert src.count("wf_uniform_base(d14_val_181_splitk_partials + ") == 16 * 4
+
+
+@pytest.mark.parametrize("S,T", [(4, 512), (3, 700)])
+def test_sampled_counters_charge_each_tile_one_tail(S, T):
+    """A timing run samples CU 0 (which arrives last, so each of its workgroups runs its
+    tile's tail): its counters equal a functional run's over every workgroup, not CU 0's
+    tails scaled to the whole grid (that was up to S times the tails' traffic)."""
+    import dataclasses
+    k = _tile_sum_kernel(S, T, 64)
+    # one workgroup per CU, so that CU 0's handful of workgroups is sampled
+    k = dataclasses.replace(k, lds=k.lds + (P.LdsArray("pad", "f32", (12288,)),))
+    a = np.random.default_rng(S).standard_normal((S, T, 64)).astype(np.float32)
+    whole = gpusim.simulate(k, GFX942, {"a": a})
+    timed = gpusim.simulate(k, GFX942, {"a": a}, functional=False)
+    assert "sampled" in timed.method and "counted whole" in timed.method
+    for name in ("global_load_bytes", "global_store_bytes", "hbm_bytes", "valu_insts"):
+        assert timed.counters[name] == pytest.approx(whole.counters[name], rel=0.02), name
