@@ -67,9 +67,16 @@ C_TYPE = {"f32": "float", "i32": "int", "f16": "__half", "bf16": "unsigned short
 VEC_TYPE = {("f32", 2): "float2", ("f32", 4): "float4", ("i32", 2): "int2",
             ("i32", 4): "int4", ("f16", 2): "__half2", ("f16", 4): "wf_half4",
             ("bf16", 2): "ushort2", ("bf16", 4): "ushort4",
-            ("i8", 2): "char2", ("i8", 4): "char4", ("u8", 2): "uchar2", ("u8", 4): "uchar4"}
+            ("i8", 2): "char2", ("i8", 4): "char4", ("u8", 2): "uchar2", ("u8", 4): "uchar4",
+            ("f32", 3): "wf_float3", ("i32", 3): "wf_int3"}
 _COMPONENTS = ("x", "y", "z", "w")
 _INDENT = "    "
+
+_DWORD3_DEF = (
+    "// Three dwords moved as one 12-byte load (global_load_dwordx3, dword alignment only).\n"
+    "// A struct, not a clang 3-vector: clang widens a 3-vector's load to 16 bytes.\n"
+    "struct wf_float3 { float x, y, z; };\n"
+    "struct wf_int3 { int x, y, z; };\n")
 
 _HALF4_DEF = ("// Four halves moved as one 8-byte access (global_load_dwordx2 / ds_read_b64).\n"
               "struct __align__(8) wf_half4 { __half2 lo, hi; };\n")
@@ -509,8 +516,10 @@ class _Printer:
         self.emit("}", depth)
 
     def _vector_access(self, width, dtype, space):
-        if width not in (1, 2, 4):
-            raise ValueError(f"kernel {self.k.name!r}: {space} access width {width} (must be 1, 2 or 4)")
+        if width not in (1, 2, 4) and not (width == 3 and space == "global"
+                                           and (dtype, width) in VEC_TYPE):
+            raise ValueError(f"kernel {self.k.name!r}: {space} access width {width} (must be 1, 2 "
+                             f"or 4; 3 for a global load of f32 or i32)")
         return VEC_TYPE.get((dtype, width))
 
     def _components(self, tmp, dtype, width):
@@ -543,7 +552,7 @@ class _Printer:
         addr = f"{ptr} + {idx}"
         if space == "LDS":
             addr = self._lds_address(ptr, s.index, idx)
-        if space == "global" and self.k.meta.get("kind") == "generic":
+        if space == "global" and self.k.meta.get("kind") == "generic" and width != 3:
             # the IR proved the address aligned; say so to hipcc, which otherwise loses
             # the float4's alignment when it strength-reduces the generic reduction's
             # rolled loop pointer and splits the load (dwordx3 + dword). Only there:
@@ -823,6 +832,8 @@ def emit_kernel(kernel: Kernel, arch: Arch | str = DEFAULT_ARCH,
         parts.append(_WAVES_PER_EU_DEF)
     if "wf_half4" in body:
         parts.append(_HALF4_DEF)
+    if "wf_float3" in body or "wf_int3" in body:
+        parts.append(_DWORD3_DEF)
     if "wf_uniform_base(" in body:
         parts.append(_UNIFORM_BASE_DEF)
     if "wf_bf16_to_float" in body or "wf_float_to_bf16" in body:

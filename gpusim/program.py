@@ -15,6 +15,9 @@ backend prints. It follows HIP semantics:
   ``strides`` are metadata for harnesses, views and layout reasoning. A vector access of
   width 1, 2 or 4 moves that many consecutive elements into (or out of) that many
   registers, like ``float2``/``float4`` in HIP; the offset must be a multiple of the width.
+  A global *load* of three 4-byte elements (``global_load_dwordx3``) needs only the
+  element's alignment: the ISA asks dword alignment of every global access, and hipcc's
+  load-store vectorizer forms exactly these from three neighbouring scalar reads.
 - ``lane()``, ``wave_id()``, ``thread_id()`` and ``block_id()`` are the hardware ids; the
   wavefront size (64 on CDNA, 32 on RDNA) comes from the architecture at simulation time
   and from ``warpSize`` in HIP.

@@ -7,12 +7,13 @@ Each check raises ``KernelError`` with a one-line message naming the problem and
 - names: buffers, LDS arrays and scalars that statements use must be declared;
 - types: every register keeps one dtype; assignments, loads and stores match dtypes;
   loop counters are i32 with a positive step; vector widths are 1, 2 or 4 and the
-  register count matches;
+  register count matches (and 3 for a global load of a 4-byte dtype: a dwordx3);
 - undefined registers: a register read before any statement on every path defines it
   (an ``If`` defines what both of its arms define; a loop body's definitions count after
   the loop);
 - misaligned vectors: a vector access's element index must be provably a multiple of
-  its width (``Divisibility``), or hipcc could not issue one dwordx2/x4;
+  its width (``Divisibility``), or hipcc could not issue one dwordx2/x4 (a dwordx3 load
+  needs only dword alignment, which every 4-byte element has);
 - provable out-of-bounds: the index interval (``Intervals``, refined by enclosing
   ``e < bound`` guards) lies outside the buffer and is attained (an affine index of
   independent ids and constant-bound loop counters, not under a guard), or lies wholly
@@ -33,7 +34,7 @@ from gpusim.analysis import Divisibility, Intervals, Uniformity, stmt_exprs, INF
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
 from gpusim.program import (
-    DTYPES, AtomicAdd, Assign, Barrier, Fence, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
+    DTYPE_BYTES, DTYPES, AtomicAdd, Assign, Barrier, Fence, BinOp, Buffer, Cast, Fma, For, If, LdsLoad, LdsStore, Load,
     MFMA_PACK, MFMA_SHAPES, Mfma, ScalarRef, Select, Shuffle, Store, UnOp, Var, WaveReduce, walk,
 )
 
@@ -201,8 +202,10 @@ def _check_access(kernel, s, where: str, check_var, buffers: dict, lds: dict) ->
     mem = table[name]
     load = isinstance(s, (Load, LdsLoad))
     regs = s.dsts if load else s.values
-    if len(regs) not in (1, 2, 4):
-        raise KernelError(f"{kernel.name}: vector width {len(regs)} ({where}) is not 1, 2 or 4; split the access")
+    dword3 = len(regs) == 3 and isinstance(s, Load) and DTYPE_BYTES.get(mem.dtype) == 4
+    if len(regs) not in (1, 2, 4) and not dword3:
+        raise KernelError(f"{kernel.name}: vector width {len(regs)} ({where}) is not 1, 2 or 4 "
+                          f"(3 only for a global load of 4-byte elements); split the access")
     if s.index.dtype != "i32":
         raise KernelError(f"{kernel.name}: {where} index is {s.index.dtype}; indices must be i32")
     for r in regs:
@@ -334,7 +337,7 @@ def _check_alignment(k, arch, buffers, lds):
         if isinstance(s, (Load, Store, LdsLoad, LdsStore)):
             regs = s.dsts if isinstance(s, (Load, LdsLoad)) else s.values
             w = len(regs)
-            if w == 1:
+            if w in (1, 3):  # a dwordx3 load needs dword alignment only (program.py)
                 continue
             m = div.multiple_of(s.index)
             if m % w != 0:

@@ -122,12 +122,12 @@ def test_direct_pointwise_conv_64_threads_occupancy_agrees_with_hipcc(fixture, d
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Inception's 3x3 average pooling (stride 1, pad 1) reads each window row as three "
-    "neighbouring scalars; hipcc's load-store vectorizer merges one such triple into a "
-    "global_load_dwordx3 (dword alignment is all it needs), a width the IR has no load "
-    "for (1, 2 or 4 elements) and gpusim does not price"))
 def test_average_pool_load_widths_agree_with_hipcc(tmp_path):
+    """Inception's 3x3 average pooling (stride 1, pad 1) reads each window row as three
+    neighbouring scalars. hipcc's load-store vectorizer merged one of the three rows into
+    a global_load_dwordx3 by itself (the width the IR had no load for); the IR now reads
+    every such row as one 3-wide load (``loadmerge``), emitted as a 12-byte struct copy,
+    and hipcc issues three global_load_dwordx3."""
     knobs = {"workgroup": 64, "vector": 1, "elems": 1, "order": "output"}
     report = _check("inception_block.onnx", "d1_avg_pool2d", knobs, "avg_pool2d", tmp_path)
     assert report["disagreements"] == []

@@ -121,10 +121,18 @@ def test_loop_carried_register_declared_outside_loop():
 
 
 def test_bad_width_is_rejected():
-    v = [Var(f"v{i}") for i in range(3)]
+    """Width 3 is a global load of 4-byte elements only (a dwordx3); width 5 never."""
+    v = [Var(f"v{i}") for i in range(5)]
     k = Kernel("k", (Buffer("x", "f32", (64,)),), grid=1, block=64, body=(Load(tuple(v), "x", 0),))
-    with pytest.raises(ValueError, match="width 3"):
+    with pytest.raises(ValueError, match="width 5"):
         emit_kernel(k)
+    half = Kernel("k", (Buffer("x", "f16", (64,)),), grid=1, block=64,
+                  body=(Load(tuple(v[:3]), "x", 0),))
+    with pytest.raises(ValueError, match="width 3"):
+        emit_kernel(half)
+    ok = Kernel("k", (Buffer("x", "f32", (64,)),), grid=1, block=64,
+                body=(Load(tuple(v[:3]), "x", 0),))
+    assert "struct wf_float3 { float x, y, z; };" in emit_kernel(ok)
 
 
 # ------------------------------------------------------------------------------ export

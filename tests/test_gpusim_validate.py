@@ -31,7 +31,9 @@ def test_valid_kernels_pass():
     ([], dict(block=0), "block must be > 0"),
     ([], dict(grid=0), "grid must be > 0"),
     ([], dict(lds=(LdsArray("s", "f32", (20000,)),)), "LDS use 80000 B exceeds"),
-    ([Load((X, Y, X), "a", thread_id() * 4)], {}, "vector width 3"),
+    ([Store("o", thread_id() * 4, (X, Y, X))], {}, "vector width 3"),  # 3: loads only
+    ([Load(tuple(Var(f"v{i}") for i in range(5)), "a", thread_id() * 5)], dict(n=512),
+     "vector width 5"),
     ([Load((X, Y), "a", thread_id() * 2 + 1)], dict(n=256), "provably a multiple of 1"),
     ([Load(tuple(Var(f"v{i}") for i in range(4)), "a", thread_id() * 2)], dict(n=256), "multiple of 2"),
     ([Load((X,), "a", thread_id() + 1)], {}, r"elements \[1, 64\] but it has 64"),
@@ -62,6 +64,25 @@ def test_guarded_and_uniform_cases_are_accepted():
     validate(kern([If(thread_id() + 1 < 64, (Load((X,), "a", thread_id() + 1),))]), "gfx942")
     validate(kern([If(block_id() < 1, (Barrier(),)), If(wave_id() < 1, (Barrier(),))]), "gfx942")
     validate(kern([Load((X, Y), "a", thread_id() % 16 * 2)]), "gfx942")
+
+
+def test_a_dwordx3_load_needs_dword_alignment_only():
+    """Three 4-byte elements at any element index (global_load_dwordx3); values as three
+    scalar loads would give them. Not for a 2-byte buffer (6 bytes is no dwordx3)."""
+    regs = (X, Y, Var("z"))
+    body = [Load(regs, "a", thread_id()),
+            Store("o", thread_id(), ((X + Y) + Var("z"),))]
+    k = kern(body, n=66)
+    validate(k, "gfx942")
+    a = np.arange(66, dtype=np.float32)
+    out = simulate(k, "gfx942", inputs={"a": a}).outputs["o"]
+    np.testing.assert_array_equal(out[:64], a[:64] + a[1:65] + a[2:66])
+    python = simulate(k, "gfx942", inputs={"a": a}, jit=False).outputs["o"]
+    np.testing.assert_array_equal(python, out)  # the pure-Python engine agrees
+    half = Kernel("h", (Buffer("a", "f16", (66,)), Buffer("o", "f32", (66,), "out")), grid=1,
+                  block=64, body=tuple(body))
+    with pytest.raises(KernelError, match="vector width 3"):
+        validate(half, "gfx942")
 
 
 def test_a_loop_that_never_runs_is_dead_code():

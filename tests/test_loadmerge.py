@@ -146,3 +146,44 @@ def test_swin_attention_bias_loads_merged_and_values_match_numpy():
     for o in d.outputs:
         np.testing.assert_allclose(res.outputs[o].reshape(env[o].shape), env[o],
                                    rtol=1e-4, atol=1e-5)
+
+
+def _row_loads(offsets, buffer="x"):
+    """One scalar load per element offset of a row, at ``lane() * 10 + offset``."""
+    from gpusim.program import Var, i32, lane
+    return tuple(Load((Var(f"r{o}"),), buffer, lane() * 10 + i32(o)) for o in offsets)
+
+
+@pytest.mark.parametrize("offsets,dwords,widths", [
+    ((0, 1, 2), True, [3]),                  # a window row: one dwordx3, no alignment needed
+    ((5, 6, 7, 20, 21, 22), True, [3, 3]),   # two rows
+    ((0, 1, 2), False, [1, 1, 1]),           # a 2-byte buffer: 6 bytes is no dwordx3
+    ((0, 1, 2, 3, 4), True, [1] * 5),        # longer runs are the 4-wide rule's or scalar
+    ((0, 1, 3), True, [1, 1, 1]),            # not consecutive
+])
+def test_runs_of_exactly_three_dwords_become_one_load(offsets, dwords, widths):
+    from compiler.lower.loadmerge import merge_loads
+    merged = merge_loads(_row_loads(offsets), 64, frozenset(),
+                         frozenset({"x"}) if dwords else frozenset())
+    loads = [s for s in walk(merged) if isinstance(s, Load)]
+    assert [len(s.dsts) for s in loads] == widths
+    assert sorted(d.name for s in loads for d in s.dsts) == sorted(f"r{o}" for o in offsets)
+
+
+@pytest.mark.skipif(shutil.which("hipcc") is None, reason="needs hipcc")
+def test_average_pool_rows_are_dwordx3_in_ir_and_isa(tmp_path):
+    """A 3x3 stride-1 average pool: three 3-wide loads per output in the IR, three
+    global_load_dwordx3 in hipcc's ISA (gfx90a and gfx940), and the values of every
+    legal schedule are numpy's (``test_pooling_kernels_match_numpy_under_every_schedule``)."""
+    g = pool_graph("AveragePool", [1, 4, 10, 10], kernel_shape=[3, 3], strides=[1, 1])
+    [d] = [d for d in fuse(g).dispatches if dispatch_kind(g, d) == "elementwise"
+           and len(d.ops) > 1]
+    k = lower(g, d, {"workgroup": 64, "vector": 1, "elems": 1, "order": "output"}, ARCH)
+    assert sorted(len(s.dsts) for s in walk(k.body) if isinstance(s, Load)) == [1, 3, 3, 3]
+    src = tmp_path / "k.hip"
+    src.write_text(emit_kernel(k, ARCH))
+    for target in ("gfx90a", "gfx940"):
+        r = compile_to_asm(src, target, tmp_path / f"k_{target}.s")
+        assert r["rc"] == 0, r["stderr"]
+        loads = parse_asm((tmp_path / f"k_{target}.s").read_text())["widths"]["global_load"]
+        assert loads.get(12) == 3, loads

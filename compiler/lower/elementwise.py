@@ -132,9 +132,12 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
     body = em.provably_aligned(tuple(body), arch.wave_size)
     # overlapping windows (pooling taps) load elements twice and in dword runs: say what
     # hipcc makes of them (see loadmerge)
+    params = buffers(graph, dispatch)
     body = merge_loads(body, arch.wave_size,
-                       frozenset(x.buffer for x in program.walk(body) if isinstance(x, program.Store)))
-    return program.Kernel(name, buffers(graph, dispatch), grid, wg, body,
+                       frozenset(x.buffer for x in program.walk(body) if isinstance(x, program.Store)),
+                       frozenset(b.name for b in params if isinstance(b, program.Buffer)
+                                 and program.DTYPE_BYTES[b.dtype] == 4))
+    return program.Kernel(name, params, grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule),
                           "loads": sorted(set(em.loads))})

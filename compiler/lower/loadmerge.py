@@ -11,7 +11,11 @@ This pass says in the IR what hipcc emits, where it is provable: within one stra
 run of statements, scalar loads of one buffer whose indices differ only by constants
 (same affine form over the same registers) are deduplicated (a later load of the same
 element reads the first one's register), and four consecutive elements whose first index
-``Divisibility`` proves a multiple of 4 become one 4-wide load. The affine form looks
+``Divisibility`` proves a multiple of 4 become one 4-wide load; a run of exactly three
+consecutive 4-byte elements (a pooling window's row) becomes one 3-wide load, which needs
+no more than dword alignment (``global_load_dwordx3``; hipcc merged one such row of
+Inception's 3x3 average pooling by itself and left the other two scalar, as its
+vectorizer proved only that row's neighbours consecutive). The affine form looks
 through index registers assigned once (``key1 = kk + 1``, ``key2 = kk + 2``: an MFMA
 attention's score epilogue names each of a lane's four consecutive keys, and LLVM, which
 sees the values and not the names, merges the four bias loads of Swin's windowed
@@ -29,6 +33,8 @@ from gpusim.analysis import Divisibility, affine_form, expr_vars, register_write
 
 #: the widest access the pass forms (16 bytes of f32: ``global_load_dwordx4``)
 WIDTH = 4
+#: a run of exactly this many 4-byte elements becomes one ``global_load_dwordx3``
+DWORD3 = 3
 
 
 def _affine(e, values: dict | None = None) -> tuple[tuple, int]:
@@ -91,10 +97,19 @@ def _rename(x, names: dict):
     return x
 
 
-def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) -> tuple:
+def _run_of_three(by_off: dict, c0: int) -> bool:
+    """Whether ``c0`` starts a run of exactly three consecutive elements (no neighbour
+    on either side: a longer run is the 4-wide rule's, or stays scalar)."""
+    return (c0 - 1 not in by_off and c0 + DWORD3 not in by_off
+            and all(c0 + j in by_off for j in range(DWORD3)))
+
+
+def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset(),
+                dwords: frozenset = frozenset()) -> tuple:
     """``body`` with the scalar loads of each straight-line run deduplicated and merged
     (see the module docstring); buffers in ``stored`` (written by the kernel) are left
-    alone."""
+    alone; runs of three become one load only in ``dwords`` (buffers of 4-byte
+    elements: a dwordx3)."""
     div = Divisibility(body, wave_size)
     values = _index_values(body)
     ndefs: dict = {}
@@ -138,6 +153,16 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset()) ->
                         place[at] = vec
                         drop.update(p for p, _ in members if p != at)
                         i += WIDTH
+                        continue
+                if buf in dwords and _run_of_three(by_off, c0):
+                    head = by_off[c0][0][1]
+                    members = [by_off[c0 + j][0] for j in range(DWORD3)]
+                    at = min(p for p, _ in members)
+                    if all(defined_at.get(r, -1) < at for r in expr_vars(head.index)):
+                        place[at] = program.Load(tuple(s.dsts[0] for _, s in members), buf,
+                                                 head.index)
+                        drop.update(p for p, _ in members if p != at)
+                        i += DWORD3
                         continue
                 i += 1
         out = []
