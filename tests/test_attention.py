@@ -253,3 +253,20 @@ def test_k_given_transposed_in_memory():
     g.output(g.matmul(builders.softmax(g, g.mul(g.matmul(q, kt), 0.25)), v))
     run(g, {"BQ": 16, "BK": 16, "waves": 1, "RM": 1, "q_in": "lds", "row_stats": "lds",
             "lds_pad": 0})
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+def test_points_gpusim_cannot_allocate_are_refused_by_the_space(arch):
+    """Hypothesis found it: two causal queries, a 110-wide head, Q in LDS, RM 4: one key
+    step in straight-line code, 507-557 VGPRs by gpusim's estimate, which the simulator
+    refuses. The space now refuses them with the estimate, and every legal point runs."""
+    from gpusim.occupancy import estimate_vgprs
+    g = attention_graph(1, 2, 2, 110, 41, "causal")
+    d = next(d for d in fuse(g).dispatches if d.kind == "attention")
+    space = schedule_space(g, d, get_arch(arch))
+    refused = [c for c in space if not c.legal and "VGPRs per lane by gpusim's estimate" in c.reason]
+    assert refused and all(c.knobs["q_in"] == "lds" for c in refused)
+    for c in (c for c in space if c.legal and c.knobs.get("mma") == "fma"):
+        k = lower(g, d, c.knobs, arch)
+        assert max(estimate_vgprs(x, get_arch(arch)) for x in program.kernels_of(k)) <= 512
+    run(g, [c for c in space if c.legal][0].knobs, arch)

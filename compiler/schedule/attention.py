@@ -99,7 +99,29 @@ def space(graph: Graph, dispatch, arch: Arch) -> list[Candidate]:
             why = check_schedule(a, knobs, arch)
             (illegal if why else legal).append(Candidate(knobs, not why, why))
     out = legal + [c for c in mfma if c.legal] + illegal + [c for c in mfma if not c.legal]
-    return with_key_splits(a, out, arch)
+    return _refuse_over_vgprs(graph, dispatch, a, with_key_splits(a, out, arch), arch)
+
+
+def _refuse_over_vgprs(graph, dispatch, a: Attention, space: list, arch: Arch) -> list:
+    """FMA points with Q staged in LDS and one key trip per workgroup: ``check_schedule``
+    counts no Q registers there (no key loop for hipcc to hoist Q's reads out of), but in
+    the straight-line step gpusim's VGPR estimate may still keep them all live (a 110-wide
+    head read two at a time, RM 4: 507-557 VGPRs), and the simulator refuses a kernel over
+    the arch's VGPRs per lane. Such points are lowered here (a small attention: few keys)
+    and refused with the estimate when it is over, so that a legal point always runs."""
+    from gpusim.occupancy import estimate_vgprs
+    for c in space:
+        k = c.knobs
+        if not c.legal or k.get("mma") != "fma" or k.get("q_in") != "lds" or                 ceil_div(a.sk, k["BK"] * int(k.get("key_splits", 1))) > 1:
+            continue
+        kernels = program.kernels_of(lower(graph, dispatch, k, arch))
+        need = max(estimate_vgprs(kern, arch) for kern in kernels)
+        if need > arch.vgprs_per_lane:
+            c.legal, c.always = False, False
+            c.reason = (f"~{need} VGPRs per lane by gpusim's estimate (Q's {a.dk}-wide rows "
+                        f"read from LDS in one straight-line key step), over the "
+                        f"{arch.vgprs_per_lane} of {arch.name}")
+    return [c for c in space if c.legal] + [c for c in space if not c.legal]
 
 
 def with_key_splits(a: Attention, space: list, arch: Arch) -> list:
