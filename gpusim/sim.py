@@ -137,22 +137,23 @@ def _program(kernel: Kernel, arch):
 _CHECKED: dict = {}
 
 
-def _checked(kernel: Kernel, arch, scalars):
+def _checked(kernel: Kernel, arch, scalars, vgprs: int | None = None):
     """``validate`` then ``occupancy``, remembered per kernel and arch object (both are
     immutable) and scalar values: a tuning loop or the bench simulates one kernel many
-    times, and the two walks of its tree were a millisecond per call."""
+    times, and the two walks of its tree were a millisecond per call. ``vgprs``: the
+    kernel's ``estimate_vgprs`` count made before (``simulate``), not made again."""
     try:
         skey = tuple(sorted((scalars or {}).items()))
         hash(skey)
     except TypeError:  # unhashable scalar values: check every time
         validate(kernel, arch, scalars)
-        return occupancy(kernel, arch)
+        return occupancy(kernel, arch, vgprs)
     key = (id(kernel), id(arch), skey)
     hit = _CHECKED.get(key)
     if hit is not None and hit[0] is kernel and hit[1] is arch:
         return hit[2]
     validate(kernel, arch, scalars)
-    occ = occupancy(kernel, arch)
+    occ = occupancy(kernel, arch, vgprs)
     if len(_CHECKED) > 256:
         _CHECKED.clear()
     _CHECKED[key] = (kernel, arch, occ)
@@ -719,7 +720,7 @@ def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
 def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scalars: dict | None = None,
              *, functional: bool = True, trace: bool = False, jit: bool = True,
              launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP,
-             workgroups=None, extrapolate_loops: bool = False) -> SimResult:
+             workgroups=None, extrapolate_loops: bool = False, vgprs=None) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
     ``inputs`` maps buffer names to arrays, or to ``Partial`` (some elements, the rest
@@ -737,14 +738,19 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     A ``KernelSequence`` (one dispatch lowered to several launches) runs kernel by kernel
     in order (``_simulate_sequence``): its time is the sum of the kernels' times, each
     with its launch overhead.
+    ``vgprs``: the VGPRs per lane ``occupancy.estimate_vgprs`` counted for this kernel on
+    this arch before (a sequence: one count or None per kernel, in launch order), used
+    instead of counting again; the caller vouches that the count is this kernel's (the
+    tuner hands the count its exact analytic estimate made of the same lowering: a count
+    is a few times the cost of lowering the kernel). None: counted here.
     """
     arch = get_arch(arch)
     if isinstance(kernel, KernelSequence):
         return _simulate_sequence(kernel, arch, inputs, scalars, functional=functional,
                                   trace=trace, jit=jit, launch_overhead_us=launch_overhead_us,
                                   trace_cap=trace_cap, workgroups=workgroups,
-                                  extrapolate_loops=extrapolate_loops)
-    occ = _checked(kernel, arch, scalars)
+                                  extrapolate_loops=extrapolate_loops, vgprs=vgprs)
+    occ = _checked(kernel, arch, scalars, None if vgprs is None else int(vgprs))
     prog = _program(kernel, arch)
     if workgroups is not None:
         bad = [w for w in workgroups if not 0 <= int(w) < kernel.grid]
@@ -798,7 +804,8 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
 _ADDITIVE = tuple(COUNTER_NAMES) + ("hbm_bytes",)
 
 
-def _simulate_sequence(seq, arch, inputs, scalars, *, workgroups, **kw) -> SimResult:
+def _simulate_sequence(seq, arch, inputs, scalars, *, workgroups, vgprs=None,
+                       **kw) -> SimResult:
     """Runs the kernels of ``seq`` in launch order, each as one ``simulate`` call: a
     workspace one kernel writes is the input of the next (its values in functional mode;
     in timing mode the partial values, which no lowering's control flow depends on).
@@ -820,6 +827,7 @@ def _simulate_sequence(seq, arch, inputs, scalars, *, workgroups, **kw) -> SimRe
             if w.zeroed and w.name not in given and any(b.name == w.name for b in k.buffers):
                 given[w.name] = np.zeros(w.shape, np.int32 if w.dtype == "i32" else np.float32)
         r = simulate(k, arch, given, scalars, workgroups=workgroups if last else None,
+                     vgprs=None if vgprs is None else vgprs[i],
                      **{**kw, "trace": kw["trace"] and last})
         for b in k.buffers:
             if b.intent != "in":

@@ -245,3 +245,41 @@ def test_search_exercise_rejects_unmeasured_and_over_budget_answers():
     assert not v and "budget" in str(v)
     v = check_search(top, model, budget=100, store=store)
     assert v and v.found_over_best == 1.0
+
+
+def test_vgpr_counts_shared_by_estimate_and_simulation_equal_fresh_counts(monkeypatch):
+    """An exact estimate carries its kernels' VGPR counts and the simulation of the same
+    point reuses them (and the other way round): each equals a fresh count, a shared count
+    changes no estimate and no simulated figure, and a tune counts no kernel twice."""
+    import importlib
+    occ_mod = importlib.import_module("gpusim.occupancy")  # the package exports the function
+    g, ds = _one("mlp:tokens=64,hidden=64,ffn=256")
+    legal, _ = legal_candidates(schedule_space(g, ds[0], GFX942), {}, "d")
+    seqs = [c for c in legal if c.knobs.get("split_k", 1) > 1][:3]
+    assert seqs, "the space has split-K points (two kernels each)"
+    for c in legal[:3] + seqs:
+        kernels = rank._kernels(lower(g, ds[0], c.knobs, GFX942))
+        fresh = tuple(occ_mod.estimate_vgprs(k, GFX942) for k in kernels)
+        exact = rank.rank_candidates(g, ds[0], [c], GFX942, lower)[0]
+        assert exact.vgprs == fresh
+        alone = search.score(g, ds[0], c.knobs, GFX942)
+        shared = search.score(g, ds[0], c.knobs, GFX942, vgprs=exact.vgprs)
+        assert alone == shared and shared.vgprs == fresh
+        again = rank.rank_candidates(g, ds[0], [c], GFX942, lower, vgprs=[alone.vgprs])[0]
+        assert (again.us, again.features, again.vgprs) == (exact.us, exact.features, fresh)
+    counted = {}
+    real = occ_mod.estimate_vgprs
+
+    def counting(kernel, arch=GFX942):
+        # by point (its schedule) and text: two points may lower to one kernel text
+        # (a prefetch depth a short K loop cannot use), each point counts it once
+        key = (repr(kernel.meta.get("schedule")), repr((
+            kernel.name, kernel.params, kernel.grid, kernel.block, kernel.body, kernel.lds)))
+        counted[key] = counted.get(key, 0) + 1
+        return real(kernel, arch)
+    rank._LATER.clear()
+    rank._LATER_BY_BODY.clear()
+    monkeypatch.setattr(occ_mod, "estimate_vgprs", counting)
+    t = tune_dispatches(g, ds, GFX942, budget=8, seed=1)[0]
+    assert t.search["simulated"] == 8 and counted
+    assert max(counted.values()) == 1, "a point's kernel had its VGPRs counted twice"

@@ -33,9 +33,9 @@ def counted(monkeypatch):
     calls = []
     real = search.score
 
-    def score(graph, dispatch, knobs, arch):
+    def score(graph, dispatch, knobs, arch, vgprs=None):
         calls.append((dispatch.name, dict(knobs)))
-        return real(graph, dispatch, knobs, arch)
+        return real(graph, dispatch, knobs, arch, vgprs)
 
     monkeypatch.setattr(search, "score", score)
     return calls

@@ -67,6 +67,10 @@ class Estimate:
     error: str = ""
     #: a lower bound (VGPRs not counted), see ``estimate``
     bound: bool = False
+    #: an exact estimate's VGPR counts (``gpusim.occupancy.estimate_vgprs``), one per
+    #: kernel in launch order: the simulation of the same point reuses them
+    #: (``compiler.tuning.search.score``) instead of counting again
+    vgprs: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -565,7 +569,8 @@ def _kernels(k) -> list:
     return list(k) if isinstance(k, (list, tuple)) else [k]
 
 
-def estimate(kernel, arch, bound: bool = False, reference: bool = False) -> Estimate:
+def estimate(kernel, arch, bound: bool = False, reference: bool = False,
+             vgprs=None) -> Estimate:
     """The analytic estimate of one lowered kernel (or a sequence of them, summed, each
     kernel after the first paying its own launch, as the simulator charges it).
 
@@ -577,18 +582,25 @@ def estimate(kernel, arch, bound: bool = False, reference: bool = False) -> Esti
     A bound that fails (LDS or wave slots) fails exactly too; it is marked exact.
 
     ``reference``: walk the kernel with the plain reference walk (``_walk``) instead of
-    the fast one (``_walk_fast``); the two give equal estimates (the differential test)."""
+    the fast one (``_walk_fast``); the two give equal estimates (the differential test).
+
+    ``vgprs`` (exact only): the kernels' VGPR counts made before (one count or None per
+    kernel in launch order, as a simulation of the same lowering counted them: the
+    caller vouches they are these kernels'), used instead of counting again. An exact
+    estimate carries its counts (``Estimate.vgprs``)."""
     kernels = _kernels(kernel)
-    total, feats = (len(kernels) - 1) * arch.launch_overhead_us, {}
+    total, feats, counts = (len(kernels) - 1) * arch.launch_overhead_us, {}, []
     for i, k in enumerate(kernels):
-        e = (_later_kernel(k, arch, bound, reference) if i
-             else _estimate_one(k, arch, 1 if bound else None, reference))
+        known = None if bound or vgprs is None or i >= len(vgprs) else vgprs[i]
+        e = (_later_kernel(k, arch, bound, reference, known) if i
+             else _estimate_one(k, arch, 1 if bound else known, reference, not bound))
         if not e.ok:
             return e
         total += e.us
         for f, v in e.features.items():
             feats[f] = feats.get(f, 0.0) + v
-    return Estimate(total, feats, bound=bound)
+        counts.extend(e.vgprs)
+    return Estimate(total, feats, bound=bound, vgprs=() if bound else tuple(counts))
 
 
 class Ranking:
@@ -682,13 +694,14 @@ _LATER: dict = {}
 _LATER_BY_BODY: dict = {}
 
 
-def _later_kernel(k, arch, bound: bool = False, reference: bool = False) -> Estimate:
+def _later_kernel(k, arch, bound: bool = False, reference: bool = False,
+                  vgprs: int | None = None) -> Estimate:
     ident = (id(k.body), arch.name, bound, reference)
     hit = _LATER_BY_BODY.get(ident)
     if hit is not None and hit[0] is k.body and hit[1] == (k.name, k.params, k.grid,
                                                            k.block, k.lds):
         e = hit[2]
-        return Estimate(e.us, dict(e.features), e.error)
+        return Estimate(e.us, dict(e.features), e.error, vgprs=e.vgprs)
     # the kernel's text without ``meta`` (the schedule's knobs, read by no estimate):
     # with it no two points' reduction kernels matched (a 3x3 conv's 548 split-K and
     # stream-K points have 110 distinct reduction kernels)
@@ -698,14 +711,18 @@ def _later_kernel(k, arch, bound: bool = False, reference: bool = False) -> Esti
     if e is None:
         if len(_LATER) > 256:
             _LATER.clear()
-        e = _LATER[key] = _estimate_one(k, arch, 1 if bound else None, reference)
+        e = _LATER[key] = _estimate_one(k, arch, 1 if bound else vgprs, reference,
+                                        not bound)
     if len(_LATER_BY_BODY) > 256:
         _LATER_BY_BODY.clear()
     _LATER_BY_BODY[ident] = (k.body, (k.name, k.params, k.grid, k.block, k.lds), e)
-    return Estimate(e.us, dict(e.features), e.error)
+    return Estimate(e.us, dict(e.features), e.error, vgprs=e.vgprs)
 
 
-def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False) -> Estimate:
+def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False,
+                  exact: bool = False) -> Estimate:
+    """One kernel's estimate; ``vgprs``: its VGPRs (1 for a bound), None: counted.
+    ``exact``: the count is the kernel's own, carried in ``Estimate.vgprs``."""
     try:
         occ = occupancy(k, arch, vgprs)
     except KernelError as e:
@@ -758,7 +775,7 @@ def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False) ->
              "waves_per_simd": occ.waves_per_simd, "grid": float(k.grid),
              "wg_rounds": float(wg_rounds), "cu_fill": cu_fill, "issue_us": issue_us,
              "memory_us": memory_us, "latency_us": latency_us}
-    return Estimate(us, feats)
+    return Estimate(us, feats, vgprs=(occ.vgprs,) if exact else ())
 
 
 def version() -> str:
@@ -773,19 +790,20 @@ _VERSION: dict = {}
 
 
 def rank_candidates(graph, dispatch, candidates: list, arch, lower,
-                    bound: bool = False) -> list:
+                    bound: bool = False, vgprs=None) -> list:
     """Estimate per candidate (same order); a candidate that fails to lower gets an
     infinite estimate and its reason (it is never simulated). ``bound``: lower bounds
-    (``estimate``)."""
+    (``estimate``). ``vgprs``: per candidate, its kernels' VGPR counts made before (a
+    simulation's) or None (``estimate``)."""
     out = []
-    for cand in candidates:
+    for n, cand in enumerate(candidates):
         knobs = cand.knobs if hasattr(cand, "knobs") else cand
         try:
             k = lower(graph, dispatch, knobs, arch)
         except Exception as e:  # noqa: BLE001 - a lowering failure is a ranking fact
             out.append(Estimate(math.inf, {}, f"{type(e).__name__}: {e}"))
             continue
-        out.append(estimate(k, arch, bound))
+        out.append(estimate(k, arch, bound, vgprs=None if vgprs is None else vgprs[n]))
     return out
 
 

@@ -63,6 +63,9 @@ class Scored:
     counters: dict = field(default_factory=dict)
     occupancy_limiter: str = ""
     error: str = ""
+    #: the kernels' VGPR counts the simulation used, one per kernel in launch order (an
+    #: exact analytic estimate of the same point reuses them: ``_ranking``)
+    vgprs: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -179,23 +182,35 @@ class TuneResult:
 
 
 # ----------------------------------------------------------------------------- scoring
-def score(graph: Graph, dispatch, knobs: dict, arch: Arch) -> Scored:
+def score(graph: Graph, dispatch, knobs: dict, arch: Arch, vgprs=None) -> Scored:
     """Lowers and simulates one candidate in timing mode (``tunedb.SCORE_SIMULATE``);
     failures become reasons. A long loop (K loop, key loop) is timed from a few steady
     trips and extrapolated (``gpusim.steady``): the lowerings' long loops stream a new
-    tile every trip."""
+    tile every trip.
+
+    ``vgprs``: the kernels' VGPR counts the exact analytic estimate of the same point
+    made (``rank.Estimate.vgprs``, one per kernel in launch order), handed to the
+    simulator instead of counted again: the lowering is a pure function of the dispatch,
+    the knobs, the arch and the lowering sources (which the estimate's key holds), so
+    the kernels are the ones counted (``tests/test_search_staged.py`` checks the counts
+    against fresh ones)."""
     try:
         kernel = lower(graph, dispatch, knobs, arch)
-        res = gpusim.simulate(kernel, arch, **tunedb.SCORE_SIMULATE)
+        seq = isinstance(kernel, KernelSequence)
+        n = len(kernel.kernels) if seq else 1
+        hint = tuple(vgprs) if vgprs and len(vgprs) == n else None
+        res = gpusim.simulate(kernel, arch, vgprs=hint if seq or hint is None else hint[0],
+                              **tunedb.SCORE_SIMULATE)
     except (LoweringError, gpusim.KernelError) as e:
         return Scored(dict(knobs), None, error=str(e))
+    counts = tuple(int(p.vgprs) for p in res.parts) if seq else (int(res.vgprs),)
     return Scored(dict(knobs), float(res.time_us), float(res.cycles), dict(res.counters),
-                  str(getattr(res, "occupancy_limiter", "")))
+                  str(getattr(res, "occupancy_limiter", "")), vgprs=counts)
 
 
 def _score_job(graph, job):
-    dispatch, knobs, arch = job
-    return score(graph, dispatch, knobs, arch)
+    dispatch, knobs, arch, *vgprs = job
+    return score(graph, dispatch, knobs, arch, *vgprs)
 
 
 #: ``budget=DEFAULT``: the staged search's default number of simulations per dispatch
@@ -553,6 +568,12 @@ def tune_dispatches(graph: Graph, dispatches: list, arch: Arch, *, budget=None, 
                 if k not in results and k not in job_keys:
                     job_keys.append(k)
                     jobs.append((plans[i][0], plans[i][1][j].knobs, arch))
+        # the VGPR counts the points' exact estimates made travel with their jobs
+        counted = store.get_many("scores", [f"rank|{rank.version()}|{k}" for k in job_keys])
+        for n, k in enumerate(job_keys):
+            row = counted.get(f"rank|{rank.version()}|{k}")
+            if row and row.get("vgprs"):
+                jobs[n] = jobs[n] + (tuple(row["vgprs"]),)
         hits = sum(len(p) for _, p in round_) - len(jobs)
         if progress and hits:
             progress.advance(task, hits)
@@ -658,8 +679,8 @@ def _estimates(graph, dispatch, fp, legal, arch, store, version) -> list:
 
 
 def _exact_job(graph, job) -> rank.Estimate:
-    dispatch, knobs, arch = job
-    return rank.rank_candidates(graph, dispatch, [knobs], arch, lower)[0]
+    dispatch, knobs, arch, vgprs = job
+    return rank.rank_candidates(graph, dispatch, [knobs], arch, lower, vgprs=[vgprs])[0]
 
 
 def _bound_job(graph, job) -> list:
@@ -695,7 +716,12 @@ def _ranking(graph, dispatch, fp, legal, arch, store, version, workers=1,
     def exact_of(indices):
         rows = store.get_many("scores", [exact_keys[i] for i in indices])
         todo = [i for i in indices if exact_keys[i] not in rows]
-        done = runner.run_jobs(_exact_job, [(dispatch, legal[i].knobs, arch) for i in todo],
+        # a point simulated before (the convergence summary's explore points) hands its
+        # simulation's VGPR counts to its estimate
+        sims = store.get_many("scores", [keys[i] for i in todo])
+        done = runner.run_jobs(_exact_job, [(dispatch, legal[i].knobs, arch,
+                                             tuple(sims.get(keys[i], {}).get("vgprs") or ())
+                                             or None) for i in todo],
                                shared=graph, workers=workers, cluster=cluster)
         fresh = {exact_keys[i]: _estimate_row(e) for i, e in zip(todo, done)}
         store.put_many("scores", fresh, version)
@@ -705,13 +731,16 @@ def _ranking(graph, dispatch, fp, legal, arch, store, version, workers=1,
 
 
 def _estimate_row(e: rank.Estimate) -> dict:
-    return {"us": e.us if math.isfinite(e.us) else None, "features": e.features,
-            "error": e.error, "bound": e.bound}
+    row = {"us": e.us if math.isfinite(e.us) else None, "features": e.features,
+           "error": e.error, "bound": e.bound}
+    if e.vgprs:
+        row["vgprs"] = list(e.vgprs)
+    return row
 
 
 def _estimate_of(row: dict) -> rank.Estimate:
     return rank.Estimate(math.inf if row["us"] is None else row["us"], row["features"],
-                         row["error"], row.get("bound", False))
+                         row["error"], row.get("bound", False), tuple(row.get("vgprs", ())))
 
 
 def _spaces(graph, dispatches, fps, arch, store, version) -> list:
@@ -736,12 +765,13 @@ def _spaces(graph, dispatches, fps, arch, store, version) -> list:
 
 def _scored_dict(s: Scored) -> dict:
     return {"time_us": s.time_us, "cycles": s.cycles, "counters": s.counters,
-            "occupancy_limiter": s.occupancy_limiter, "error": s.error}
+            "occupancy_limiter": s.occupancy_limiter, "error": s.error,
+            "vgprs": list(s.vgprs)}
 
 
 def _scored_of(row: dict, knobs: dict) -> Scored:
     return Scored(dict(knobs), row["time_us"], row["cycles"], dict(row["counters"]),
-                  row["occupancy_limiter"], row["error"])
+                  row["occupancy_limiter"], row["error"], tuple(row.get("vgprs", ())))
 
 
 def verify_dispatches(graph: Graph, tuned: list, arch: Arch, seed: int = 0,
