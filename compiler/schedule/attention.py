@@ -112,8 +112,10 @@ def _refuse_over_vgprs(graph, dispatch, a: Attention, space: list, arch: Arch) -
     from gpusim.occupancy import estimate_vgprs
     for c in space:
         k = c.knobs
-        if not c.legal or k.get("mma") != "fma" or k.get("q_in") != "lds" or                 ceil_div(a.sk, k["BK"] * int(k.get("key_splits", 1))) > 1:
+        if not (c.legal and k.get("mma") == "fma" and k.get("q_in") == "lds"):
             continue
+        if ceil_div(a.sk, k["BK"] * int(k.get("key_splits", 1))) > 1:
+            continue  # a key loop: check_schedule counts Q's registers hoisted out of it
         kernels = program.kernels_of(lower(graph, dispatch, k, arch))
         need = max(estimate_vgprs(kern, arch) for kern in kernels)
         if need > arch.vgprs_per_lane:
