@@ -254,6 +254,26 @@ def test_fused_elementwise_kernel_equals_the_reference(shape, kind, c, f16, pick
         np.testing.assert_array_equal(got[g.outputs[0]], want)
 
 
+@pytest.mark.parametrize("kind", ["floor", "ceil"])
+def test_a_step_after_an_f16_underflow_is_within_the_allowance(kind):
+    """f16 x * 0.5 of the smallest subnormals: the reference rounds the product to f16
+    (+-0), the fused kernel keeps it in f32 (+-3e-8), so floor/ceil land one apart. Both
+    are honest; the error bound's underflow term (errorbound.UNDERFLOW) allows it, where
+    a purely relative rounding model called it a mismatch (hypothesis found it)."""
+    g = Graph("underflow")
+    xv = g.input("x", (4,), "f16")
+    g.output(g.add(g.unary(kind, g.mul(xv, 0.5)), xv))
+    x = np.array([-6e-8, 6e-8, 0.0, 2.0], np.float16)
+
+    def knobs(d):
+        return next(p for p in schedule_space(g, d, get_arch("gfx942"))
+                    if p.legal and not p.opt_in).knobs
+    got = _run_dispatches(g, {"x": x}, "gfx942", knobs)[g.outputs[0]]
+    want = evaluate(g, {"x": x})[g.outputs[0]]
+    assert np.abs(got.astype(np.float32) - want.astype(np.float32)).max() == pytest.approx(1.0, abs=1e-3)
+    _assert_honest(g, {"x": x}, {g.outputs[0]: got})
+
+
 # --------------------------------- (c) the sinusoidal timestep embedding, tuned
 def timestep_embedding(n=8, dim=64, dtype=F32):
     """A diffusion UNet's timestep embedding on a run-time timestep: emb = t[:, None] *

@@ -20,7 +20,9 @@ lemma), and scales of independent sums add in squares, so
   sqrt(K + 1) * u * sum|a_i b_i|;
 * an operand's own error propagates to first order through the op's derivative, the
   errors of different elements independent: scale^2 = sum (d out / d x_i)^2 scale_i^2,
-  plus the op's own rounding (u*|result|, 2u for a libm function).
+  plus the op's own rounding (u*|result|, 2u for a libm function; at least half the
+  smallest subnormal for a zero or subnormal result, where rounding errs absolutely:
+  ``UNDERFLOW``).
 
 An error with scale s exceeds lam*s with probability at most 2*exp(-lam^2/2) (Hoeffding);
 ``lam`` makes that at most 1e-9 over all compared elements together. Two evaluations
@@ -61,6 +63,14 @@ from compiler.ir.reference import VIEW_FUNCS, conv2d, eval_op, evaluate
 #: unit roundoff per float dtype (IEEE 754 binary32 / binary16, bfloat16's 8-bit
 #: significand: half an ulp of 1.0)
 UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+#: below the smallest normal number rounding errs absolutely, by up to half the smallest
+#: subnormal (the gradual-underflow bound; IEEE 754 binary32 / binary16, bfloat16 shares
+#: binary32's exponent range): a product that underflows to +-0 in the f16 reference but
+#: not in a kernel that keeps f32 intermediates differs by that much, and a floor or ceil
+#: after it by one
+UNDERFLOW = {"f32": (2.0 ** -126, 2.0 ** -150), "f16": (2.0 ** -14, 2.0 ** -25),
+             "bf16": (2.0 ** -126, 2.0 ** -134)}
 
 #: probability that any compared element exceeds lam * scale (see ``lam``)
 FAILURE_PROBABILITY = 1e-9
@@ -248,7 +258,11 @@ def _propagate(op: Op, args: list, scales: list, result, k: float) -> np.ndarray
     if rule == "cast" and dtype not in UNIT_ROUNDOFF and np.asarray(args[0]).dtype.kind == "f":
         return _step(args[0], scales[0], k, half=False)
     u = UNIT_ROUNDOFF.get(dtype, 0.0)  # integer arithmetic rounds nothing
-    own = u * np.abs(np.asarray(result, np.float64))  # rounding the result to its dtype
+    mag = np.abs(np.asarray(result, np.float64))
+    own = u * mag  # rounding the result to its dtype
+    if dtype in UNDERFLOW:  # a zero or subnormal result: the absolute underflow bound
+        tiny, eta = UNDERFLOW[dtype]
+        own = np.where(mag < tiny, np.maximum(own, eta), own)
     if rule == "unary":
         s = _unary(kind, args[0], scales[0], k)
         own = _UNARY_ROUNDING[kind] * own
