@@ -107,7 +107,7 @@ B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_MIN, B_MAX, B_POW = range(8)
 B_SHL, B_SHR, B_AND, B_OR, B_XOR = 8, 9, 10, 11, 12
 C_LT, C_LE, C_GT, C_GE, C_EQ, C_NE, C_LAND, C_LOR = range(8)
 U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_ERF, U_ABS, U_RECIP, U_SIGMOID, U_RELU, U_NOT, \
-    U_RINT, U_RBF16 = range(14)
+    U_RINT, U_RBF16, U_SIN, U_COS, U_FLOOR, U_CEIL = range(18)
 R_SUM, R_MAX, R_MIN = range(3)
 
 # code columns
@@ -369,6 +369,18 @@ def fun(op, x):
         return np.rint(x)
     if op == U_RBF16:  # an f32 register rounded to the bf16 value a bf16 op yields
         return round_bf16(x)
+    if op == U_SIN:  # sin(+-inf) is NaN, as C's sinf (Python's math.sin raises there)
+        if math.isinf(x):
+            return math.nan
+        return math.sin(x)
+    if op == U_COS:
+        if math.isinf(x):
+            return math.nan
+        return math.cos(x)
+    if op == U_FLOOR:  # np.floor, not math.floor: a float (and +-inf) back, as C's floorf
+        return np.floor(x)
+    if op == U_CEIL:
+        return np.ceil(x)
     return math.nan
 
 

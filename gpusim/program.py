@@ -112,6 +112,21 @@ IR_UNARY = {
     # round half to even: rintf in the default rounding mode (v_rndne_f32), what ONNX's
     # QuantizeLinear and Round specify
     "rint": IROp("float", sim_engine.U_RINT, "rintf({a})"),
+    # sine and cosine in radians. SIMPLIFICATION: issued as one quarter-rate transcendental
+    # op, as exp is. hipcc's sinf/cosf (ROCm's ocml, clang 15 here; `hipcc -S` for gfx90a
+    # and gfx940) uses no v_sin_f32/v_cos_f32 at all: a Cody-Waite reduction by pi/2
+    # (about 8 VALU ops, one v_rndne_f32) when |x| < 2^17, a Payne-Hanek reduction (about
+    # 100 integer VALU ops, taken by the whole wave when any lane needs it) otherwise, then
+    # both minimax polynomials and a select (about 25 VALU ops): ~35 full-rate VALU ops on
+    # small arguments against the one quarter-rate op modelled, so a sin/cos-bound kernel is
+    # predicted several times faster than it runs (a timestep embedding's sin/cos are a
+    # few thousand elements, far from bound)
+    "sin": IROp("float", sim_engine.U_SIN, "sinf({a})", transcendental=True),
+    "cos": IROp("float", sim_engine.U_COS, "cosf({a})", transcendental=True),
+    # round toward -inf / +inf: one full-rate VALU op each, the v_floor_f32 / v_ceil_f32
+    # hipcc emits for floorf/ceilf (`hipcc -S` for gfx90a and gfx940)
+    "floor": IROp("float", sim_engine.U_FLOOR, "floorf({a})"),
+    "ceil": IROp("float", sim_engine.U_CEIL, "ceilf({a})"),
     # an f32 register rounded to bfloat16 and back: what a bf16 op's result holds. The
     # lowering applies it to every bf16 value a kernel computes (compiler.lower.emitter),
     # so a fused kernel rounds where the reference rounds. SIMPLIFICATION: issued as one
@@ -313,9 +328,9 @@ def _unary(name):
     return f
 
 
-neg, exp, log, sqrt, rsqrt, tanh, erf, fabs, recip, sigmoid, relu = (
+neg, exp, log, sqrt, rsqrt, tanh, erf, fabs, recip, sigmoid, relu, sin, cos, floor, ceil = (
     _unary(n) for n in ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "abs", "recip",
-                        "sigmoid", "relu"))
+                        "sigmoid", "relu", "sin", "cos", "floor", "ceil"))
 
 
 # ------------------------------------------------------------------------------ statements

@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from gpusim import simulate
 from gpusim import microbench as mb
 from gpusim.program import (
-    Assign, Buffer, Kernel, Load, Store, Var, block_id, fabs, fma, maximum, minimum, relu,
-    select, thread_id,
+    IR_UNARY, Assign, Buffer, Kernel, Load, Store, UnOp, Var, block_id, fabs, fma, maximum,
+    minimum, relu, select, thread_id,
 )
 from gpusim.errors import KernelError
 from gpusim.sim import BUFFER_ALIGN
@@ -224,3 +224,20 @@ def test_integer_division_by_zero_is_reported():
     b[17] = 0
     with pytest.raises(KernelError, match="divides an integer by zero"):
         simulate(k, "gfx942", {"a": np.arange(64, dtype=np.int32), "b": b})
+
+
+@pytest.mark.parametrize("name", [k for k, o in IR_UNARY.items() if o.kind in ("float", "any")])
+def test_jit_and_python_paths_agree_on_every_float_unary_op(name):
+    """Each f32 unary IR operator (engine.fun's branches) gives the same bits on both
+    paths, on ordinary values and the special ones (signed zeros, halves, large
+    arguments, +-inf, NaN)."""
+    x, gid = Var("x"), Var("gid", "i32")
+    k = Kernel("u", (Buffer("a", "f32", (128,)), Buffer("o", "f32", (128,), "out")), grid=2,
+               block=64, body=(Assign(gid, block_id() * 64 + thread_id()), Load((x,), "a", gid),
+                               Store("o", gid, (UnOp(name, x),))))
+    special = [0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 1e-30, 88.0, -104.0, 131072.5, 3.4e38,
+               np.inf, -np.inf, np.nan]
+    a = np.resize(np.r_[special, RNG.uniform(-20, 20, 114)], 128).astype(np.float32)
+    jit = simulate(k, "gfx942", {"a": a}, jit=True).outputs["o"]
+    py = simulate(k, "gfx942", {"a": a}, jit=False).outputs["o"]
+    assert np.array_equal(jit, py, equal_nan=True) and np.array_equal(np.signbit(jit), np.signbit(py))

@@ -537,7 +537,8 @@ def _check_output_type(vi, v: Value, source) -> None:
 # --------------------------------------------------------------------------- op rules
 _UNARY = {"Sqrt": "sqrt", "Reciprocal": "reciprocal", "Exp": "exp", "Log": "log",
           "Tanh": "tanh", "Erf": "erf", "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg",
-          "Abs": "abs", "Round": "round"}
+          "Abs": "abs", "Round": "round", "Sin": "sin", "Cos": "cos", "Floor": "floor",
+          "Ceil": "ceil"}
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le",
             "GreaterOrEqual": "ge"}
@@ -1869,7 +1870,7 @@ TYPES_ONLY = frozenset({
     ("CastLike", 25), ("Constant", 19), ("Constant", 21), ("Constant", 23),
     ("Constant", 24), ("Constant", 25), ("ConstantOfShape", 20), ("ConstantOfShape", 21),
     ("ConstantOfShape", 23), ("ConstantOfShape", 24), ("ConstantOfShape", 25), ("Conv", 22),
-    ("ConvTranspose", 22), ("CumSum", 14), ("DepthToSpace", 28),
+    ("ConvTranspose", 22), ("Cos", 22), ("CumSum", 14), ("DepthToSpace", 28),
     ("Div", 14), ("Einsum", 28), ("Equal", 19), ("Flatten", 21), ("Flatten", 23),
     ("Flatten", 24), ("Flatten", 25), ("GlobalAveragePool", 22), ("GlobalMaxPool", 22),
     ("GreaterOrEqual", 16), ("HardSigmoid", 22), ("InstanceNormalization", 22), ("HardSwish", 22), ("Identity", 14),
@@ -1878,8 +1879,8 @@ TYPES_ONLY = frozenset({
     ("MaxPool", 22), ("Mul", 14), ("Pad", 21), ("Pad", 23), ("Pad", 24), ("Pad", 25),
     ("Pow", 15), ("Relu", 14), ("Round", 22), ("Reshape", 19), ("Reshape", 21), ("Reshape", 23),
     ("Reshape", 24), ("Reshape", 25), ("Shape", 19), ("Shape", 21), ("Shape", 23),
-    ("Shape", 24), ("Shape", 25), ("Size", 19), ("Size", 21), ("Size", 23), ("Size", 24),
-    ("Size", 25), ("Softplus", 22), ("Squeeze", 21), ("Squeeze", 23), ("Squeeze", 24),
+    ("Shape", 24), ("Shape", 25), ("Sin", 22), ("Size", 19), ("Size", 21), ("Size", 23),
+    ("Size", 24), ("Size", 25), ("Softplus", 22), ("Squeeze", 21), ("Squeeze", 23), ("Squeeze", 24),
     ("Squeeze", 25), ("Sub", 14), ("Transpose", 21), ("Transpose", 23), ("Transpose", 24),
     ("Transpose", 25), ("Unsqueeze", 21), ("Unsqueeze", 23), ("Unsqueeze", 24),
     ("Unsqueeze", 25), ("Where", 16),

@@ -20,7 +20,9 @@ lemma), and scales of independent sums add in squares, so
   sqrt(K + 1) * u * sum|a_i b_i|;
 * an operand's own error propagates to first order through the op's derivative, the
   errors of different elements independent: scale^2 = sum (d out / d x_i)^2 scale_i^2,
-  plus the op's own rounding (u*|result|, 2u for a libm function).
+  plus the op's own rounding (u*|result|, 2u for a libm function; at least half the
+  smallest subnormal for a zero or subnormal result, where rounding errs absolutely:
+  ``UNDERFLOW``).
 
 An error with scale s exceeds lam*s with probability at most 2*exp(-lam^2/2) (Hoeffding);
 ``lam`` makes that at most 1e-9 over all compared elements together. Two evaluations
@@ -38,10 +40,11 @@ scale along the axis; a comparison (a bool result) and every bool tensor count a
 exact (a comparison whose operands lie within their errors of each other could flip:
 not modelled).
 
-Steps (``round``, a cast of a float to i32): the result is a whole number, exact unless the
-input lies within lam*s of a jump (a half-integer for round-half-to-even, an integer for
-truncation), where either neighbour is honest: there the scale is max(s, 1/lam), so the
-allowance (lam*sqrt(2)*scale) covers one unit. This is what lets a quantized model
+Steps (``round``, ``floor``, ``ceil``, a cast of a float to i32): the result is a whole
+number, exact unless the input lies within lam*s of a jump (a half-integer for
+round-half-to-even, an integer for floor, ceil and truncation), where either neighbour is
+honest: there the scale is max(s, 1/lam), so the allowance (lam*sqrt(2)*scale) covers one
+unit. This is what lets a quantized model
 (QuantizeLinear after a float matmul, issue 28) compare with onnx's reference: the two
 evaluations sum in different orders and may land on the two sides of a tie. An i32
 tensor computed from such a step carries its scale on (add, min/max, matmul and the rest
@@ -61,13 +64,27 @@ from compiler.ir.reference import VIEW_FUNCS, conv2d, eval_op, evaluate
 #: significand: half an ulp of 1.0)
 UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
+#: below the smallest normal number rounding errs absolutely, by up to half the smallest
+#: subnormal (the gradual-underflow bound; IEEE 754 binary32 / binary16, bfloat16 shares
+#: binary32's exponent range): a product that underflows to +-0 in the f16 reference but
+#: not in a kernel that keeps f32 intermediates differs by that much, and a floor or ceil
+#: after it by one
+UNDERFLOW = {"f32": (2.0 ** -126, 2.0 ** -150), "f16": (2.0 ** -14, 2.0 ** -25),
+             "bf16": (2.0 ** -126, 2.0 ** -134)}
+
 #: probability that any compared element exceeds lam * scale (see ``lam``)
 FAILURE_PROBABILITY = 1e-9
 
 #: a unary op's own rounding in units of u: exact ops 0, correctly rounded 1, libm 2
-#: (glibc's and numpy's exp/log/tanh are within 1-2 ulp), composites add their steps
+#: (glibc's and numpy's exp/log/tanh are within 1-2 ulp), composites add their steps.
+#: sin/cos: 2, one libm rounding like exp (the simulator's double sin rounded to f32 is
+#: within 1 u; numpy's float32 sin/cos and hipcc's sinf within 1-2 ulp)
 _UNARY_ROUNDING = {"neg": 0, "abs": 0, "relu": 0, "sqrt": 1, "reciprocal": 1, "rsqrt": 2, "exp": 2,
-                   "log": 2, "tanh": 2, "erf": 2, "sigmoid": 4}
+                   "log": 2, "tanh": 2, "erf": 2, "sigmoid": 4, "sin": 2, "cos": 2}
+
+#: the step ops (rule "step", ``_step``): whether each jumps at half-integers (round half
+#: to even) or at the integers (floor, ceil); all three are exact on an exact input
+_STEP_AT_HALF = {"round": True, "floor": False, "ceil": False}
 
 
 def lam(n_elements: int) -> float:
@@ -79,6 +96,8 @@ def _derivative(kind: str, x: np.ndarray) -> np.ndarray:
     """|f'(x)| of a unary op, in float64 (inf where f' is unbounded)."""
     with np.errstate(all="ignore"):
         if kind in ("neg", "abs"):
+            return np.ones_like(x)
+        if kind in ("sin", "cos"):  # |cos|, |sin| <= 1, everywhere: no interval to search
             return np.ones_like(x)
         if kind == "relu":
             return (x > 0).astype(np.float64)
@@ -214,7 +233,7 @@ RULES = {
     **{k: "unary" for k in _UNARY_ROUNDING},
     **{k: "binary" for k in ("add", "sub", "mul", "div", "pow", "max", "min")},
     **{k: "exact" for k in ("eq", "lt", "gt", "le", "ge", "and", "or", "xor", "not")},
-    "cast": "cast", "select": "select", "round": "step",
+    "cast": "cast", "select": "select", **{k: "step" for k in _STEP_AT_HALF},
     **{k: "reduce" for k in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
                              "reduce_prod")},
     **{k: "view" for k in VIEW_FUNCS},
@@ -235,11 +254,15 @@ def _propagate(op: Op, args: list, scales: list, result, k: float) -> np.ndarray
             np.any(np.asarray(sc) > 0) for sc in scales)):
         return np.zeros(shape)
     if rule == "step":
-        return _step(args[0], scales[0], k, half=True)
+        return _step(args[0], scales[0], k, half=_STEP_AT_HALF[kind])
     if rule == "cast" and dtype not in UNIT_ROUNDOFF and np.asarray(args[0]).dtype.kind == "f":
         return _step(args[0], scales[0], k, half=False)
     u = UNIT_ROUNDOFF.get(dtype, 0.0)  # integer arithmetic rounds nothing
-    own = u * np.abs(np.asarray(result, np.float64))  # rounding the result to its dtype
+    mag = np.abs(np.asarray(result, np.float64))
+    own = u * mag  # rounding the result to its dtype
+    if dtype in UNDERFLOW:  # a zero or subnormal result: the absolute underflow bound
+        tiny, eta = UNDERFLOW[dtype]
+        own = np.where(mag < tiny, np.maximum(own, eta), own)
     if rule == "unary":
         s = _unary(kind, args[0], scales[0], k)
         own = _UNARY_ROUNDING[kind] * own

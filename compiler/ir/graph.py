@@ -463,6 +463,10 @@ class Graph:
     def sigmoid(self, x, name=None): return self.unary("sigmoid", x, name)
     def reciprocal(self, x, name=None): return self.unary("reciprocal", x, name)
     def round(self, x, name=None): return self.unary("round", x, name)  # half to even
+    def sin(self, x, name=None): return self.unary("sin", x, name)
+    def cos(self, x, name=None): return self.unary("cos", x, name)
+    def floor(self, x, name=None): return self.unary("floor", x, name)
+    def ceil(self, x, name=None): return self.unary("ceil", x, name)
     def add(self, a, b, name=None): return self.binary("add", a, b, name)
     def sub(self, a, b, name=None): return self.binary("sub", a, b, name)
     def mul(self, a, b, name=None): return self.binary("mul", a, b, name)

@@ -72,6 +72,12 @@ OPS = {
     "reciprocal": OpSpec("unary", 1, lambda x: 1.0 / x, "recip"),
     # round half to even (ONNX Round; QuantizeLinear's rounding)
     "round": OpSpec("unary", 1, np.rint, "rint"),
+    # radians (ONNX Sin, Cos): sinusoidal timestep / position embeddings, rotary cos/sin
+    "sin": OpSpec("unary", 1, np.sin, "sin"),
+    "cos": OpSpec("unary", 1, np.cos, "cos"),
+    # round toward -inf / +inf (ONNX Floor, Ceil)
+    "floor": OpSpec("unary", 1, np.floor, "floor"),
+    "ceil": OpSpec("unary", 1, np.ceil, "ceil"),
     # binary: same-dtype numeric operands, broadcast; result keeps the dtype (integer
     # division truncates: reference._int_div)
     "add": OpSpec("binary", 2, np.add, "add"),
