@@ -649,8 +649,10 @@ def _mod(im: _Importer, node):
     """Integer Mod: r = a - trunc(a / b) * b (the IR's integer div truncates), the C
     remainder (fmod=1, np.fmod); fmod=0 (np.mod, Python's %) moves a nonzero r whose sign
     differs from b's by adding b. A zero divisor gives 0, as np.mod and np.fmod give it on
-    integers (onnx's reference evaluator; the quotient computed there is discarded by a
-    select). Float Mod (fmod=1 needs an exact fmod, which no IR op computes) is refused."""
+    integers (onnx's reference evaluator): b = 0 and b = -1 are replaced by 1 before the
+    division, for which r = a - a * 1 = 0 is right for both, so no kernel divides by zero
+    (the simulator traps on it, the GPU gives garbage) and INT_MIN / -1 cannot overflow.
+    Float Mod (fmod=1 needs an exact fmod, which no IR op computes) is refused."""
     g = im.g
     fmod = int(im.attr(node, "fmod", 0))
     if fmod not in (0, 1):
@@ -660,12 +662,14 @@ def _mod(im: _Importer, node):
         raise UnsupportedError(f"{im.where(node)}: Mod of {a.dtype} tensors; wavefuse "
                                f"computes Mod on integers only (int8-int64 held in int32)")
     zero = _scalar(im, a, 0)
+    trivial = g.binary("or", g.compare("eq", b, zero), g.compare("eq", b, _scalar(im, b, -1)))
+    b = g.select(trivial, _scalar(im, b, 1), b)
     r = g.sub(a, g.mul(g.div(a, b), b))
     if fmod == 0:
         differ = g.binary("xor", g.compare("lt", r, zero), g.compare("lt", b, zero))
         moved = g.binary("and", differ, g.logical_not(g.compare("eq", r, zero)))
         r = g.select(moved, g.add(r, b), r)
-    return g.select(g.compare("eq", b, zero), zero, r)
+    return r
 
 
 def _variadic(kind):
