@@ -133,10 +133,27 @@ def test_integer_mod_of_large_values():
         same(got, want)
 
 
-def test_float_mod_is_refused_in_one_line():
+@pytest.mark.parametrize("dtype,npt", [(F32, np.float32), (F16, np.float16)])
+def test_float_fmod_import_agrees_with_onnx_reference(dtype, npt):
+    """fmod=1 on floats is the IR's fmod (C's fmodf), exact: bit for bit with np.fmod,
+    signed zeros, zero and infinite divisors, NaN included."""
+    with np.errstate(over="ignore"):
+        a = np.r_[SPECIAL, 7.25, -7.25, 1e30, 65504.0, 3.0].astype(npt).reshape(-1, 1)
+        b = np.array([2.0, -2.0, 0.0, -0.0, np.inf, -np.inf, 1e-3, 3.25, -0.75, np.nan],
+                     npt)
     m = model([h.make_node("Mod", ["a", "b"], ["y"], fmod=1)],
+              [vi("a", list(a.shape), dtype), vi("b", [10], dtype)],
+              [vi("y", [a.shape[0], 10], dtype)])
+    g, [got], [want] = ours_and_theirs(m, {"a": a, "b": b})
+    same(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    assert [op.kind for op in g.ops if op.kind not in ("input", "constant")] == ["fmod"]
+
+
+def test_float_mod_with_fmod_0_is_refused_in_one_line():
+    m = model([h.make_node("Mod", ["a", "b"], ["y"])],
               [vi("a", [4]), vi("b", [4])], [vi("y", [4])])
-    with pytest.raises(UnsupportedError, match=r"Mod of f32 tensors.*integers only"):
+    with pytest.raises(UnsupportedError, match=r"Mod of f32 tensors with fmod=0"):
         from_model(m)
 
 
@@ -297,6 +314,46 @@ def test_integer_mod_kernels_equal_the_reference(shape, fmod, pick, arch, data):
         _kernels_equal_reference(m, {"a": a, "b": b}, pick, arch)
 
 
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=2, min_side=1, max_side=24),
+       f16=st.booleans(), pick=st.integers(0, 1000),
+       arch=st.sampled_from(["gfx942", "gfx90a"]), data=st.data())
+def test_float_fmod_kernels_equal_the_reference(shape, f16, pick, arch, data):
+    """Float Mod (fmod=1) on values hypothesis draws, infinities, NaN and zero divisors
+    among them: the kernel's fmodf bit for bit with np.fmod on both engines."""
+    npt = np.float16 if f16 else np.float32
+    dtype = F16 if f16 else F32
+    floats = st.floats(allow_nan=True, allow_infinity=True, width=16 if f16 else 32)
+    a = data.draw(hnp.arrays(npt, shape, elements=floats))
+    b = data.draw(hnp.arrays(npt, shape, elements=floats | st.sampled_from([0.0, 0.5, -3.0])))
+    m = model([h.make_node("Mod", ["a", "b"], ["y"], fmod=1)],
+              [vi("a", list(shape), dtype), vi("b", list(shape), dtype)],
+              [vi("y", list(shape), dtype)])
+    _kernels_equal_reference(m, {"a": a, "b": b}, pick, arch)
+
+
+def test_fmod_error_bound_covers_the_jump_at_a_multiple_of_the_divisor():
+    """fmod(x * 3, 1.5): the product carries its rounding error, and at x = 0.5 (x * 3 =
+    1.5, a multiple of the divisor) an honest evaluation may land on either side of the
+    jump (0 or just under 1.5): errorbound's fmod rule allows that there, and away from
+    the jump (x = 0.25: 0.75) allows no more than the rounding."""
+    from compiler.cli.commands import verify
+    from compiler.ir import errorbound
+    g = Graph("fmod_jump")
+    x = g.input("x", (2,), "f16")
+    g.output(g.fmod(g.mul(x, 3.0), g.constant(np.array([1.5], np.float16), dtype="f16")))
+    xs = np.array([0.5, 0.25], np.float16)
+    ref, scales = errorbound.evaluate_with_scales(g, {"x": xs})
+    out = g.outputs[0]
+    np.testing.assert_array_equal(ref[out], np.array([0.0, 0.75], np.float16))
+    assert scales[out][0] > 100 * scales[out][1] > 0
+    jumped = np.array([1.499, 0.75], np.float16)
+    assert verify.compare(jumped, ref[out], "f16", scales[out])[0]
+    wrong = np.array([0.0, 1.0], np.float16)  # beyond the constant tolerance too
+    assert not verify.compare(wrong, ref[out], "f16", scales[out])[0]
+
+
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(dshape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=12),
@@ -321,7 +378,8 @@ def test_gather_elements_kernels_equal_the_reference(dshape, axis_pick, rows, pi
 
 # ------------------------------------------------------------ (c) HIP export, hipcc
 def more_ops_model():
-    """Sign, the NaN/inf clean-up, an int64 Mod and a GatherElements in one model (16
+    """Sign, the NaN/inf clean-up, an int64 Mod, a float fmod and a GatherElements in
+    one model (16
     entries along the gathered axis: onnx 1.23's evaluator gathers through np.choose,
     which takes at most 32 choices, and its fallback is wrong beyond)."""
     nodes = [h.make_node("Sign", ["x"], ["s"]), h.make_node("IsNaN", ["x"], ["n"]),
@@ -329,9 +387,10 @@ def more_ops_model():
              h.make_node("Or", ["n", "i"], ["bad"]),
              h.make_node("Where", ["bad", "zero", "s"], ["y"]),
              h.make_node("Mod", ["a", "b"], ["r"]),
-             h.make_node("GatherElements", ["x", "r"], ["gx"], axis=1)]
+             h.make_node("GatherElements", ["x", "r"], ["gx"], axis=1),
+             h.make_node("Mod", ["gx", "x"], ["fx"], fmod=1)]
     return model(nodes, [vi("x", [8, 16]), vi("a", [8, 16], I64), vi("b", [8, 16], I64)],
-                 [vi("y", [8, 16]), vi("r", [8, 16], I64), vi("gx", [8, 16])],
+                 [vi("y", [8, 16]), vi("r", [8, 16], I64), vi("fx", [8, 16])],
                  [numpy_helper.from_array(np.zeros(1, np.float32), "zero")], opset=20)
 
 
@@ -347,8 +406,9 @@ def test_more_ops_model_on_both_engines():
 
 @pytest.mark.hip
 def test_more_ops_export_compiles_for_gfx90a_and_gfx940(tmp_path, capsys):
-    """The export of the model above compiles with hipcc for gfx90a and gfx940 and
-    `wavefuse check` finds no disagreement."""
+    """The export of the model above (fmodf, the integer Mod's guarded division, the
+    flat gather) compiles with hipcc for gfx90a and gfx940 and `wavefuse check` finds no
+    disagreement."""
     from compiler.cli import main
     if shutil.which("hipcc") is None:
         pytest.skip("hipcc not installed (Debian package 'hipcc')")
@@ -358,6 +418,8 @@ def test_more_ops_export_compiles_for_gfx90a_and_gfx940(tmp_path, capsys):
     assert main(["export", str(path), "-o", str(out), "--arch", "gfx942", "--budget", "2",
                  "--no-baseline", "--no-cache", "--json"]) == 0
     capsys.readouterr()
+    src = "".join(p.read_text() for p in out.glob("*.hip"))
+    assert "fmodf(" in src  # the float Mod; the integer one is div/mul/sub and selects
     rc = main(["check", str(out), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and not report["disagreements"], [d["message"] for d in report["disagreements"]]

@@ -652,15 +652,18 @@ def _mod(im: _Importer, node):
     integers (onnx's reference evaluator): b = 0 and b = -1 are replaced by 1 before the
     division, for which r = a - a * 1 = 0 is right for both, so no kernel divides by zero
     (the simulator traps on it, the GPU gives garbage) and INT_MIN / -1 cannot overflow.
-    Float Mod (fmod=1 needs an exact fmod, which no IR op computes) is refused."""
+    Float Mod with fmod=1 is the IR's fmod (C's fmodf, exact); float Mod with fmod=0
+    (opset 28 defines it) is refused."""
     g = im.g
     fmod = int(im.attr(node, "fmod", 0))
     if fmod not in (0, 1):
         raise ModelError(f"{im.where(node)}: fmod is {fmod}; ONNX allows 0 or 1")
     a, b = _binary_operands(im, node, node.input[0], node.input[1])
+    if a.dtype in FLOAT_DTYPES and fmod == 1:
+        return g.fmod(a, b)
     if a.dtype != "i32" or b.dtype != "i32":
-        raise UnsupportedError(f"{im.where(node)}: Mod of {a.dtype} tensors; wavefuse "
-                               f"computes Mod on integers only (int8-int64 held in int32)")
+        raise UnsupportedError(f"{im.where(node)}: Mod of {a.dtype} tensors with fmod=0; "
+                               f"wavefuse computes float Mod with fmod=1 only (C's fmod)")
     zero = _scalar(im, a, 0)
     trivial = g.binary("or", g.compare("eq", b, zero), g.compare("eq", b, _scalar(im, b, -1)))
     b = g.select(trivial, _scalar(im, b, 1), b)
@@ -1949,7 +1952,7 @@ OP_VERSIONS = {
     ("CastLike", 19): "saturate attribute: only for float8 targets, which are refused",
     ("CastLike", 24): "round_mode: float8e8m0 targets only, refused",
     ("Gelu", 20): "new op (_gelu)",
-    ("Mod", 28): "fmod=0 defined on floats: refused, as every float Mod is (_mod)",
+    ("Mod", 28): "fmod=0 defined on floats: refused (_mod; float fmod=1 is the IR's fmod)",
     ("GroupNormalization", 18): "new op (_group_norm): scale and bias per group "
                                 "(deprecated: onnx's checker refuses a model using it)",
     ("GroupNormalization", 21): "scale and bias per channel, stash_type: read (_group_norm)",
