@@ -54,13 +54,15 @@ def ours_and_theirs(m, feeds):
 
 
 def same(got, want):
-    """Equal values (NaN where NaN), the integer dtypes compared as values (int64 is
-    held in int32)."""
+    """Equal values (NaN where NaN, zeros of the same sign), the integer dtypes compared
+    as values (int64 is held in int32)."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, (got.shape, want.shape)
     if want.dtype.kind == "f":
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+        num = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
     else:
         np.testing.assert_array_equal(got.astype(np.int64), want.astype(np.int64))
 
@@ -87,7 +89,7 @@ def test_sign_isnan_isinf_import_agree_with_onnx_reference(dtype, opset):
     np.testing.assert_array_equal(ours[3], np.isposinf(x))
     np.testing.assert_array_equal(ours[4], np.isneginf(x))
     assert ours[3].any() and ours[4].any() and not ours[5].any()
-    assert {op.kind for op in g.ops} <= {"input", "constant", "eq", "lt", "gt", "not", "or",
+    assert {op.kind for op in g.ops} <= {"input", "constant", "eq", "lt", "gt", "not", "or", "sub",
                                         "select"}
 
 
@@ -133,27 +135,30 @@ def test_integer_mod_of_large_values():
         same(got, want)
 
 
+@pytest.mark.parametrize("fmod", [1, 0])
 @pytest.mark.parametrize("dtype,npt", [(F32, np.float32), (F16, np.float16)])
-def test_float_fmod_import_agrees_with_onnx_reference(dtype, npt):
-    """fmod=1 on floats is the IR's fmod (C's fmodf), exact: bit for bit with np.fmod,
-    signed zeros, zero and infinite divisors, NaN included."""
+def test_float_mod_import_agrees_with_onnx_reference(dtype, npt, fmod):
+    """fmod=1 on floats is the IR's fmod (C's fmodf, exact); fmod=0 (opset 28) is
+    numpy's np.mod built on it. Bit for bit with onnx's evaluator, signed zeros, zero
+    and infinite divisors, NaN included."""
     with np.errstate(over="ignore"):
         a = np.r_[SPECIAL, 7.25, -7.25, 1e30, 65504.0, 3.0].astype(npt).reshape(-1, 1)
         b = np.array([2.0, -2.0, 0.0, -0.0, np.inf, -np.inf, 1e-3, 3.25, -0.75, np.nan],
                      npt)
-    m = model([h.make_node("Mod", ["a", "b"], ["y"], fmod=1)],
+    m = model([h.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)],
               [vi("a", list(a.shape), dtype), vi("b", [10], dtype)],
-              [vi("y", [a.shape[0], 10], dtype)])
+              [vi("y", [a.shape[0], 10], dtype)], opset=28)
     g, [got], [want] = ours_and_theirs(m, {"a": a, "b": b})
     same(got, want)
-    assert np.array_equal(np.signbit(got), np.signbit(want))
-    assert [op.kind for op in g.ops if op.kind not in ("input", "constant")] == ["fmod"]
+    kinds = [op.kind for op in g.ops if op.kind not in ("input", "constant")]
+    assert kinds == ["fmod"] if fmod else "fmod" in kinds
 
 
-def test_float_mod_with_fmod_0_is_refused_in_one_line():
-    m = model([h.make_node("Mod", ["a", "b"], ["y"])],
-              [vi("a", [4]), vi("b", [4])], [vi("y", [4])])
-    with pytest.raises(UnsupportedError, match=r"Mod of f32 tensors with fmod=0"):
+def test_mod_with_a_bad_fmod_is_one_clear_error():
+    from compiler.ir.graph import ModelError
+    m = model([h.make_node("Mod", ["a", "b"], ["y"], fmod=2)],
+              [vi("a", [4], I32), vi("b", [4], I32)], [vi("y", [4], I32)])
+    with pytest.raises(ModelError, match=r"fmod is 2; ONNX allows 0 or 1"):
         from_model(m)
 
 
@@ -317,19 +322,20 @@ def test_integer_mod_kernels_equal_the_reference(shape, fmod, pick, arch, data):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(shape=hnp.array_shapes(min_dims=1, max_dims=2, min_side=1, max_side=24),
-       f16=st.booleans(), pick=st.integers(0, 1000),
+       f16=st.booleans(), fmod=st.sampled_from([0, 1]), pick=st.integers(0, 1000),
        arch=st.sampled_from(["gfx942", "gfx90a"]), data=st.data())
-def test_float_fmod_kernels_equal_the_reference(shape, f16, pick, arch, data):
-    """Float Mod (fmod=1) on values hypothesis draws, infinities, NaN and zero divisors
-    among them: the kernel's fmodf bit for bit with np.fmod on both engines."""
+def test_float_mod_kernels_equal_the_reference(shape, f16, fmod, pick, arch, data):
+    """Float Mod on values hypothesis draws, infinities, NaN and zero divisors among
+    them: the kernel's fmodf bit for bit with np.fmod, and fmod=0's composition with
+    np.mod, on both engines."""
     npt = np.float16 if f16 else np.float32
     dtype = F16 if f16 else F32
     floats = st.floats(allow_nan=True, allow_infinity=True, width=16 if f16 else 32)
     a = data.draw(hnp.arrays(npt, shape, elements=floats))
     b = data.draw(hnp.arrays(npt, shape, elements=floats | st.sampled_from([0.0, 0.5, -3.0])))
-    m = model([h.make_node("Mod", ["a", "b"], ["y"], fmod=1)],
+    m = model([h.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)],
               [vi("a", list(shape), dtype), vi("b", list(shape), dtype)],
-              [vi("y", list(shape), dtype)])
+              [vi("y", list(shape), dtype)], opset=28)
     _kernels_equal_reference(m, {"a": a, "b": b}, pick, arch)
 
 

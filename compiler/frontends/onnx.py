@@ -607,13 +607,13 @@ def _scalar(im: _Importer, x: Value, v) -> Value:
 
 
 def _sign(im: _Importer, node):
-    """x > 0 ? 1 : (x < 0 ? -1 : x): zeros and NaNs pass through as themselves, as
-    np.sign gives them (0 for -0.0 compares equal; NaN stays NaN)."""
+    """x > 0 ? 1 : (x < 0 ? -1 : x - x): what is left is a zero or NaN, and x - x is +0
+    for either zero (np.sign(-0.0) is +0.0) and NaN for NaN, exactly."""
     g = im.g
     x = im.value(node.input[0], node)
     if x.dtype == "bool":
         raise UnsupportedError(f"{im.where(node)}: Sign of a bool tensor")
-    inner = g.select(g.compare("lt", x, _scalar(im, x, 0)), _scalar(im, x, -1), x)
+    inner = g.select(g.compare("lt", x, _scalar(im, x, 0)), _scalar(im, x, -1), g.sub(x, x))
     return g.select(g.compare("gt", x, _scalar(im, x, 0)), _scalar(im, x, 1), inner)
 
 
@@ -652,19 +652,32 @@ def _mod(im: _Importer, node):
     integers (onnx's reference evaluator): b = 0 and b = -1 are replaced by 1 before the
     division, for which r = a - a * 1 = 0 is right for both, so no kernel divides by zero
     (the simulator traps on it, the GPU gives garbage) and INT_MIN / -1 cannot overflow.
-    Float Mod with fmod=1 is the IR's fmod (C's fmodf, exact); float Mod with fmod=0
-    (opset 28 defines it) is refused."""
+    Float Mod with fmod=1 is the IR's fmod (C's fmodf, exact). Float Mod with fmod=0
+    (defined from opset 28; onnx's evaluator computes np.mod at any opset) is numpy's
+    npy_divmod: r = fmod(a, b), plus b where r is nonzero and its sign differs from b's
+    (one rounding, the one numpy makes), and a zero r takes b's sign."""
     g = im.g
     fmod = int(im.attr(node, "fmod", 0))
     if fmod not in (0, 1):
         raise ModelError(f"{im.where(node)}: fmod is {fmod}; ONNX allows 0 or 1")
     a, b = _binary_operands(im, node, node.input[0], node.input[1])
-    if a.dtype in FLOAT_DTYPES and fmod == 1:
-        return g.fmod(a, b)
-    if a.dtype != "i32" or b.dtype != "i32":
-        raise UnsupportedError(f"{im.where(node)}: Mod of {a.dtype} tensors with fmod=0; "
-                               f"wavefuse computes float Mod with fmod=1 only (C's fmod)")
     zero = _scalar(im, a, 0)
+    if a.dtype in FLOAT_DTYPES:
+        r = g.fmod(a, b)
+        if fmod == 1:
+            return r
+        b_neg = g.compare("lt", b, zero)
+        differ = g.binary("xor", g.compare("lt", r, zero), b_neg)
+        moved = g.binary("and", differ, g.logical_not(g.compare("eq", r, zero)))
+        r = g.select(moved, g.add(r, b), r)
+        # r is +-0 where this is taken: |r| is +0 and -|r| is -0. Not a -0.0 constant: a
+        # fused kernel gave +0.0 for one (hypothesis found it; the lowering's constants
+        # lose the sign of zero)
+        pos_zero = g.unary("abs", r)
+        signed_zero = g.select(b_neg, g.neg(pos_zero), pos_zero)
+        return g.select(g.compare("eq", r, zero), signed_zero, r)
+    if a.dtype != "i32" or b.dtype != "i32":
+        raise UnsupportedError(f"{im.where(node)}: Mod of {a.dtype} and {b.dtype} tensors")
     trivial = g.binary("or", g.compare("eq", b, zero), g.compare("eq", b, _scalar(im, b, -1)))
     b = g.select(trivial, _scalar(im, b, 1), b)
     r = g.sub(a, g.mul(g.div(a, b), b))
@@ -1952,7 +1965,8 @@ OP_VERSIONS = {
     ("CastLike", 19): "saturate attribute: only for float8 targets, which are refused",
     ("CastLike", 24): "round_mode: float8e8m0 targets only, refused",
     ("Gelu", 20): "new op (_gelu)",
-    ("Mod", 28): "fmod=0 defined on floats: refused (_mod; float fmod=1 is the IR's fmod)",
+    ("Mod", 28): "fmod=0 defined on floats: numpy's np.mod composed of fmod, compares "
+                 "and selects (_mod), as onnx's evaluator computes it at every opset",
     ("GroupNormalization", 18): "new op (_group_norm): scale and bias per group "
                                 "(deprecated: onnx's checker refuses a model using it)",
     ("GroupNormalization", 21): "scale and bias per channel, stash_type: read (_group_norm)",
