@@ -382,6 +382,26 @@ def test_gather_elements_kernels_equal_the_reference(dshape, axis_pick, rows, pi
     _kernels_equal_reference(m, {"d": d, "i": idx}, pick, arch)
 
 
+def test_a_kernel_keeps_minus_zero_and_plus_zero_constants_apart():
+    """gpusim's compiler interned float constants by value, and 0.0 == -0.0: a kernel
+    holding both read +0.0 for the -0.0 (the float Mod's signed zero found it). Both
+    engines, both constants."""
+    from gpusim.program import Buffer, Const, Kernel, Load, Select, Store, Var, Assign, \
+        block_id, thread_id
+    from gpusim.program import BinOp
+    x, gid = Var("x"), Var("gid", "i32")
+    pick = BinOp("lt", x, Const(0.0, "f32"))
+    body = (Assign(gid, block_id() * 64 + thread_id()), Load((x,), "a", gid),
+            Store("o", gid, (Select(pick, Const(-0.0, "f32"), Const(0.0, "f32")),)))
+    k = Kernel("zeros", (Buffer("a", "f32", (64,)), Buffer("o", "f32", (64,), "out")),
+               grid=1, block=64, body=body)
+    a = np.resize(np.array([-1.0, 1.0], np.float32), 64)
+    for jit in (True, False):
+        o = gpusim.simulate(k, "gfx942", {"a": a}, jit=jit).outputs["o"]
+        np.testing.assert_array_equal(o, np.zeros(64, np.float32))
+        np.testing.assert_array_equal(np.signbit(o), a < 0)
+
+
 # ------------------------------------------------------------ (c) HIP export, hipcc
 def more_ops_model():
     """Sign, the NaN/inf clean-up, an int64 Mod, a float fmod and a GatherElements in
