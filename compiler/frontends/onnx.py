@@ -655,7 +655,7 @@ def _mod(im: _Importer, node):
     Float Mod with fmod=1 is the IR's fmod (C's fmodf, exact). Float Mod with fmod=0
     (defined from opset 28; onnx's evaluator computes np.mod at any opset) is numpy's
     npy_divmod: r = fmod(a, b), plus b where r is nonzero and its sign differs from b's
-    (one rounding, the one numpy makes), and a zero r takes b's sign."""
+    (one rounding, the one numpy makes), and a zero r takes b's sign (-0.0 where b < 0)."""
     g = im.g
     fmod = int(im.attr(node, "fmod", 0))
     if fmod not in (0, 1):
@@ -670,11 +670,9 @@ def _mod(im: _Importer, node):
         differ = g.binary("xor", g.compare("lt", r, zero), b_neg)
         moved = g.binary("and", differ, g.logical_not(g.compare("eq", r, zero)))
         r = g.select(moved, g.add(r, b), r)
-        # r is +-0 where this is taken: |r| is +0 and -|r| is -0. Not a -0.0 constant: a
-        # fused kernel gave +0.0 for one (hypothesis found it; the lowering's constants
-        # lose the sign of zero)
-        pos_zero = g.unary("abs", r)
-        signed_zero = g.select(b_neg, g.neg(pos_zero), pos_zero)
+        # (a -0.0 constant here is what found gpusim's compiler giving -0.0 the register
+        # of a +0.0 constant in the same kernel, fixed there)
+        signed_zero = g.select(b_neg, _scalar(im, a, -0.0), zero)
         return g.select(g.compare("eq", r, zero), signed_zero, r)
     if a.dtype != "i32" or b.dtype != "i32":
         raise UnsupportedError(f"{im.where(node)}: Mod of {a.dtype} and {b.dtype} tensors")
