@@ -59,7 +59,7 @@ class Program:
     nf: int
     ni: int
     depth: int
-    fconst: dict              # value -> f register
+    fconst: dict              # f32 bit pattern (an int) -> f register
     iconst: dict              # value -> i register
     scalar_regs: dict         # name -> (isf, reg)
     inst_stmt: np.ndarray     # int64 [n]: statement index (walk order) of each instruction
@@ -154,7 +154,9 @@ class _Compiler:
             leaf = self.var(e)
         elif isinstance(e, Const):
             if isf:
-                v = float(np.float32(e.value))
+                # keyed by the f32 bit pattern: 0.0 == -0.0 (and hash alike), so a value
+                # key gave -0.0 the register of a +0.0 in the same kernel
+                v = int(np.float32(e.value).view(np.uint32))
                 if v not in self.fconst:
                     self.fconst[v] = self._new_f()
                 leaf = (1, self.fconst[v])

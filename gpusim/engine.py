@@ -104,7 +104,7 @@ OP_ATOMIC, OP_FENCE = 28, 29
 
 # binary sub-ops (aux column)
 B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_MIN, B_MAX, B_POW = range(8)
-B_SHL, B_SHR, B_AND, B_OR, B_XOR = 8, 9, 10, 11, 12
+B_SHL, B_SHR, B_AND, B_OR, B_XOR, B_FMOD = 8, 9, 10, 11, 12, 13
 C_LT, C_LE, C_GT, C_GE, C_EQ, C_NE, C_LAND, C_LOR = range(8)
 U_NEG, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_ERF, U_ABS, U_RECIP, U_SIGMOID, U_RELU, U_NOT, \
     U_RINT, U_RBF16, U_SIN, U_COS, U_FLOOR, U_CEIL = range(18)
@@ -272,6 +272,13 @@ def fbin(op, x, y):
         if y == 0.0:
             return math.nan
         return x - y * math.trunc(x / y)  # fmod up to rounding of x / y
+    if op == B_FMOD:  # C's fmod, exact (np.fmod: numba has no math.fmod); the cases
+        # where Python's math.fmod raises, and numpy warns, are NaN here first
+        if y == 0.0 or math.isinf(x) or x != x or y != y:
+            return math.nan
+        if math.isinf(y):
+            return x
+        return np.fmod(x, y)
     return math.nan
 
 

@@ -80,6 +80,11 @@ IR_BINARY = {
     "min": IROp("arith", sim_engine.B_MIN, "fminf({a}, {b})", hip_int="min({a}, {b})"),
     "max": IROp("arith", sim_engine.B_MAX, "fmaxf({a}, {b})", hip_int="max({a}, {b})"),
     "pow": IROp("float", sim_engine.B_POW, "powf({a}, {b})", transcendental=True),
+    # C's fmod (ONNX Mod with fmod=1 on floats): exact, the sign of the dividend.
+    # SIMPLIFICATION: issued as one quarter-rate transcendental op; ROCm's ocml fmodf is a
+    # longer VALU sequence (a reduction loop whose trip count grows with the exponent
+    # difference of a and b), so an fmod-bound kernel is predicted faster than it runs
+    "fmod": IROp("float", sim_engine.B_FMOD, "fmodf({a}, {b})", transcendental=True),
     "shl": IROp("int", sim_engine.B_SHL, "({a} << {b})"),
     "shr": IROp("int", sim_engine.B_SHR, "({a} >> {b})"),
     "and": IROp("int", sim_engine.B_AND, "({a} & {b})"),

@@ -308,7 +308,7 @@ class _Launch:
         for p in kernel.scalars:
             if p.name not in scalars:
                 raise KernelError(f"{kernel.name}: scalar {p.name!r} needs a value; pass scalars={{{p.name!r}: ...}}")
-        fregs = {r: v for v, r in prog.fconst.items()}
+        fregs = {r: np.uint32(bits).view(np.float32) for bits, r in prog.fconst.items()}
         iregs = {r: v for v, r in prog.iconst.items()}
         for name, (isf, r) in prog.scalar_regs.items():
             if isf:

@@ -281,7 +281,8 @@ def test_every_supported_op_has_a_test_here():
                                       for f in ("test_onnx_ops.py", "test_onnx_gaps.py",
                                                 "test_onnx_families.py", "test_onnx_quant.py",
                                                 "test_onnx_conv_transpose.py",
-                                                "test_onnx_functions.py"))
+                                                "test_onnx_functions.py",
+                                                "test_more_ops.py"))
     missing = [op for op in SUPPORTED_OPS if f'"{op}"' not in text]
     assert not missing, missing
 

@@ -36,7 +36,7 @@ def onnx_produced() -> set:
     convs = {"MatMul": "matmul", "Conv": "conv2d", "Transpose": "transpose",
              "Reshape": "reshape", "Cast": "cast", "Not": "not", "Where": "select",
              "Slice": "slice", "Expand": "broadcast", "Gather": "gather", "Pad": "pad",
-             "Concat": "concat"}
+             "Concat": "concat", "Mod": "fmod"}
     t |= {op for name, op in convs.items() if name in onnx_frontend.CONVERTERS}
     return t
 

@@ -45,7 +45,8 @@ import numpy as np
 # this module (through compiler.ir.models) and `import onnx` takes ~0.7 s, onnx.reference
 # ~0.5 s more, so only a command that reads, folds or writes ONNX pays for them.
 from compiler.ir import builders
-from compiler.ir.graph import Graph, GraphError, ModelError, ShapeError, UnsupportedError, Value
+from compiler.ir.graph import (FLOAT_DTYPES, Graph, GraphError, ModelError, ShapeError,
+                               UnsupportedError, Value)
 from compiler.ir.ranges import byte_range
 from compiler.frontends.onnx_quant import QUANT_CONVERTERS
 
@@ -368,12 +369,14 @@ class _Importer:
 #: they move its elements or widen them exactly (a Cast to a wider type)
 _QUANT_SAFE = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
                          "Identity", "Concat", "Slice", "Gather", "Expand", "Split", "Tile",
-                         "Cast", "CastLike"})
+                         "Cast", "CastLike", "GatherElements"})
 
 #: ops exact on uint8/int8 values held in i32: comparisons, and selections whose result
-#: is one of their 8-bit operands (no sum or product that would wrap at 8 bits)
+#: is one of their 8-bit operands (no sum or product that would wrap at 8 bits); Sign
+#: (-1, 0, 1) and Mod (|a mod b| < |b|, and each step of _mod's composition stays within
+#: |a| + |b|, far inside an i32) fit the operands' byte type too
 _QUANT_EXACT = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                          "Min", "Max", "Clip", "Where"})
+                          "Min", "Max", "Clip", "Where", "Sign", "Mod"})
 
 #: ops never evaluated at import even on constant inputs (random, or with no inputs of
 #: their own that would make them constant)
@@ -591,6 +594,96 @@ def _logical(kind):
 
 def _not(im: _Importer, node):
     return im.g.logical_not(im.value(node.input[0], node))
+
+
+# Sign, IsNaN, IsInf, Mod and GatherElements are composed here from graph ops that exist
+# (compares, selects, integer div/mul/sub, gather), not added as engine opcodes: each
+# composition is exact (a compare or a select moves or tests a value without rounding; the
+# integer arithmetic cannot overflow: |trunc(a/b)*b| <= |a|), so fusion, the simulator and
+# the HIP printer already handle every piece, and no new error rule is needed.
+def _scalar(im: _Importer, x: Value, v) -> Value:
+    """A (1,) constant of ``x``'s dtype (broadcasts against ``x``)."""
+    return im.g.constant(np.array([v], _NP[x.dtype]), dtype=x.dtype)
+
+
+def _sign(im: _Importer, node):
+    """x > 0 ? 1 : (x < 0 ? -1 : x - x): what is left is a zero or NaN, and x - x is +0
+    for either zero (np.sign(-0.0) is +0.0) and NaN for NaN, exactly."""
+    g = im.g
+    x = im.value(node.input[0], node)
+    if x.dtype == "bool":
+        raise UnsupportedError(f"{im.where(node)}: Sign of a bool tensor")
+    inner = g.select(g.compare("lt", x, _scalar(im, x, 0)), _scalar(im, x, -1), g.sub(x, x))
+    return g.select(g.compare("gt", x, _scalar(im, x, 0)), _scalar(im, x, 1), inner)
+
+
+def _float_operand(im: _Importer, node) -> Value:
+    x = im.value(node.input[0], node)
+    if x.dtype not in FLOAT_DTYPES:
+        raise UnsupportedError(f"{im.where(node)}: {node.op_type} takes a float tensor, "
+                               f"not {x.dtype}")
+    return x
+
+
+def _is_nan(im: _Importer, node):
+    """NaN is the one value not equal to itself: not(x == x)."""
+    x = _float_operand(im, node)
+    return im.g.logical_not(im.g.compare("eq", x, x))
+
+
+def _is_inf(im: _Importer, node):
+    """x == +inf or x == -inf, as detect_positive / detect_negative ask; with both off,
+    x < -inf, which nothing (NaN included) satisfies: an all-false tensor of x's shape."""
+    g = im.g
+    x = _float_operand(im, node)
+    pos = bool(im.attr(node, "detect_positive", 1))
+    neg = bool(im.attr(node, "detect_negative", 1))
+    tests = ([g.compare("eq", x, _scalar(im, x, np.inf))] if pos else []) + \
+        ([g.compare("eq", x, _scalar(im, x, -np.inf))] if neg else [])
+    if not tests:
+        return g.compare("lt", x, _scalar(im, x, -np.inf))
+    return tests[0] if len(tests) == 1 else g.binary("or", *tests)
+
+
+def _mod(im: _Importer, node):
+    """Integer Mod: r = a - trunc(a / b) * b (the IR's integer div truncates), the C
+    remainder (fmod=1, np.fmod); fmod=0 (np.mod, Python's %) moves a nonzero r whose sign
+    differs from b's by adding b. A zero divisor gives 0, as np.mod and np.fmod give it on
+    integers (onnx's reference evaluator): b = 0 and b = -1 are replaced by 1 before the
+    division, for which r = a - a * 1 = 0 is right for both, so no kernel divides by zero
+    (the simulator traps on it, the GPU gives garbage) and INT_MIN / -1 cannot overflow.
+    Float Mod with fmod=1 is the IR's fmod (C's fmodf, exact). Float Mod with fmod=0
+    (defined from opset 28; onnx's evaluator computes np.mod at any opset) is numpy's
+    npy_divmod: r = fmod(a, b), plus b where r is nonzero and its sign differs from b's
+    (one rounding, the one numpy makes), and a zero r takes b's sign (-0.0 where b < 0)."""
+    g = im.g
+    fmod = int(im.attr(node, "fmod", 0))
+    if fmod not in (0, 1):
+        raise ModelError(f"{im.where(node)}: fmod is {fmod}; ONNX allows 0 or 1")
+    a, b = _binary_operands(im, node, node.input[0], node.input[1])
+    zero = _scalar(im, a, 0)
+    if a.dtype in FLOAT_DTYPES:
+        r = g.fmod(a, b)
+        if fmod == 1:
+            return r
+        b_neg = g.compare("lt", b, zero)
+        differ = g.binary("xor", g.compare("lt", r, zero), b_neg)
+        moved = g.binary("and", differ, g.logical_not(g.compare("eq", r, zero)))
+        r = g.select(moved, g.add(r, b), r)
+        # (a -0.0 constant here is what found gpusim's compiler giving -0.0 the register
+        # of a +0.0 constant in the same kernel, fixed there)
+        signed_zero = g.select(b_neg, _scalar(im, a, -0.0), zero)
+        return g.select(g.compare("eq", r, zero), signed_zero, r)
+    if a.dtype != "i32" or b.dtype != "i32":
+        raise UnsupportedError(f"{im.where(node)}: Mod of {a.dtype} and {b.dtype} tensors")
+    trivial = g.binary("or", g.compare("eq", b, zero), g.compare("eq", b, _scalar(im, b, -1)))
+    b = g.select(trivial, _scalar(im, b, 1), b)
+    r = g.sub(a, g.mul(g.div(a, b), b))
+    if fmod == 0:
+        differ = g.binary("xor", g.compare("lt", r, zero), g.compare("lt", b, zero))
+        moved = g.binary("and", differ, g.logical_not(g.compare("eq", r, zero)))
+        r = g.select(moved, g.add(r, b), r)
+    return r
 
 
 def _variadic(kind):
@@ -1563,6 +1656,51 @@ def _gather(im: _Importer, node):
     return y
 
 
+def _gather_elements_rule(im: _Importer, node):
+    """GatherElements (np.take_along_axis) through the IR's one data-dependent gather:
+    the data flattened to 1-D and gathered at idx * stride[axis] + offset, where offset
+    (a constant of the indices' shape) holds every other coordinate times its stride.
+    The flat index is exact i32 arithmetic, so nothing new reaches fusion, the engine or
+    the printer. A negative index wraps by a select first (an index below -n or from n
+    up would land in a neighbouring row: static indices are checked here, an input's
+    are bounded like Gather's, ``index_bounds``)."""
+    g = im.g
+    data = im.value(node.input[0], node)
+    rank = data.type.rank
+    ishape = tuple(im.shape_of(node.input[1], node))
+    axis = int(im.attr(node, "axis", 0))
+    if len(ishape) != len(im.shape_of(node.input[0], node)) or not -rank <= axis < rank:
+        raise ShapeError(f"{im.where(node)}: indices {ishape} and data {data.shape} must "
+                         f"have one rank and axis {axis} must lie in it")
+    axis %= rank
+    dshape = data.shape
+    if any(i > d for k, (i, d) in enumerate(zip(ishape, dshape)) if k != axis):
+        raise ShapeError(f"{im.where(node)}: indices {ishape} reach past data {dshape} "
+                         f"off axis {axis}")
+    n = dshape[axis]
+    strides = [int(np.prod(dshape[k + 1:], dtype=np.int64)) for k in range(rank)]
+    grid = np.indices(ishape, dtype=np.int64)
+    offset = sum(grid[k] * strides[k] for k in range(rank) if k != axis) + np.zeros(ishape, np.int64)
+    flat_data = g.reshape(data, (int(np.prod(dshape)),))
+    if im.is_static(node.input[1]):
+        idx = im.static(node.input[1], node, "indices").astype(np.int64)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise ShapeError(f"{im.where(node)}: an index is outside [-{n}, {n})")
+        flat = (np.where(idx < 0, idx + n, idx) * strides[axis] + offset).astype(np.int32)
+        return g.gather(flat_data, g.constant(flat, dtype="i32",
+                                              name=im.fresh(node.output[0] + "_flat")), 0)
+    idx = im.value(node.input[1], node, dtype="i32")
+    if idx.name in g.inputs:
+        for onnx_name, v in im.env.items():
+            if isinstance(v, Value) and v.name == idx.name:
+                im.index_bounds[onnx_name] = min(im.index_bounds.get(onnx_name, n), n)
+    zero = g.constant(np.zeros(1, np.int32), dtype="i32")
+    idx = g.select(g.compare("lt", idx, zero), g.add(idx, n), idx)
+    flat = g.add(g.mul(idx, strides[axis]), g.constant(offset.astype(np.int32), dtype="i32",
+                                                       name=im.fresh(node.output[0] + "_offset")))
+    return g.gather(flat_data, flat, 0)
+
+
 def _expand(im: _Importer, node):
     x = im.value(node.input[0], node)
     target = tuple(int(s) for s in im.static(node.input[1], node, "the shape").reshape(-1))
@@ -1790,7 +1928,8 @@ CONVERTERS = {
     **{op: _reduce(k) for op, k in _REDUCE.items()},
     "ReduceSumSquare": _reduce_squares(False), "ReduceL2": _reduce_squares(True),
     "ArgMax": _arg_reduce("reduce_max"), "ArgMin": _arg_reduce("reduce_min"),
-    "Not": _not, "Where": _where, "Mean": _mean, "CumSum": _cumsum,
+    "Not": _not, "Where": _where, "Sign": _sign, "IsNaN": _is_nan, "IsInf": _is_inf,
+    "Mod": _mod, "Mean": _mean, "CumSum": _cumsum,
     "Softmax": _softmax, "LayerNormalization": _layer_norm, "MatMul": _matmul,
     "Gemm": _gemm, "Conv": _conv, "ConvTranspose": _conv_transpose,
     "BatchNormalization": _batch_norm,
@@ -1802,7 +1941,8 @@ CONVERTERS = {
     "SpaceToDepth": lambda im, node: _block_rearrange(im, node, True), "Flatten": _flatten,
     "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Cast": _cast, "CastLike": _cast_like,
     "Identity": _identity, "Constant": _constant, "Slice": _slice, "Split": _split,
-    "Concat": _concat, "Gather": _gather, "Expand": _expand, "Tile": _tile, "Pad": _pad,
+    "Concat": _concat, "Gather": _gather,
+    "GatherElements": _gather_elements_rule, "Expand": _expand, "Tile": _tile, "Pad": _pad,
     "Clip": _clip, "LeakyRelu": _leaky_relu, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Gelu": _gelu, "Softplus": _softplus, "Trilu": _trilu,
     "Einsum": _einsum, "InstanceNormalization": _instance_norm,
@@ -1823,6 +1963,8 @@ OP_VERSIONS = {
     ("CastLike", 19): "saturate attribute: only for float8 targets, which are refused",
     ("CastLike", 24): "round_mode: float8e8m0 targets only, refused",
     ("Gelu", 20): "new op (_gelu)",
+    ("Mod", 28): "fmod=0 defined on floats: numpy's np.mod composed of fmod, compares "
+                 "and selects (_mod), as onnx's evaluator computes it at every opset",
     ("GroupNormalization", 18): "new op (_group_norm): scale and bias per group "
                                 "(deprecated: onnx's checker refuses a model using it)",
     ("GroupNormalization", 21): "scale and bias per channel, stash_type: read (_group_norm)",
@@ -1874,6 +2016,7 @@ TYPES_ONLY = frozenset({
     ("Div", 14), ("Einsum", 28), ("Equal", 19), ("Flatten", 21), ("Flatten", 23),
     ("Flatten", 24), ("Flatten", 25), ("GlobalAveragePool", 22), ("GlobalMaxPool", 22),
     ("GreaterOrEqual", 16), ("HardSigmoid", 22), ("InstanceNormalization", 22), ("HardSwish", 22), ("Identity", 14),
+    ("IsInf", 20), ("IsNaN", 20),
     ("Identity", 16), ("Identity", 19), ("Identity", 21), ("Identity", 23),
     ("Identity", 24), ("Identity", 25), ("LeakyRelu", 16), ("LessOrEqual", 16),
     ("MaxPool", 22), ("Mul", 14), ("Pad", 21), ("Pad", 23), ("Pad", 24), ("Pad", 25),

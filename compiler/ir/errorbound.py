@@ -141,6 +141,8 @@ def _binary(kind: str, a, b, sa, sb, r) -> np.ndarray:
             da, db = np.abs(b), np.abs(a)
         elif kind == "div":
             da, db = 1.0 / np.abs(b), np.abs(r / b)
+        elif kind == "fmod":  # a - trunc(a/b) b, between the jumps (``_fmod_jumps``)
+            da, db = 1.0, np.abs(np.trunc(a / b))
         elif kind == "pow":
             da = np.abs(b * a ** (b - 1.0))
             db = np.abs(np.log(np.abs(a)) * r)
@@ -165,6 +167,19 @@ def _step(x, s, k: float, half: bool) -> np.ndarray:
         jump = np.floor(x) + 0.5 if half else np.round(x)
         near = (s > 0) & ~(np.abs(x - jump) > k * s)  # NaN distance counts as near
     return np.where(near, np.maximum(s, 1.0 / k), 0.0)
+
+
+def _fmod_jumps(a, b, sa, sb, s, k: float) -> np.ndarray:
+    """C's fmod r = a - trunc(a/b) b jumps by |b| at each multiple of b: within k*(error)
+    of one, where either side is honest, the scale ``s`` (``_binary``'s slopes) is raised
+    to |b|/k, so the allowance covers the jump, as a step's covers one unit (``_step``)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    sa, sb = np.asarray(sa, np.float64), np.asarray(sb, np.float64)
+    with np.errstate(all="ignore"):
+        t = a / b
+        reach = k * (sa + np.abs(t) * sb)
+        near = (reach > 0) & ~(np.abs(t - np.round(t)) * np.abs(b) > reach)
+        return np.where(near, np.maximum(s, np.abs(b) / k), s)
 
 
 def _contraction(op: Op, a, b, sa, sb, u: float) -> np.ndarray:
@@ -234,6 +249,7 @@ RULES = {
     **{k: "binary" for k in ("add", "sub", "mul", "div", "pow", "max", "min")},
     **{k: "exact" for k in ("eq", "lt", "gt", "le", "ge", "and", "or", "xor", "not")},
     "cast": "cast", "select": "select", **{k: "step" for k in _STEP_AT_HALF},
+    "fmod": "binary",
     **{k: "reduce" for k in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
                              "reduce_prod")},
     **{k: "view" for k in VIEW_FUNCS},
@@ -270,6 +286,9 @@ def _propagate(op: Op, args: list, scales: list, result, k: float) -> np.ndarray
         s = _binary(kind, args[0], args[1], scales[0], scales[1], result)
         if kind in ("max", "min"):
             own = np.zeros_like(own)
+        if kind == "fmod":  # exact itself; its jumps at the multiples of b
+            own = np.zeros_like(own)
+            s = _fmod_jumps(args[0], args[1], scales[0], scales[1], s, k)
     elif rule == "contraction":
         return _contraction(op, args[0], args[1], scales[0], scales[1], u)
     elif rule == "reduce":

@@ -474,6 +474,7 @@ class Graph:
     def max(self, a, b, name=None): return self.binary("max", a, b, name)
     def min(self, a, b, name=None): return self.binary("min", a, b, name)
     def pow(self, a, b, name=None): return self.binary("pow", a, b, name)
+    def fmod(self, a, b, name=None): return self.binary("fmod", a, b, name)  # floats
 
     def cast(self, x, dtype: str, name=None) -> Value:
         return self.add_op("cast", (x,), {"dtype": dtype}, name=name)

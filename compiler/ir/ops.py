@@ -87,6 +87,9 @@ OPS = {
     "max": OpSpec("binary", 2, np.maximum, "max"),
     "min": OpSpec("binary", 2, np.minimum, "min"),
     "pow": OpSpec("binary", 2, np.power, "pow"),
+    # C's fmod, float operands only (ONNX Mod fmod=1 on floats; integer Mod is composed
+    # of div/mul/sub by the importer): exact, the sign of the dividend
+    "fmod": OpSpec("binary", 2, np.fmod, "fmod"),
     # compare: same-dtype operands -> bool
     "eq": OpSpec("compare", 2, np.equal, "eq"),
     "lt": OpSpec("compare", 2, np.less, "lt"),
