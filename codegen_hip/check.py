@@ -44,6 +44,7 @@ from .errors import ExportError
 from .signals import signals_held as _signals_held
 from .names import c_identifier
 from gpusim.errors import KernelError
+from gpusim.hw import get_arch
 from gpusim.occupancy import residency
 
 from .simfacts import SIM_FORMAT, TARGET_ARCH, sim_info as _sim_info, vgpr_occupancy
@@ -458,7 +459,10 @@ def _split_pieces(ir: list, isa: dict) -> dict:
 def _same_residency(info: dict, est: int, vgprs: int, target: str):
     """The workgroups per CU when the estimate and hipcc's count give the same number
     (with the sidecar's workgroup size and LDS bytes), else None: the simulator's timing
-    depends on the residency, not on the VGPR-limited count by itself."""
+    depends on the residency, not on the VGPR-limited count by itself. A grid that puts
+    fewer workgroups on a CU than either limit (the timed CU 0 owns ``ceil(grid / CUs)``:
+    a persistent stream-K kernel of two workgroups per CU) runs them all at once either
+    way, so that count is the residency both give."""
     if not isinstance(info.get("block"), int):
         return None
     arch = TARGET_ARCH[target]
@@ -467,7 +471,15 @@ def _same_residency(info: dict, est: int, vgprs: int, target: str):
         isa = residency(info["block"], info["lds_bytes"], vgprs, arch)
     except KernelError:
         return None
-    return sim.workgroups_per_cu if sim.workgroups_per_cu == isa.workgroups_per_cu else None
+    sim_n, isa_n = sim.workgroups_per_cu, isa.workgroups_per_cu
+    if isinstance(info.get("grid"), int) and info["grid"] > 0:
+        try:  # the CUs of the arch the kernel was simulated on (the sidecar's)
+            cus = get_arch(info.get("arch") or arch).num_cus
+        except KernelError:
+            cus = arch.num_cus
+        owned = -(-info["grid"] // cus)
+        sim_n, isa_n = min(sim_n, owned), min(isa_n, owned)
+    return sim_n if sim_n == isa_n else None
 
 
 def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[dict]:
@@ -598,7 +610,7 @@ def compare(report: dict, kernels=None, sim_info: dict | None = None) -> list[di
                 if same is not None:
                     add("occupancy", occ_s, occ_c,
                         msg + f"; both allow the {same} workgroups per CU the simulator "
-                        "ran (its LDS or workgroup limit binds first), so the prediction "
+                        "ran (its LDS or workgroup limit, or the grid, binds first), so the prediction "
                         "stands", severity="warning")
                 else:
                     add("occupancy", occ_s, occ_c, msg)

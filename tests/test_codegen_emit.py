@@ -314,9 +314,16 @@ def test_compare_agrees_and_flags_each_kind_of_disagreement():
         ("pin", "error"), ("scratch", "error"), ("vgprs", "warning")]
     # the sidecar pinned 8 waves (amdgpu_waves_per_eu); an unpinned one is judged on occupancy
     assert info["waves_per_eu"] == 8
-    unpinned = {**info, "waves_per_eu": None}
+    # a grid of many workgroups per CU: the VGPR-limited residency is what the CU runs
+    unpinned = {**info, "waves_per_eu": None, "grid": 64 * 304}
     found = compare({"kernels": [bad]}, None, {"elementwise_f4": unpinned})
     assert ("occupancy", "error") in [(d["what"], d["severity"]) for d in found]
+    # two workgroups per CU (a persistent stream-K grid): 8 VGPRs would run more, 200
+    # (two 4-wave workgroups) runs both as well, so the prediction's residency holds
+    two = {**unpinned, "grid": 2 * 304, "block": 256}
+    found = compare({"kernels": [bad]}, None, {"elementwise_f4": two})
+    assert ("occupancy", "warning") in [(d["what"], d["severity"]) for d in found]
+    assert "or the grid" in next(d["message"] for d in found if d["what"] == "occupancy")
     failed = compare({"kernels": [_entry(rc=1, stderr="k.hip:3: error: oops")]}, None, {})
     assert failed[0]["what"] == "compile" and "oops" in failed[0]["message"]
 
@@ -332,7 +339,8 @@ def test_compare_reports_spills_and_weighs_occupancy_by_residency():
     assert "pinned 8 waves" in found[0]["message"]
     # 1024 threads and 40 KiB of LDS: one workgroup per CU (4 waves per SIMD) whatever
     # the VGPRs allow, so 64 (8 waves) against 84 (5 waves) changes no residency
-    lds = {**info, "block": 1024, "lds_bytes": 40960, "estimated_vgprs": 64, "waves_per_eu": 4}
+    lds = {**info, "block": 1024, "lds_bytes": 40960, "estimated_vgprs": 64, "waves_per_eu": 4,
+           "grid": 64 * 304}
     e = _entry(vgprs=84, lds_bytes=40960)
     found = compare({"kernels": [e]}, None, {"elementwise_f4": lds})
     assert [(d["what"], d["severity"]) for d in found] == [("occupancy", "warning")]

@@ -720,8 +720,27 @@ def lower_stream_k(graph: Graph, dispatch, gemm: Gemm, s: dict, arch: Arch
 
     Against split-K the grid is the CU count whatever the tile count (no partial last
     wave, any K), and the workspace holds about ``tiles + G`` partial tiles instead of
-    ``S x tiles``."""
+    ``S x tiles``.
+
+    ``split_reduce=last_wg``: one kernel, the fix-up done inside the segment loop by the
+    workgroup that arrives last at the segment's tile, as split-K's last arrival does
+    (:func:`lower_split_k`): each segment stores its slot, fences, counts its arrival on
+    the tile's counter, and the arrival that reads ``count(tile) - 1`` resets the counter,
+    sums the tile's ``count(tile)`` slots in slot order (its own read back) and runs the
+    epilogue once; a barrier closes the segment (its LDS reads before the next segment
+    stages). The second launch goes; the fix-ups run on the workgroups that finish a tile
+    last instead of a grid of their own. No workgroup waits for another."""
     sk = StreamK(gemm, s, arch)
+    if s.get("split_reduce", "kernel") == "last_wg":
+        one = _Builder(graph, dispatch, gemm, s, phase="partial", stream_k=sk,
+                       last_wg=True).build()
+        ws, cnt = one.buffer(workspace_name(dispatch)), one.buffer(arrivals_name(dispatch))
+        meta = {**one.meta, "stream_k": sk.W, "stream_k_workgroups": sk.G,
+                "stream_k_iterations": sk.iters, "split_reduce": "last_wg",
+                "workspace_bytes": ws.size * 4 + cnt.size * 4}
+        return program.KernelSequence(one.name, (one,), (
+            program.Buffer(ws.name, "f32", ws.shape, "out"),
+            program.Buffer(cnt.name, "i32", cnt.shape, "inout", zeroed=True)), meta)
     partial = _Builder(graph, dispatch, gemm, s, phase="partial", stream_k=sk).build()
     fixup = reduce_kernel(graph, dispatch, gemm, s, sk)
     ws = partial.buffer(workspace_name(dispatch))
@@ -1256,9 +1275,16 @@ class _Builder:
             lds += (program.LdsArray("lds_arrived", "i32", (1,)),)
             params += (self.workspace("inout"), self.arrivals())
             meta["split_k_phase"] = "last_wg"
+            if self.sk is not None:
+                # the segment's LDS reads (the C tile, the arrival) before the next
+                # segment stages its operands and counts its own arrival
+                self.body.append(program.Barrier())
+                self.close_segment()
+                meta["stream_k"] = self.sk.W
         splits = self.S if self.last_wg else 1   # last_wg: the partial kernel's grid
+        grid = self.sk.G if self.sk is not None else splits * gm.batch * tiles_m * tiles_n
         return program.Kernel(sanitize(f"{self.d.name}_gemm"), params,
-                        grid=splits * gm.batch * tiles_m * tiles_n, block=self.threads,
+                        grid=grid, block=self.threads,
                         body=tuple(self.body), lds=lds, meta=meta)
 
     def build_mfma(self) -> program.Kernel:
@@ -1630,8 +1656,9 @@ class _Builder:
     def arrivals(self):
         """split_reduce=last_wg: one i32 arrival counter per output tile, zero between
         launches."""
-        return program.Buffer(arrivals_name(self.d), "i32", (self.workspace("in").shape[1],),
-                              "inout", zeroed=True)
+        ws = self.workspace("in").shape
+        ntiles = ws[0] if self.sk is not None else ws[1]   # stream-K: [tile][slot]
+        return program.Buffer(arrivals_name(self.d), "i32", (ntiles,), "inout", zeroed=True)
 
     def arrive(self, acc):
         """split_reduce=last_wg, after the K loop: the partials to the workspace, a fence,
@@ -1652,7 +1679,9 @@ class _Builder:
                                       program.LdsStore("lds_arrived", program.i32(0), (old,)))),
                       program.Barrier(),
                       program.LdsLoad((seen,), "lds_arrived", program.i32(0), broadcast=True)]
-        self.tail_cond = program.as_expr(seen).eq(self.S - 1)
+        arrivals = self.S if self.sk is None else self.segment_count()
+        self.tail_cond = program.as_expr(seen).eq(iadd(arrivals, -1) if self.sk is not None
+                                                  else arrivals - 1)
         self.tail_from = len(self.body)
         self.body += [program.Fence(),
                       program.If(t0, (program.Store(cnt.name, self.tile, (program.i32(0),)),))]
@@ -1706,11 +1735,8 @@ class _Builder:
         loads, adds = [], []
         nparts, count = self.S, None
         if self.sk is not None:  # stream-K: count(tile) slots of at most ``slots``
-            sk = self.sk
-            nparts = sk.slots
-            t = self.tile
-            last = program.as_expr(sk.first_ir(iadd(imul(iadd(t, 1), sk.nk), -1)))
-            count = self.let("nseg", iadd(last - sk.first_ir(imul(t, sk.nk)), 1))
+            nparts = self.sk.slots
+            count = self.segment_count()
         for i in range(self.TM):
             for j in range(self.TN):
                 e = i * self.TN + j
@@ -1729,6 +1755,15 @@ class _Builder:
                 if self.KW > 1:  # defined in every group for the validator
                     self.body += [program.Assign(x, program.f32(0.0)) for x in parts]
         self.body += loads + adds
+
+    def segment_count(self):
+        """Stream-K: how many workgroups touch this segment's tile (its slots), as IR,
+        defined once per kernel where first asked for."""
+        if getattr(self, "_nseg", None) is None:
+            sk, t = self.sk, self.tile
+            last = program.as_expr(sk.first_ir(iadd(imul(iadd(t, 1), sk.nk), -1)))
+            self._nseg = self.let("nseg", iadd(last - sk.first_ir(imul(t, sk.nk)), 1))
+        return self._nseg
 
     def used(self, params, extra):
         """``params`` the body reads or writes, then ``extra`` (the workspace)."""

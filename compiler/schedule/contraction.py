@@ -60,7 +60,7 @@ class Knobs:
     split_k: int = knob(DEFAULTS["split_k"], "workgroups splitting K (1: one kernel; S > 1: S "
                                       "partial sums in a workspace, then a reduction "
                                       "kernel that applies the epilogue once)")
-    split_reduce: str = knob(DEFAULTS["split_reduce"], "split_k > 1: who sums the partials and "
+    split_reduce: str = knob(DEFAULTS["split_reduce"], "split_k > 1 or stream_k: who sums the partials and "
                                               "runs the epilogue once: kernel (a second "
                                               "kernel) or last_wg (in the one kernel, the "
                                               "workgroup that arrives last at its tile's "
@@ -479,6 +479,16 @@ def with_stream_k(gemm, space: list, arch: Arch) -> list:
             # two workgroups per CU, each walking half the share: where two fit a CU,
             # one's global loads hide behind the other's math (the search weighs it)
             extra.append(Candidate(two, True, "", opt_in))
+            # and its fix-up done in the one kernel by each tile's last arrival
+            # (``split_reduce=last_wg``): the second launch goes, and with two workgroups
+            # on a CU one's fix-up runs beside the other's MAC loop. Only at W = 2 (at
+            # W = 1 the fix-ups run on otherwise idle CUs): BERT-base's FFN down GEMM
+            # (128 x 768 x 3072, 32x32x64 MFMA KW 4) 19.45 -> 17.49 us, its FFN up
+            # GEMM with GELU 17.57 -> 22.39 (the erf epilogue on the last arrivals), so
+            # the search weighs the two
+            last = {**two, "split_reduce": "last_wg"}
+            if not check_schedule(gemm, last, arch):
+                extra.append(Candidate(last, True, "", opt_in))
     if not extra:
         return space
     first = next((c for c in extra if c.legal and not c.opt_in), None)
