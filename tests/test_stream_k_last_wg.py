@@ -147,28 +147,3 @@ def test_python_engine_agrees_on_values_and_time():
     for name in rj.outputs:
         np.testing.assert_array_equal(rj.outputs[name], rp.outputs[name])
     assert rj.cycles == rp.cycles
-
-
-@pytest.mark.parametrize("kind", ["split_k", "stream_k"])
-def test_ranking_charges_the_tail_to_its_share_of_arrivals(kind):
-    """The analytic ranking (``rank._Arrivals``) weighs a last arrival's tail by the share
-    of arrivals that run it: 1/S for split-K, tiles / (workgroups x segments) for
-    stream-K (its segments all counted: a lower share than the true average), not by every
-    arrival; the reference and fast walks agree (docs/search.md, tenth round)."""
-    from compiler.tuning import rank
-    g, arch = matmul(64, 96, 512), few_cus(7)
-    s = {**FMA, "stream_k": 2} if kind == "stream_k" else {**FMA, "split_k": 4}
-    (k,) = lower_contraction(g, whole(g), {**s, **LAST}, arch).kernels
-    lanes = rank._Lanes(arch.wave_size, k.block)
-    rank._walk(k.body, 1.0, rank._Counts(), lanes, arch, k)
-    tails = [x for x in program.walk(k.body) if isinstance(x, program.If)
-             and lanes.arrivals.share(x.cond, k) is not None]
-    assert len(tails) == 1
-    if kind == "split_k":
-        assert lanes.arrivals.share(tails[0].cond, k) == pytest.approx(1 / 4)
-    else:
-        sk = StreamK(Gemm(g, whole(g)), s, arch)
-        assert lanes.arrivals.share(tails[0].cond, k) == pytest.approx(
-            sk.tiles / (sk.G * sk.segments))
-    fast, ref = rank.estimate(k, arch), rank.estimate(k, arch, reference=True)
-    assert fast.us == ref.us and fast.features == ref.features

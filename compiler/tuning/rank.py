@@ -106,52 +106,6 @@ _NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
        "shl": np.left_shift, "shr": np.right_shift}
 
 
-class _Arrivals:
-    """A last-arrival tail (split-K's and stream-K's ``split_reduce=last_wg``, the
-    flash-decoding combine): the atomic counter's old value reaches every wave through
-    LDS, and the workgroup that read ``arrivals - 1`` runs the tail. The walk cannot
-    evaluate that guard (a loaded value), and counting its arm for every arrival charged
-    each workgroup the whole tail (the stream-K twins ranked last, where the simulator has
-    them first: docs/search.md, tenth round). Instead the arm is weighed by the share of
-    arrivals that run it: counters / (workgroups x arrivals per workgroup), the counters
-    the atomic's buffer, the arrivals per workgroup the count at the broadcast read (a
-    stream-K segment loop's trips: every segment counted, an upper bound, so the tail's
-    share is a lower one). Exact for split-K (1/S); SIMPLIFICATION for stream-K, whose
-    tiles get different numbers of arrivals (the average is charged)."""
-
-    def __init__(self):
-        self.vars: set = set()
-        self.arrays: set = set()
-        self.counters = 0
-        self.per_wave = 0.0
-
-    def share(self, cond, kernel):
-        """The share of arrivals whose tail ``If(cond)`` runs, or None when ``cond`` is
-        not a comparison with a last-arrival count."""
-        if not (isinstance(cond, BinOp) and cond.op == "eq" and self.per_wave > 0
-                and self.counters > 0):
-            return None
-        if not any(isinstance(x, Var) and x.name in self.vars for x in (cond.a, cond.b)):
-            return None
-        return min(1.0, self.counters / (max(1, kernel.grid) * self.per_wave))
-
-    def atomic(self, s, kernel):
-        self.vars.add(s.dst.name)
-        try:
-            self.counters = kernel.buffer(s.buffer).size
-        except KeyError:
-            self.counters = 0
-
-    def lds_store(self, s):
-        if any(isinstance(v, Var) and v.name in self.vars for v in s.values):
-            self.arrays.add(s.array)
-
-    def lds_load(self, s, mult: float):
-        if s.array in self.arrays:
-            self.vars.update(d.name for d in s.dsts)
-            self.per_wave = mult
-
-
 class _Lanes:
     """Evaluates integer index expressions for the threads of workgroup 0 (every wave of
     it: a guard on the wave index, such as the K-split waves' combine, is taken by some
@@ -169,9 +123,6 @@ class _Lanes:
         self.zero = np.zeros_like(self.tid)
         self.zero.setflags(write=False)
         self.defs: dict = {}
-        # a last-arrival count (``_Arrivals``): registers holding an atomic counter's old
-        # value, the LDS arrays it went through, the counters and the arrivals per wave
-        self.arrivals = _Arrivals()
 
     def known(self, e) -> bool:
         """Whether every register ``e`` reads holds lanes the walk evaluated (not a value
@@ -278,10 +229,6 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
                     share = lanes.waves_active(mask) / here
                     if arm and share > 0:
                         _walk(arm, mult * share, c, lanes, arch, kernel, mask)
-            elif (tail := lanes.arrivals.share(s.cond, kernel)) is not None:
-                # a last arrival's tail: its share of the arrivals (``_Arrivals``)
-                _walk(s.then, mult * tail, c, lanes, arch, kernel, active)
-                _walk(s.orelse, mult, c, lanes, arch, kernel, active)
             else:  # on a loaded or float value: both arms (almost always taken)
                 _walk(s.then, mult, c, lanes, arch, kernel, active)
                 _walk(s.orelse, mult, c, lanes, arch, kernel, active)
@@ -318,9 +265,6 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
             if isinstance(s, LdsLoad):
                 for d in s.dsts:
                     lanes.forget(d.name)
-                lanes.arrivals.lds_load(s, mult)
-            else:
-                lanes.arrivals.lds_store(s)
         elif isinstance(s, Mfma):
             c.mfma_cycles += mult * arch.mfma_cycles(s.shape)
         elif isinstance(s, Barrier):
@@ -336,7 +280,6 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
             c.valu += mult * (_ops(s.index) + _ops(s.value))
             c.l2_bytes += mult * arch.l1_line_bytes
             lanes.forget(s.dst.name)
-            lanes.arrivals.atomic(s, kernel)
     if loads_here:
         c.load_rounds += mult
 
@@ -531,9 +474,6 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
                     share = lanes.waves_active(mask) / here
                     if share > 0:
                         _walk_fast(arm, mult * share, c, lanes, arch, kernel, mask)
-            elif (tail := lanes.arrivals.share(s.cond, kernel)) is not None:
-                _walk_fast(s.then, mult * tail, c, lanes, arch, kernel, active)
-                _walk_fast(s.orelse, mult, c, lanes, arch, kernel, active)
             else:
                 _walk_fast(s.then, mult, c, lanes, arch, kernel, active)
                 _walk_fast(s.orelse, mult, c, lanes, arch, kernel, active)
@@ -587,9 +527,6 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
             if t is LdsLoad:
                 for d in s.dsts:
                     lanes.defs.pop(d.name, None)
-                lanes.arrivals.lds_load(s, mult)
-            else:
-                lanes.arrivals.lds_store(s)
         elif t is Mfma:
             c.mfma_cycles += mult * arch.mfma_cycles(s.shape)
         elif t is Barrier:
