@@ -63,17 +63,15 @@ RESNET_TINY_TILE = {"BM": 16, "BN": 32, "BK": 64, "TM": 2, "TN": 4, "KW": 8, "ld
                     "vec_a": 1, "vec_b": 4, "swizzle": "before_fusion", "mma": "fma"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "VGPR estimate of an FMA conv tile whose short K loop hipcc unrolls whole (straight-line "
-    "K, no loop left in the ISA: tools/fragment_schedule.py): 70 estimated (7 waves/SIMD; 72 "
-    "before the index-tree temporaries rule), "
-    "hipcc 82 (5 waves) on gfx90a and gfx940. The known straight-line-K gap of "
-    "gpusim.occupancy's docstring (the same tile with K = 64 or 128: 72 vs 78-80, traced "
-    "there to per-lane address values of the first tile held to the later tiles' stores; "
-    "a value-numbering rule for it was measured and not adopted); not re-traced on this "
-    "kernel. The issue's GEMM case (70 vs 82) was not reproduced here; this is the nearest "
-    "found"))
 def test_unrolled_k_conv_tile_occupancy_agrees_with_hipcc(tmp_path):
+    """An FMA conv tile whose short K loop hipcc unrolls whole (straight-line K, no loop
+    left in the ISA: tools/fragment_schedule.py): 70 VGPRs estimated (7 waves/SIMD), hipcc
+    82 (5 waves) on gfx90a and gfx940, the straight-line-K gap of gpusim.occupancy's
+    docstring (per-lane address values of the first tile held to the later tiles' stores;
+    a value-numbering rule for it was measured and not adopted). A strict xfail until
+    check weighed occupancy by the workgroups the grid puts on a CU: resnet_tiny's conv
+    has a grid of one workgroup a CU at most, which both counts run, so the simulated
+    residency holds and the gap is a warning."""
     from compiler.fusion import fuse
     from compiler.ir.models import load_model
     from compiler.lower import lower
@@ -84,6 +82,8 @@ def test_unrolled_k_conv_tile_occupancy_agrees_with_hipcc(tmp_path):
                         [(k, {p.name: p.name for p in k.buffers})], {})
     report = check_dir(out, ("gfx90a", "gfx940"))
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
+    assert any(x["what"] == "occupancy" and "the grid" in x["message"]
+               for x in report["warnings"])
 
 
 #: EfficientNet MBConv's 1x1 expansion conv (tests/data/families) with the split-K tile

@@ -143,30 +143,29 @@ def test_split_k_reduce_with_guarded_sums_occupancy_agrees_with_hipcc(tmp_path):
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "VGPR estimate of a multi-tile split-K reduce (ResNet basic block's second 3x3 conv: "
-    "M = 196 in 4 tiles, N = 32, 16 splits, vec_a 1): estimated 135 (3 waves/SIMD), hipcc "
-    "122 on gfx90a (4 waves; 132 on gfx940 agrees). Its partial offsets carry the workgroup "
-    "id, so it keeps the per-load address form (hipcc's count is the same with or "
-    "without wf_uniform_base of the constant part). Naming the whole uniform part "
-    "(block_id included) wave-uniform, as the last-arrival tail does, gives hipcc 139 / 139, "
-    "which agrees, but costs gfx90a a wave (4 -> 3), so it is not emitted. Not traced "
-    "further; the estimate is the same before and after the global-load run rule"))
 def test_multi_tile_split_k_reduce_occupancy_agrees_with_hipcc(tmp_path):
+    """ResNet basic block's second 3x3 conv's split-K reduce (M = 196 in 4 tiles, N = 32,
+    16 splits, vec_a 1): estimated 135 VGPRs (3 waves/SIMD), hipcc 122 on gfx90a (4 waves;
+    132 on gfx940). A strict xfail until check weighed occupancy by the workgroups the grid
+    puts on a CU: the reduce's grid is its 4 tiles, one workgroup on a CU whatever the
+    count, so the simulated residency holds and the VGPR gap stays a warning. (Its partial
+    offsets carry the workgroup id; naming the whole uniform part wave-uniform gave hipcc
+    139 / 139 but cost gfx90a a wave, so it is not emitted. Not traced further.)"""
     report = _check("../resnet_basic.onnx", "d1_conv2d_4",
                     {**SPLIT_K, "vec_a": 1, "split_k": 16}, "reduce", tmp_path)
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
+    gaps = [x for x in report["warnings"] if x["what"] in ("occupancy", "vgprs")]
+    assert any("the grid" in x["message"] for x in gaps if x["what"] == "occupancy")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "VGPR estimate of the VAE mid-block attention's flash-decoding split kernel (FMA, 16 "
-    "queries x 32 keys per block, 4 waves, key_splits 2) over the horizontally "
-    "concatenated Q/K/V projection the export plans: estimated 82 (5 waves/SIMD), hipcc 97 "
-    "/ 97 (4 waves), one VGPR past the 5-wave line; the same kernel over three separate "
-    "projections (no horizontal rewrite) takes 96 / 91 and agrees. Not traced"))
 def test_flash_decoding_split_occupancy_agrees_with_hipcc(tmp_path):
     """The kernel ``export --budget 1`` picked for the VAE on the merged main and again on
-    the chk28 branch (2026-12-02 evening)."""
+    the chk28 branch (2026-12-02 evening): the flash-decoding split kernel (FMA, 16 queries
+    x 32 keys per block, 4 waves, key_splits 2) over the horizontally concatenated Q/K/V
+    projection, estimated 82 VGPRs (5 waves/SIMD), hipcc 97 / 97 (4 waves; the same kernel
+    over three separate projections 96 / 91). A strict xfail until check weighed occupancy
+    by the workgroups the grid puts on a CU: this grid puts one on a CU, which both counts
+    run, so the simulated residency holds; the VGPR gap stays a warning, not traced."""
     from compiler.fusion import fuse, horizontal
     from compiler.ir.models import load_model
     from compiler.lower import lower
@@ -181,3 +180,5 @@ def test_flash_decoding_split_occupancy_agrees_with_hipcc(tmp_path):
                         [(k, {p.name: p.name for p in k.buffers}) for k in ks], {})
     report = check_dir(out, ("gfx90a", "gfx940"))
     assert [x for x in report["disagreements"] if x["what"] == "occupancy"] == []
+    assert any(x["what"] == "occupancy" and "the grid" in x["message"]
+               for x in report["warnings"])
