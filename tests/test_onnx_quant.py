@@ -341,12 +341,14 @@ def test_integer_fma_gemm_vgprs_agree_with_hipcc(arch, tmp_path, capsys):
 
 
 @pytest.mark.hip
-@pytest.mark.xfail(strict=True, reason=(
-    "conv_integer's 1x16x64 FMA tile (guarded scalar A loads): the f32 interleaving rule "
-    "(15 of 20 fragment reads up front; hipcc issues 14) gives 65 VGPRs, hipcc allocates 87; "
-    "the rest is not traced: the v_mul_lo_u32 products paired into v_add3_u32 and the "
-    "im2col address registers are the candidates (issue 28, item 3)"))
 def test_integer_conv_fma_gemm_vgprs_agree_with_hipcc(tmp_path, capsys):
+    """conv_integer's 1x16x64 FMA tile (guarded scalar A loads): the f32 interleaving rule
+    (15 of 20 fragment reads up front; hipcc issues 14) gives 65 VGPRs, hipcc allocates 87
+    (the v_mul_lo_u32 products paired into v_add3_u32 and the im2col address registers are
+    the candidates, not traced). A strict xfail until check weighed occupancy by the
+    workgroups the grid puts on a CU (docs/check.md, 2026-12-03 morning): this small
+    conv's grid puts one on a CU, which both counts run, so check passes; the gap stays a
+    warning."""
     rc, bad = _export_and_check("conv_integer", "gfx942", tmp_path, capsys)
     assert rc == 0 and not bad, bad
 
@@ -392,13 +394,14 @@ def test_int8_mfma_64x64x32_tile_lds_widths_agree_with_hipcc(tmp_path, capsys):
 
 
 @pytest.mark.hip
-@pytest.mark.xfail(strict=True, reason=(
-    "gfx940 has no 4-byte int8 MFMA: the gfx90a-shaped kernel's 32x32x8i8 packs run "
-    "there as v_mfma_i32_32x32x16_i8 on zero-extended 8-byte operands (wf_mfma_*), a "
-    "register pair per pack: hipcc allocates 80 VGPRs (6 waves) where the estimate, made "
-    "for the export arch gfx90a (hipcc 64 there), says 68 (7 waves); the sidecar has one "
-    "estimate, not one per checked arch (issue 28, item 3)"))
 def test_int8_mfma_64x64x32_tile_checks_clean_on_gfx940_too(tmp_path, capsys):
+    """gfx940 has no 4-byte int8 MFMA: the gfx90a-shaped kernel's 32x32x8i8 packs run
+    there as v_mfma_i32_32x32x16_i8 on zero-extended 8-byte operands (wf_mfma_*), a
+    register pair per pack: hipcc allocates 80 VGPRs (6 waves) where the estimate, made for
+    the export arch gfx90a (hipcc 64 there), says 68 (7 waves); the sidecar has one
+    estimate, not one per checked arch. A strict xfail until check weighed occupancy by
+    the workgroups the grid puts on a CU: 64 x 128 in two 64x64 tiles is one workgroup a
+    CU, which both counts run, so check passes; the gap stays a warning."""
     report = _export_64x64x32_int8_tile(tmp_path, capsys)
     assert report["rc"] == 0 and not report["disagreements"], \
         [d["message"] for d in report["disagreements"]]

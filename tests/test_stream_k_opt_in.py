@@ -147,11 +147,15 @@ def test_fix_up_gap_without_the_lds_round_trip(tmp_path):
     """Why only before_fusion is a default (``stream_k_opt_in``): ViT-B/16's QKV shape
     (197 x 768 -> 2304, bias and relu), 64x64x32 KW1, stream-K 1, swizzle none: the partial
     kernel agrees with hipcc, the fix-up's estimate is below hipcc's (it issues every
-    slot and bias load before the first add). Fails once the estimate closes the gap."""
+    slot and bias load before the first add). Fails once the estimate closes the gap.
+    This fix-up's grid (its 144 tiles) puts one workgroup on a CU, so since check weighs
+    occupancy by the grid (docs/check.md, 2026-12-03 morning) the gap is a warning here;
+    on a grid of several workgroups per CU it would be an error."""
     from hip_check import check_kernels
     g = matmul(197, 2304, 768)
     seq = lower_contraction(g, whole(g), _mfma((64, 64, 32, 32, 32, 1), stream_k=1), GFX942)
     report = check_kernels(list(seq.kernels), tmp_path)
     assert all(e["rc"] == 0 and not e["scratch_bytes"] for e in report["kernels"])
-    names = {d["kernel"] for d in report["disagreements"]}
+    assert not report["disagreements"], report["disagreements"]
+    names = {d["kernel"] for d in report["warnings"] if d["what"] == "occupancy"}
     assert names and all(n.endswith("_reduce") for n in names), names
