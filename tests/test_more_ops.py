@@ -34,23 +34,8 @@ SPECIAL = np.array([0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 1e-30, -1e-30, 1e-45, -1e-4
                     -3.4e38, np.inf, -np.inf, np.nan, -np.nan], np.float32)
 
 
-def vi(name, shape, dtype=F32):
-    return h.make_tensor_value_info(name, dtype, shape)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=17):
-    g = h.make_graph(nodes, "more", inputs, outputs, initializer=list(inits))
-    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
-
-
-def ours_and_theirs(m, feeds):
-    """(graph, our import's reference outputs, onnx's ReferenceEvaluator outputs)."""
-    g = from_model(m)
-    ours = evaluate(g, {g.meta["onnx_inputs"][k]: v for k, v in feeds.items()})
-    names = [o.name for o in m.graph.output]
-    with np.errstate(all="ignore"):
-        theirs = ReferenceEvaluator(m).run(names, feeds)
-    return g, [ours[g.meta["onnx_outputs"][n]] for n in names], theirs
+# the model builders and the import-vs-onnx comparison of the Sin/Cos/Floor/Ceil tests
+from test_trig_ops import model, ours_and_theirs, vi  # noqa: E402
 
 
 def same(got, want):

@@ -74,8 +74,7 @@ def test_stream_k_last_arrival_tiles(tile):
     g = models.conv_add_relu(c=256, k=40)
     arch = few_cus(5)
     s = {**TILE, **STREAM_K_TILES[tile], "swizzle": "before_fusion", "stream_k": 2, **LAST}
-    if check_schedule(Gemm(g, whole(g)), s, arch):
-        pytest.skip(check_schedule(Gemm(g, whole(g)), s, arch))
+    assert not check_schedule(Gemm(g, whole(g)), s, arch)   # every tile fits this conv
     _run(g, lower_contraction(g, whole(g), s, arch), arch)
 
 

@@ -56,7 +56,7 @@ def ours_and_theirs(m, feeds):
     g = from_model(m)
     ours = evaluate(g, {g.meta["onnx_inputs"][k]: v for k, v in feeds.items()})
     names = [o.name for o in m.graph.output]
-    with np.errstate(invalid="ignore"):
+    with np.errstate(all="ignore"):
         theirs = ReferenceEvaluator(m).run(names, feeds)
     return g, [ours[g.meta["onnx_outputs"][n]] for n in names], theirs
 
