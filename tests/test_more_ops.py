@@ -21,8 +21,6 @@ from compiler.frontends.onnx import from_model
 from compiler.fusion import fuse
 from compiler.ir.graph import Graph, ShapeError, UnsupportedError
 from compiler.ir.reference import evaluate
-from compiler.lower import lower
-from compiler.lower.common import memory_image
 from compiler.schedule import schedule_space
 from gpusim.hw import get_arch
 
@@ -212,22 +210,7 @@ def test_gather_elements_bad_input_is_one_clear_error(ishape, idx, match):
 
 
 # ------------------------------- (b) fused kernels vs the reference, both engines
-def _run_dispatches(g: Graph, inputs: dict, arch: str, knobs_of, jit=True) -> dict:
-    """Every dispatch of the fused plan lowered with ``knobs_of(dispatch)`` and run in
-    gpusim (``jit`` picks the engine), each reading what the previous ones wrote."""
-    plan = fuse(g)
-    values = {n: np.asarray(v) for n, v in inputs.items()}
-    for n in g.topo_order():
-        if g.op(n).kind == "constant":
-            values[n] = g.op(n).attrs["value"]
-    for d in plan.dispatches:
-        k = lower(g, d, knobs_of(d), arch)
-        ins = {b.name: memory_image(g, b.name, values[b.name]) for b in k.buffers
-               if b.intent == "in"}
-        res = gpusim.simulate(k, arch, inputs=ins, jit=jit)
-        for o in d.outputs:
-            values[o] = np.asarray(res.outputs[o]).reshape(g.op(o).type.shape)
-    return {o: values[o] for o in g.outputs}
+from test_trig_ops import _run_dispatches  # noqa: E402  (fused plan run in gpusim)
 
 
 def _kernels_equal_reference(m, feeds, pick, arch):

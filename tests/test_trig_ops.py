@@ -192,9 +192,10 @@ def test_sin_issues_at_the_transcendental_rate_and_floor_at_full_rate():
 
 
 # ------------------------------------------- (b) fused kernels vs numpy, hypothesis
-def _run_dispatches(g: Graph, inputs: dict, arch: str, knobs_of) -> dict:
+def _run_dispatches(g: Graph, inputs: dict, arch: str, knobs_of, jit=True) -> dict:
     """Every dispatch of the fused plan lowered with ``knobs_of(dispatch)`` and run in
-    gpusim, each reading what the previous ones wrote; the graph outputs."""
+    gpusim (``jit`` picks the engine), each reading what the previous ones wrote; the
+    graph outputs."""
     plan = fuse(g)
     values = {n: np.asarray(v) for n, v in inputs.items()}
     for n in g.topo_order():
@@ -204,7 +205,7 @@ def _run_dispatches(g: Graph, inputs: dict, arch: str, knobs_of) -> dict:
         k = lower(g, d, knobs_of(d), arch)
         ins = {b.name: memory_image(g, b.name, values[b.name]) for b in k.buffers
                if b.intent == "in"}
-        res = gpusim.simulate(k, arch, inputs=ins)
+        res = gpusim.simulate(k, arch, inputs=ins, jit=jit)
         for o in d.outputs:
             values[o] = np.asarray(res.outputs[o]).reshape(g.op(o).type.shape)
     return {o: values[o] for o in g.outputs}
