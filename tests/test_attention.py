@@ -243,6 +243,31 @@ def test_causal_mask_skips_the_blocks_after_the_diagonal():
     assert res.counters["lds_insts"] < 0.7 * resp.counters["lds_insts"]
 
 
+
+@pytest.mark.parametrize("mma", ["fma", "mfma"])
+def test_causal_heaviest_query_block_first_is_the_timed_critical_path(mma):
+    # gpusim times CU 0 (gpusim.sim); with one workgroup per CU a causal attention used
+    # to put its first query block (one key block of eight) there and was timed at a
+    # fraction of its critical path. Workgroup 0 now takes its head's last query block,
+    # so the timed time is at least the plain attention's (the same key loop, in full),
+    # and the ranking's trips hint is that workgroup's eight key blocks
+    arch = get_arch("gfx942")
+    knobs = ({"mma": "mfma", "BQ": 32, "BK": 32, "waves": 2, "RM": 1, "q_in": "lds",
+              "row_stats": "registers", "lds_pad": 4} if mma == "mfma" else
+             {"BQ": 32, "BK": 32, "waves": 2, "RM": 2, "q_in": "registers",
+              "row_stats": "registers", "lds_pad": 4})
+    times = {}
+    for mask in ("causal", "additive"):
+        g = attention_graph(2, 256, 256, 32, 32, mask)
+        (d,) = fuse(g).dispatches
+        kernel = lower(g, d, knobs, arch)
+        assert kernel.grid <= arch.num_cus
+        loops = [s for s in kernel.body if isinstance(s, program.For) and s.var.name == "kb"]
+        if mask == "causal":
+            assert [s.trips_hint for s in loops] == [8.0]
+        times[mask] = gpusim.simulate(kernel, arch, functional=False).time_us
+    assert times["causal"] >= 0.9 * times["additive"], times
+
 def test_k_given_transposed_in_memory():
     """K^T as a graph input (head dim before keys): the tile copy reads it with scalar
     loads along the head dim, never a vector across keys."""

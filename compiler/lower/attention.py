@@ -341,8 +341,8 @@ def lower_attention(graph, dispatch, schedule: dict, arch: Arch) -> program.Kern
     if int(s.get("key_splits", 1)) > 1:
         return lower_flash_decoding(a, s, arch)
     if s.get("mma", "fma") == "mfma":
-        return _MfmaBuilder(a, s, arch.wave_size).build()
-    return _Builder(a, s, arch.wave_size).build()
+        return _MfmaBuilder(a, s, arch.wave_size, cus=arch.num_cus).build()
+    return _Builder(a, s, arch.wave_size, cus=arch.num_cus).build()
 
 
 def workspace_names(a: Attention) -> tuple[str, str]:
@@ -405,8 +405,10 @@ def lower_flash_decoding(a: Attention, s: dict, arch: Arch) -> program.KernelSeq
 
 
 class _Builder:
-    def __init__(self, a: Attention, s: dict, ws: int, phase=None, last_wg=False):
+    def __init__(self, a: Attention, s: dict, ws: int, phase=None, last_wg=False,
+                 cus: int | None = None):
         self.a, self.s, self.ws = a, s, ws
+        self.cus = cus  # the arch's CUs: the key loop's trips hint (``mean_key_blocks``)
         #: None: the one-kernel attention; "split"/"combine": flash-decoding's kernels
         self.phase = phase
         #: split_reduce=last_wg: the split kernel's last arrival per query block combines
@@ -418,6 +420,40 @@ class _Builder:
 
     def reg(self, hint, dtype="f32"):
         return program.Var(self.regs.new(hint), dtype)
+
+    def causal_skip(self) -> bool:
+        return bool(self.a.pat.causal and self.a.sq == self.a.sk)
+
+    def query_block(self, body: list, bid, nqb: int):
+        """This workgroup's query block. Under a causal mask a query block's work grows
+        with its index (it stops at its own last row), so the heaviest go first
+        (workgroup 0 takes the last query block of its head): the dispatcher deals
+        workgroups round-robin, the late light ones fill the CUs the heavy ones leave,
+        as FlashAttention-2 orders its blocks; and gpusim times CU 0 (``gpusim.sim``),
+        which then runs the critical path rather than the lightest workgroup (before
+        this order, a causal attention with at most one workgroup per CU was timed at
+        its first query block: one key block of up to 16)."""
+        if nqb == 1:
+            return program.i32(0)
+        if self.causal_skip():
+            return self.let(body, "qb", (nqb - 1) - bid % nqb, "i32")
+        return self.let(body, "qb", bid % nqb, "i32")
+
+    def mean_key_blocks(self) -> float | None:
+        """The key loop's trips per workgroup of the timed CU (CU 0: workgroups 0, CUs,
+        2 CUs...), for the analytic ranking (``program.For.trips_hint``): under a causal
+        mask each query block stops at its own last row, so the loop's bound is not a
+        constant (counted once without it, the ranking put 16-row query blocks 10x under
+        their simulated time)."""
+        a, BQ, BK = self.a, self.s["BQ"], self.s["BK"]
+        if not self.causal_skip():
+            return None
+        total = ceil_div(a.sk, BK) // self.KS
+        nqb = ceil_div(a.sq, BQ)
+        grid = math.prod(a.batch) * nqb
+        mine = range(0, grid, self.cus or grid)
+        qbs = [(nqb - 1) - w % nqb for w in mine]
+        return sum(min(ceil_div(min(q * BQ + BQ, a.sq), BK), total) for q in qbs) / len(qbs)
 
     def let(self, out: list, hint, value, dtype=None):
         v = self.reg(hint, dtype or value.dtype)
@@ -748,7 +784,7 @@ class _Builder:
             bid = self.let(body, "qblock", bid % nt, "i32")
             kfirst = self.let(body, "kfirst", ksplit * (ceil_div(Sk, BK) // self.KS), "i32")
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
-        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else program.i32(0)
+        qb = self.query_block(body, bid, nqb)
         self.qblock, self.bh, self.qb = bid, bh, qb   # the last arrival's combine
         # this thread's RM rows: local rg * RM + k, global row0 + k
         lrow = [rg * RM + k if RM > 1 else rg for k in range(RM)]
@@ -905,7 +941,8 @@ class _Builder:
             # probabilities are exactly 0 in f32, so their blocks are skipped
             last = program.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
             nkb = program.minimum((last + (BK - 1)) // BK, nkb)
-        body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop)))
+        body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop),
+                                trips_hint=self.mean_key_blocks()))
         if self.phase == "split":
             return self.store_split(body, program.block_id(), lrow, m, l_, accs)
 
@@ -1004,7 +1041,7 @@ class _MfmaBuilder(_Builder):
             bid = self.let(body, "qblock", bid % nt, "i32")
             kfirst = self.let(body, "kfirst", ksplit * (ceil_div(Sk, BK) // self.KS), "i32")
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
-        qb = self.let(body, "qb", bid % nqb, "i32") if nqb > 1 else program.i32(0)
+        qb = self.query_block(body, bid, nqb)
         self.qblock, self.bh, self.qb = bid, bh, qb   # the last arrival's combine
         lrow = [self.let(body, "lrow", (wave * RM + k) * M + col, "i32") for k in range(RM)]
         rows = [self.let(body, "row", qb * BQ + lrow[k], "i32") for k in range(RM)]
@@ -1190,7 +1227,8 @@ class _MfmaBuilder(_Builder):
         loop += pipelined(steps)
         if g["prefetch"]:
             loop += [program.Barrier()] + late   # every wave is done with block kb
-        body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop)))
+        body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop),
+                                trips_hint=self.mean_key_blocks()))
         if self.phase == "split":
             return self.store_split_mfma(body, lrow, m, l_, oacc, slot4, across_slots, base)
 
