@@ -13,12 +13,16 @@ module reads the lowered kernel once, statically, and estimates
   it): the cache lines one wave's global access touches (coalescing) and the LDS bank
   conflict degree of an LDS access;
 - bytes per memory level: the buffers' footprint once through HBM (or the MALL when it
-  fits), every wave's requested lines through L2;
-- occupancy (``gpusim.occupancy``: VGPRs, LDS, wave slots), workgroups against CUs, and the
-  memory latency the waves in flight hide;
+  fits), every wave's requested lines through L2, and each CU's requested lines at its
+  share of the memory level's bandwidth (gpusim's timed CU starts with a cold L2);
+- occupancy (``gpusim.occupancy``: VGPRs, LDS, wave slots), workgroups against CUs;
+- the exposed latency: each round of global loads waits, at its first use, the memory
+  latency plus its workgroup's bytes at the CU's share of the bandwidth (an LDS read: the
+  LDS latency), less the instructions issued since the load (a tile prefetched a trip
+  ahead hides it), less what the other workgroups resident on the CU issue meanwhile;
 
-and combines them as max(issue time + memory time, exposed latency, wave launches) per
-CU. The estimate is for *ranking* the points of one dispatch, not a prediction: absolute
+and combines them as issue time + memory time + exposed latency per CU, at least the
+wave launches. The estimate is for *ranking* the points of one dispatch, not a prediction: absolute
 numbers are off, the order is what the search uses (the benchmark
 ``compiler.tuning.bench_search`` prints its Spearman correlation with the simulated time).
 
@@ -30,7 +34,8 @@ bounds are not constants runs once, and a loop variable holds its start; a regis
 defined in more than one place holds the definition the walk met last (in program order,
 a loop body walked once); a value loaded from memory used in an address is taken as zero;
 cache reuse between workgroups beyond the footprint is not modelled (L2 carries every
-request).
+request); a load round's window counts one wave's instructions times the waves of its
+workgroup sharing a SIMD, and a round that a loop's next trip uses waits one trip less.
 
 Two walks count the same things: ``_walk`` is the reference (the plain one to read),
 ``_walk_fast`` is what ``estimate`` runs (the same arithmetic with less interpreter work;
@@ -45,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from gpusim import steady
-from gpusim.analysis import expr_vars
+from gpusim.analysis import expr_children, expr_vars, stmt_exprs
 from gpusim.compile import TRANSCENDENTAL
 from gpusim.errors import KernelError
 from gpusim.occupancy import occupancy
@@ -78,10 +83,141 @@ class Estimate:
 
 
 class _Counts:
-    def __init__(self):
+    def __init__(self, latency: float = 0.0, hide_scale: float = 1.0,
+                 cycles_per_byte: float = 0.0):
         self.valu = self.vmem = self.lds = self.lds_cycles = 0.0
         self.mfma_cycles = self.barriers = self.load_rounds = 0.0
         self.l2_bytes = 0.0  # per wave, lines touched x line size
+        # exposed latency (see ``_load_issued``): the memory latency in cycles, how many
+        # waves of the workgroup share a SIMD (their instructions fill a wait too), the
+        # cycles a byte takes at this CU's share of the memory level's bandwidth, the
+        # load rounds still waiting for a use as [registers, cycles at issue, trips,
+        # bytes per wave], and the cycles a wave waited, summed
+        self.latency = latency
+        self.hide_scale = hide_scale
+        self.cycles_per_byte = cycles_per_byte
+        self.pending: list = []
+        self.waiting: set = set()  # every pending round's registers
+        self.merge = False
+        self.level = 1.0  # the trips of the loops around the statement walked
+        self.exposed = 0.0
+
+    def cycles(self, arch) -> float:
+        """A wave's issue cycles counted so far (the walk's running clock)."""
+        return ((self.valu + self.vmem + self.lds_cycles) * arch.issue_period_cycles
+                + self.mfma_cycles + self.barriers * arch.barrier_cycles)
+
+
+def _reads_any(s, names) -> bool:
+    """Whether statement ``s`` itself reads a register in ``names`` (a loop's bounds, a
+    branch's condition, not their bodies); stops at the first."""
+    stack = list(stmt_exprs(s))
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is Var:
+            if x.name in names:
+                return True
+        elif t is BinOp:
+            stack.append(x.a)
+            stack.append(x.b)
+        elif t is not Const and t is not Special and t is not ScalarRef:
+            stack.extend(expr_children(x))
+    return False
+
+
+def _round_wait(c: _Counts, entry, hidden: float) -> float:
+    """What one trip of a load round waits: the latency plus its workgroup's bytes at
+    the CU's share of the bandwidth (gpusim's per-CU model), less the cycles hidden."""
+    return max(0.0, entry[4] + entry[3] * c.cycles_per_byte - hidden * c.hide_scale)
+
+
+def _close_round(c: _Counts, entry, now: float) -> None:
+    m = entry[2]
+    if m > 0:
+        c.exposed += m * _round_wait(c, entry, (now - entry[1]) / m)
+
+
+def _first_use(s, c: _Counts, arch) -> None:
+    """Close the load rounds whose registers ``s`` reads: the wave waits there (gpusim's
+    scoreboard, like s_waitcnt at first use) for what the instructions issued since the
+    load did not hide."""
+    if not c.pending:
+        return
+    if not isinstance(s, (Assign, If, For, Load, LdsLoad)):
+        c.merge = False  # loads after this one wait in a round of their own
+    if not _reads_any(s, c.waiting):
+        return
+    now, keep = None, []
+    for entry in c.pending:
+        if _reads_any(s, entry[0]):
+            now = c.cycles(arch) if now is None else now
+            _close_round(c, entry, now)
+        else:
+            keep.append(entry)
+    c.pending = keep
+    c.waiting = set().union(*(e[0] for e in keep))
+
+
+def _load_issued(s, mult: float, c: _Counts, arch, nbytes: float,
+                 latency: float | None = None) -> None:
+    """Open a load round at a global load (or add its registers to the round opened by
+    the loads just before it at the same multiplicity: loads issued together wait
+    together). Why: a load's latency is exposed only as far as the instructions between
+    it and its first use do not cover it; a prefetched tile (``prefetch=2``) loads before
+    the current tile's MFMAs and is used after them, so its wait is hidden, and with one
+    workgroup on a CU nothing else hides it (the ranking placed ``prefetch=1`` points
+    level with ``prefetch=2`` ones that gpusim ran 1.5x faster; docs/search.md, eleventh
+    round)."""
+    names = {d.name for d in s.dsts}
+    # the waves that take a guard's arm load their part of a tile: the round is the
+    # loop's (trips ``c.level``), its bytes each wave's share of the workgroup's
+    share = mult / c.level if c.level > 0 else 0.0
+    c.waiting.update(names)
+    latency = c.latency if latency is None else latency
+    last = c.pending[-1] if c.pending else None
+    if last is not None and last[2] == c.level and last[4] == latency and c.merge:
+        last[0].update(names)
+        last[3] += nbytes * share
+    else:
+        c.pending.append([names, c.cycles(arch), c.level, nbytes * share, latency])
+    c.merge = True
+
+
+def _loop_opens(c: _Counts, arch) -> tuple:
+    return {id(e) for e in c.pending}, c.cycles(arch)
+
+
+def _loop_carried(c: _Counts, arch, opened: tuple, body_mult: float) -> None:
+    """Close the rounds a loop's body opened and did not use: their registers are read in
+    the next trip (a tile loaded a trip ahead, ``prefetch=2``), so they wait a whole trip
+    less what the load was issued after; taken as one trip's cycles."""
+    before, start = opened
+    if body_mult <= 0 or all(id(e) in before for e in c.pending):
+        return
+    now = c.cycles(arch)
+    trip = (now - start) / body_mult
+    keep = []
+    for entry in c.pending:
+        if id(entry) not in before and entry[2] == body_mult:
+            c.exposed += body_mult * _round_wait(c, entry, trip)
+        else:
+            keep.append(entry)
+    c.pending = keep
+    c.waiting = set().union(*(e[0] for e in keep))
+
+
+def _loop_enter(c: _Counts, body_mult: float) -> float:
+    outer, c.level = c.level, body_mult
+    return outer
+
+
+def _close_all(c: _Counts, arch) -> None:
+    now = c.cycles(arch)
+    for entry in c.pending:
+        _close_round(c, entry, now)
+    c.pending = []
+    c.waiting = set()
 
 
 def _ops(e) -> float:
@@ -204,6 +340,7 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
         active = np.ones(len(lanes.tid), dtype=bool)
     loads_here = False
     for s in body:
+        _first_use(s, c, arch)
         if isinstance(s, Assign):
             c.valu += mult * max(1.0, _ops(s.value))
             if s.dst.dtype == "i32":
@@ -218,7 +355,11 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
                 s.trips_hint if s.trips_hint is not None else 1.0)
             if not s.unroll:
                 c.valu += mult * n
+            opened = _loop_opens(c, arch)
+            outer = _loop_enter(c, mult * max(n, 0.0))
             _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
+            _loop_carried(c, arch, opened, mult * max(n, 0.0))
+            c.level = outer
         elif isinstance(s, If):
             c.valu += mult * (1.0 + _ops(s.cond))
             if lanes.known(s.cond):
@@ -246,6 +387,7 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
             c.l2_bytes += mult * lines * line
             if isinstance(s, Load):
                 loads_here = True
+                _load_issued(s, mult, c, arch, lines * line)
                 for d in s.dsts:
                     lanes.forget(d.name)
         elif isinstance(s, (LdsLoad, LdsStore)):
@@ -263,6 +405,7 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
                 degree = max(degree, int(np.bincount(w % banks, minlength=banks).max()))
             c.lds_cycles += mult * degree * max(1, n * 4 // arch.lds_bank_bytes // 1)
             if isinstance(s, LdsLoad):
+                _load_issued(s, mult, c, arch, 0.0, arch.lds_latency_cycles)
                 for d in s.dsts:
                     lanes.forget(d.name)
         elif isinstance(s, Mfma):
@@ -445,6 +588,8 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
     ops = lanes.n_ops
     loads_here = False
     for s in body:
+        if c.pending:
+            _first_use(s, c, arch)
         t = type(s)
         if t is Assign:
             c.valu += mult * max(1.0, ops(s.value))
@@ -460,7 +605,11 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
                 s.trips_hint if s.trips_hint is not None else 1.0)
             if not s.unroll:
                 c.valu += mult * n
+            opened = _loop_opens(c, arch)
+            outer = _loop_enter(c, mult * max(n, 0.0))
             _walk_fast(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
+            _loop_carried(c, arch, opened, mult * max(n, 0.0))
+            c.level = outer
         elif t is If:
             c.valu += mult * (1.0 + ops(s.cond))
             if lanes.known(s.cond):
@@ -503,6 +652,7 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
             c.l2_bytes += mult * count * line
             if t is Load:
                 loads_here = True
+                _load_issued(s, mult, c, arch, count * line)
                 for d in s.dsts:
                     lanes.defs.pop(d.name, None)
         elif t is LdsLoad or t is LdsStore:
@@ -525,6 +675,7 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
                 degree = _DEGREES[key] = _bank_degree(phase, words, banks)
             c.lds_cycles += mult * degree * max(1, n * 4 // arch.lds_bank_bytes // 1)
             if t is LdsLoad:
+                _load_issued(s, mult, c, arch, 0.0, arch.lds_latency_cycles)
                 for d in s.dsts:
                     lanes.defs.pop(d.name, None)
         elif t is Mfma:
@@ -727,14 +878,22 @@ def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False,
         occ = occupancy(k, arch, vgprs)
     except KernelError as e:
         return Estimate(math.inf, {}, str(e))
-    c = _Counts()
+    wpw = occ.waves_per_workgroup
+    footprint = sum(b.size * DTYPE_BYTES.get(b.dtype, 4) for b in k.buffers)
+    level = arch.memory_level(footprint)
+    # a byte's cycles at one CU's share of the memory level's read bandwidth (gpusim
+    # divides it among the CUs with work; per wave: the walk counts one wave's bytes)
+    per_byte = (arch.clock_ghz * 1e9 * min(arch.num_cus, k.grid)
+                / arch.memory_bytes_per_s(level)) * wpw
+    c = _Counts(arch.memory_latency_cycles(level), max(1.0, wpw / arch.simds_per_cu),
+                per_byte)
     if reference:
         _walk(k.body, 1.0, c, _Lanes(arch.wave_size, k.block), arch, k)
     else:
         with np.errstate(all="ignore"):
             _walk_fast(k.body, 1.0, c, _FastLanes(arch.wave_size, k.block), arch, k)
+    _close_all(c, arch)
     clk = arch.clock_ghz * 1e3  # cycles per microsecond
-    wpw = occ.waves_per_workgroup
     per_cu_wgs = max(1, occ.workgroups_per_cu)
     wg_rounds = math.ceil(k.grid / (arch.num_cus * per_cu_wgs))
     busy_cus = min(arch.num_cus, k.grid)
@@ -747,27 +906,32 @@ def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False,
     simds = min(arch.simds_per_cu, wpw * min(per_cu_wgs, wgs_per_cu))
     issue_cycles = wgs_per_cu * wpw * wave_cycles / simds
     # memory: footprint through HBM/MALL once, every requested line through L2
-    footprint = sum(b.size * DTYPE_BYTES.get(b.dtype, 4) for b in k.buffers)
     hbm_us = footprint / arch.stream_bytes_per_s(footprint) * 1e6
     l2_total = c.l2_bytes * wpw * k.grid
     l2_us = l2_total / (arch.l2_read_bytes_per_clk * arch.clock_ghz * 1e9) * 1e6
-    memory_us = max(hbm_us, l2_us)
-    # latency: each round of dependent loads waits the memory latency; the waves resident
-    # on a SIMD overlap theirs
-    level = arch.memory_level(footprint)
-    latency = arch.memory_latency_cycles(level) + arch.lds_latency_cycles * (c.lds > 0)
-    waves_in_flight = max(1.0, occ.waves_per_simd)
-    latency_cycles = wg_rounds * (c.load_rounds * latency / min(waves_in_flight, 4.0)
-                                  + wave_cycles)
+    # and each CU's own requests at its share of the memory level's bandwidth: gpusim
+    # times CU 0 with a cold L2, so its lines come from the memory level (``gpusim.sim``:
+    # pessimistic for data other CUs share; the ranking follows what it ranks against)
+    cu_us = (c.l2_bytes * wpw * wgs_per_cu * c.cycles_per_byte / max(wpw, 1)) / clk
+    memory_us = max(hbm_us, l2_us, cu_us)
+    # exposed latency: what a workgroup waits at its loads' first uses (``_first_use``)
+    # that the other workgroups on its CU do not fill with their instructions. A
+    # workgroup's waves wait together (they meet at barriers), so waves of one workgroup
+    # do not hide each other's waits; r workgroups side by side take max(r * I, I + L)
+    # per round of r (I: a workgroup's issue time on its SIMDs, L: its exposed wait)
+    resident = max(1, min(per_cu_wgs, wgs_per_cu))
+    wg_issue = wpw * wave_cycles / max(1, min(arch.simds_per_cu, wpw))
+    exposed_cycles = (math.ceil(wgs_per_cu / resident)
+                      * max(0.0, c.exposed - (resident - 1) * wg_issue))
     issue_us = issue_cycles / clk
-    latency_us = latency_cycles / clk
+    latency_us = exposed_cycles / clk
     launch_us = (wg_rounds * arch.wave_launch_cycles) / clk
     # issue and memory added, not overlapped: the memory a wave waits for and the
     # instructions it issues (addresses, conversions, the stores' operands) share its
     # time; with max() a memory-bound space's points tie on bytes and the order among them
     # was decided by noise (the transposes' Spearman 0.3 -> 0.8 on every point). The
     # launches are a floor, not a term: a wave launches while others run.
-    us = max(issue_us + memory_us, latency_us, launch_us)
+    us = max(issue_us + memory_us + latency_us, launch_us)
     feats = {"valu": c.valu, "vmem": c.vmem, "lds": c.lds,
              "lds_conflict": c.lds_cycles / c.lds if c.lds else 1.0,
              "mfma_cycles": c.mfma_cycles, "barriers": c.barriers,
