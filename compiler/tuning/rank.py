@@ -92,7 +92,7 @@ class _Counts:
         # waves of the workgroup share a SIMD (their instructions fill a wait too), the
         # cycles a byte takes at this CU's share of the memory level's bandwidth, the
         # load rounds still waiting for a use as [registers, cycles at issue, trips,
-        # bytes per wave], and the cycles a wave waited, summed
+        # bytes per wave, latency], and the cycles a wave waited, summed
         self.latency = latency
         self.hide_scale = hide_scale
         self.cycles_per_byte = cycles_per_byte
@@ -161,9 +161,9 @@ def _first_use(s, c: _Counts, arch) -> None:
 
 def _load_issued(s, mult: float, c: _Counts, arch, nbytes: float,
                  latency: float | None = None) -> None:
-    """Open a load round at a global load (or add its registers to the round opened by
-    the loads just before it at the same multiplicity: loads issued together wait
-    together). Why: a load's latency is exposed only as far as the instructions between
+    """Open a load round at a global load or an LDS read (``latency``: the LDS's; or add
+    its registers to the round the loads just before it opened at the same loop depth:
+    loads issued together wait together). Why: a load's latency is exposed only as far as the instructions between
     it and its first use do not cover it; a prefetched tile (``prefetch=2``) loads before
     the current tile's MFMAs and is used after them, so its wait is hidden, and with one
     workgroup on a CU nothing else hides it (the ranking placed ``prefetch=1`` points
@@ -184,19 +184,21 @@ def _load_issued(s, mult: float, c: _Counts, arch, nbytes: float,
     c.merge = True
 
 
-def _loop_opens(c: _Counts, arch) -> tuple:
-    return {id(e) for e in c.pending}, c.cycles(arch)
+def _loop_enter(c: _Counts, arch, body_mult: float) -> tuple:
+    """Before a loop's body: the rounds open so far, the clock, and the outer trips."""
+    state = ({id(e) for e in c.pending}, c.cycles(arch), c.level)
+    c.level = body_mult
+    return state
 
 
-def _loop_carried(c: _Counts, arch, opened: tuple, body_mult: float) -> None:
-    """Close the rounds a loop's body opened and did not use: their registers are read in
-    the next trip (a tile loaded a trip ahead, ``prefetch=2``), so they wait a whole trip
-    less what the load was issued after; taken as one trip's cycles."""
-    before, start = opened
+def _loop_exit(c: _Counts, arch, state: tuple, body_mult: float) -> None:
+    """After a loop's body: close the rounds it opened and did not use (their registers
+    are read in the next trip: a tile loaded a trip ahead, ``prefetch=2``), each waiting
+    a whole trip less; then back to the outer trips."""
+    before, start, c.level = state
     if body_mult <= 0 or all(id(e) in before for e in c.pending):
         return
-    now = c.cycles(arch)
-    trip = (now - start) / body_mult
+    trip = (c.cycles(arch) - start) / body_mult
     keep = []
     for entry in c.pending:
         if id(entry) not in before and entry[2] == body_mult:
@@ -205,11 +207,6 @@ def _loop_carried(c: _Counts, arch, opened: tuple, body_mult: float) -> None:
             keep.append(entry)
     c.pending = keep
     c.waiting = set().union(*(e[0] for e in keep))
-
-
-def _loop_enter(c: _Counts, body_mult: float) -> float:
-    outer, c.level = c.level, body_mult
-    return outer
 
 
 def _close_all(c: _Counts, arch) -> None:
@@ -355,11 +352,9 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
                 s.trips_hint if s.trips_hint is not None else 1.0)
             if not s.unroll:
                 c.valu += mult * n
-            opened = _loop_opens(c, arch)
-            outer = _loop_enter(c, mult * max(n, 0.0))
+            state = _loop_enter(c, arch, mult * max(n, 0.0))
             _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
-            _loop_carried(c, arch, opened, mult * max(n, 0.0))
-            c.level = outer
+            _loop_exit(c, arch, state, mult * max(n, 0.0))
         elif isinstance(s, If):
             c.valu += mult * (1.0 + _ops(s.cond))
             if lanes.known(s.cond):
@@ -605,11 +600,9 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
                 s.trips_hint if s.trips_hint is not None else 1.0)
             if not s.unroll:
                 c.valu += mult * n
-            opened = _loop_opens(c, arch)
-            outer = _loop_enter(c, mult * max(n, 0.0))
+            state = _loop_enter(c, arch, mult * max(n, 0.0))
             _walk_fast(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
-            _loop_carried(c, arch, opened, mult * max(n, 0.0))
-            c.level = outer
+            _loop_exit(c, arch, state, mult * max(n, 0.0))
         elif t is If:
             c.valu += mult * (1.0 + ops(s.cond))
             if lanes.known(s.cond):
