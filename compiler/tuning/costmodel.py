@@ -10,7 +10,8 @@ regularised least squares from the logarithms of the estimate's features
 Measured (``python -m compiler.tuning.bench_search --costmodel``, docs/search.md): on the
 benchmark dispatches whose every point is simulated, the learned model does NOT rank
 better than the analytic estimate alone, either fitted online on the points the first
-stage simulated (better on 2 of 7 dispatches, worse on 3) or across dispatches of the same
+stage simulated (better on 2 of 7 dispatches, worse on 3; against the ranking of
+2026-12-03's eleventh round, better on 2 of 4, worse on 2) or across dispatches of the same
 kind (much worse on 2 of 7). So the default search does not re-rank with it; the staged
 search's refinement, which measures instead of predicting, fixes the ranking's mistakes.
 A heavier library (scikit-learn's gradient boosting, the usual choice) is not installed
