@@ -370,9 +370,15 @@ class For(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class If(Stmt):
+    """if (cond) then else orelse. ``then_share``: the mean share of its executions that
+    take ``then``, for a condition whose value varies over workgroups or loop trips in a
+    way no one workgroup's values show (stream-K's fix-up runs in the last of a tile's
+    arrivals, a segment exists in some workgroups only); read only by analytic estimates,
+    which otherwise evaluate workgroup 0's condition or walk both arms."""
     cond: Expr
     then: tuple
     orelse: tuple = ()
+    then_share: float | None = None
 
 
 @dataclass(frozen=True, eq=False)

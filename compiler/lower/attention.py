@@ -52,7 +52,7 @@ from gpusim.hw import Arch
 
 from compiler.ir.attention_pattern import AttentionPattern, match
 from compiler.ir.graph import Graph
-from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
+from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize, tail_share
 from compiler.lower.emitter import RegisterNamer, ValueEmitter, unravel
 from compiler.lower.loadmerge import merge_loads
 
@@ -683,7 +683,8 @@ class _Builder:
                 loads += ld
                 maths += mt
             tail += loads + maths
-        body.append(program.If(program.as_expr(seen).eq(KS - 1), tuple(tail)))
+        body.append(program.If(program.as_expr(seen).eq(KS - 1), tuple(tail),
+                               then_share=tail_share(KS, KS * g["grid"], self.cus)))
 
     def build_combine(self) -> program.Kernel:
         """Flash-decoding's combine: one thread per (batch, query row, column) element."""

@@ -101,3 +101,13 @@ def defined_registers(stmts):
         elif isinstance(x, (program.Load, program.LdsLoad)):
             out.extend(x.dsts)
     return out
+
+
+def tail_share(arrivals: float, grid: float, cus: int | None) -> float:
+    """The share of a last-arrival tail (split-K's and stream-K's fix-up, flash-decoding's
+    combine) an analytic estimate charges each run of the code before it
+    (``program.If.then_share``): one in ``arrivals`` runs takes it, but each CU with work
+    runs at least one, and the CU that does is the one the kernel waits for (the tails
+    come last): with one workgroup per CU the whole tail is on the timed path."""
+    per_cu = max(1.0, grid / cus) if cus else 1.0
+    return min(1.0, max(1.0 / max(arrivals, 1.0), 1.0 / per_cu))

@@ -88,7 +88,8 @@ from gpusim.occupancy import without_decided_code
 
 from compiler.ir.graph import Graph
 from compiler.ir.ranges import fits_int8
-from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load)
+from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_registers, sanitize, split_at_last_load,
+                                   tail_share)
 from compiler.lower.conv import K_ORDERS, conv_root_index, setup_conv_gemm, tap_tile_why
 from compiler.lower.operands import (Operand, _add, _affine_strides, _and, _digit_strides, _div,
                                      _mod, _mul, digit_offset)
@@ -695,6 +696,12 @@ class StreamK:
                    for g in range(self.G))
 
     @functools.cached_property
+    def touched(self) -> float:
+        """The mean number of tiles one workgroup touches (segments that run)."""
+        return sum((self.begin(g + 1) - 1) // self.nk - self.begin(g) // self.nk + 1
+                   for g in range(self.G)) / self.G
+
+    @functools.cached_property
     def slots(self) -> int:
         """Most workgroups touching one tile (workspace slots per tile)."""
         return max(self.first((t + 1) * self.nk - 1) - self.first(t * self.nk) + 1
@@ -1268,7 +1275,13 @@ class _Builder:
             # and so do the sums of the rows and columns past M and N with their partial
             # loads (``_dead_in_arm``). Without the first, the row guards and the loads
             # also stop clang 15's AMDGPU backend on ViT's o_proj (M = 17)
-            arm = program.If(self.tail_cond, tuple(tail))
+            cus = self.gemm.arch.num_cus if self.gemm.arch is not None else None
+            if self.sk is None:
+                share = tail_share(self.S, self.S * gm.batch * tiles_m * tiles_n, cus)
+            else:  # per segment that runs: the tiles over the segments
+                sk = self.sk
+                share = tail_share(sk.G * sk.touched / sk.tiles, sk.G * sk.touched, cus)
+            arm = program.If(self.tail_cond, tuple(tail), then_share=share)
             pruned = without_decided_code(program.Kernel(
                 "tail", (), 1, self.threads, tuple(head) + (arm,)))
             self.body = head + [_dead_in_arm(pruned[-1])]
@@ -1466,7 +1479,8 @@ class _Builder:
         """Wraps the segment body built since :meth:`open_segment` in the segment loop
         (rolled: hipcc keeps it a loop, as simulated)."""
         sk = self.sk
-        seg = program.If(program.as_expr(self.kt1) > self.kt0, tuple(self.body))
+        seg = program.If(program.as_expr(self.kt1) > self.kt0, tuple(self.body),
+                         then_share=sk.touched / sk.segments)
         self.body = self.outer_body + [program.For(
             self.seg_var, program.i32(0), program.i32(sk.segments), 1,
             tuple(self.seg_head) + (seg,), rolled=True)]
@@ -1508,7 +1522,7 @@ class _Builder:
             kbody: list = [program.Assign(k0, imul(iadd(kt, 1), BK))]
             lo, st = stage_tile(k0)
             kbody += lo + compute() + [program.Barrier()] + st + [program.Barrier()]
-            trips = max(self.sk.iters / self.sk.G / self.sk.segments - 1, 0.0) \
+            trips = max(self.mean_tiles() - 1, 0.0) \
                 if self.sk is not None else ceil_div(self.gemm.K, BK) / self.S - 1
             self.body.append(program.For(kt, self.kt0, iadd(self.kt1, -1), 1, tuple(kbody),
                                          trips_hint=trips))
@@ -1569,7 +1583,7 @@ class _Builder:
         """The mean K tiles of one segment (stream-K) or split (uneven split-K): the trip
         counts' hint for analytic estimates (``program.For.trips_hint``)."""
         if self.sk is not None:
-            return self.sk.iters / self.sk.G / self.sk.segments
+            return self.sk.iters / self.sk.G / self.sk.touched
         return ceil_div(self.gemm.K, self.BK) / self.S
 
     def k_loop_two_ahead_bounded(self, stage_tile, compute):
@@ -1598,12 +1612,13 @@ class _Builder:
         body = step(ka, first, lo_a, st_b) + step(kb, second, lo_b, st_a)
         head.append(program.For(p, program.i32(0), idiv(iadd(n, -2), 2), 1, tuple(body),
                                 rolled=True,
-                                trips_hint=max((self.mean_tiles() - 2) / 2, 0.0)))
+                                # (n - 2) // 2 trips: a half trip less when n is odd
+                                trips_hint=max((self.mean_tiles() - 2.5) / 2, 0.0)))
         # n odd: tile kt1 - 1 goes to set A while set B's tile is stored; then set A's
         odd = step(ka, imul(iadd(kt1, -1), BK), lo_a, st_b) + compute() + \
             [program.Barrier()] + st_a + [program.Barrier()]
         even = compute() + [program.Barrier()] + st_b + [program.Barrier()]
-        head.append(program.If(imod(n, 2).eq(1), tuple(odd), tuple(even)))
+        head.append(program.If(imod(n, 2).eq(1), tuple(odd), tuple(even), then_share=0.5))
         self.body.append(program.If(program.as_expr(n) > 1, tuple(head)))
         self.body += compute() + [program.Barrier()]
 

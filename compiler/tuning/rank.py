@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from gpusim import steady
-from gpusim.analysis import expr_children, expr_vars, stmt_exprs
+from gpusim.analysis import Uniformity, expr_children, expr_vars, stmt_exprs
 from gpusim.compile import TRANSCENDENTAL
 from gpusim.errors import KernelError
 from gpusim.occupancy import occupancy
@@ -86,6 +86,11 @@ class _Counts:
     def __init__(self, latency: float = 0.0, hide_scale: float = 1.0,
                  cycles_per_byte: float = 0.0):
         self.valu = self.vmem = self.lds = self.lds_cycles = 0.0
+        # wave-uniform integer operations (gpusim's SALU, ``gpusim.compile``): in a wave's
+        # own time like any instruction, but on their own issue port, beside other waves'
+        # VALU (``uni``: the kernel's ``analysis.Uniformity``)
+        self.salu = 0.0
+        self.uni = None
         self.mfma_cycles = self.barriers = self.load_rounds = 0.0
         self.l2_bytes = 0.0  # per wave, lines touched x line size
         # exposed latency (see ``_load_issued``): the memory latency in cycles, how many
@@ -104,7 +109,7 @@ class _Counts:
 
     def cycles(self, arch) -> float:
         """A wave's issue cycles counted so far (the walk's running clock)."""
-        return ((self.valu + self.vmem + self.lds_cycles) * arch.issue_period_cycles
+        return ((self.valu + self.salu + self.vmem + self.lds_cycles) * arch.issue_period_cycles
                 + self.mfma_cycles + self.barriers * arch.barrier_cycles)
 
 
@@ -339,7 +344,10 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
     for s in body:
         _first_use(s, c, arch)
         if isinstance(s, Assign):
-            c.valu += mult * max(1.0, _ops(s.value))
+            if s.dst.dtype == "i32" and c.uni.is_uniform(s.value):
+                c.salu += mult * max(1.0, _ops(s.value))
+            else:
+                c.valu += mult * max(1.0, _ops(s.value))
             if s.dst.dtype == "i32":
                 lanes.bind(s.dst.name, s.value)
             else:
@@ -347,17 +355,24 @@ def _walk(body, mult: float, c: _Counts, lanes: _Lanes, arch, kernel, active=Non
         elif isinstance(s, For):
             lanes.bind(s.var.name, s.start)
             trips = steady.trips(s)
-            c.valu += mult * 2  # loop control, once per entry (the per-trip part below)
             n = float(trips) if trips is not None else (
                 s.trips_hint if s.trips_hint is not None else 1.0)
-            if not s.unroll:
-                c.valu += mult * n
+            # loop control, once per entry and per trip: scalar for a uniform counter
+            control = 2.0 + (0.0 if s.unroll else n)
+            if c.uni.is_uniform(s.start) and c.uni.is_uniform(s.stop):
+                c.salu += mult * control
+            else:
+                c.valu += mult * control
             state = _loop_enter(c, arch, mult * max(n, 0.0))
             _walk(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
             _loop_exit(c, arch, state, mult * max(n, 0.0))
         elif isinstance(s, If):
             c.valu += mult * (1.0 + _ops(s.cond))
-            if lanes.known(s.cond):
+            if s.then_share is not None:  # the lowering's mean over workgroups and trips
+                for arm, share in ((s.then, s.then_share), (s.orelse, 1.0 - s.then_share)):
+                    if arm and share > 0:
+                        _walk(arm, mult * share, c, lanes, arch, kernel, active)
+            elif lanes.known(s.cond):
                 # a guard the walk can evaluate: each arm for the waves that take it
                 cond = lanes.value(s.cond) != 0
                 here = max(1, lanes.waves_active(active))
@@ -587,7 +602,10 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
             _first_use(s, c, arch)
         t = type(s)
         if t is Assign:
-            c.valu += mult * max(1.0, ops(s.value))
+            if s.dst.dtype == "i32" and c.uni.is_uniform(s.value):
+                c.salu += mult * max(1.0, ops(s.value))
+            else:
+                c.valu += mult * max(1.0, ops(s.value))
             if s.dst.dtype == "i32":
                 lanes.defs[s.dst.name] = lanes.value(s.value)
             else:
@@ -595,17 +613,23 @@ def _walk_fast(body, mult: float, c: _Counts, lanes: _FastLanes, arch, kernel,
         elif t is For:
             lanes.defs[s.var.name] = lanes.value(s.start)
             trips = steady.trips(s)
-            c.valu += mult * 2
             n = float(trips) if trips is not None else (
                 s.trips_hint if s.trips_hint is not None else 1.0)
-            if not s.unroll:
-                c.valu += mult * n
+            control = 2.0 + (0.0 if s.unroll else n)
+            if c.uni.is_uniform(s.start) and c.uni.is_uniform(s.stop):
+                c.salu += mult * control
+            else:
+                c.valu += mult * control
             state = _loop_enter(c, arch, mult * max(n, 0.0))
             _walk_fast(s.body, mult * max(n, 0.0), c, lanes, arch, kernel, active)
             _loop_exit(c, arch, state, mult * max(n, 0.0))
         elif t is If:
             c.valu += mult * (1.0 + ops(s.cond))
-            if lanes.known(s.cond):
+            if s.then_share is not None:
+                for arm, share in ((s.then, s.then_share), (s.orelse, 1.0 - s.then_share)):
+                    if arm and share > 0:
+                        _walk_fast(arm, mult * share, c, lanes, arch, kernel, active)
+            elif lanes.known(s.cond):
                 cond = lanes.value(s.cond) != 0
                 here = max(1, lanes.waves_active(active))
                 for arm, mask in ((s.then, active & cond), (s.orelse, active & ~cond)):
@@ -880,6 +904,7 @@ def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False,
                 / arch.memory_bytes_per_s(level)) * wpw
     c = _Counts(arch.memory_latency_cycles(level), max(1.0, wpw / arch.simds_per_cu),
                 per_byte)
+    c.uni = Uniformity(k.body)
     if reference:
         _walk(k.body, 1.0, c, _Lanes(arch.wave_size, k.block), arch, k)
     else:
@@ -897,7 +922,16 @@ def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False,
                    + c.barriers * arch.barrier_cycles)
     wgs_per_cu = math.ceil(k.grid / busy_cus)
     simds = min(arch.simds_per_cu, wpw * min(per_cu_wgs, wgs_per_cu))
-    issue_cycles = wgs_per_cu * wpw * wave_cycles / simds
+    # a SIMD's waves issue their vector, memory and matrix instructions one after another
+    # (counted serially, as before); their scalar ones take the SALU port beside them
+    # (gpusim's per-category issue ports, ``engine.issue``), so a SIMD takes the longer
+    # of the two streams, and at least one wave's own serial chain per round of the
+    # waves resident on it
+    salu_cycles = c.salu * arch.issue_period_cycles
+    simd_waves = wgs_per_cu * wpw / simds
+    resident_waves = max(1.0, min(simd_waves, float(occ.waves_per_simd)))
+    issue_cycles = max(simd_waves * max(wave_cycles, salu_cycles),
+                       math.ceil(simd_waves / resident_waves) * (wave_cycles + salu_cycles))
     # memory: footprint through HBM/MALL once, every requested line through L2
     hbm_us = footprint / arch.stream_bytes_per_s(footprint) * 1e6
     l2_total = c.l2_bytes * wpw * k.grid
@@ -913,7 +947,7 @@ def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False,
     # do not hide each other's waits; r workgroups side by side take max(r * I, I + L)
     # per round of r (I: a workgroup's issue time on its SIMDs, L: its exposed wait)
     resident = max(1, min(per_cu_wgs, wgs_per_cu))
-    wg_issue = wpw * wave_cycles / max(1, min(arch.simds_per_cu, wpw))
+    wg_issue = wpw * (wave_cycles + salu_cycles) / max(1, min(arch.simds_per_cu, wpw))
     exposed_cycles = (math.ceil(wgs_per_cu / resident)
                       * max(0.0, c.exposed - (resident - 1) * wg_issue))
     issue_us = issue_cycles / clk
@@ -925,7 +959,7 @@ def _estimate_one(k, arch, vgprs: int | None = None, reference: bool = False,
     # was decided by noise (the transposes' Spearman 0.3 -> 0.8 on every point). The
     # launches are a floor, not a term: a wave launches while others run.
     us = max(issue_us + memory_us + latency_us, launch_us)
-    feats = {"valu": c.valu, "vmem": c.vmem, "lds": c.lds,
+    feats = {"valu": c.valu, "salu": c.salu, "vmem": c.vmem, "lds": c.lds,
              "lds_conflict": c.lds_cycles / c.lds if c.lds else 1.0,
              "mfma_cycles": c.mfma_cycles, "barriers": c.barriers,
              "load_rounds": c.load_rounds, "l2_bytes": l2_total, "hbm_bytes": float(footprint),
