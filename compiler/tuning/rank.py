@@ -6,8 +6,10 @@ milliseconds. A search that simulates a uniform random sample of the space finds
 point only by luck (issue 26: attention's fused MFMA kernel was missed at budget 8). This
 module reads the lowered kernel once, statically, and estimates
 
-- instructions per unit, per wave: VALU (transcendentals at the arch's rate divisor), VMEM,
-  LDS, MFMA passes, barriers, every loop's body counted its trip count;
+- instructions per unit, per wave: VALU (transcendentals at the arch's rate divisor), SALU
+  (a wave-uniform integer assignment or loop counter, ``gpusim.compile``'s rule, issued on
+  its own port beside other waves' VALU), VMEM, LDS, MFMA passes, barriers, every loop's
+  body counted its trip count;
 - the threads' addresses of workgroup 0 at every memory instruction, evaluated from the
   index expressions (a register holds its definition's lanes from where the walk meets
   it): the cache lines one wave's global access touches (coalescing) and the LDS bank
@@ -29,8 +31,11 @@ numbers are off, the order is what the search uses (the benchmark
 Simplifications, written here: every workgroup runs workgroup 0's address pattern, and an
 access is analysed on the first wave that runs it; an ``If`` whose condition reads only
 registers the walk evaluated weighs each arm by the share of waves taking it, one on a
-loaded or float value counts both arms (a guard is almost always taken); a loop whose
-bounds are not constants runs once, and a loop variable holds its start; a register
+loaded or float value counts both arms (a guard is almost always taken), and one the
+lowering gave a share (``If.then_share``: the last arrival's fix-up, a stream-K segment
+that some workgroups lack) weighs its arms by that share; a loop whose bounds are not
+constants runs its ``trips_hint`` or once, and a loop variable holds its start; the
+operators of an index expression count as VALU even where part of it is uniform; a register
 defined in more than one place holds the definition the walk met last (in program order,
 a loop body walked once); a value loaded from memory used in an address is taken as zero;
 cache reuse between workgroups beyond the footprint is not modelled (L2 carries every
