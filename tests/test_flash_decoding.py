@@ -41,7 +41,7 @@ def test_flash_decoding_equals_numpy(heads, sq, blocks, tail, dk, dv, mask, knob
     kn = {**knobs, "key_splits": ks}
     why = check_schedule(a, kn, GFX942)
     if why:
-        assert f"divide the {blocks} key blocks" in why or "causal" in why
+        assert f"divide the {blocks} key blocks" in why, why
         return
     k, _, err, bound = run(g, kn)
     assert isinstance(k, program.KernelSequence) and len(k.kernels) == 2
@@ -53,7 +53,8 @@ def test_flash_decoding_equals_numpy(heads, sq, blocks, tail, dk, dv, mask, knob
 def test_key_splits_rules():
     g = attention_graph(2, 20, 20, 16, 16, "causal")
     a = Attention(g, _dispatch(g))
-    assert "causal" in check_schedule(a, {**REGS, "BK": 16, "key_splits": 2}, GFX942)
+    # a causal mask over Sq = Sk splits too (tests/test_flash_decoding_causal.py)
+    assert check_schedule(a, {**REGS, "BK": 16, "key_splits": 2}, GFX942) == ""
     assert "not in" in check_schedule(a, {**REGS, "key_splits": 5}, GFX942)
 
 

@@ -45,7 +45,7 @@ def test_mfma_flash_decoding_equals_numpy(heads, sq, blocks, tail, dk, dv, mask,
     kn = {**knobs, "key_splits": ks}
     why = check_schedule(a, kn, get_arch(arch))
     if why:
-        assert f"divide the {blocks} key blocks" in why or "causal" in why, why
+        assert f"divide the {blocks} key blocks" in why, why
         return
     k, _, _, _ = run(g, kn, arch)
     assert isinstance(k, program.KernelSequence) and len(k.kernels) == 2

@@ -48,6 +48,12 @@ CASES = [
                                           "--fix", "waves=4", "--fix", "BK=64",
                                           "--fix", "split_reduce=kernel"),
      ("_fd_split", "_fd_combine"), "_fd_partial_out"),
+    # GPT-2's causal mask over Sq = Sk: each split stops at its query block's last row
+    # (a loop bound from the split and the block), the partials at the block it runs
+    ("attention:heads=2,seq=128,dim=64,mask=causal",
+     ("--mode", "aggressive", "--fix", "key_splits=4", "--fix", "mma=fma",
+      "--fix", "split_reduce=kernel"),
+     ("_fd_split", "_fd_combine"), "_fd_partial_out"),
 ]
 
 

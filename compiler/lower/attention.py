@@ -258,8 +258,10 @@ def check_schedule(a: Attention, s: dict, arch: Arch) -> str:
 
 
 def _check_key_splits(a: Attention, s: dict) -> str:
-    """flash-decoding (``key_splits`` > 1): the key blocks split evenly, no causal block
-    skip (a query block's last key bounds its loop there); FMA and MFMA tiles alike."""
+    """flash-decoding (``key_splits`` > 1): the key blocks split evenly; FMA and MFMA
+    tiles alike. Under a causal mask over Sq = Sk each split stops at its query block's
+    last row like the one-kernel loop, so a light query block's later splits run no key
+    block (``causal_key_blocks``)."""
     ks = int(s.get("key_splits", 1))
     if ks not in KEY_SPLITS:
         return f"key_splits={ks} not in {KEY_SPLITS}"
@@ -271,9 +273,6 @@ def _check_key_splits(a: Attention, s: dict) -> str:
     if nkb % ks:
         return (f"key_splits={ks} does not divide the {nkb} key blocks of BK={s['BK']} "
                 f"(Sk={a.sk}): every split walks the same number of blocks")
-    if a.pat.causal and a.sq == a.sk:
-        return ("key_splits > 1 with a causal mask over Sq = Sk: the kernel skips each query "
-                "block's masked key blocks instead")
     return ""
 
 
@@ -450,10 +449,43 @@ class _Builder:
             return None
         total = ceil_div(a.sk, BK) // self.KS
         nqb = ceil_div(a.sq, BQ)
-        grid = math.prod(a.batch) * nqb
-        mine = range(0, grid, self.cus or grid)
-        qbs = [(nqb - 1) - w % nqb for w in mine]
-        return sum(min(ceil_div(min(q * BQ + BQ, a.sq), BK), total) for q in qbs) / len(qbs)
+        nt = math.prod(a.batch) * nqb
+        grid = nt * (self.KS if self.phase == "split" else 1)
+        trips = []
+        for w in range(0, grid, self.cus or grid):
+            split, q = divmod(w, nt)
+            qb = (nqb - 1) - q % nqb
+            reach = ceil_div(min(qb * BQ + BQ, a.sq), BK)
+            trips.append(min(max(reach - split * total, 0), total))
+        return sum(trips) / len(trips)
+
+    def workspace_tile(self, body: list, ksplit, nqb: int) -> None:
+        """Where the split workgroup's partials go: tile ``split x blocks + query block``
+        of the workspaces, the query block counted in the order the combine reads
+        (``self.wblock``; ``self.wtile`` with the split). The workgroup's own index is
+        that tile, but under a causal mask the query blocks are dealt heaviest first
+        (``query_block``), so the tile is computed from the block it runs."""
+        self.wblock, self.wtile = self.qblock, program.block_id()
+        if ksplit is not None and self.causal_skip() and nqb > 1:
+            nt = math.prod(self.a.batch) * nqb
+            self.wblock = self.let(body, "wblock", self.bh * nqb + self.qb, "i32")
+            self.wtile = self.let(body, "wtile_b", ksplit * nt + self.wblock, "i32")
+
+    def causal_key_blocks(self, qb, kfirst):
+        """The key loop's trips: the split's share of the key blocks (``kfirst``: its
+        first block, None for the one-kernel loop); under a causal mask over Sq = Sk no
+        block past the query block's last row, so a split that starts past it runs none
+        (its partial (m, l, O) stays (NEG, 0, 0), which the combine weighs exp(NEG - M)
+        = 0: split 0 holds key 0, which every row sees, so M is a real maximum)."""
+        a, BQ, BK = self.a, self.s["BQ"], self.s["BK"]
+        nkb = program.i32(ceil_div(a.sk, BK) // self.KS)
+        if not self.causal_skip():
+            return nkb
+        last = program.minimum(qb * BQ + BQ, a.sq) if a.sq % BQ else qb * BQ + BQ
+        reach = (last + (BK - 1)) // BK
+        if kfirst is not None:
+            reach = program.maximum(reach - kfirst, 0)
+        return program.minimum(reach, nkb)
 
     def let(self, out: list, hint, value, dtype=None):
         v = self.reg(hint, dtype or value.dtype)
@@ -637,7 +669,7 @@ class _Builder:
                 r = self.let(tail, "r", ec // cg, "i32")
                 col = self.let(tail, "col", (ec % cg) * W, "i32")
                 row = self.let(tail, "row", self.qb * BQ + r, "i32")
-                wrow = self.let(tail, "wrow", self.qblock * BQ + r, "i32")
+                wrow = self.let(tail, "wrow", self.wblock * BQ + r, "i32")
                 guard = None
                 if (u + 1) * T > n:
                     guard = e < n
@@ -787,6 +819,7 @@ class _Builder:
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
         qb = self.query_block(body, bid, nqb)
         self.qblock, self.bh, self.qb = bid, bh, qb   # the last arrival's combine
+        self.workspace_tile(body, ksplit if self.phase == "split" else None, nqb)
         # this thread's RM rows: local rg * RM + k, global row0 + k
         lrow = [rg * RM + k if RM > 1 else rg for k in range(RM)]
         row0 = self.let(body, "row0", qb * BQ + rg * RM if RM > 1 else qb * BQ + rg, "i32")
@@ -936,16 +969,14 @@ class _Builder:
         # issues every trip's P and V reads first and needs all 256 VGPRs plus AGPR spills
         # (vit_tiny, seq 17: 276 VGPRs; rolled: 85, the estimate 81)
         loop.append(program.For(c, program.i32(0), program.i32(BK), pw, tuple(inner), rolled=True))
-        nkb = program.i32(ceil_div(Sk, BK) // self.KS)   # this split's key blocks
-        if a.pat.causal and Sq == Sk:
-            # keys after this query block's last row are masked to -1e4 or less: their
-            # probabilities are exactly 0 in f32, so their blocks are skipped
-            last = program.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
-            nkb = program.minimum((last + (BK - 1)) // BK, nkb)
+        # this split's key blocks; under a causal mask, keys after this query block's
+        # last row are masked to -1e4 or less: their probabilities are exactly 0 in f32,
+        # so their blocks are skipped
+        nkb = self.causal_key_blocks(qb, kfirst if self.phase == "split" else None)
         body.append(program.For(kb, program.i32(0), nkb, 1, tuple(loop),
                                 trips_hint=self.mean_key_blocks()))
         if self.phase == "split":
-            return self.store_split(body, program.block_id(), lrow, m, l_, accs)
+            return self.store_split(body, self.wtile, lrow, m, l_, accs)
 
         # O = acc / l, through PV's epilogue
         outt = a.graph.op(a.out).type
@@ -1044,6 +1075,7 @@ class _MfmaBuilder(_Builder):
         bh = self.let(body, "bh", bid // nqb, "i32") if nqb > 1 else bid
         qb = self.query_block(body, bid, nqb)
         self.qblock, self.bh, self.qb = bid, bh, qb   # the last arrival's combine
+        self.workspace_tile(body, ksplit if self.phase == "split" else None, nqb)
         lrow = [self.let(body, "lrow", (wave * RM + k) * M + col, "i32") for k in range(RM)]
         rows = [self.let(body, "row", qb * BQ + lrow[k], "i32") for k in range(RM)]
         rowc = [self.let(body, "rowc", program.minimum(r, Sq - 1), "i32") if Sq % BQ else r
@@ -1101,10 +1133,9 @@ class _MfmaBuilder(_Builder):
         kb = program.Var("kb", "i32")
         ksrc = self.k_source()
         kidx = (lambda r, c: bidx + (r, c)) if ksrc != a.kt else (lambda r, c: bidx + (c, r))
-        nkb = program.i32(ceil_div(Sk, BK) // self.KS)   # this split's key blocks
-        if a.pat.causal and Sq == Sk:
-            last = program.minimum(qb * BQ + BQ, Sq) if Sq % BQ else qb * BQ + BQ
-            nkb = self.let(body, "nkb", program.minimum((last + (BK - 1)) // BK, nkb), "i32")
+        nkb = self.causal_key_blocks(qb, kfirst)   # this split's key blocks
+        if not isinstance(nkb, program.Const):
+            nkb = self.let(body, "nkb", nkb, "i32")
 
         def first_key(block):   # the key of this split's ``block``-th key block
             return (block + kfirst) * BK if kfirst is not None else block * BK
@@ -1275,7 +1306,7 @@ class _MfmaBuilder(_Builder):
         a, s, g = self.a, self.s, self.g
         wo, wst = self.workspaces("out")
         BQ, DVP, M, nacc = s["BQ"], g["DVP"], g["M"], g["nacc"]
-        wbase = self.let(body, "wtile", program.block_id() * BQ, "i32")
+        wbase = self.let(body, "wtile", self.wtile * BQ, "i32")
         for k in range(len(lrow)):
             row = self.let(body, "wrow", wbase + lrow[k], "i32")
             for b, blk in enumerate(oacc[k]):
