@@ -21,8 +21,10 @@ share with other CUs and run the last-arrival tail (the reduction and the epilog
 which is the dispatch's critical path (SIMPLIFICATION: on hardware the last arrival is
 whichever workgroup finishes its partial last; the model charges the tail after CU 0's
 own partial, and CU 0 starts with a cold L2 as always, so the tail reads the other CUs'
-partials from the memory level). In timing mode this costs a functional run of the
-other CUs' workgroups; ``workgroups=`` then runs all of them.
+partials from the memory level). In timing mode the other CUs run only their arrivals
+(the kernel's slice that writes the counters, ``gpusim.arrivals``) and their counters
+are estimated from CU 0's; ``exact_arrivals=True`` runs them whole, as functional mode
+does. ``workgroups=`` runs all of them.
 
 Memory level. Behind the L2 sits HBM, or, when every buffer of the kernel fits it, the
 memory-side cache (MI300X's 256 MB MALL, RDNA3's Infinity Cache): SIMPLIFICATION, by
@@ -53,9 +55,10 @@ so a bandwidth-bound kernel's CU time approaches T_mem as the grid grows.
 Counters are summed over every simulated workgroup; with sampling they are scaled by
 grid / simulated workgroups (exact for workgroups that do the same work; L2 reuse between
 workgroups on different CUs is then not seen, so HBM bytes are an upper bound). A kernel
-with atomics runs the other CUs' workgroups whole first (values only, so that CU 0 arrives
-last): their counters are counted as they are and only CU 0's sample is scaled, to CU 0's
-workgroups (each of which runs its tile's tail, unlike most of the others).
+with atomics: CU 0's sample is scaled to CU 0's workgroups (each of which runs its tile's
+tail, unlike most of the others), and the other CUs' counters are CU 0's work outside the
+tails per workgroup plus CU 0's cost per tail times the tails they run (``gpusim.arrivals``;
+with ``exact_arrivals`` they are counted from a whole run, with the L2 reuse between them).
 Model simplifications beyond the engine's: the memory-side cache is all-or-nothing by
 footprint (above); the timed CU sees the L2 as if it were the first CU to touch every line
 (pessimistic for data shared across CUs).
@@ -69,7 +72,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gpusim import engine
-from gpusim import steady
+from gpusim import arrivals, steady
 from gpusim.compile import MEM_KIND, compile_kernel
 from gpusim.errors import KernelError
 from gpusim.hw import DEFAULT_ARCH, get_arch
@@ -589,12 +592,14 @@ class _Timed(NamedTuple):
     per_inst: np.ndarray   # per-instruction records (``engine.I_*``), scaled
 
 
-def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, workgroups):
+def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, workgroups,
+          exact_arrivals=False):
     """Runs the launch. Timing samples SAMPLE_ROUNDS rounds of CU 0's resident workgroups
     (then a partial round like CU 0's last) and stops there when the extrapolation's
     error bound (``_cu_time``) is within STEADY_TOL (steady state);
     otherwise it doubles the rounds, up to MAX_SAMPLE_ROUNDS, on a fresh launch (cold
-    caches again)."""
+    caches again). A timing run of a kernel with atomics runs the other CUs' arrivals
+    only and estimates their counters (``gpusim.arrivals``) unless ``exact_arrivals``."""
     rounds = SAMPLE_ROUNDS
     atomics = has_atomics(kernel)
     while True:
@@ -604,7 +609,10 @@ def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, 
         n0 = -(-kernel.grid // arch.num_cus)
         sample = rounds * occ.workgroups_per_cu + n0 % occ.workgroups_per_cu
         first = None
-        if atomics:  # the other CUs first (values only), then the timed CU: it arrives last
+        if atomics and not functional and not exact_arrivals:
+            raw, first = _time_last_arrival(kernel, arch, prog, occ, inputs, scalars, jit,
+                                            launch, sample, trace_cap)
+        elif atomics:  # the other CUs first (values only), then the timed CU: it arrives last
             others = [w for w in range(kernel.grid) if w % arch.num_cus]
             if others:
                 first = launch.run(jit, True, sample, 0, only=others)
@@ -637,11 +645,42 @@ def _time(kernel, arch, prog, occ, inputs, scalars, jit, functional, trace_cap, 
     return _Timed(launch, raw, t_cu, method, k, scale, counters, per_inst)
 
 
-def _scaled_how(kernel, arch, k, scale) -> str:
+def _time_last_arrival(kernel, arch, prog, occ, inputs, scalars, jit, launch, sample,
+                       trace_cap):
+    """CU 0's timing run after the other workgroups' arrivals (their ``arrival_slice``
+    on ``launch``'s memory), and the others' counters and per-instruction records
+    estimated from a second run of CU 0's sample arriving first (``gpusim.arrivals``)."""
+    counters = arrivals.counter_buffers(kernel)
+    others = [w for w in range(kernel.grid) if w % arch.num_cus]
+    alone = _Launch(kernel, arch, prog, inputs, scalars, occ, random_fill=False)
+    early = alone.run(jit, False, sample, 0)
+    other_tails = 0.0
+    if others:
+        sl = arrivals.arrival_slice(kernel)
+        sprog = _program(sl, arch)
+        sliced = _Launch(sl, arch, sprog, inputs, scalars, occ, random_fill=False)
+        sliced.gmem_f, sliced.gmem_i = launch.gmem_f, launch.gmem_i  # the same layout
+        ran = sliced.run(jit, True, sample, 0, only=others)
+        other_tails, _ = arrivals.tails_and_arrivals(sprog, ran["per_inst"], counters)
+    raw = launch.run(jit, False, sample, trace_cap)
+    if not others:
+        return raw, None
+    t1, _ = arrivals.tails_and_arrivals(prog, early["per_inst"], counters)
+    t2, _ = arrivals.tails_and_arrivals(prog, raw["per_inst"], counters)
+    k = raw["k"]
+    est = {key: arrivals.others_estimate(early[key], t1, raw[key], t2, k, len(others),
+                                         other_tails)
+           for key in ("counters", "per_inst")}
+    return raw, est
+
+
+def _scaled_how(kernel, arch, k, scale, exact_arrivals=False) -> str:
     """How a timing run's counters stand for the launch (``_time``)."""
     if has_atomics(kernel) and kernel.grid > 1:
-        return (f"of the other CUs' {kernel.grid - -(-kernel.grid // arch.num_cus)} "
-                f"workgroups counted whole, CU 0's scaled by {scale:.3g} from {k} sampled")
+        n = kernel.grid - -(-kernel.grid // arch.num_cus)
+        how = ("counted whole" if exact_arrivals else
+               "estimated from CU 0's (their arrivals run, gpusim.arrivals)")
+        return f"of the other CUs' {n} workgroups {how}, CU 0's scaled by {scale:.3g} from {k} sampled"
     return f"scaled by {scale:.3g} from {k} sampled workgroups"
 
 
@@ -662,7 +701,7 @@ def _memory_times(c, arch, level) -> tuple[float, float]:
     return t_hbm, t_l2
 
 
-def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
+def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit, exact_arrivals=False):
     """(timing, note, relative error bound) with ``loop`` timed from truncated runs
     (``gpusim.steady``); the timing is None when no cut was steady (the note then says
     so). The cut kernels differ from ``kernel`` in one constant only, so the validation
@@ -687,7 +726,8 @@ def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
                 p = compile_kernel(k, arch)
                 if p.code.shape != prog.code.shape:
                     return None, "", 0.0
-                runs[n] = _time(k, arch, p, occ, inputs, scalars, jit, False, 0, None)
+                runs[n] = _time(k, arch, p, occ, inputs, scalars, jit, False, 0, None,
+                                exact_arrivals)
         tried = ns[-1]
         ts = [runs[n] for n in ns]
         per_trip = (ts[2].counters - ts[1].counters) / (ns[2] - ns[1])
@@ -720,7 +760,8 @@ def _time_loop(kernel, loop, arch, prog, occ, inputs, scalars, jit):
 def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scalars: dict | None = None,
              *, functional: bool = True, trace: bool = False, jit: bool = True,
              launch_overhead_us: float | None = None, trace_cap: int = DEFAULT_TRACE_CAP,
-             workgroups=None, extrapolate_loops: bool = False, vgprs=None) -> SimResult:
+             workgroups=None, extrapolate_loops: bool = False, vgprs=None,
+             exact_arrivals: bool = False) -> SimResult:
     """Runs ``kernel`` on the modelled ``arch``.
 
     ``inputs`` maps buffer names to arrays, or to ``Partial`` (some elements, the rest
@@ -743,13 +784,17 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
     instead of counting again; the caller vouches that the count is this kernel's (the
     tuner hands the count its exact analytic estimate made of the same lowering: a count
     is a few times the cost of lowering the kernel). None: counted here.
+    ``exact_arrivals`` (timing mode, a kernel with atomics): run the other CUs' workgroups
+    whole before the timed CU, as the reference, instead of their arrivals only with
+    their counters estimated (``gpusim.arrivals``; CU 0's time is the same either way).
     """
     arch = get_arch(arch)
     if isinstance(kernel, KernelSequence):
         return _simulate_sequence(kernel, arch, inputs, scalars, functional=functional,
                                   trace=trace, jit=jit, launch_overhead_us=launch_overhead_us,
                                   trace_cap=trace_cap, workgroups=workgroups,
-                                  extrapolate_loops=extrapolate_loops, vgprs=vgprs)
+                                  extrapolate_loops=extrapolate_loops, vgprs=vgprs,
+                                  exact_arrivals=exact_arrivals)
     occ = _checked(kernel, arch, scalars, None if vgprs is None else int(vgprs))
     prog = _program(kernel, arch)
     if workgroups is not None:
@@ -765,10 +810,10 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
         else None
     if loop is not None:
         timed, note, loop_bound = _time_loop(kernel, loop, arch, prog, occ, inputs, scalars,
-                                             jit)
+                                             jit, exact_arrivals)
     if timed is None:
         timed = _time(kernel, arch, prog, occ, inputs, scalars, jit, functional,
-                      trace_cap if trace else 0, workgroups)
+                      trace_cap if trace else 0, workgroups, exact_arrivals)
     launch, raw, t_cu, method, k, scale, c = timed[:7]
     level = launch.level
     t_hbm, t_l2 = _memory_times(c, arch, level)
@@ -782,8 +827,9 @@ def simulate(kernel: Kernel, arch=DEFAULT_ARCH, inputs: dict | None = None, scal
               if functional and workgroups is None else
               f"functional values for {len(set(workgroups))} of {kernel.grid} workgroups "
               f"only (time and counters of those workgroups, not of the launch)"
-              if functional else f"{method}{note}; counters {_scaled_how(kernel, arch, k, scale)} "
-                                 f"(outputs partial)")
+              if functional else
+              f"{method}{note}; counters {_scaled_how(kernel, arch, k, scale, exact_arrivals)} "
+              f"(outputs partial)")
     method += (f"; whole GPU = max(CU time, {mem} bytes / achievable bandwidth, L2 bytes / "
                f"achievable bandwidth): {bound}-bound")
     per_inst = _per_inst(prog, timed.per_inst)
