@@ -46,6 +46,7 @@ from gpusim.hw import Arch
 from compiler.ir.graph import REDUCE, Graph
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
 from compiler.lower.layout import unit_only_reshape
+from compiler.lower.loadorder import loads_early
 from compiler.lower.emitter import (REG_DTYPE, RegisterNamer, ValueEmitter, align_index, iadd, idiv, imod, imul, unravel)
 
 NEG_INF = -3.0e38
@@ -577,7 +578,7 @@ def _row_kernel_of(graph, dispatch, rows, schedule, em, stmts, lds, R, wg, ws, r
     grid = ceil_div(R, rows_per_wg)
     if mapping == "wave" and R % rows_per_wg:
         body = [stmts[0], program.If(row < R, tuple(stmts[1:]))]
-    body = em.provably_aligned(tuple(body), ws)
+    body = loads_early(em.provably_aligned(tuple(body), ws))
     params = buffers(graph, dispatch)
     name = sanitize(dispatch.name)
     meta = {"dispatch": dispatch.name, "kind": "row_reduction",
@@ -805,7 +806,7 @@ def _lower_columns(graph: Graph, dispatch, rows: RowShape, s: dict, schedule: di
 def _columns_kernel(graph, dispatch, rows, schedule, em, stmts, lds, grid, wg, ws, row_lanes,
                     slices, workspace, stage, passes_over_row):
     """The ``Kernel`` of :func:`_lower_columns`'s statements."""
-    body = em.provably_aligned(tuple(stmts), ws)
+    body = loads_early(em.provably_aligned(tuple(stmts), ws))
     params = buffers(graph, dispatch)
     name = sanitize(dispatch.name)
     meta = {"dispatch": dispatch.name, "kind": "row_reduction", "schedule": dict(schedule),

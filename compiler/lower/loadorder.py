@@ -1,0 +1,73 @@
+"""Issue a straight-line run's global loads early, the way hipcc's scheduler does.
+
+gpusim issues a wave's instructions in program order and a use waits for its load
+(``s_waitcnt``), so the IR's statement order is the ISA's order. A lowering that emits
+each value's load just before its arithmetic (a row kernel's pass over three column
+chunks: load, accumulate, load, accumulate, ...; a layer norm's epilogue: gamma, use,
+beta, use) would pay one memory latency per load, where hipcc's machine scheduler
+clusters the loads of a basic block at its top and pays about one for all of them.
+
+This pass says in the IR what hipcc emits: within one straight-line run of statements
+(a basic block: it never moves a load into or out of a loop or a branch), each global
+load moves up to just after the last statement it depends on. It does not pass a
+statement that defines a register of its index, reads or writes its destinations,
+stores to (or atomically updates) its buffer, or orders memory (a barrier, a fence, an
+atomic), nor a loop or branch (the end of a basic block). Loads keep their relative
+order. The price, live registers from the load to its use, is what the register count
+(``gpusim.occupancy``) then sees, as hipcc's own schedule would have it; hipcc weighs
+pressure against latency and may cluster less where registers are short, a difference
+this pass does not model (it is applied to kernels whose runs are short).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from gpusim import program
+from gpusim.analysis import expr_vars, stmt_defs, stmt_exprs
+
+#: statements a load never moves above: they order memory, or end a basic block
+_BARRIERS = (program.Barrier, program.Fence, program.AtomicAdd, program.For, program.If)
+
+
+def _reads(s) -> set:
+    out: set = set()
+    for e in stmt_exprs(s):
+        expr_vars(e, out)
+    return out
+
+
+def _blocks(load: program.Load, s) -> bool:
+    """Whether ``load`` may not move above statement ``s``."""
+    if isinstance(s, _BARRIERS):
+        return True
+    if isinstance(s, program.Store) and s.buffer == load.buffer:
+        return True
+    dsts = {v.name for v in load.dsts}
+    defs = {v.name for v in stmt_defs(s)}
+    return bool(defs & (expr_vars(load.index) | dsts) or dsts & _reads(s))
+
+
+def _run(stmts: list) -> list:
+    out: list = []
+    for s in stmts:
+        if isinstance(s, program.Load):
+            at = len(out)
+            while at > 0 and not _blocks(s, out[at - 1]) and not isinstance(out[at - 1], program.Load):
+                at -= 1
+            # loads keep their order: it stops below the nearest earlier load it meets
+            out.insert(at, s)
+        else:
+            out.append(s)
+    return out
+
+
+def loads_early(body: tuple) -> tuple:
+    """``body`` with every straight-line run's global loads issued early (see above)."""
+    out = []
+    for s in _run(list(body)):
+        if isinstance(s, program.For):
+            s = dataclasses.replace(s, body=loads_early(s.body))
+        elif isinstance(s, program.If):
+            s = dataclasses.replace(s, then=loads_early(s.then), orelse=loads_early(s.orelse))
+        out.append(s)
+    return tuple(out)
