@@ -29,6 +29,7 @@ from compiler.ir.graph import Graph, shared_iteration
 from compiler.lower.common import LoweringError, buffers, ceil_div, sanitize
 from compiler.lower.emitter import RegisterNamer, ValueEmitter, align_index, iadd, imul, unravel
 from compiler.lower.loadmerge import merge_loads
+from compiler.lower.loadorder import loads_early
 
 
 def iteration_order(graph: Graph, dispatch, order: str) -> tuple:
@@ -137,6 +138,8 @@ def lower_elementwise(graph: Graph, dispatch, schedule: dict, arch: Arch):
                        frozenset(x.buffer for x in program.walk(body) if isinstance(x, program.Store)),
                        frozenset(b.name for b in params if isinstance(b, program.Buffer)
                                  and program.DTYPE_BYTES[b.dtype] == 4))
+    # each step's loads issue before the earlier steps' arithmetic and stores (loadorder)
+    body = loads_early(body)
     return program.Kernel(name, params, grid, wg, body,
                     meta={"dispatch": dispatch.name, "kind": "elementwise",
                           "schedule": dict(schedule),
