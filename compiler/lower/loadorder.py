@@ -12,7 +12,9 @@ This pass says in the IR what hipcc emits: within one straight-line run of state
 load moves up to just after the last statement it depends on. It does not pass a
 statement that defines a register of its index, reads or writes its destinations,
 stores to (or atomically updates) its buffer, or orders memory (a barrier, a fence, an
-atomic), nor a loop or branch (the end of a basic block). Loads keep their relative
+atomic), nor a loop or branch (the end of a basic block), nor a cross-lane reduction or
+shuffle (hipcc keeps loads below them: a layer norm's ISA issues its three row loads
+together, then its gamma and beta loads together after the wave sums). Loads keep their relative
 order. The price, live registers from the load to its use, is what the register count
 (``gpusim.occupancy``) then sees, as hipcc's own schedule would have it; hipcc weighs
 pressure against latency and may cluster less where registers are short, a difference
@@ -25,8 +27,11 @@ import dataclasses
 from gpusim import program
 from gpusim.analysis import expr_vars, stmt_defs, stmt_exprs
 
-#: statements a load never moves above: they order memory, or end a basic block
-_BARRIERS = (program.Barrier, program.Fence, program.AtomicAdd, program.For, program.If)
+#: statements a load never moves above: they order memory, end a basic block, or are
+#: cross-lane (hipcc kept a layer norm's gamma and beta loads below its wave sums, gfx90a
+#: and gfx940 alike: ``tests/test_loadorder.py``)
+_BARRIERS = (program.Barrier, program.Fence, program.AtomicAdd, program.For, program.If,
+             program.Shuffle, program.WaveReduce)
 
 
 def _reads(s) -> set:
