@@ -1,4 +1,4 @@
-"""Issue a straight-line run's global loads early, the way hipcc's scheduler does.
+"""Issue a straight-line run's global and LDS loads early, the way hipcc's scheduler does.
 
 gpusim issues a wave's instructions in program order and a use waits for its load
 (``s_waitcnt``), so the IR's statement order is the ISA's order. A lowering that emits
@@ -9,16 +9,21 @@ clusters the loads of a basic block at its top and pays about one for all of the
 
 This pass says in the IR what hipcc emits: within one straight-line run of statements
 (a basic block: it never moves a load into or out of a loop or a branch), each global
-load moves up to just after the last statement it depends on. It does not pass a
+or LDS load moves up to just after the last statement it depends on. It does not pass a
 statement that defines a register of its index, reads or writes its destinations,
-stores to (or atomically updates) its buffer, or orders memory (a barrier, a fence, an
-atomic), nor a loop or branch (the end of a basic block), nor a cross-lane reduction or
-shuffle (hipcc keeps loads below them: a layer norm's ISA issues its three row loads
-together, then its gamma and beta loads together after the wave sums). Loads keep their relative
-order. The price, live registers from the load to its use, is what the register count
+stores to its buffer (an LDS load: to its array) or atomically updates it, or orders
+memory (a barrier, a fence, an atomic), nor a loop or branch (the end of a basic block),
+nor a cross-lane reduction or shuffle (hipcc keeps loads below them: a layer norm's ISA
+issues its three row loads together, then its gamma and beta loads together after the
+wave sums). One branch it does pass: one holding only global stores to other buffers
+(the row guard around each of a columns kernel's output stores), which hipcc sinks
+below the loads that follow (a ConvNeXt norm's gamma and beta loads issue in clusters,
+its twelve guarded stores last, gfx940 ISA). Loads keep their relative order. The price,
+live registers from the load to its use, is what the register count
 (``gpusim.occupancy``) then sees, as hipcc's own schedule would have it; hipcc weighs
-pressure against latency and may cluster less where registers are short, a difference
-this pass does not model (it is applied to kernels whose runs are short).
+pressure against latency and may cluster less where registers are short, and it caps a
+wave's outstanding LDS reads (``lgkmcnt``), differences this pass does not model (it is
+applied to row and elementwise kernels, whose runs are short).
 """
 from __future__ import annotations
 
@@ -41,11 +46,33 @@ def _reads(s) -> set:
     return out
 
 
-def _blocks(load: program.Load, s) -> bool:
-    """Whether ``load`` may not move above statement ``s``."""
+_LOADS = (program.Load, program.LdsLoad)
+
+
+def _guarded_stores(s, load) -> bool:
+    """Whether ``s`` is a branch holding only global stores to other buffers (a row
+    guard around an output's store): hipcc sinks such stores below the loads that follow
+    them (a ConvNeXt layer norm's per-channel gamma and beta loads issue in clusters and
+    its guarded stores come last, gfx940 ISA), so a load may rise above it."""
+    if not isinstance(s, program.If):
+        return False
+    arms = tuple(program.walk(s.then + s.orelse))
+    return all(isinstance(x, program.Store) and x.buffer != getattr(load, "buffer", None)
+               for x in arms)
+
+
+def _blocks(load, s) -> bool:
+    """Whether ``load`` (global or LDS) may not move above statement ``s``."""
+    if _guarded_stores(s, load):
+        dsts = {v.name for v in load.dsts}
+        return bool(dsts & (_reads(s) | set().union(*(_reads(x) for x in program.walk(
+            s.then + s.orelse)))))
     if isinstance(s, _BARRIERS):
         return True
-    if isinstance(s, program.Store) and s.buffer == load.buffer:
+    if isinstance(load, program.Load) and isinstance(s, program.Store) and s.buffer == load.buffer:
+        return True
+    if isinstance(load, program.LdsLoad) and isinstance(s, program.LdsStore) \
+            and s.array == load.array:
         return True
     dsts = {v.name for v in load.dsts}
     defs = {v.name for v in stmt_defs(s)}
@@ -55,9 +82,9 @@ def _blocks(load: program.Load, s) -> bool:
 def _run(stmts: list) -> list:
     out: list = []
     for s in stmts:
-        if isinstance(s, program.Load):
+        if isinstance(s, _LOADS):
             at = len(out)
-            while at > 0 and not _blocks(s, out[at - 1]) and not isinstance(out[at - 1], program.Load):
+            while at > 0 and not _blocks(s, out[at - 1]) and not isinstance(out[at - 1], _LOADS):
                 at -= 1
             # loads keep their order: it stops below the nearest earlier load it meets
             out.insert(at, s)
