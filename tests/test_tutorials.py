@@ -170,7 +170,7 @@ def _chain():
 
 def test_elementwise_schedule_check_rejects_slow_and_illegal():
     g = _chain()
-    slow = ex.check_elementwise_schedule(g, {"workgroup": 64, "vector": 1, "elems": 2,
+    slow = ex.check_elementwise_schedule(g, {"workgroup": 256, "vector": 1, "elems": 4,
                                              "order": "output"})
     assert not slow.ok and any("over 1.1 x" in p for p in slow.problems)
     bad = ex.check_elementwise_schedule(g, {"workgroup": 256, "vector": 3, "elems": 3,
