@@ -8,6 +8,7 @@ per output (row-major), named after the tensors so a harness can bind them by na
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -83,6 +84,21 @@ def memory_image(graph: Graph, tensor: str, value) -> np.ndarray:
     arr = np.asarray(value).astype(_IMAGE_DTYPE[buffer_dtype(graph, tensor)], copy=False)
     return np.ascontiguousarray(np.transpose(arr, t.order)) if not t.is_row_major else \
         np.ascontiguousarray(arr)
+
+
+def rewrite_blocks(body, run) -> tuple:
+    """``body`` with ``run`` (a list of statements -> the rewritten list) applied to every
+    straight-line block: the body's own statements and, recursively, each loop's body and
+    each branch's arms (the IR passes that say what hipcc does within a basic block)."""
+    out = []
+    for s in run(list(body)):
+        if isinstance(s, program.For):
+            s = dataclasses.replace(s, body=rewrite_blocks(s.body, run))
+        elif isinstance(s, program.If):
+            s = dataclasses.replace(s, then=rewrite_blocks(s.then, run),
+                                    orelse=rewrite_blocks(s.orelse, run))
+        out.append(s)
+    return tuple(out)
 
 
 def split_at_last_load(stmts):

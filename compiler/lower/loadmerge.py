@@ -31,6 +31,8 @@ import dataclasses
 from gpusim import program
 from gpusim.analysis import Divisibility, affine_form, expr_vars, register_writes, stmt_defs
 
+from compiler.lower.common import rewrite_blocks
+
 #: the widest access the pass forms (16 bytes of f32: ``global_load_dwordx4``)
 WIDTH = 4
 #: a run of exactly this many 4-byte elements becomes one ``global_load_dwordx3``
@@ -173,15 +175,5 @@ def merge_loads(body: tuple, wave_size: int, stored: frozenset = frozenset(),
                 out.append(s)
         return out
 
-    def visit(stmts):
-        out = []
-        for s in run(list(stmts)):
-            if isinstance(s, program.For):
-                s = dataclasses.replace(s, body=visit(s.body))
-            elif isinstance(s, program.If):
-                s = dataclasses.replace(s, then=visit(s.then), orelse=visit(s.orelse))
-            out.append(s)
-        return tuple(out)
-
-    merged = visit(tuple(body))
+    merged = rewrite_blocks(body, run)
     return _rename(merged, names) if names else merged

@@ -27,16 +27,17 @@ applied to row and elementwise kernels, whose runs are short).
 """
 from __future__ import annotations
 
-import dataclasses
-
 from gpusim import program
 from gpusim.analysis import expr_vars, stmt_defs, stmt_exprs
+
+from compiler.lower.common import rewrite_blocks
 
 #: statements a load never moves above: they order memory, end a basic block, or are
 #: cross-lane (hipcc kept a layer norm's gamma and beta loads below its wave sums, gfx90a
 #: and gfx940 alike: ``tests/test_loadorder.py``)
 _BARRIERS = (program.Barrier, program.Fence, program.AtomicAdd, program.For, program.If,
              program.Shuffle, program.WaveReduce)
+_LOADS = (program.Load, program.LdsLoad)
 
 
 def _reads(s) -> set:
@@ -46,27 +47,21 @@ def _reads(s) -> set:
     return out
 
 
-_LOADS = (program.Load, program.LdsLoad)
-
-
 def _guarded_stores(s, load) -> bool:
     """Whether ``s`` is a branch holding only global stores to other buffers (a row
     guard around an output's store): hipcc sinks such stores below the loads that follow
     them (a ConvNeXt layer norm's per-channel gamma and beta loads issue in clusters and
     its guarded stores come last, gfx940 ISA), so a load may rise above it."""
-    if not isinstance(s, program.If):
-        return False
-    arms = tuple(program.walk(s.then + s.orelse))
-    return all(isinstance(x, program.Store) and x.buffer != getattr(load, "buffer", None)
-               for x in arms)
+    return isinstance(s, program.If) and all(
+        isinstance(x, program.Store) and x.buffer != getattr(load, "buffer", None)
+        for x in program.walk(s.then + s.orelse))
 
 
 def _blocks(load, s) -> bool:
     """Whether ``load`` (global or LDS) may not move above statement ``s``."""
-    if _guarded_stores(s, load):
-        dsts = {v.name for v in load.dsts}
-        return bool(dsts & (_reads(s) | set().union(*(_reads(x) for x in program.walk(
-            s.then + s.orelse)))))
+    dsts = {v.name for v in load.dsts}
+    if _guarded_stores(s, load):  # only if a store (or the guard) reads what it overwrites
+        return bool(dsts & set().union(*map(_reads, program.walk((s,)))))
     if isinstance(s, _BARRIERS):
         return True
     if isinstance(load, program.Load) and isinstance(s, program.Store) and s.buffer == load.buffer:
@@ -74,7 +69,6 @@ def _blocks(load, s) -> bool:
     if isinstance(load, program.LdsLoad) and isinstance(s, program.LdsStore) \
             and s.array == load.array:
         return True
-    dsts = {v.name for v in load.dsts}
     defs = {v.name for v in stmt_defs(s)}
     return bool(defs & (expr_vars(load.index) | dsts) or dsts & _reads(s))
 
@@ -94,12 +88,6 @@ def _run(stmts: list) -> list:
 
 
 def loads_early(body: tuple) -> tuple:
-    """``body`` with every straight-line run's global loads issued early (see above)."""
-    out = []
-    for s in _run(list(body)):
-        if isinstance(s, program.For):
-            s = dataclasses.replace(s, body=loads_early(s.body))
-        elif isinstance(s, program.If):
-            s = dataclasses.replace(s, then=loads_early(s.then), orelse=loads_early(s.orelse))
-        out.append(s)
-    return tuple(out)
+    """``body`` with every straight-line run's global and LDS loads issued early (see
+    above)."""
+    return rewrite_blocks(body, _run)
