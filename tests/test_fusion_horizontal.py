@@ -121,3 +121,17 @@ def test_the_search_scores_the_wide_gemm_against_the_separate_ones():
             and "wide_plan_us" in d.cost]
     assert d.fused == (d.cost["wide_plan_us"] <= d.cost["separate_plan_us"])
     assert all(t.verified for t in r.dispatches)
+
+
+def test_the_commands_show_the_plan_tune_forms(capsys):
+    """`fuse` and `view --dispatch` name the wide GEMM as tune does (they once formed the
+    plan without it, so tune's ``..._hcat_1`` dispatch was unknown to `view`)."""
+    import json
+
+    from compiler.cli import main
+    assert main(["fuse", "encoder_layer", "--json"]) == 0
+    names = [d["name"] for d in json.loads(capsys.readouterr().out)["dispatches"]]
+    (wide,) = [n for n in names if "hcat" in n]
+    assert main(["view", "candidates", "encoder_layer", "--dispatch", wide, "--budget", "2",
+                 "--no-cache"]) == 0
+    assert wide in capsys.readouterr().out

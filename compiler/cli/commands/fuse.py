@@ -39,7 +39,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    plan = fuse(common.load(args, compute=False), aggressive=args.aggressive)
+    # sibling GEMMs merged when aggressive, as tune's aggressive plan does
+    plan = fuse(common.load(args, compute=False), aggressive=args.aggressive,
+                horizontal_gemms=args.aggressive)
     if args.json:
         common.emit_json(plan.to_dict())
         return 0

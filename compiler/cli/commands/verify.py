@@ -170,7 +170,7 @@ def check_fused_plan(ctx: VerifyContext) -> CheckResult:
     dispatches), equal the unfused graph."""
     worst, details, ok, tol = 0.0, [], True, 0.0
     for aggressive in (True, False):
-        plan = fuse(ctx.graph, aggressive=aggressive)
+        plan = fuse(ctx.graph, aggressive=aggressive, horizontal_gemms=aggressive)
         got = execute_plan(plan, ctx.inputs)
         for name, want in ctx.reference.items():
             match, err, t = compare(got[name], want, ctx.graph.op(name).type.dtype,

@@ -82,7 +82,10 @@ def build(args, store=None):
     if args.budget is None:
         args.budget = DEFAULT if args.kind == "search" else 8
     graph = common.load(args, compute=args.kind not in ("plan", "explain") or args.tune)
-    plan = fuse(graph, aggressive=args.mode == "aggressive")
+    aggressive = args.mode == "aggressive"
+    # the plan tune forms (sibling GEMMs merged when aggressive), so that dispatch names
+    # such as ``..._hcat_1`` in tune's output are the ones --dispatch accepts
+    plan = fuse(graph, aggressive=aggressive, horizontal_gemms=aggressive)
     title = f"wavefuse view {args.kind} {args.model}"
     if args.kind == "plan":
         return views.plan_view(plan), title
@@ -101,7 +104,7 @@ def build(args, store=None):
         order = list(plan.dispatches)
 
     def tuned_of(d):
-        return tune_dispatches(graph, [d], args.arch, budget=args.budget, seed=args.seed,
+        return tune_dispatches(plan.graph, [d], args.arch, budget=args.budget, seed=args.seed,
                                store=store)[0]
 
     if args.kind == "banks" and args.dispatch is None:

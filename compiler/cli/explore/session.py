@@ -70,7 +70,11 @@ class Session:
         self.graph, self.model, self.arch = graph, model, get_arch(arch)
         self.mode, self.budget, self.seed = mode, budget, seed
         self.cache, self.no_cache = cache, no_cache
-        self.plan = plan if plan is not None else fuse(graph, aggressive=mode != "conservative")
+        aggressive = mode != "conservative"
+        # tune's plan for the mode (sibling GEMMs merged when aggressive); its graph is the
+        # one the dispatches are tuned on
+        self.plan = plan if plan is not None else fuse(graph, aggressive=aggressive,
+                                                       horizontal_gemms=aggressive)
         self.pins: dict = {}             # dispatch name -> {knob: value}
         self._panes: dict = {}
         self._tuned: dict = {}
@@ -131,7 +135,7 @@ class Session:
         if todo:
             store, close = self._store()
             try:
-                out = tune_dispatches(self.graph, todo, self.arch, budget=self.budget,
+                out = tune_dispatches(self.plan.graph, todo, self.arch, budget=self.budget,
                                       seed=self.seed, store=store, progress=progress,
                                       label=f"{self.model} on {self.arch.name}")
             finally:
@@ -147,7 +151,7 @@ class Session:
         if key not in self._tuned:
             store, close = self._store()
             try:
-                t = tune_dispatches(self.graph, [self.dispatch(name)], self.arch,
+                t = tune_dispatches(self.plan.graph, [self.dispatch(name)], self.arch,
                                     budget=self.budget, seed=self.seed,
                                     fixed=dict(self.pins.get(name, {})), store=store)[0]
             finally:
