@@ -93,7 +93,7 @@ from compiler.lower.common import (LoweringError, buffers, ceil_div, defined_reg
 from compiler.lower.conv import K_ORDERS, conv_root_index, setup_conv_gemm, tap_tile_why
 from compiler.lower.operands import (Operand, _add, _affine_strides, _and, _digit_strides, _div,
                                      _mod, _mul, digit_offset)
-from compiler.lower.emitter import (RegisterNamer, ValueEmitter, iadd, idiv, imod, imul, key)
+from compiler.lower.emitter import (RegisterNamer, Unraveled, ValueEmitter, iadd, idiv, imod, imul, key)
 from compiler.lower.layout import (forward_index, is_identity, output_maps, output_vectors, unit_only_reshape)
 
 SWIZZLES = ("none", "after_fusion", "before_fusion")
@@ -126,6 +126,37 @@ MFMA_FOR_BLOCK = {32: "32x32x2f32", 16: "16x16x4f32"}
 
 
 # ------------------------------------------------------------------ problem description
+def _fold_batch(graph: Graph, dispatch, root):
+    """(batch shape, M, A's affine view) when a batched matmul is one GEMM with its
+    batch folded into M, else None: the right operand has no batch extent (a Linear
+    layer over an (N, H, W, C) or (B, T, C) tensor, 2-D weights) and A's rows are one
+    stride apart across the batch entries. torch.matmul computes that case so; as a batch
+    of GEMMs each entry re-read the weight and padded its few rows to a whole tile
+    (ConvNeXt-T's stage-3 pointwise convs: 7 entries of M = 7, 32-row tiles)."""
+    a_t, b_t = root.inputs
+    ta, tb, out = graph.op(a_t).type, graph.op(b_t).type, root.type.shape
+    bshape = out[:-2]
+    if math.prod(bshape) <= 1 or any(s != 1 for s in tb.shape[:-2]) \
+            or ta.rank != len(out) or tuple(ta.shape[:-2]) != tuple(bshape):
+        return None
+    try:
+        aff = _affine_strides(graph, dispatch, a_t)
+    except LoweringError:
+        return None
+    if aff is None:
+        return None
+    strides, shape = aff[1], ta.shape
+    sm = strides[-2]
+    span = sm * shape[-2]   # elements from one batch entry's first row to the next's
+    for d in reversed(range(len(bshape))):
+        if shape[d] == 1:
+            continue
+        if strides[d] != span:
+            return None
+        span *= shape[d]
+    return bshape, out[-2], aff
+
+
 class Gemm:
     """The GEMM view of a matmul/conv root: sizes, operands, root index of (b, m, n)."""
 
@@ -205,6 +236,11 @@ class Gemm:
         self.batch = math.prod(self.bshape)
         self.M, self.N, self.K = out[-2], out[-1], ta.shape[-1]
         self.vec_dim = "n"
+        #: (batch shape, rows per batch entry) when the batch is folded into M
+        #: (:func:`_fold_batch`), else None
+        self.fold = _fold_batch(g, dispatch, self.root)
+        if self.fold is not None:
+            self.bshape, self.batch, self.M = (), 1, self.batch * self.M
 
         def batch_index(b, rank):
             idx = []
@@ -249,7 +285,14 @@ class Gemm:
             opnd.separable = True  # offset = f(b) + g(r) + h(c): strides of one view
             return opnd
 
-        self.A = make(a_t, self.M, self.K, "rc")
+        if self.fold is not None:  # rows of A one stride apart across the batch
+            src, strides, base = self.fold[2]
+            sm, sk = strides[-2], strides[-1]
+            self.A = Operand(a_t, src, self.M, self.K,
+                             lambda b, r, c: (_add(_add(base, _mul(r, sm)), _mul(c, sk)), None))
+            self.A.separable = True
+        else:
+            self.A = make(a_t, self.M, self.K, "rc")
         self.B = make(b_t, self.K, self.N, "rc")
 
     # ---------------------------------------------------------------- conv
@@ -259,6 +302,20 @@ class Gemm:
     # ---------------------------------------------------------------- root index
     def root_index(self, b, m, n):
         """Logical index of the root tensor for GEMM element (b, m, n)."""
+        if self.kind == "matmul" and self.fold is not None:
+            # the folded row m is (batch entry, row) in the root: digits of m, and for a
+            # row-major tensor of the root's shape its linear number (no div/mod)
+            bshape, rows = self.fold[0], self.fold[1]
+            idx = [_mod(m, rows)]
+            rest = _div(m, rows)
+            for s in reversed(bshape):
+                idx.append(_mod(rest, s) if s > 1 else
+                           program.i32(0) if isinstance(rest, program.Expr) else 0)
+                rest = _div(rest, s) if s > 1 else rest
+            idx = tuple(reversed(idx)) + (n,)
+            if not isinstance(m, program.Expr) and not isinstance(n, program.Expr):
+                return idx
+            return Unraveled(idx, _add(_mul(m, self.N), n), self.root.type.shape)
         if self.kind == "matmul":
             idx = []
             rest = b
@@ -460,6 +517,8 @@ def check_schedule(gemm: Gemm, s: dict, arch: Arch) -> str:
         if why:
             return why
     lds = lds_bytes(gemm, s)
+    if SR == "last_wg" and (S > 1 or SK):
+        lds += 4   # the arrival's old counter value, broadcast through LDS (``arrive``)
     if lds > lds_limit:
         return f"LDS {lds} B > {lds_limit} B per CU"
     regs = vgpr_estimate(s, threads)

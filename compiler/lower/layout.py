@@ -154,6 +154,8 @@ def forward_index(graph, path: list, idx: tuple) -> tuple:
         elif op.kind == "slice" or op.is_injective:
             raise LoweringError(f"node {op.name!r}: a {op.kind} of a contraction result "
                                 f"picks elements, it is not written by the tile")
+        elif tuple(in_shape) == tuple(out_shape):
+            continue   # elementwise, same shape: the same index (an Unraveled one stays)
         else:  # broadcast or elementwise: numpy alignment (leading unit dims)
             lead = len(out_shape) - len(in_shape)
             z = _zero(idx[0]) if idx else 0
