@@ -31,6 +31,11 @@ from gpusim.analysis import affine_form
 #: always tried beside the GEMM's, so the search keeps whichever is faster.
 DIRECT_MAX_TAPS = 49
 DIRECT_WORKGROUPS = (64, 256)
+#: taps from which the direct lowering computes what they share once (``_shared``): a
+#: 7x7 window's 49 taps repeated ~35 VALU operations each (7.45 -> 6.96 us on ConvNeXt's
+#: 14x14x384); a 3x3's 9 gain less than the dependent register assignments cost (each
+#: of MobileNetV2's 16 depthwise convs 0.02-0.09 us slower with them, simulated)
+SHARED_MIN_TAPS = 16
 #: which output element a thread computes: ``output`` (the result's row-major order, x
 #: innermost for NCHW) or ``channels`` (NCHW only: channels innermost, for an input stored
 #: channels-last, whose NCHW row-major order would read one line per lane)
@@ -143,7 +148,8 @@ def lower_direct_conv(graph, dispatch, schedule: dict, arch: Arch):
     # and column, each window row's and column's padding test), as hipcc's CSE does:
     # written per tap it was ~35 VALU operations each, the kernel VALU-bound (ConvNeXt's
     # 7x7: 27,872 VALU cycles of a 33,000-cycle CU time)
-    shared = _shared(stmts, regs, [x for t in taps for x in t[1:] if x is not None])
+    shared = _shared(stmts, regs, [x for t in taps for x in t[1:] if x is not None]) \
+        if gemm.K >= SHARED_MIN_TAPS else (lambda x: x)
     for k, a_off, valid, b_off in taps:
         if a_off is not None:
             group = tuple(ra[k:k + wa])
