@@ -236,8 +236,8 @@ class Gemm:
         self.batch = math.prod(self.bshape)
         self.M, self.N, self.K = out[-2], out[-1], ta.shape[-1]
         self.vec_dim = "n"
-        #: (batch shape, rows per batch entry) when the batch is folded into M
-        #: (:func:`_fold_batch`), else None
+        #: (batch shape, rows per batch entry, A's affine view) when the batch is folded
+        #: into M (:func:`_fold_batch`), else None
         self.fold = _fold_batch(g, dispatch, self.root)
         if self.fold is not None:
             self.bshape, self.batch, self.M = (), 1, self.batch * self.M
