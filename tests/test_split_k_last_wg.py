@@ -19,7 +19,7 @@ from gpusim.hw import GFX90A, GFX942
 from compiler.fusion import fuse
 from compiler.ir import models
 from compiler.lower.common import LoweringError
-from compiler.lower.contraction import analysed_gemm, check_schedule, lower_contraction
+from compiler.lower.contraction import analysed_gemm, check_schedule, lds_bytes, lower_contraction
 from compiler.schedule import schedule_space
 from compiler.schedule.contraction import view
 
@@ -230,7 +230,10 @@ def test_space_offers_a_last_wg_split_per_tile_in_whole_rounds():
                                   if n not in ("split_k", "split_reduce")))
     kernel = {tile(c): c for c in splits if c.knobs["split_reduce"] == "kernel"}
     last = {tile(c): c for c in splits if c.knobs["split_reduce"] == "last_wg"}
-    assert kernel and set(kernel) == set(last)
+    assert kernel and set(last) <= set(kernel)
+    for key in set(kernel) - set(last):   # no room for the arrival's 4-byte LDS slot
+        k = kernel[key].knobs
+        assert lds_bytes(view(d_gemm, k), k) + 4 > GFX942.lds_bytes_per_workgroup, k
     for key, c in last.items():
         k = c.knobs
         grid = -(-49 // k["BM"]) * -(-512 // k["BN"])
